@@ -1,0 +1,776 @@
+/* qkernels.h - every kernel of the forward pass, written once.
+ *
+ * Compiled into the BPF object (bpf/qrun.bpf.c, where QK_LOOKUP is
+ * bpf_map_lookup_elem on an array map and QK_LOOP is bpf_loop) and into the
+ * host twin (runtime/emu.c, where they are a bounds-checked pointer
+ * computation and a for loop). The arithmetic is qmath.h's.
+ *
+ * Each kernel reads its arguments (struct qk_args), checks every index it
+ * was given against the model's sizes (QK_CFG, constants to the verifier)
+ * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
+ *   w_hid    4-row Q24 tiles of every matrix with `hidden` columns:
+ *            per layer q|k|v|gate|up, then the embedding (and lm_head)
+ *   w_o      o_proj tiles, w_down down_proj tiles
+ *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
+ *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
+ *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
+ *   kcache, vcache  int16 [layer * ctx + pos][kv_dim]
+ *   h        residual, Q32 [hidden]
+ *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
+ *   qkv      Q32 q|k|v, then normalised mantissas in place
+ *   qrot     rotated query mantissas (exponent per head in scal.q_exp)
+ *   gu       Q32 gate|up; SiLU(gate) in place
+ *   scores   raw q.k per head [n_heads][ctx]
+ *   parts    attention partial per (head, chunk)
+ *   logits   Q32 [vocab]; amax: argmax partial per slot; scal: scalars
+ */
+#ifndef QP_QKERNELS_H
+#define QP_QKERNELS_H
+
+#include "qrun_abi.h"
+
+#ifdef __bpf__
+#define QK_LOOKUP(map, key) ({ u32 __qk_key = (key); (void *)bpf_map_lookup_elem(&m_##map, &__qk_key); })
+#define QK_LOOP(n, cb, ctx) bpf_loop((n), (cb), (ctx), 0)
+/* an empty asm that keeps clang from hoisting every product of an unrolled
+ * block and spilling them (1.3x slower, and it overflows the stack) */
+#define QK_KEEP(a) asm volatile("" : "+r"(a) : : "memory")
+#else
+#define QK_LOOKUP(map, key) qk_host_lookup(&qk_host->map, (key))
+#define QK_LOOP(n, cb, ctx) qk_host_loop((n), (cb), (ctx))
+#define QK_KEEP(a) ((void)0)
+#endif
+
+#define C QK_CFG
+
+/* A softfloat model constant, read field by field: clang for BPF copies a
+ * whole `const volatile` struct as zeros (seen with clang 19), so never
+ * pass C.<sf> by value. */
+#define QK_SF(field) qk_sf_fields(C.field.m, C.field.e)
+
+QM_INLINE struct qm_sf qk_sf_fields(u64 m, s32 e)
+{
+    struct qm_sf r = {m, e};
+    return r;
+}
+
+/* integer model constants that feed arithmetic */
+QM_INLINE s32 qk_exp_const(s32 v)
+{
+    s64 e = v;
+    asm volatile("" : "+r"(e));
+    return (s32)e;
+}
+
+/* ---- shared pieces --------------------------------------------------- */
+
+/* acc[k] = sum_c W[k][c] * x[c] for the 4 rows of one Q24 tile block.
+ * Most of the time of a token is spent here. */
+QM_INLINE void qk_dot4(const s32 *blk, const s64 *x, u32 cols, s64 *acc)
+{
+    s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (u32 c = 0; c < cols; c += 16) {
+        const s32 *p = blk + c * 4;
+        const s64 *xp = x + c;
+QK_UNROLL
+        for (int j = 0; j < 16; j++) {
+            s64 xv = xp[j];
+            a0 += (s64)p[j] * xv;
+            QK_KEEP(a0);
+            a1 += (s64)p[16 + j] * xv;
+            QK_KEEP(a1);
+            a2 += (s64)p[32 + j] * xv;
+            QK_KEEP(a2);
+            a3 += (s64)p[48 + j] * xv;
+            QK_KEEP(a3);
+        }
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* Folds |v| into *acc by OR: only the bit length of a vector's largest
+ * magnitude is ever needed, and the OR of the magnitudes has the same bit
+ * length. Branch-free, so unrolled loops stay one verifier path. */
+QM_INLINE void qk_max_abs(u64 *acc, s64 v)
+{
+    s64 sign = v >> 63;
+    *acc |= (u64)((v ^ sign) - sign);
+}
+
+/* 1/rms of a vector from its sum of squares at shift s (qmath formats) */
+QM_INLINE struct qm_sf qk_rms_inv(u64 sumsq, u32 s, struct qm_sf inv_n, struct qm_sf eps)
+{
+    struct qm_sf mean = qm_sf_mul(qm_sf_make(sumsq, 2 * (s32)s - 64), inv_n);
+    return qm_sf_rsqrt(qm_sf_add(mean, eps));
+}
+
+/* normalised and scaled element before the final shift: (a * inv) * g */
+QM_INLINE s64 qk_rms_z(s64 v, u32 s, struct qm_sf inv, s32 g)
+{
+    s64 a = qm_rshift_round(v, s);
+    return qm_rshift_round((s64)((u64)a * inv.m), 32) * g;
+}
+
+/* ---- embed: h = embedding row of a token ---------------------------- */
+
+struct qk_embed_ctx {
+    u32 token;
+};
+
+static long qk_embed_cb(u64 i, void *vctx)
+{
+    struct qk_embed_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    if (tile >= C.hidden / 16)
+        return 1;
+    const s32 *blk = QK_LOOKUP(w_hid, C.embed_group + cx->token / 4);
+    s64 *h = QK_LOOKUP(h, 0);
+    if (!blk || !h)
+        return 1;
+    const s32 *src = blk + tile * 64 + (cx->token & 3) * 16;
+    s64 *dst = h + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        dst[j] = (s64)((u64)(s64)src[j] << (QM_RESID_FRAC - 24));
+    return 0;
+}
+
+QM_INLINE int qk_embed(const struct qk_args *a)
+{
+    if (a->token >= C.vocab)
+        return -1;
+    struct qk_embed_ctx cx = {a->token};
+    QK_LOOP(C.hidden / 16, qk_embed_cb, &cx);
+    return 0;
+}
+
+/* ---- rmsnorm: x = act(h / rms(h) * g) ------------------------------- */
+
+struct qk_norm_ctx {
+    u32 norm;           /* index into norms */
+    u32 shift;          /* h -> 24-bit */
+    u64 max;            /* pass result */
+    u64 sumsq;
+    struct qm_sf inv;
+    u32 out_shift;
+    s32 pad;
+};
+
+static long qk_norm_max_cb(u64 i, void *vctx)
+{
+    struct qk_norm_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *h = QK_LOOKUP(h, 0);
+    if (!h || tile >= C.hidden / 16)
+        return 1;
+    const s64 *p = h + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        qk_max_abs(&cx->max, p[j]);
+    return 0;
+}
+
+static long qk_norm_sumsq_cb(u64 i, void *vctx)
+{
+    struct qk_norm_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *h = QK_LOOKUP(h, 0);
+    if (!h || tile >= C.hidden / 16)
+        return 1;
+    const s64 *p = h + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++) {
+        s64 v = qm_rshift_round(p[j], cx->shift);
+        cx->sumsq += (u64)(v * v);
+    }
+    return 0;
+}
+
+static long qk_norm_zmax_cb(u64 i, void *vctx)
+{
+    struct qk_norm_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *h = QK_LOOKUP(h, 0);
+    const s32 *g = QK_LOOKUP(norms, cx->norm);
+    if (!h || !g || tile >= C.hidden / 16)
+        return 1;
+    const s64 *hp = h + tile * 16;
+    const s32 *gp = g + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        qk_max_abs(&cx->max, qk_rms_z(hp[j], cx->shift, cx->inv, gp[j]));
+    return 0;
+}
+
+static long qk_norm_out_cb(u64 i, void *vctx)
+{
+    struct qk_norm_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *h = QK_LOOKUP(h, 0);
+    const s32 *g = QK_LOOKUP(norms, cx->norm);
+    s64 *x = QK_LOOKUP(x, 0);
+    if (!h || !g || !x || tile >= C.hidden / 16)
+        return 1;
+    const s64 *hp = h + tile * 16;
+    const s32 *gp = g + tile * 16;
+    s64 *out = x + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        out[j] = qm_rshift_round(qk_rms_z(hp[j], cx->shift, cx->inv, gp[j]), cx->out_shift);
+    return 0;
+}
+
+QM_INLINE int qk_rmsnorm(const struct qk_args *a)
+{
+    u32 norm;
+    if (a->mode == QK_NORM_FINAL)
+        norm = 2 * C.n_layers;
+    else if (a->layer < C.n_layers && a->mode <= QK_NORM_MLP)
+        norm = 2 * a->layer + a->mode;
+    else
+        return -1;
+    if (norm > 2 * QK_MAX_LAYERS)
+        return -1;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc)
+        return -1;
+    struct qk_norm_ctx cx = {.norm = norm};
+    QK_LOOP(C.hidden / 16, qk_norm_max_cb, &cx);
+    cx.shift = qm_act_shift(cx.max);
+    QK_LOOP(C.hidden / 16, qk_norm_sumsq_cb, &cx);
+    cx.inv = qk_rms_inv(cx.sumsq, cx.shift, QK_SF(inv_hidden), QK_SF(eps));
+    cx.max = 0;
+    QK_LOOP(C.hidden / 16, qk_norm_zmax_cb, &cx);
+    cx.out_shift = qm_act_shift(cx.max);
+    QK_LOOP(C.hidden / 16, qk_norm_out_cb, &cx);
+    sc->x_exp = (s32)cx.shift + cx.inv.e - qk_exp_const(C.norm_exp[QK_IDX(norm, 4 * QK_MAX_LAYERS)]) + (s32)cx.out_shift;
+    return 0;
+}
+
+/* ---- matvec: rows of a weight map times x --------------------------- */
+
+struct qk_mv_ctx {
+    u32 first_group;    /* map key of the range's first 4-row group */
+    u32 first_row;      /* output row of that group */
+    u32 mode;
+    s32 x_exp;
+    s64 best;           /* QK_MV_LOGITS: running argmax */
+    u32 best_index;
+    u32 pad;
+};
+
+/* Branches in a bpf_loop callback test the loop index, never a flag the
+ * caller initialised: the verifier can take such a flag for the constant it
+ * started as and remove the branch it never saw taken (observed here). */
+
+/* Stores or adds the 4 results of a group where its mode sends them. */
+QM_INLINE void qk_mv_emit(struct qk_mv_ctx *cx, u32 r, const s64 *acc, bool first)
+{
+    s64 v[4];
+QK_UNROLL
+    for (int k = 0; k < 4; k++)
+        v[k] = qm_acc_to_q32(acc[k], cx->x_exp);
+    if (cx->mode == QK_MV_QKV) {
+        s64 *out = QK_LOOKUP(qkv, 0);
+        if (out && r <= C.q_dim + 2 * C.kv_dim - 4)
+QK_UNROLL
+            for (int k = 0; k < 4; k++)
+                out[r + k] = v[k];
+    } else if (cx->mode == QK_MV_GATE_UP) {
+        s64 *out = QK_LOOKUP(gu, 0);
+        if (out && r <= 2 * C.inter - 4)
+QK_UNROLL
+            for (int k = 0; k < 4; k++)
+                out[r + k] = v[k];
+    } else if (cx->mode == QK_MV_LOGITS) {
+        s64 *out = QK_LOOKUP(logits, 0);
+        if (out && r <= C.vocab - 4)
+QK_UNROLL
+            for (int k = 0; k < 4; k++) {
+                out[r + k] = v[k];
+                if ((first && k == 0) || v[k] > cx->best) {
+                    cx->best = v[k];
+                    cx->best_index = r + k;
+                }
+            }
+    } else {
+        s64 *h = QK_LOOKUP(h, 0);
+        if (h && r <= C.hidden - 4)
+QK_UNROLL
+            for (int k = 0; k < 4; k++)
+                h[r + k] = (s64)((u64)h[r + k] + (u64)v[k]);
+    }
+}
+
+#define QK_DEFINE_MV_CB(name, map, cols)                                   \
+    static long name(u64 i, void *vctx)                                   \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        const s32 *blk = QK_LOOKUP(map, cx->first_group + (u32)i);        \
+        const s64 *x = QK_LOOKUP(x, 0);                               \
+        if (!blk || !x || cols > C.act_len)                               \
+            return 1;                                                     \
+        s64 acc[4];                                                       \
+        qk_dot4(blk, x, cols, acc);                                       \
+        qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
+        return 0;                                                         \
+    }
+
+QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV_CB(qk_mv_down_cb, w_down, C.inter)
+
+/* Rows [begin, end) of the mode's range (multiples of 4). */
+QM_INLINE int qk_matvec(const struct qk_args *a)
+{
+    u32 rows, group;
+    if (a->layer >= C.n_layers && a->mode != QK_MV_LOGITS)
+        return -1;
+    switch (a->mode) {
+    case QK_MV_QKV: rows = C.q_dim + 2 * C.kv_dim; group = a->layer * C.hid_groups_per_layer; break;
+    case QK_MV_GATE_UP:
+        rows = 2 * C.inter;
+        group = a->layer * C.hid_groups_per_layer + (C.q_dim + 2 * C.kv_dim) / 4;
+        break;
+    case QK_MV_O:
+    case QK_MV_DOWN: rows = C.hidden; group = a->layer * (C.hidden / 4); break;
+    case QK_MV_LOGITS: rows = C.vocab; group = C.lm_group; break;
+    default: return -1;
+    }
+    if (a->begin >= a->end || a->end > rows || (a->begin | a->end) & 3)
+        return -1;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc)
+        return -1;
+    struct qk_mv_ctx cx = {.first_group = group + a->begin / 4, .first_row = a->begin, .mode = a->mode,
+                           .x_exp = sc->x_exp};
+    u32 n = (a->end - a->begin) / 4;
+    if (a->mode == QK_MV_O)
+        QK_LOOP(n, qk_mv_o_cb, &cx);
+    else if (a->mode == QK_MV_DOWN)
+        QK_LOOP(n, qk_mv_down_cb, &cx);
+    else
+        QK_LOOP(n, qk_mv_hid_cb, &cx);
+    if (a->mode == QK_MV_LOGITS) {
+        struct qk_argmax *m = QK_LOOKUP(amax, a->slot);
+        if (!m)
+            return -1;
+        m->value = cx.best;
+        m->index = cx.best_index;
+        m->valid = 1;
+    }
+    return 0;
+}
+
+/* ---- qk_rope: q/k head norms, RoPE, K and V into the cache ---------- */
+
+struct qk_rope_ctx {
+    u32 layer, pos;
+};
+
+/* RMSNorm of one head of qkv in place, as mantissas; returns the exponent. */
+QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp)
+{
+    u64 max = 0, sumsq = 0;
+    for (u32 i = 0; i < C.head_dim; i++)
+        qk_max_abs(&max, v[i]);
+    u32 shift = qm_act_shift(max);
+    for (u32 i = 0; i < C.head_dim; i++) {
+        s64 t = qm_rshift_round(v[i], shift);
+        sumsq += (u64)(t * t);
+    }
+    struct qm_sf inv = qk_rms_inv(sumsq, shift, QK_SF(inv_head_dim), QK_SF(eps));
+    u64 zmax = 0;
+    for (u32 i = 0; i < C.head_dim; i++)
+        qk_max_abs(&zmax, qk_rms_z(v[i], shift, inv, g[i]));
+    u32 out_shift = qm_act_shift(zmax);
+    for (u32 i = 0; i < C.head_dim; i++)
+        v[i] = qm_rshift_round(qk_rms_z(v[i], shift, inv, g[i]), out_shift);
+    return (s32)shift + inv.e - g_exp + (s32)out_shift;
+}
+
+/* rotate-half RoPE of the mantissas m[0..d) (Q30 cos/sin) into slot i, i+d/2 */
+QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi)
+{
+    u32 half = C.head_dim / 2;
+    s64 c = cs[2 * i], s = cs[2 * i + 1];
+    *lo = qm_rshift_round(m[i] * c - m[i + half] * s, 30);
+    *hi = qm_rshift_round(m[i + half] * c + m[i] * s, 30);
+}
+
+static long qk_rope_head_cb(u64 i, void *vctx)
+{
+    struct qk_rope_ctx *cx = vctx;
+    u32 head = (u32)i, half = C.head_dim / 2, layer = cx->layer, pos = cx->pos;
+    s64 *qkv = QK_LOOKUP(qkv, 0);
+    const s32 *cs = QK_LOOKUP(rope, pos);
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!qkv || !cs || !sc || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
+        head >= C.n_heads + C.n_kv_heads || head >= QK_MAX_HEADS)
+        return 1;
+    u32 norm = 2 * layer + (head < C.n_heads ? 0 : 1);
+    const s32 *g = QK_LOOKUP(qk_norms, norm);
+    if (!g || norm >= 2 * QK_MAX_LAYERS)
+        return 1;
+    s64 *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
+    s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]));
+    if (head < C.n_heads) {
+        s64 *q = QK_LOOKUP(qrot, 0);
+        if (!q)
+            return 1;
+        q += head * C.head_dim;
+        for (u32 k = 0; k < half; k++)
+            qk_rope_pair(v, cs, k, &q[k], &q[k + half]);
+        sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
+        return 0;
+    }
+    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + pos);
+    if (!kc)
+        return 1;
+    kc += (head - C.n_heads) * C.head_dim;
+    u32 l, r;
+    qm_cache_shifts(e, qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]), &l, &r);
+    for (u32 k = 0; k < half; k++) {
+        s64 lo, hi;
+        qk_rope_pair(v, cs, k, &lo, &hi);
+        kc[k] = qm_to_cache16(lo, l, r);
+        kc[k + half] = qm_to_cache16(hi, l, r);
+    }
+    return 0;
+}
+
+static long qk_store_v_cb(u64 i, void *vctx)
+{
+    struct qk_rope_ctx *cx = vctx;
+    u32 tile = (u32)i, layer = cx->layer;
+    const s64 *qkv = QK_LOOKUP(qkv, 0);
+    s16 *vc = QK_LOOKUP(vcache, layer * C.ctx + cx->pos);
+    if (!qkv || !vc || tile >= C.kv_dim / 16 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+        return 1;
+    const s64 *src = qkv + C.q_dim + C.kv_dim + tile * 16;
+    u32 l, r;
+    qm_cache_shifts(-QM_RESID_FRAC, qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]), &l, &r);
+    s16 *dst = vc + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        dst[j] = qm_to_cache16(src[j], l, r);
+    return 0;
+}
+
+QM_INLINE int qk_rope_store(const struct qk_args *a)
+{
+    if (a->layer >= C.n_layers || a->pos >= C.ctx)
+        return -1;
+    struct qk_rope_ctx cx = {a->layer, a->pos};
+    QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
+    QK_LOOP(C.kv_dim / 16, qk_store_v_cb, &cx);
+    return 0;
+}
+
+/* ---- attention: (head, chunk) tasks over the KV cache --------------- */
+
+struct qk_attn_ctx {
+    u32 layer, pos, n_chunks, first_task;
+    u32 head, kv_head, chunk, first, count;
+    s64 max_score;
+    u64 sum;
+    s32 score_exp;
+    s32 pad;
+};
+
+static long qk_attn_score_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 j = cx->first + (u32)i, head = cx->head, kv_head = cx->kv_head;
+    const s64 *q = QK_LOOKUP(qrot, 0);
+    const s16 *k = QK_LOOKUP(kcache, cx->layer * C.ctx + j);
+    s64 *sc = QK_LOOKUP(scores, head);
+    if (!q || !k || !sc || j >= C.ctx || head >= C.n_heads || kv_head >= C.n_kv_heads)
+        return 1;
+    q += head * C.head_dim;
+    k += kv_head * C.head_dim;
+    s64 s = 0;
+    for (u32 d = 0; d < C.head_dim; d += 16) {
+QK_UNROLL
+        for (int t = 0; t < 16; t++) {
+            s += q[d + t] * k[d + t];
+            QK_KEEP(s);
+        }
+    }
+    sc[j] = s;
+    if (i == 0 || s > cx->max_score)
+        cx->max_score = s;
+    return 0;
+}
+
+static long qk_attn_value_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 j = cx->first + (u32)i, kv_head = cx->kv_head;
+    const s16 *v = QK_LOOKUP(vcache, cx->layer * C.ctx + j);
+    const s64 *sc = QK_LOOKUP(scores, cx->head);
+    s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + cx->chunk);
+    if (!v || !sc || !part || j >= C.ctx || kv_head >= C.n_kv_heads)
+        return 1;
+    u64 t = (u64)(cx->max_score - sc[j]);
+    u64 p = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
+    cx->sum += p;
+    if (p == 0)
+        return 0;
+    v += kv_head * C.head_dim;
+    s64 *acc = part + 2;
+    for (u32 d = 0; d < C.head_dim; d += 16) {
+QK_UNROLL
+        for (int t = 0; t < 16; t++)
+            acc[d + t] += (s64)p * v[d + t];
+    }
+    return 0;
+}
+
+static long qk_attn_task_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 task = cx->first_task + (u32)i, layer = cx->layer, n_chunks = cx->n_chunks;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc || n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+        return 1;
+    u32 head = task / n_chunks, chunk = task % n_chunks;
+    if (head >= C.n_heads || head >= QK_MAX_HEADS || chunk >= C.max_chunks)
+        return 1;
+    struct qk_attn_ctx t = *cx;
+    t.head = head;
+    t.chunk = chunk;
+    t.kv_head = head / (C.n_heads / C.n_kv_heads);
+    t.first = chunk * QK_ATTN_CHUNK;
+    t.count = cx->pos + 1 - t.first;
+    if (t.count > QK_ATTN_CHUNK)
+        t.count = QK_ATTN_CHUNK;
+    t.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    t.max_score = 0;
+    t.sum = 0;
+    s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
+    if (!part)
+        return 1;
+    for (u32 d = 0; d < C.head_dim; d++)
+        part[2 + d] = 0;
+    QK_LOOP(t.count, qk_attn_score_cb, &t);
+    QK_LOOP(t.count, qk_attn_value_cb, &t);
+    part[0] = t.max_score;
+    part[1] = (s64)t.sum;
+    return 0;
+}
+
+QM_INLINE int qk_attention(const struct qk_args *a)
+{
+    if (a->layer >= C.n_layers || a->pos >= C.ctx)
+        return -1;
+    u32 n_chunks = a->pos / QK_ATTN_CHUNK + 1;
+    if (a->begin >= a->end || a->end > C.n_heads * n_chunks)
+        return -1;
+    struct qk_attn_ctx cx = {.layer = a->layer, .pos = a->pos, .n_chunks = n_chunks,
+                              .first_task = a->begin};
+    QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
+    return 0;
+}
+
+/* ---- attn_merge: chunks of a head -> its slice of x ----------------- */
+
+struct qk_merge_ctx {
+    u32 layer, n_chunks, head, first;
+    s64 max_score;
+    u64 sum;
+    s32 score_exp;
+    u32 shift;          /* sum normalisation */
+    s32 up;             /* 1: shift left */
+    s32 pad;
+};
+
+static long qk_merge_max_cb(u64 i, void *vctx)
+{
+    struct qk_merge_ctx *cx = vctx;
+    const s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + (u32)i);
+    if (!part)
+        return 1;
+    if (i == 0 || part[0] > cx->max_score)
+        cx->max_score = part[0];
+    return 0;
+}
+
+/* Scales chunk i's partial to the head's max and adds it into chunk 0. */
+static long qk_merge_add_cb(u64 i, void *vctx)
+{
+    struct qk_merge_ctx *cx = vctx;
+    s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + (u32)i);
+    s64 *base = QK_LOOKUP(parts, cx->head * C.max_chunks);
+    if (!part || !base)
+        return 1;
+    u64 t = (u64)(cx->max_score - part[0]);
+    u32 f = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
+    cx->sum += (u64)qm_mul_q30(part[1], f);
+    for (u32 d = 0; d < C.head_dim; d++) {
+        s64 v = qm_mul_q30(part[2 + d], f);
+        base[2 + d] = i == 0 ? v : base[2 + d] + v;
+    }
+    return 0;
+}
+
+static long qk_merge_head_cb(u64 i, void *vctx)
+{
+    struct qk_merge_ctx *cx = vctx;
+    u32 head = cx->first + (u32)i, layer = cx->layer;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    s64 *x = QK_LOOKUP(x, 0);
+    if (!sc || !x || head >= C.n_heads || head >= QK_MAX_HEADS || layer >= C.n_layers ||
+        layer >= QK_MAX_LAYERS || C.q_dim > C.act_len)
+        return 1;
+    struct qk_merge_ctx m = *cx;
+    m.head = head;
+    m.sum = 0;
+    m.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    QK_LOOP(cx->n_chunks, qk_merge_max_cb, &m);
+    QK_LOOP(cx->n_chunks, qk_merge_add_cb, &m);
+    const s64 *acc = QK_LOOKUP(parts, head * C.max_chunks);
+    if (!acc || m.sum == 0)
+        return 1;
+    acc += 2;
+    /* o = acc / sum with the sum brought to [2^38, 2^39): |acc| <= sum *
+     * 2^15, so acc << 8 stays below 2^62 and o below 2^23 */
+    u32 n = qm_bitlen(m.sum);
+    u64 sum = n > 39 ? m.sum >> (n - 39) : m.sum << (39 - n);
+    s32 sh = 39 - (s32)n + 8;
+    for (u32 d = 0; d < C.head_dim; d++) {
+        s64 v = qm_scale_pow2(acc[d], sh);
+        u64 mag = qm_abs(v);
+        u64 q = (mag + sum / 2) / sum;
+        x[head * C.head_dim + d] = v < 0 ? -(s64)q : (s64)q;
+    }
+    return 0;
+}
+
+QM_INLINE int qk_attn_merge(const struct qk_args *a)
+{
+    if (a->layer >= C.n_layers || a->pos >= C.ctx || a->begin >= a->end || a->end > C.n_heads)
+        return -1;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc)
+        return -1;
+    struct qk_merge_ctx cx = {.layer = a->layer, .n_chunks = a->pos / QK_ATTN_CHUNK + 1, .first = a->begin};
+    QK_LOOP(a->end - a->begin, qk_merge_head_cb, &cx);
+    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(a->layer, QK_MAX_LAYERS)]) - 8;
+    return 0;
+}
+
+/* ---- swiglu: x = act(SiLU(gate) * up) ------------------------------- */
+
+struct qk_swiglu_ctx {
+    u64 max_s, max_u, max_p;
+    u32 shift_s, shift_u, shift_p;
+    u32 pad;
+};
+
+/* one element per call: the sigmoid's branches, unrolled, would multiply
+ * the verifier's paths past its limit */
+static long qk_silu_cb(u64 i, void *vctx)
+{
+    struct qk_swiglu_ctx *cx = vctx;
+    u32 k = (u32)i;
+    s64 *gu = QK_LOOKUP(gu, 0);
+    if (!gu || k >= C.inter)
+        return 1;
+    s64 *g = gu + k;
+    s64 s = qm_mul_q30(*g, qm_sigmoid_q30(*g));
+    *g = s;
+    qk_max_abs(&cx->max_s, s);
+    qk_max_abs(&cx->max_u, g[C.inter]);
+    return 0;
+}
+
+QM_INLINE s64 qk_swiglu_product(const struct qk_swiglu_ctx *cx, s64 s, s64 u)
+{
+    return qm_rshift_round(s, cx->shift_s) * qm_rshift_round(u, cx->shift_u);
+}
+
+static long qk_swiglu_max_cb(u64 i, void *vctx)
+{
+    struct qk_swiglu_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *gu = QK_LOOKUP(gu, 0);
+    if (!gu || tile >= C.inter / 16)
+        return 1;
+    const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        qk_max_abs(&cx->max_p, qk_swiglu_product(cx, g[j], u[j]));
+    return 0;
+}
+
+static long qk_swiglu_out_cb(u64 i, void *vctx)
+{
+    struct qk_swiglu_ctx *cx = vctx;
+    u32 tile = (u32)i;
+    const s64 *gu = QK_LOOKUP(gu, 0);
+    s64 *x = QK_LOOKUP(x, 0);
+    if (!gu || !x || tile >= C.inter / 16 || C.inter > C.act_len)
+        return 1;
+    const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
+    s64 *out = x + tile * 16;
+QK_UNROLL
+    for (int j = 0; j < 16; j++)
+        out[j] = qm_rshift_round(qk_swiglu_product(cx, g[j], u[j]), cx->shift_p);
+    return 0;
+}
+
+QM_INLINE int qk_swiglu(const struct qk_args *a)
+{
+    (void)a;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc)
+        return -1;
+    struct qk_swiglu_ctx cx = {0};
+    QK_LOOP(C.inter, qk_silu_cb, &cx);
+    cx.shift_s = qm_act_shift(cx.max_s);
+    cx.shift_u = qm_act_shift(cx.max_u);
+    QK_LOOP(C.inter / 16, qk_swiglu_max_cb, &cx);
+    cx.shift_p = qm_act_shift(cx.max_p);
+    QK_LOOP(C.inter / 16, qk_swiglu_out_cb, &cx);
+    sc->x_exp = (s32)cx.shift_s - QM_RESID_FRAC + (s32)cx.shift_u - QM_RESID_FRAC + (s32)cx.shift_p;
+    return 0;
+}
+
+/* ---- argmax_reduce: the vocabulary pass's slots -> one token -------- */
+
+struct qk_reduce_ctx {
+    s64 value;
+    u32 index, pad;
+};
+
+static long qk_reduce_cb(u64 i, void *vctx)
+{
+    struct qk_reduce_ctx *cx = vctx;
+    const struct qk_argmax *m = QK_LOOKUP(amax, (u32)i);
+    if (!m)
+        return 1;
+    if (i == 0 || m->value > cx->value || (m->value == cx->value && m->index < cx->index)) {
+        cx->value = m->value;
+        cx->index = m->index;
+    }
+    return 0;
+}
+
+QM_INLINE int qk_argmax_reduce(const struct qk_args *a)
+{
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc || a->n_slots == 0 || a->n_slots > QK_MAX_ARGMAX_SLOTS)
+        return -1;
+    struct qk_reduce_ctx cx = {0};
+    QK_LOOP(a->n_slots, qk_reduce_cb, &cx);
+    sc->argmax_index = cx.index;
+    sc->argmax_value = cx.value;
+    return 0;
+}
+
+#undef C
+#endif

@@ -1,0 +1,302 @@
+/* qmath.h - the integer arithmetic of the forward pass, written once.
+ *
+ * This header is compiled twice: into the BPF kernels (clang -target bpf)
+ * and into the host twin ("emu" backend). Every function here is pure
+ * integer code with no helpers and no libc, so both builds compute the same
+ * bits. The loops that walk rows and positions live in the callers (BPF
+ * glue uses bpf_loop, the host uses for loops); integer sums wrap mod 2^64
+ * in both, so the order in which slices are visited never changes a result.
+ *
+ * Number formats (value = integer * 2^exponent):
+ *   weights      Q24 int32 (2^-24), norm scales I32S int32 (2^-scale_exp)
+ *   residual     Q32 int64 (2^-32): holds +-2^31 with 2.3e-10 steps, so
+ *                massive activations (thousands) and tiny early residuals
+ *                (~1e-2) both keep full precision
+ *   act vector   int32 mantissas |m| <= 2^24 sharing one exponent: the input
+ *                of every matrix product. 24 bits relative to the vector's
+ *                largest element; Q24 x 2^24 x cols stays far inside int64
+ *   scalars      softfloat {m, e}, m in [2^31, 2^32): norms' 1/rms, constants
+ *   probability  Q30 (2^-30) in attention and SiLU
+ *   KV cache     int16 with one exponent per layer for K and one for V,
+ *                chosen at load from bounds that can never be exceeded
+ */
+#ifndef QP_QMATH_H
+#define QP_QMATH_H
+
+#ifdef __bpf__
+#include <linux/types.h>
+typedef __s8 s8;
+typedef __s16 s16;
+typedef __s32 s32;
+typedef __s64 s64;
+typedef __u8 u8;
+typedef __u16 u16;
+typedef __u32 u32;
+typedef __u64 u64;
+#else
+#include <stdint.h>
+typedef int8_t s8;
+typedef int16_t s16;
+typedef int32_t s32;
+typedef int64_t s64;
+typedef uint8_t u8;
+typedef uint16_t u16;
+typedef uint32_t u32;
+typedef uint64_t u64;
+#endif
+
+#define QM_INLINE static inline __attribute__((always_inline))
+
+/* fully unroll the next loop (its trip count is a compile-time constant) */
+#if defined(__clang__)
+#define QK_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define QK_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+#define QM_ACT_BITS 24          /* act mantissas: |m| <= 2^24 */
+#define QM_RESID_FRAC 32        /* residual stream: Q32 */
+#define QM_Q30 (1ll << 30)
+#define QM_LN2_Q30 744261118ll  /* round(ln 2 * 2^30) */
+#define QM_LOG2E_Q30 1549082005ll /* round(log2 e * 2^30) */
+#define QM_EXP2_CUTOFF 31       /* 2^-u with u >= 31 is 0 in Q30 */
+
+/* 2^30 * 2^(-k/64), k = 0..63, rounded */
+static const u32 qm_exp2_table[64] = {
+    1073741824, 1062175491, 1050733751, 1039415261, 1028218693, 1017142735, 1006186087, 995347464,
+    984625594,  974019220,  963527098,  953147997,  942880699,  932724001,  922676710,  912737649,
+    902905651,  893179563,  883558244,  874040567,  864625413,  855311680,  846098274,  836984114,
+    827968132,  819049271,  810226483,  801498734,  792865000,  784324269,  775875538,  767517817,
+    759250125,  751071493,  742980960,  734977579,  727060411,  719228525,  711481005,  703816941,
+    696235434,  688735596,  681316545,  673977412,  666717336,  659535466,  652430958,  645402981,
+    638450708,  631573326,  624770026,  618040012,  611382493,  604796689,  598281827,  591837143,
+    585461881,  579155293,  572916640,  566745190,  560640218,  554601009,  548626854,  542717053,
+};
+
+/* 2^30 / sqrt(x) at the middle of [i/8, (i+1)/8), i = 8..31: Newton's start */
+static const u32 qm_rsqrt_seed[24] = {
+    1041682578, 985333074, 937238702, 895562589, 858993459, 826566842, 797555404, 771398898,
+    747657839,  725981977, 706088274, 687745184, 670761200, 654976372, 640255922, 626485368,
+    613566757,  601415717, 589959130, 579133272, 568882316, 559157115, 549914212, 541115017,
+};
+
+/* ---- shifts and bit lengths ------------------------------------------ */
+
+/* x / 2^s rounded half up, for 0 <= s <= 63 (s is masked to that range).
+ * No branch: unrolled loops of it stay one path for the verifier. */
+QM_INLINE s64 qm_rshift_round(s64 x, u32 s)
+{
+    s &= 63;
+    return (s64)((u64)x + ((1ull << s) >> 1)) >> s;
+}
+
+/* x * 2^s for s >= 0 (s capped at 62) and x / 2^-s rounded for s < 0
+ * (0 once -s > 62) */
+QM_INLINE s64 qm_scale_pow2(s64 x, s32 s)
+{
+    if (s >= 0)
+        return (s64)((u64)x << (s > 62 ? 62 : s));
+    if (s < -62)
+        return 0;
+    return qm_rshift_round(x, (u32)-s);
+}
+
+/* number of significant bits: 0 for 0, 64 for 2^63 and up. Branch-free
+ * (smear the top bit down, then count): every branch of the scalar code
+ * doubles the paths the verifier walks. */
+QM_INLINE u32 qm_bitlen(u64 x)
+{
+    x |= x >> 1;
+    x |= x >> 2;
+    x |= x >> 4;
+    x |= x >> 8;
+    x |= x >> 16;
+    x |= x >> 32;
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (u32)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* max(v, 0) without a branch */
+QM_INLINE s32 qm_pos(s32 v)
+{
+    return v & ~(v >> 31);
+}
+
+QM_INLINE u64 qm_abs(s64 x) { return x < 0 ? 0 - (u64)x : (u64)x; }
+
+/* (a * f) >> 30 exactly (floor) for any int64 a and f <= 2^31, without the
+ * 94-bit intermediate: a = hi * 2^30 + lo with 0 <= lo < 2^30. */
+QM_INLINE s64 qm_mul_q30(s64 a, u32 f)
+{
+    s64 hi = a >> 30;
+    s64 lo = a - (s64)((u64)hi << 30);
+    return (s64)((u64)hi * f) + (s64)(((u64)lo * f) >> 30);
+}
+
+/* ---- softfloat scalars ----------------------------------------------- */
+
+struct qm_sf {
+    u64 m;   /* 0, or in [2^31, 2^32) */
+    s32 e;   /* value = m * 2^e */
+};
+
+QM_INLINE struct qm_sf qm_sf_make(u64 m, s32 e)
+{
+    s32 n = (s32)qm_bitlen(m);
+    u32 r = (u32)qm_pos(n - 32), l = (u32)qm_pos(32 - n);
+    /* round to 32 bits (bit r-1 decides; none when r = 0) */
+    u64 q = ((m >> r) + (((m << 1) >> r) & 1)) << l;
+    u64 carry = q >> 32;            /* rounding reached 2^32 */
+    q >>= carry;
+    u64 nonzero = (u64)(n + 63) >> 6;  /* 1 unless m == 0 */
+    struct qm_sf res = {q, (s32)((u64)(e + (s32)r - (s32)l + (s32)carry) & (0 - nonzero))};
+    return res;
+}
+
+QM_INLINE struct qm_sf qm_sf_mul(struct qm_sf a, struct qm_sf b)
+{
+    return qm_sf_make(a.m * b.m >> 32, a.e + b.e + 32);
+}
+
+/* a + b for non-negative values */
+QM_INLINE struct qm_sf qm_sf_add(struct qm_sf a, struct qm_sf b)
+{
+    if (a.m == 0)
+        return b;
+    if (b.m == 0)
+        return a;
+    if (a.e < b.e) {
+        struct qm_sf t = a;
+        a = b;
+        b = t;
+    }
+    u32 d = (u32)(a.e - b.e);
+    /* keep 30 guard bits below the larger mantissa */
+    u64 am = a.m << 30, bm = d >= 62 ? 0 : (b.m << 30) >> d;
+    return qm_sf_make(am + bm, a.e - 30);
+}
+
+/* 1 / sqrt(a) for a > 0: seed from a table, four Newton steps in Q30
+ * (relative error below 2e-9). a = 0 returns 0. */
+QM_INLINE struct qm_sf qm_sf_rsqrt(struct qm_sf a)
+{
+    struct qm_sf r = {0, 0};
+    if (a.m == 0)
+        return r;
+    /* a = (m / 2^31) * 2^(e + 31); make the exponent even, x in [1, 4) */
+    s32 e = a.e + 31;
+    u64 x30 = a.m >> 1;             /* m / 2^31 in Q30 */
+    if (e & 1) {
+        x30 <<= 1;
+        e -= 1;
+    }
+    u32 idx = (u32)(x30 >> 27) - 8; /* 0..23 */
+    u64 y = qm_rsqrt_seed[idx < 24 ? idx : 23];
+    for (int i = 0; i < 4; i++) {
+        u64 xy2 = ((x30 * y) >> 30) * y >> 30;   /* x * y^2, Q30 */
+        y = (y * ((3ull << 30) - xy2)) >> 31;
+    }
+    return qm_sf_make(y, -30 - e / 2);
+}
+
+/* ---- exponentials ---------------------------------------------------- */
+
+/* 2^-u in Q30 for u >= 0 in Q24. The integer part shifts; the fraction's
+ * top 6 bits index qm_exp2_table and the remaining 2^-18 step goes through
+ * e^-y ~ 1 - y + y^2/2 - y^3/6 (y < 0.011, truncation error < 6e-10). */
+QM_INLINE u32 qm_exp2_neg_q30(u64 u24)
+{
+    if (u24 >= ((u64)QM_EXP2_CUTOFF << 24))
+        return 0;
+    u32 n = (u32)(u24 >> 24);
+    u32 frac = (u32)(u24 & 0xffffff);
+    u32 k = frac >> 18;
+    u64 r = frac & 0x3ffff;
+    u64 y = (r * QM_LN2_Q30) >> 24;              /* r * 2^-24 * ln 2, Q30 */
+    u64 y2 = (y * y) >> 30;
+    u64 y3 = (y2 * y) >> 30;
+    u64 poly = (1ull << 30) - y + (y2 >> 1) - y3 / 6;
+    u64 p = (qm_exp2_table[k & 63] * poly + (1ull << 29)) >> 30;
+    if (n)
+        p = (p + (1ull << (n - 1))) >> n;
+    return (u32)p;
+}
+
+/* Q24 log2-domain argument from a non-negative value t * 2^e scaled by the
+ * softfloat c: u = t * 2^e * c * 2^24, saturated at the exp2 cutoff. */
+QM_INLINE u64 qm_log2_arg_q24(u64 t, s32 e, struct qm_sf c)
+{
+    struct qm_sf v = qm_sf_mul(qm_sf_make(t, e), c);
+    if (v.m == 0)
+        return 0;
+    s32 sh = v.e + 24;                 /* u = v.m * 2^sh; v.m >= 2^31 */
+    if (sh >= 0)
+        return (u64)QM_EXP2_CUTOFF << 24;
+    u64 q = sh <= -63 ? 0 : v.m >> (u32)-sh;
+    return q > ((u64)QM_EXP2_CUTOFF << 24) ? ((u64)QM_EXP2_CUTOFF << 24) : q;
+}
+
+/* sigmoid(x) in Q30 for x = x_q32 * 2^-32: 1 / (1 + 2^(-|x| log2 e)),
+ * mirrored for negative x. */
+QM_INLINE u32 qm_sigmoid_q30(s64 x_q32)
+{
+    u64 ax = qm_abs(x_q32);
+    u64 u24;
+    if (ax >= (64ull << 32)) {
+        u24 = (u64)QM_EXP2_CUTOFF << 24;
+    } else {
+        u64 x24 = ax >> 8;                          /* Q24, < 2^30 */
+        u24 = (x24 * QM_LOG2E_Q30) >> 30;
+    }
+    u64 e = qm_exp2_neg_q30(u24);
+    u64 s = ((1ull << 60) + ((1ull << 30) + e) / 2) / ((1ull << 30) + e);
+    return (u32)(x_q32 >= 0 ? s : (1ull << 30) - s);
+}
+
+/* ---- activation vectors ---------------------------------------------- */
+
+/* The shift that brings a vector whose largest magnitude is max_abs to
+ * mantissas of at most QM_ACT_BITS bits. */
+QM_INLINE u32 qm_act_shift(u64 max_abs)
+{
+    u32 n = qm_bitlen(max_abs);
+    return n > QM_ACT_BITS ? n - QM_ACT_BITS : 0;
+}
+
+/* Matrix-product accumulator -> Q32, for weights Q24 and an act vector
+ * with exponent x_exp: value = acc * 2^(x_exp - 24). */
+QM_INLINE s64 qm_acc_to_q32(s64 acc, s32 x_exp)
+{
+    return qm_scale_pow2(acc, x_exp - 24 + QM_RESID_FRAC);
+}
+
+/* v clamped to [lo, hi] without a branch, for |v|, |lo|, |hi| < 2^62
+ * (wrapping arithmetic: any input gives the same bits on host and BPF) */
+QM_INLINE s64 qm_clamp(s64 v, s64 lo, s64 hi)
+{
+    u64 uv = (u64)v;
+    uv -= ((u64)v - (u64)hi) & (u64)((s64)((u64)hi - (u64)v) >> 63);
+    uv += ((u64)lo - uv) & (u64)((s64)(uv - (u64)lo) >> 63);
+    return (s64)uv;
+}
+
+/* The shifts that take a value m * 2^m_exp to the int16 cache exponent
+ * c_exp: left by *l, then right (rounded) by *r. Computed once per vector. */
+QM_INLINE void qm_cache_shifts(s32 m_exp, s32 c_exp, u32 *l, u32 *r)
+{
+    s32 d = m_exp - c_exp;
+    *l = d > 0 ? (u32)(d > 40 ? 40 : d) : 0;
+    *r = d < 0 ? (u32)(-d > 63 ? 63 : -d) : 0;
+}
+
+/* int16 cache entry, saturating (the load-time bounds make saturation
+ * unreachable); branch-free for the verifier */
+QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r)
+{
+    s64 v = qm_rshift_round((s64)((u64)m << (l & 63)), r);
+    return (s16)qm_clamp(v, -32767, 32767);
+}
+
+#endif

@@ -1,0 +1,190 @@
+/* qpk.h - the .qpk container: one self-contained, checksummed file holding a
+ * packed Qwen3 model (config, tokenizer, provenance, tensors laid out exactly
+ * as the BPF kernels read them). formats/QPK.md describes every byte.
+ *
+ * Reading: qpk_open() maps the file and validates everything structural
+ * (header, directory checksum, config, every offset and size, overlaps,
+ * shapes against the config, encodings) before returning. Data checksums are
+ * verified either all at once (QPK_VERIFY) or lazily per tensor.
+ *
+ * Writing: see qpk_write.h.
+ */
+#ifndef QP_QPK_H
+#define QP_QPK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
+#define QPK_VERSION_MAJOR    1
+#define QPK_VERSION_MINOR    0
+#define QPK_HEADER_SIZE      128
+#define QPK_SECTION_SIZE     64
+#define QPK_TENSOR_SIZE      128
+#define QPK_NAME_MAX         64                /* bytes of a tensor name, NUL included */
+#define QPK_DATA_ALIGN       4096              /* tensor data alignment: one page */
+#define QPK_CONFIG_SIZE      128
+#define QPK_MAX_SECTIONS     16
+#define QPK_MAX_TENSORS      (1u << 16)
+#define QPK_MAX_SECTION_RAW  (256u << 20)      /* decompressed section bound */
+#define QPK_NO_LAYER         0xFFFFu
+#define QPK_Q24_TILE_ROWS    4                 /* rows a kernel step reads together */
+#define QPK_Q24_TILE_COLS    16                /* columns of one tile */
+
+enum qpk_section_kind {
+    QPK_SEC_CONFIG = 1,            /* struct qpk_config, raw, 128 bytes */
+    QPK_SEC_TOKENIZER = 2,         /* tokenizer.json, zstd */
+    QPK_SEC_TOKENIZER_CONFIG = 3,  /* tokenizer_config.json, zstd */
+    QPK_SEC_CHAT_TEMPLATE = 4,     /* chat_template text from tokenizer_config.json, zstd */
+    QPK_SEC_PROVENANCE = 5,        /* JSON: sources, packer, settings, per-tensor error; zstd */
+    QPK_SEC_KIND_MAX = 5,
+};
+
+enum qpk_codec { QPK_CODEC_RAW = 0, QPK_CODEC_ZSTD = 1 };
+
+enum qpk_role {
+    QPK_ROLE_EMBED = 1,        /* model.embed_tokens.weight   [vocab, hidden] */
+    QPK_ROLE_LM_HEAD = 2,      /* lm_head.weight              [vocab, hidden] (untied only) */
+    QPK_ROLE_FINAL_NORM = 3,   /* model.norm.weight           [hidden] */
+    QPK_ROLE_ATTN_NORM = 4,    /* input_layernorm             [hidden] */
+    QPK_ROLE_Q = 5,            /* self_attn.q_proj            [heads*head_dim, hidden] */
+    QPK_ROLE_K = 6,            /* self_attn.k_proj            [kv_heads*head_dim, hidden] */
+    QPK_ROLE_V = 7,            /* self_attn.v_proj            [kv_heads*head_dim, hidden] */
+    QPK_ROLE_O = 8,            /* self_attn.o_proj            [hidden, heads*head_dim] */
+    QPK_ROLE_Q_NORM = 9,       /* self_attn.q_norm            [head_dim] */
+    QPK_ROLE_K_NORM = 10,      /* self_attn.k_norm            [head_dim] */
+    QPK_ROLE_MLP_NORM = 11,    /* post_attention_layernorm    [hidden] */
+    QPK_ROLE_GATE = 12,        /* mlp.gate_proj               [intermediate, hidden] */
+    QPK_ROLE_UP = 13,          /* mlp.up_proj                 [intermediate, hidden] */
+    QPK_ROLE_DOWN = 14,        /* mlp.down_proj               [hidden, intermediate] */
+    QPK_ROLE_MAX = 14,
+};
+
+enum qpk_encoding {
+    /* int32 little-endian, value = q * 2^-24, range (-128, 128). Matrices,
+     * tiled for the kernels: blocks of 4 rows, each block a sequence of
+     * 4-row x 16-column tiles stored row by row (see QPK.md). */
+    QPK_ENC_Q24 = 1,
+    /* int32 little-endian, value = q * 2^-scale_exp with a per-tensor
+     * scale_exp in [0, 62] chosen so max |q| <= 2^30. Norm scales: holds
+     * any magnitude a real checkpoint has (some exceed 128). */
+    QPK_ENC_I32S = 2,
+};
+
+#define QPK_CONFIG_TIED 1u         /* qpk_config.flags: lm_head is embed_tokens */
+
+/* The model config section, host-endian in memory (little-endian on disk). */
+struct qpk_config {
+    uint32_t hidden;          /* d_model */
+    uint32_t intermediate;    /* MLP width */
+    uint32_t n_layers;
+    uint32_t n_heads;         /* query heads */
+    uint32_t n_kv_heads;
+    uint32_t head_dim;
+    uint32_t vocab;
+    uint32_t max_positions;
+    double rope_theta;
+    double rms_eps;
+    uint32_t flags;           /* QPK_CONFIG_* */
+    int32_t bos_id;           /* -1: none */
+    int32_t eos_id;           /* -1: none */
+    uint32_t weight_format;   /* enum qpk_weight_format, informational */
+};
+
+enum qpk_weight_format { QPK_FORMAT_Q24 = 1 };
+
+struct qpk_section {
+    uint32_t kind;            /* enum qpk_section_kind */
+    uint32_t codec;           /* enum qpk_codec */
+    uint64_t offset;          /* absolute, in the file */
+    uint64_t stored_size;     /* bytes in the file */
+    uint64_t raw_size;        /* bytes after decompression */
+    uint64_t xxh3;            /* XXH3-64 of the stored bytes */
+};
+
+struct qpk_tensor {
+    char name[QPK_NAME_MAX];  /* NUL-terminated Hugging Face name */
+    uint16_t role;            /* enum qpk_role */
+    uint16_t layer;           /* QPK_NO_LAYER for model-level tensors */
+    uint16_t encoding;        /* enum qpk_encoding */
+    uint16_t flags;           /* reserved, 0 */
+    uint32_t rows, cols;      /* logical shape; a vector has rows == 1 */
+    int32_t scale_exp;        /* value = q * 2^-scale_exp */
+    uint32_t group_size;      /* 0: no groups */
+    uint32_t rows_per_block;  /* rows interleaved per block; 1 for Q24/I32S */
+    uint64_t row_stride;      /* bytes from one row block to the next */
+    uint64_t offset;          /* absolute, QPK_DATA_ALIGN-aligned */
+    uint64_t nbytes;          /* = (rows / rows_per_block) * row_stride */
+    uint64_t xxh3;            /* XXH3-64 of the nbytes at offset */
+    const uint8_t *data;      /* reader: points into the mapped file */
+};
+
+struct qpk_file {
+    char *path;
+    uint8_t *map;             /* the whole file, read-only */
+    uint64_t size;
+    bool owns_map;            /* false for qpk_open_buffer */
+    uint16_t version_major, version_minor;
+    uint64_t dir_offset, dir_size, dir_xxh3;
+    uint64_t data_offset, data_size;
+    struct qpk_config cfg;
+    struct qpk_section sections[QPK_MAX_SECTIONS];
+    uint32_t n_sections;
+    struct qpk_tensor *tensors;
+    uint32_t n_tensors;
+    /* (role, layer) -> tensor index, -1 when absent: [n_layers + 1][QPK_ROLE_MAX + 1],
+     * the last row for model-level tensors. */
+    int32_t *by_role;
+};
+
+enum qpk_open_flags {
+    QPK_VERIFY = 1,           /* verify every section and tensor checksum at open */
+};
+
+/* Opens and validates path. On failure nothing stays mapped or allocated. */
+int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err);
+
+/* Validates an in-memory image (for fuzzing and tests); buf must outlive f. */
+int qpk_open_buffer(struct qpk_file *f, const uint8_t *buf, size_t len, const char *name,
+                    unsigned flags, qp_err *err);
+
+void qpk_close(struct qpk_file *f);
+
+/* The tensor of role in layer (QPK_NO_LAYER for model-level ones), or NULL. */
+const struct qpk_tensor *qpk_tensor_of(const struct qpk_file *f, unsigned role, unsigned layer);
+
+/* Recomputes checksums; the message names the first bad section or tensor. */
+int qpk_verify_tensor(const struct qpk_file *f, const struct qpk_tensor *t, qp_err *err);
+int qpk_verify_section(const struct qpk_file *f, const struct qpk_section *s, qp_err *err);
+int qpk_verify_all(const struct qpk_file *f, qp_err *err);
+
+/* The section of a kind, or NULL when the file has none. */
+const struct qpk_section *qpk_section_of(const struct qpk_file *f, unsigned kind);
+
+/* Verifies and decodes a section into a new NUL-terminated buffer (*out,
+ * *len without the NUL; free() it). Missing section: returns 0, *out NULL. */
+int qpk_read_section(const struct qpk_file *f, unsigned kind, char **out, size_t *len,
+                     qp_err *err);
+
+/* Names for messages and `qpack info`. */
+const char *qpk_role_name(unsigned role);
+const char *qpk_encoding_name(unsigned encoding);
+const char *qpk_section_name(unsigned kind);
+
+/* Expected logical shape of a role under cfg; false for unknown roles. */
+bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows, uint32_t *cols);
+
+/* Whether a role is a per-layer tensor; whether it is a norm scale vector. */
+bool qpk_role_is_layer(unsigned role);
+bool qpk_role_is_norm(unsigned role);
+
+/* Little-endian (de)serialisation of fixed records, shared with the writer. */
+void qpk_config_encode(const struct qpk_config *cfg, uint8_t out[QPK_CONFIG_SIZE]);
+void qpk_config_decode(const uint8_t in[QPK_CONFIG_SIZE], struct qpk_config *cfg);
+void qpk_section_encode(const struct qpk_section *s, uint8_t out[QPK_SECTION_SIZE]);
+void qpk_tensor_encode(const struct qpk_tensor *t, uint8_t out[QPK_TENSOR_SIZE]);
+
+#endif

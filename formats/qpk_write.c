@@ -1,0 +1,384 @@
+/* qpk_write.c - streams a .qpk into a temporary file beside the destination
+ * and renames it into place only when every byte is written and synced. */
+#include "qpk_write.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "le.h"
+
+#define WRITE_BUF_BYTES (4u << 20)
+/* zstd level for the tokenizer and provenance: the 11 MB tokenizer.json
+ * packs to ~2.5 MB in well under a second at this level. */
+#define ZSTD_LEVEL 9
+
+struct qpk_writer {
+    char *dest, *temp;
+    int fd;
+    uint64_t pos;             /* bytes handed to the file so far (buffer included) */
+    uint8_t *buf;
+    size_t buf_used;
+    struct qpk_config cfg;
+    struct qpk_section sections[QPK_MAX_SECTIONS];
+    uint32_t n_sections;
+    struct qpk_tensor *tensors;
+    uint32_t n_tensors;
+    uint64_t data_offset, data_end;
+    uint32_t next_tensor;     /* index expected by begin_tensor */
+    int64_t open_tensor;      /* index being streamed, -1 when none */
+    uint64_t tensor_written;
+    XXH3_state_t *hash;
+};
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static int flush_buf(struct qpk_writer *w, qp_err *err)
+{
+    size_t done = 0;
+    while (done < w->buf_used) {
+        ssize_t n = write(w->fd, w->buf + done, w->buf_used - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return qp_fail(err, "%s: write: %s", w->temp, n < 0 ? strerror(errno) : "no progress");
+        done += (size_t)n;
+    }
+    w->buf_used = 0;
+    return 0;
+}
+
+static int put_bytes(struct qpk_writer *w, const void *data, size_t len, qp_err *err)
+{
+    const uint8_t *p = data;
+    while (len) {
+        size_t room = WRITE_BUF_BYTES - w->buf_used;
+        size_t n = len < room ? len : room;
+        memcpy(w->buf + w->buf_used, p, n);
+        w->buf_used += n;
+        w->pos += n;
+        p += n;
+        len -= n;
+        if (w->buf_used == WRITE_BUF_BYTES && flush_buf(w, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int put_zeros_to(struct qpk_writer *w, uint64_t offset, qp_err *err)
+{
+    static const uint8_t zeros[4096];
+    while (w->pos < offset) {
+        uint64_t n = offset - w->pos;
+        if (put_bytes(w, zeros, n < sizeof zeros ? n : sizeof zeros, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int add_section(struct qpk_writer *w, unsigned kind, const void *data, size_t len, bool compress,
+                       qp_err *err)
+{
+    struct qpk_section *s = &w->sections[w->n_sections++];
+    void *packed = NULL;
+    const void *stored = data;
+    size_t stored_len = len;
+    if (compress) {
+        size_t cap = ZSTD_compressBound(len);
+        packed = malloc(cap ? cap : 1);
+        if (!packed)
+            return qp_fail(err, "%s: out of memory compressing section %s", w->temp, qpk_section_name(kind));
+        stored_len = ZSTD_compress(packed, cap, data, len, ZSTD_LEVEL);
+        if (ZSTD_isError(stored_len)) {
+            free(packed);
+            return qp_fail(err, "%s: zstd: %s", w->temp, ZSTD_getErrorName(stored_len));
+        }
+        stored = packed;
+    }
+    if (put_zeros_to(w, align_up(w->pos, 8), err)) {
+        free(packed);
+        return -1;
+    }
+    *s = (struct qpk_section){
+        .kind = kind, .codec = compress ? QPK_CODEC_ZSTD : QPK_CODEC_RAW, .offset = w->pos,
+        .stored_size = stored_len, .raw_size = len, .xxh3 = XXH3_64bits(stored, stored_len),
+    };
+    int rc = put_bytes(w, stored, stored_len, err);
+    free(packed);
+    return rc;
+}
+
+static int make_temp(struct qpk_writer *w, const char *dest, qp_err *err)
+{
+    char *copy = strdup(dest), *copy2 = strdup(dest);
+    if (!copy || !copy2) {
+        free(copy);
+        free(copy2);
+        return qp_fail(err, "%s: out of memory", dest);
+    }
+    const char *dir = dirname(copy), *base = basename(copy2);
+    int n = asprintf(&w->temp, "%s/.%s.partial-%d", dir, base, (int)getpid());
+    free(copy);
+    free(copy2);
+    if (n < 0)
+        return qp_fail(err, "%s: out of memory", dest);
+    w->fd = open(w->temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0)
+        return qp_fail(err, "%s: cannot create %s: %s", dest, w->temp, strerror(errno));
+    return 0;
+}
+
+/* Assigns every tensor its 4096-aligned offset after the leading sections. */
+static int plan_tensors(struct qpk_writer *w, const struct qpk_tensor *tensors, uint32_t n, qp_err *err)
+{
+    w->tensors = calloc(n, sizeof *w->tensors);
+    if (!w->tensors)
+        return qp_fail(err, "%s: out of memory", w->dest);
+    memcpy(w->tensors, tensors, n * sizeof *tensors);
+    w->n_tensors = n;
+    uint64_t at = w->data_offset;
+    for (uint32_t i = 0; i < n; i++) {
+        struct qpk_tensor *t = &w->tensors[i];
+        if (t->rows_per_block == 0 || t->rows % t->rows_per_block)
+            return qp_fail(err, "%s: tensor %s: %u rows do not split into blocks of %u", w->dest, t->name,
+                           t->rows, t->rows_per_block);
+        t->nbytes = (uint64_t)(t->rows / t->rows_per_block) * t->row_stride;
+        t->offset = at;
+        t->data = NULL;
+        at = align_up(at + t->nbytes, QPK_DATA_ALIGN);
+    }
+    w->data_end = n ? w->tensors[n - 1].offset + w->tensors[n - 1].nbytes : w->data_offset;
+    return 0;
+}
+
+int qpk_writer_open(struct qpk_writer **out, const char *dest, const struct qpk_config *cfg,
+                    const struct qpk_blob *sections, unsigned n_sections,
+                    const struct qpk_tensor *tensors, uint32_t n_tensors, qp_err *err)
+{
+    *out = NULL;
+    if (n_sections + 2 > QPK_MAX_SECTIONS || n_tensors < 1 || n_tensors > QPK_MAX_TENSORS)
+        return qp_fail(err, "%s: too many sections or tensors", dest);
+    struct qpk_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return qp_fail(err, "%s: out of memory", dest);
+    w->fd = -1;
+    w->open_tensor = -1;
+    w->cfg = *cfg;
+    w->dest = strdup(dest);
+    w->buf = malloc(WRITE_BUF_BYTES);
+    w->hash = XXH3_createState();
+    if (!w->dest || !w->buf || !w->hash) {
+        qpk_writer_abort(w);
+        return qp_fail(err, "%s: out of memory", dest);
+    }
+    if (make_temp(w, dest, err)) {
+        qpk_writer_abort(w);
+        return -1;
+    }
+    /* header and directory are written last, at the front */
+    uint64_t dir_size = (uint64_t)(n_sections + 2) * QPK_SECTION_SIZE + (uint64_t)n_tensors * QPK_TENSOR_SIZE;
+    uint8_t cfg_bytes[QPK_CONFIG_SIZE];
+    qpk_config_encode(cfg, cfg_bytes);
+    int rc = put_zeros_to(w, QPK_HEADER_SIZE + dir_size, err) ||
+             add_section(w, QPK_SEC_CONFIG, cfg_bytes, sizeof cfg_bytes, false, err);
+    for (unsigned i = 0; i < n_sections && !rc; i++)
+        rc = add_section(w, sections[i].kind, sections[i].data, sections[i].len, true, err);
+    if (!rc) {
+        w->data_offset = align_up(w->pos, QPK_DATA_ALIGN);
+        rc = plan_tensors(w, tensors, n_tensors, err);
+    }
+    if (rc) {
+        qpk_writer_abort(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+int qpk_writer_begin_tensor(struct qpk_writer *w, uint32_t index, qp_err *err)
+{
+    if (w->open_tensor >= 0 || index != w->next_tensor || index >= w->n_tensors)
+        return qp_fail(err, "%s: tensor %u written out of order", w->dest, index);
+    if (put_zeros_to(w, w->tensors[index].offset, err))
+        return -1;
+    XXH3_64bits_reset(w->hash);
+    w->open_tensor = index;
+    w->tensor_written = 0;
+    return 0;
+}
+
+int qpk_writer_write(struct qpk_writer *w, const void *data, size_t len, qp_err *err)
+{
+    if (w->open_tensor < 0)
+        return qp_fail(err, "%s: tensor bytes written outside a tensor", w->dest);
+    const struct qpk_tensor *t = &w->tensors[w->open_tensor];
+    if (len > t->nbytes - w->tensor_written)
+        return qp_fail(err, "%s: tensor %s: more than its %" PRIu64 " bytes written", w->dest, t->name,
+                       t->nbytes);
+    XXH3_64bits_update(w->hash, data, len);
+    w->tensor_written += len;
+    return put_bytes(w, data, len, err);
+}
+
+int qpk_writer_end_tensor(struct qpk_writer *w, qp_err *err)
+{
+    if (w->open_tensor < 0)
+        return qp_fail(err, "%s: no tensor is open", w->dest);
+    struct qpk_tensor *t = &w->tensors[w->open_tensor];
+    if (w->tensor_written != t->nbytes)
+        return qp_fail(err, "%s: tensor %s: %" PRIu64 " of %" PRIu64 " bytes written", w->dest, t->name,
+                       w->tensor_written, t->nbytes);
+    t->xxh3 = XXH3_64bits_digest(w->hash);
+    w->open_tensor = -1;
+    w->next_tensor++;
+    return 0;
+}
+
+static int pwrite_all(struct qpk_writer *w, const void *data, size_t len, uint64_t offset, qp_err *err)
+{
+    const uint8_t *p = data;
+    while (len) {
+        ssize_t n = pwrite(w->fd, p, len, (off_t)offset);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return qp_fail(err, "%s: write: %s", w->temp, n < 0 ? strerror(errno) : "no progress");
+        p += n;
+        len -= (size_t)n;
+        offset += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int write_front(struct qpk_writer *w, qp_err *err)
+{
+    uint64_t dir_size = (uint64_t)w->n_sections * QPK_SECTION_SIZE + (uint64_t)w->n_tensors * QPK_TENSOR_SIZE;
+    uint8_t *dir = calloc(1, dir_size);
+    if (!dir)
+        return qp_fail(err, "%s: out of memory", w->dest);
+    for (uint32_t i = 0; i < w->n_sections; i++)
+        qpk_section_encode(&w->sections[i], dir + (uint64_t)i * QPK_SECTION_SIZE);
+    for (uint32_t i = 0; i < w->n_tensors; i++)
+        qpk_tensor_encode(&w->tensors[i],
+                          dir + (uint64_t)w->n_sections * QPK_SECTION_SIZE + (uint64_t)i * QPK_TENSOR_SIZE);
+    uint8_t h[QPK_HEADER_SIZE] = {0};
+    memcpy(h, QPK_MAGIC, 8);
+    put16(h + 8, QPK_VERSION_MAJOR);
+    put16(h + 10, QPK_VERSION_MINOR);
+    put32(h + 12, QPK_HEADER_SIZE);
+    put64(h + 16, w->pos);
+    put64(h + 24, QPK_HEADER_SIZE);
+    put64(h + 32, dir_size);
+    put32(h + 40, w->n_sections);
+    put32(h + 44, w->n_tensors);
+    put64(h + 48, XXH3_64bits(dir, dir_size));
+    put64(h + 56, w->data_offset);
+    put64(h + 64, w->data_end - w->data_offset);
+    put64(h + 120, XXH3_64bits(h, 120));
+    int rc = pwrite_all(w, dir, dir_size, QPK_HEADER_SIZE, err) || pwrite_all(w, h, sizeof h, 0, err);
+    free(dir);
+    return rc;
+}
+
+/* Removes partial files an interrupted earlier pack to the same destination
+ * left behind (their writer process is gone). */
+static void remove_stale_partials(const struct qpk_writer *w)
+{
+    char *copy = strdup(w->dest), *copy2 = strdup(w->dest);
+    if (!copy || !copy2)
+        goto out;
+    const char *dir = dirname(copy), *base = basename(copy2);
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    DIR *d = opendir(dir);
+    if (!d)
+        goto out;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
+        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+            continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
+            unlink(path);
+    }
+    closedir(d);
+out:
+    free(copy);
+    free(copy2);
+}
+
+static void sync_dir(const char *dest)
+{
+    char *copy = strdup(dest);
+    if (!copy)
+        return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+int qpk_writer_finish(struct qpk_writer *w, const char *provenance, qp_err *err)
+{
+    int rc = 0;
+    if (w->next_tensor != w->n_tensors || w->open_tensor >= 0)
+        rc = qp_fail(err, "%s: %u of %u tensors written", w->dest, w->next_tensor, w->n_tensors);
+    if (!rc)
+        rc = add_section(w, QPK_SEC_PROVENANCE, provenance, strlen(provenance), true, err);
+    if (!rc)
+        rc = flush_buf(w, err) || write_front(w, err);
+    if (!rc && fsync(w->fd) != 0)
+        rc = qp_fail(err, "%s: fsync: %s", w->temp, strerror(errno));
+    if (!rc && close(w->fd) != 0)
+        rc = qp_fail(err, "%s: close: %s", w->temp, strerror(errno));
+    w->fd = rc ? w->fd : -1;
+    if (!rc && rename(w->temp, w->dest) != 0)
+        rc = qp_fail(err, "%s: rename from %s: %s", w->dest, w->temp, strerror(errno));
+    if (rc) {
+        qpk_writer_abort(w);
+        return -1;
+    }
+    sync_dir(w->dest);
+    remove_stale_partials(w);
+    free(w->temp);
+    w->temp = NULL;
+    qpk_writer_abort(w);
+    return 0;
+}
+
+void qpk_writer_abort(struct qpk_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->temp)
+        unlink(w->temp);
+    free(w->temp);
+    free(w->dest);
+    free(w->buf);
+    free(w->tensors);
+    if (w->hash)
+        XXH3_freeState(w->hash);
+    free(w);
+}
+
+const char *qpk_writer_temp_path(const struct qpk_writer *w)
+{
+    return w->temp;
+}

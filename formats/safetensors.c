@@ -1,0 +1,935 @@
+/* safetensors.c - a validating reader for Hugging Face safetensors files.
+ *
+ * Reading order: helpers -> one header (st_parse_buffer) -> one file
+ * (st_open_file) -> a sharded folder (st_open_dir) -> lookups -> provenance.
+ * The rules a file must satisfy are listed in safetensors.h.
+ */
+#include "safetensors.h"
+
+#include "bf16.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors data is little-endian; this reader hands it out in place"
+#endif
+
+/* JSON numbers are doubles: integers above 2^53 cannot be told apart, so
+ * dims and offsets beyond it are refused rather than silently rounded. */
+#define ST_MAX_JSON_INT 9007199254740992.0
+#define ST_INDEX_NAME "model.safetensors.index.json"
+#define ST_SINGLE_NAME "model.safetensors"
+#define ST_HASH_CHUNK (8u << 20)
+/* Names from untrusted files are shown cut to this many bytes, control
+ * characters replaced, so that every message stays one short line. */
+#define ST_NAME_SHOWN 96
+
+/* ---------------------------------------------------------------- helpers */
+
+size_t st_dtype_size(enum st_dtype dt)
+{
+    switch (dt) {
+    case ST_BF16: return 2;
+    case ST_F16:  return 2;
+    case ST_F32:  return 4;
+    }
+    return 0;
+}
+
+const char *st_dtype_name(enum st_dtype dt)
+{
+    switch (dt) {
+    case ST_BF16: return "BF16";
+    case ST_F16:  return "F16";
+    case ST_F32:  return "F32";
+    }
+    return "?";
+}
+
+static int dtype_from_name(const char *s, enum st_dtype *dt)
+{
+    static const enum st_dtype all[] = { ST_BF16, ST_F16, ST_F32 };
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        if (strcmp(s, st_dtype_name(all[i])) == 0) {
+            *dt = all[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static uint64_t read_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* UTF-8 as RFC 3629 defines it (no overlongs, surrogates or NUL); empty is valid. */
+static int utf8_valid(const char *text, size_t len)
+{
+    const uint8_t *s = (const uint8_t *)text;
+    for (size_t i = 0; i < len;) {
+        uint8_t c = s[i];
+        if (c == 0)
+            return 0;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t extra = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2
+                     : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        if (extra == 0 || len - i <= extra)
+            return 0;
+        uint8_t lo = 0x80, hi = 0xbf;                 /* allowed range of the 2nd byte */
+        if (c == 0xe0) lo = 0xa0;                     /* overlong */
+        if (c == 0xed) hi = 0x9f;                     /* UTF-16 surrogates */
+        if (c == 0xf0) lo = 0x90;                     /* overlong */
+        if (c == 0xf4) hi = 0x8f;                     /* above U+10FFFF */
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (size_t k = 2; k <= extra; k++)
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
+int st_name_valid(const char *name, size_t len)
+{
+    return len > 0 && utf8_valid(name, len);
+}
+
+static const char *show(const char *name, char out[ST_NAME_SHOWN])
+{
+    size_t n = 0;
+    for (; name[n] && n < ST_NAME_SHOWN - 4; n++)
+        out[n] = (unsigned char)name[n] < 0x20 || name[n] == 0x7f ? '?' : name[n];
+    if (name[n])
+        memcpy(out + n, "...", 3), n += 3;
+    out[n] = 0;
+    return out;
+}
+
+/* What a JSON value is, for messages: its number, or its kind. */
+static const char *describe(const cJSON *v, char out[48])
+{
+    if (cJSON_IsNumber(v))
+        snprintf(out, 48, "%.17g", v->valuedouble);
+    else
+        snprintf(out, 48, "%s", cJSON_IsString(v) ? "a string" : cJSON_IsNull(v) ? "null"
+                 : cJSON_IsBool(v) ? "a boolean" : cJSON_IsArray(v) ? "an array" : "an object");
+    return out;
+}
+
+/* A whole JSON number in [0, 2^53]. */
+static int json_count(const cJSON *v, uint64_t *out)
+{
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= ST_MAX_JSON_INT) || d != floor(d))
+        return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+/* cJSON decodes "\u0000" into a NUL that would silently cut a name short.
+ * In valid JSON every backslash starts an escape, so a plain scan is exact. */
+static int has_escaped_nul(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && n - i >= 6 && memcmp(s + i + 2, "0000", 4) == 0)
+            return 1;
+        i++;                                          /* skip the escaped character */
+    }
+    return 0;
+}
+
+static char *join_path(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (p) {
+        memcpy(p, dir, a);
+        p[a] = '/';
+        memcpy(p + a + 1, name, b + 1);
+    }
+    return p;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
+/* ------------------------------------------------------------ one header */
+
+/* A tensor's byte range in the data area, for the layout check. */
+struct span {
+    uint64_t begin, end;
+    const char *name;
+};
+
+static int cmp_span(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp(((const struct st_tensor *)a)->name, ((const struct st_tensor *)b)->name);
+}
+
+/* By name, then file: duplicates across shards are reported in file order. */
+static int cmp_tensor_name_file(const void *a, const void *b)
+{
+    const struct st_tensor *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->file_index > y->file_index) - (x->file_index < y->file_index);
+}
+
+/* Reads the 8-byte header length and bounds it by the limit and the file. */
+static int header_length(const uint8_t *buf, size_t len, const char *file, uint64_t *hlen,
+                         qp_err *err)
+{
+    if (len == 0)
+        return qp_fail(err, "%s: file is empty", file);
+    if (len < 8)
+        return qp_fail(err, "%s: file is %zu bytes, too short for the 8-byte header length",
+                       file, len);
+    *hlen = read_le64(buf);
+    if (*hlen > ST_MAX_HEADER_BYTES)
+        return qp_fail(err, "%s: header length %llu exceeds the limit of %u bytes", file,
+                       (unsigned long long)*hlen, ST_MAX_HEADER_BYTES);
+    if (*hlen > len - 8)
+        return qp_fail(err, "%s: header length %llu exceeds the file (%zu bytes after the "
+                       "length field); truncated?", file, (unsigned long long)*hlen, len - 8);
+    return 0;
+}
+
+/* Parses the header text into a JSON object. */
+static cJSON *header_json(const uint8_t *hdr, size_t hlen, const char *file, qp_err *err)
+{
+    if (memchr(hdr, 0, hlen)) {
+        qp_fail(err, "%s: header contains a NUL byte", file);
+        return NULL;
+    }
+    if (!utf8_valid((const char *)hdr, hlen)) {
+        qp_fail(err, "%s: header is not valid UTF-8", file);
+        return NULL;
+    }
+    /* A NUL-terminated copy of the header (not of any tensor) for cJSON. */
+    char *text = malloc(hlen + 1);
+    if (!text) {
+        qp_fail(err, "%s: out of memory for a %zu-byte header", file, hlen);
+        return NULL;
+    }
+    memcpy(text, hdr, hlen);
+    text[hlen] = 0;
+    const char *end = text;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, hlen, &end, 0);
+    size_t at = (size_t)(end - text);
+    if (!root)
+        qp_fail(err, "%s: header is not valid JSON (error near byte %zu)", file, at);
+    else if (strspn(end, " \t\r\n") != hlen - at)
+        qp_fail(err, "%s: header has bytes after its JSON value (at byte %zu)", file, at);
+    else if (!cJSON_IsObject(root))
+        qp_fail(err, "%s: header is not a JSON object", file);
+    else if (has_escaped_nul(text, hlen))
+        qp_fail(err, "%s: header contains an escaped NUL (\\u0000)", file);
+    else {
+        free(text);
+        return root;
+    }
+    free(text);
+    cJSON_Delete(root);
+    return NULL;
+}
+
+static int check_metadata(const cJSON *meta, const char *file, qp_err *err)
+{
+    char nb[ST_NAME_SHOWN];
+    if (!cJSON_IsObject(meta))
+        return qp_fail(err, "%s: __metadata__ is not an object", file);
+    for (const cJSON *kv = meta->child; kv; kv = kv->next)
+        if (!cJSON_IsString(kv))
+            return qp_fail(err, "%s: __metadata__ value \"%s\" is not a string", file,
+                           show(kv->string, nb));
+    return 0;
+}
+
+static int parse_shape(const cJSON *shape, const char *file, const char *tname,
+                       struct st_tensor *t, qp_err *err)
+{
+    char vb[48];
+    if (!shape)
+        return qp_fail(err, "%s: tensor \"%s\" has no shape", file, tname);
+    if (!cJSON_IsArray(shape))
+        return qp_fail(err, "%s: tensor \"%s\": shape is %s, not an array", file, tname,
+                       describe(shape, vb));
+    int ndim = cJSON_GetArraySize(shape);
+    if (ndim > ST_MAX_DIMS)
+        return qp_fail(err, "%s: tensor \"%s\": shape has %d dimensions, more than %d",
+                       file, tname, ndim, ST_MAX_DIMS);
+    t->ndim = (uint32_t)ndim;
+    t->numel = 1;
+    int i = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, i++) {
+        if (!json_count(d, &t->shape[i]))
+            return qp_fail(err, "%s: tensor \"%s\": shape[%d] is %s, not a whole number "
+                           "in [0, 2^53]", file, tname, i, describe(d, vb));
+        if (__builtin_mul_overflow(t->numel, t->shape[i], &t->numel))
+            return qp_fail(err, "%s: tensor \"%s\": shape has too many elements "
+                           "(the product overflows 64 bits)", file, tname);
+    }
+    if (__builtin_mul_overflow(t->numel, (uint64_t)st_dtype_size(t->dtype), &t->nbytes))
+        return qp_fail(err, "%s: tensor \"%s\": shape has too many bytes "
+                       "(the size overflows 64 bits)", file, tname);
+    return 0;
+}
+
+static int parse_offsets(const cJSON *offs, const char *file, const char *tname,
+                         uint64_t data_len, struct span *sp, qp_err *err)
+{
+    char vb[48];
+    if (!offs)
+        return qp_fail(err, "%s: tensor \"%s\" has no data_offsets", file, tname);
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return qp_fail(err, "%s: tensor \"%s\": data_offsets is not an array of two numbers",
+                       file, tname);
+    const cJSON *b = offs->child, *e = b->next;
+    if (!json_count(b, &sp->begin))
+        return qp_fail(err, "%s: tensor \"%s\": data_offsets begin is %s, not a whole number "
+                       "in [0, 2^53]", file, tname, describe(b, vb));
+    if (!json_count(e, &sp->end))
+        return qp_fail(err, "%s: tensor \"%s\": data_offsets end is %s, not a whole number "
+                       "in [0, 2^53]", file, tname, describe(e, vb));
+    if (sp->begin > sp->end)
+        return qp_fail(err, "%s: tensor \"%s\": data_offsets begin %llu is after end %llu",
+                       file, tname, (unsigned long long)sp->begin, (unsigned long long)sp->end);
+    if (sp->end > data_len)
+        return qp_fail(err, "%s: tensor \"%s\": data_offsets end %llu is past the end of the "
+                       "data area (%llu bytes); truncated?", file, tname,
+                       (unsigned long long)sp->end, (unsigned long long)data_len);
+    return 0;
+}
+
+/* Fills t (and its byte range sp) from one header entry. */
+static int parse_tensor(const cJSON *entry, const char *file, uint64_t data_len,
+                        struct st_tensor *t, struct span *sp, qp_err *err)
+{
+    char nb[ST_NAME_SHOWN], vb[ST_NAME_SHOWN];
+    const char *key = entry->string;
+    if (!st_name_valid(key, strlen(key)))
+        return qp_fail(err, "%s: a tensor name is empty or not valid UTF-8", file);
+    const char *tname = show(key, nb);
+    if (!cJSON_IsObject(entry))
+        return qp_fail(err, "%s: tensor \"%s\": entry is not an object", file, tname);
+
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(entry, "dtype");
+    if (!dtype)
+        return qp_fail(err, "%s: tensor \"%s\" has no dtype", file, tname);
+    if (!cJSON_IsString(dtype))
+        return qp_fail(err, "%s: tensor \"%s\": dtype is not a string", file, tname);
+    if (!dtype_from_name(dtype->valuestring, &t->dtype))
+        return qp_fail(err, "%s: tensor \"%s\" has unsupported dtype %s (BF16, F16 and F32 "
+                       "are read)", file, tname, show(dtype->valuestring, vb));
+
+    if (parse_shape(cJSON_GetObjectItemCaseSensitive(entry, "shape"), file, tname, t, err) ||
+        parse_offsets(cJSON_GetObjectItemCaseSensitive(entry, "data_offsets"), file, tname,
+                      data_len, sp, err))
+        return -1;
+    if (sp->end - sp->begin != t->nbytes)
+        return qp_fail(err, "%s: tensor \"%s\": %llu elements of %s need %llu bytes but "
+                       "data_offsets span %llu", file, tname, (unsigned long long)t->numel,
+                       st_dtype_name(t->dtype), (unsigned long long)t->nbytes,
+                       (unsigned long long)(sp->end - sp->begin));
+    t->name = dup_str(key);
+    if (!t->name)
+        return qp_fail(err, "%s: out of memory", file);
+    sp->name = t->name;
+    return 0;
+}
+
+/* Tensors must tile the data area: no overlap, no gap, nothing after. */
+static int check_layout(struct span *sp, uint32_t n, uint64_t data_len, const char *file,
+                        qp_err *err)
+{
+    char a[ST_NAME_SHOWN], b[ST_NAME_SHOWN];
+    qsort(sp, n, sizeof(*sp), cmp_span);
+    uint64_t at = 0;
+    const struct span *prev = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        if (sp[i].begin < at)
+            return qp_fail(err, "%s: tensors \"%s\" (bytes %llu..%llu) and \"%s\" (bytes "
+                           "%llu..%llu) overlap", file, show(prev->name, a),
+                           (unsigned long long)prev->begin, (unsigned long long)prev->end,
+                           show(sp[i].name, b), (unsigned long long)sp[i].begin,
+                           (unsigned long long)sp[i].end);
+        if (sp[i].begin > at)
+            return qp_fail(err, "%s: gap of %llu unused bytes before tensor \"%s\" (data "
+                           "bytes %llu..%llu); tensors must be contiguous", file,
+                           (unsigned long long)(sp[i].begin - at), show(sp[i].name, a),
+                           (unsigned long long)at, (unsigned long long)sp[i].begin);
+        at = sp[i].end;
+        prev = &sp[i];
+    }
+    if (at != data_len)
+        return qp_fail(err, "%s: %llu trailing bytes after the last tensor (tensors end at "
+                       "data byte %llu, the data area has %llu)", file,
+                       (unsigned long long)(data_len - at), (unsigned long long)at,
+                       (unsigned long long)data_len);
+    return 0;
+}
+
+static int check_unique(const struct st_tensor *t, uint32_t n, const char *file, qp_err *err)
+{
+    char nb[ST_NAME_SHOWN];
+    for (uint32_t i = 1; i < n; i++)
+        if (strcmp(t[i - 1].name, t[i].name) == 0)
+            return qp_fail(err, "%s: tensor \"%s\" appears twice in the header", file,
+                           show(t[i].name, nb));
+    return 0;
+}
+
+/* Turns the header object into tensors pointing into data. */
+static int collect_tensors(const cJSON *root, const uint8_t *data, uint64_t data_len,
+                           const char *file, uint32_t file_index, struct st_tensor **out,
+                           uint32_t *n_out, qp_err *err)
+{
+    uint32_t n = 0, n_meta = 0;
+    for (const cJSON *e = root->child; e; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0)
+            n_meta++;
+        else
+            n++;
+    }
+    if (n_meta > 1)
+        return qp_fail(err, "%s: __metadata__ appears twice in the header", file);
+    struct st_tensor *t = calloc(n + 1, sizeof(*t));
+    struct span *sp = calloc(n + 1, sizeof(*sp));
+    if (!t || !sp) {
+        free(t), free(sp);
+        return qp_fail(err, "%s: out of memory for %u tensors", file, n);
+    }
+    uint32_t i = 0;
+    int rc = 0;
+    for (const cJSON *e = root->child; e && rc == 0; e = e->next) {
+        if (strcmp(e->string, "__metadata__") == 0) {
+            rc = check_metadata(e, file, err);
+            continue;
+        }
+        rc = parse_tensor(e, file, data_len, &t[i], &sp[i], err);
+        t[i].data = data + sp[i].begin;
+        t[i].file_index = file_index;
+        i++;
+    }
+    if (rc == 0)
+        rc = check_layout(sp, n, data_len, file, err);
+    if (rc == 0) {
+        qsort(t, n, sizeof(*t), cmp_tensor_name);
+        rc = check_unique(t, n, file, err);
+    }
+    free(sp);
+    if (rc) {
+        st_free_tensors(t, n);
+        return -1;
+    }
+    *out = t;
+    *n_out = n;
+    return 0;
+}
+
+int st_parse_buffer(const uint8_t *buf, size_t len, const char *name, uint32_t file_index,
+                    struct st_tensor **tensors, uint32_t *n_tensors, qp_err *err)
+{
+    uint64_t hlen = 0;
+    *tensors = NULL;
+    *n_tensors = 0;
+    if (header_length(buf, len, name, &hlen, err))
+        return -1;
+    cJSON *root = header_json(buf + 8, (size_t)hlen, name, err);
+    if (!root)
+        return -1;
+    int rc = collect_tensors(root, buf + 8 + hlen, len - 8 - hlen, name, file_index,
+                             tensors, n_tensors, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+void st_free_tensors(struct st_tensor *tensors, uint32_t n)
+{
+    if (!tensors)
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        free(tensors[i].name);
+    free(tensors);
+}
+
+/* --------------------------------------------------------------- one file */
+
+/* Maps f->path whole, read-only; the file must be a regular file. */
+static int map_file(struct st_file *f, qp_err *err)
+{
+    struct stat st;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return qp_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return qp_fail(err, "%s: not a regular file", f->path);
+    }
+    f->size = (uint64_t)st.st_size;
+    if (f->size == 0) {                               /* mmap refuses length 0 */
+        close(fd);
+        return qp_fail(err, "%s: file is empty", f->path);
+    }
+    void *map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return qp_fail(err, "%s: mmap of %llu bytes failed: %s", f->path,
+                       (unsigned long long)f->size, strerror(map_errno));
+    f->map = map;
+    return 0;
+}
+
+static int init_file(struct st_file *f, const char *path, const char *name, qp_err *err)
+{
+    f->path = dup_str(path);
+    f->name = dup_str(name);
+    if (!f->path || !f->name)
+        return qp_fail(err, "%s: out of memory", path);
+    return 0;
+}
+
+int st_open_file(struct st_model *m, const char *path, qp_err *err)
+{
+    memset(m, 0, sizeof(*m));
+    const char *slash = strrchr(path, '/');
+    m->files = calloc(1, sizeof(*m->files));
+    if (!m->files)
+        return qp_fail(err, "%s: out of memory", path);
+    m->n_files = 1;
+    struct st_file *f = &m->files[0];
+    if (init_file(f, path, slash ? slash + 1 : path, err) || map_file(f, err) ||
+        st_parse_buffer(f->map, f->size, f->path, 0, &m->tensors, &m->n_tensors, err)) {
+        st_close(m);
+        return -1;
+    }
+    return 0;
+}
+
+void st_close(struct st_model *m)
+{
+    for (uint32_t i = 0; m->files && i < m->n_files; i++) {
+        if (m->files[i].map)
+            munmap(m->files[i].map, m->files[i].size);
+        free(m->files[i].path);
+        free(m->files[i].name);
+    }
+    free(m->files);
+    st_free_tensors(m->tensors, m->n_tensors);
+    free(m->index_path);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ------------------------------------------------------- a sharded folder */
+
+/* One weight_map line: tensor -> shard (index into the sorted shard names). */
+struct index_entry {
+    const char *tensor;         /* points into the index's JSON tree */
+    uint32_t shard;
+};
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct index_entry *)a)->tensor,
+                  ((const struct index_entry *)b)->tensor);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A shard must be a file directly inside the folder: no separator, no way up. */
+static int shard_name_ok(const char *s)
+{
+    return st_name_valid(s, strlen(s)) && !strchr(s, '/') && !strstr(s, "..") &&
+           strcmp(s, ".") != 0;
+}
+
+/* Reads a whole small file, NUL-terminated. */
+static int read_small_file(const char *path, size_t limit, char **text, size_t *len,
+                           uint64_t *size, qp_err *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return qp_fail(err, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > limit) {
+        close(fd);
+        return qp_fail(err, "%s: %lld bytes, more than the limit of %zu", path,
+                       (long long)st.st_size, limit);
+    }
+    *size = (uint64_t)st.st_size;
+    *text = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (*text && got < (size_t)st.st_size) {
+        ssize_t r = read(fd, *text + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!*text || got != (size_t)st.st_size) {
+        free(*text);
+        *text = NULL;
+        return qp_fail(err, "%s: read failed", path);
+    }
+    (*text)[got] = 0;
+    *len = got;
+    return 0;
+}
+
+/* The parsed index: entries sorted by tensor, shard names sorted and unique. */
+struct index {
+    cJSON *root;
+    struct index_entry *entries;
+    uint32_t n_entries;
+    const char **shards;        /* point into root */
+    uint32_t n_shards;
+};
+
+static void index_free(struct index *ix)
+{
+    cJSON_Delete(ix->root);
+    free(ix->entries);
+    free(ix->shards);
+    memset(ix, 0, sizeof(*ix));
+}
+
+static int index_shards(struct index *ix, const char *path, qp_err *err)
+{
+    const char **names = ix->shards;
+    uint32_t n = 0;
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix->root, "weight_map");
+    for (const cJSON *kv = wm->child; kv; kv = kv->next)
+        names[n++] = kv->valuestring;
+    qsort(names, n, sizeof(*names), cmp_str);
+    uint32_t unique = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (unique == 0 || strcmp(names[unique - 1], names[i]) != 0)
+            names[unique++] = names[i];
+    if (unique > ST_MAX_SHARDS)
+        return qp_fail(err, "%s: names %u shards, more than %u", path, unique, ST_MAX_SHARDS);
+    ix->n_shards = unique;
+    uint32_t i = 0;
+    for (const cJSON *kv = wm->child; kv; kv = kv->next, i++) {
+        const char **hit = bsearch(&kv->valuestring, names, unique, sizeof(*names), cmp_str);
+        ix->entries[i].tensor = kv->string;
+        ix->entries[i].shard = (uint32_t)(hit - names);
+    }
+    return 0;
+}
+
+static int index_load(struct index *ix, const char *path, uint64_t *size, qp_err *err)
+{
+    char nb[ST_NAME_SHOWN], vb[48];
+    char *text = NULL;
+    size_t len = 0;
+    memset(ix, 0, sizeof(*ix));
+    if (read_small_file(path, ST_MAX_HEADER_BYTES, &text, &len, size, err))
+        return -1;
+    /* Strict: the length includes the terminating NUL, which must follow
+     * the value, so neither trailing bytes nor an embedded NUL pass. */
+    int raw_nul = memchr(text, 0, len) != NULL;
+    ix->root = raw_nul ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, NULL, 1);
+    int escaped_nul = has_escaped_nul(text, len);
+    free(text);
+    if (!ix->root)
+        return qp_fail(err, "%s: not valid JSON", path);
+    if (!cJSON_IsObject(ix->root))
+        return qp_fail(err, "%s: not a JSON object", path);
+    if (escaped_nul)
+        return qp_fail(err, "%s: contains an escaped NUL (\\u0000)", path);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(ix->root, "weight_map");
+    if (!wm)
+        return qp_fail(err, "%s: has no \"weight_map\"", path);
+    if (!cJSON_IsObject(wm))
+        return qp_fail(err, "%s: \"weight_map\" is %s, not an object", path, describe(wm, vb));
+    uint32_t n = 0;
+    for (const cJSON *kv = wm->child; kv; kv = kv->next, n++) {
+        if (!st_name_valid(kv->string, strlen(kv->string)))
+            return qp_fail(err, "%s: weight_map has an empty or invalid tensor name", path);
+        if (!cJSON_IsString(kv))
+            return qp_fail(err, "%s: weight_map[\"%s\"] is %s, not a shard file name", path,
+                           show(kv->string, nb), describe(kv, vb));
+        if (!shard_name_ok(kv->valuestring))
+            return qp_fail(err, "%s: shard name \"%s\" is not a plain file name in the folder "
+                           "(no '/' or '..')", path, show(kv->valuestring, nb));
+    }
+    if (n == 0)
+        return qp_fail(err, "%s: \"weight_map\" is empty", path);
+    ix->entries = calloc(n, sizeof(*ix->entries));
+    ix->shards = calloc(n, sizeof(*ix->shards));
+    if (!ix->entries || !ix->shards)
+        return qp_fail(err, "%s: out of memory", path);
+    ix->n_entries = n;
+    if (index_shards(ix, path, err))
+        return -1;
+    qsort(ix->entries, n, sizeof(*ix->entries), cmp_entry);
+    for (uint32_t i = 1; i < n; i++)
+        if (strcmp(ix->entries[i - 1].tensor, ix->entries[i].tensor) == 0)
+            return qp_fail(err, "%s: weight_map lists tensor \"%s\" twice", path,
+                           show(ix->entries[i].tensor, nb));
+    return 0;
+}
+
+/* Maps and parses every shard, then gathers all tensors into m. */
+static int open_shards(struct st_model *m, const struct index *ix, const char *dir,
+                       qp_err *err)
+{
+    char nb[ST_NAME_SHOWN];
+    m->files = calloc(ix->n_shards, sizeof(*m->files));
+    if (!m->files)
+        return qp_fail(err, "%s: out of memory", dir);
+    m->n_files = ix->n_shards;
+    struct st_tensor **per = calloc(ix->n_shards, sizeof(*per));
+    uint32_t *count = calloc(ix->n_shards, sizeof(*count));
+    uint64_t total = 0;
+    int rc = per && count ? 0 : qp_fail(err, "%s: out of memory", dir);
+    for (uint32_t i = 0; i < ix->n_shards && rc == 0; i++) {
+        struct st_file *f = &m->files[i];
+        struct stat st;
+        f->path = join_path(dir, ix->shards[i]);
+        f->name = dup_str(ix->shards[i]);
+        if (!f->path || !f->name)
+            rc = qp_fail(err, "%s: out of memory", dir);
+        else if (stat(f->path, &st) != 0)
+            rc = qp_fail(err, "%s: shard \"%s\" named by the index does not exist (%s)",
+                         m->index_path, show(f->name, nb), strerror(errno));
+        else if (!S_ISREG(st.st_mode))
+            rc = qp_fail(err, "%s: shard \"%s\" named by the index is not a regular file",
+                         m->index_path, show(f->name, nb));
+        else
+            rc = map_file(f, err) ||
+                 st_parse_buffer(f->map, f->size, f->path, i, &per[i], &count[i], err);
+        total += count[i];
+    }
+    if (rc == 0 && total > UINT32_MAX)
+        rc = qp_fail(err, "%s: more than 2^32 tensors", dir);
+    if (rc == 0 && !(m->tensors = calloc(total + 1, sizeof(*m->tensors))))
+        rc = qp_fail(err, "%s: out of memory", dir);
+    for (uint32_t i = 0; i < ix->n_shards && per; i++) {
+        if (rc == 0) {                                /* move, names included */
+            memcpy(m->tensors + m->n_tensors, per[i], count[i] * sizeof(*per[i]));
+            m->n_tensors += count[i];
+            free(per[i]);
+        } else {
+            st_free_tensors(per[i], count[i]);
+        }
+    }
+    free(per);
+    free(count);
+    return rc ? -1 : 0;
+}
+
+/* The shards and the index must say the same thing about every tensor. */
+static int check_against_index(const struct st_model *m, const struct index *ix, qp_err *err)
+{
+    char nb[ST_NAME_SHOWN];
+    const struct st_tensor *t = m->tensors;
+    for (uint32_t i = 1; i < m->n_tensors; i++)
+        if (strcmp(t[i - 1].name, t[i].name) == 0)
+            return qp_fail(err, "%s: tensor \"%s\" is in two shards, %s and %s",
+                           m->index_path, show(t[i].name, nb), m->files[t[i - 1].file_index].name,
+                           m->files[t[i].file_index].name);
+    uint32_t i = 0, j = 0;
+    while (i < m->n_tensors || j < ix->n_entries) {
+        int c = i == m->n_tensors ? 1 : j == ix->n_entries ? -1
+              : strcmp(t[i].name, ix->entries[j].tensor);
+        if (c < 0)
+            return qp_fail(err, "%s: tensor \"%s\" of shard %s is not listed in the index",
+                           m->index_path, show(t[i].name, nb), m->files[t[i].file_index].name);
+        const char *listed = m->files[ix->entries[j].shard].name;
+        if (c > 0)
+            return qp_fail(err, "%s: the index puts tensor \"%s\" in shard %s, which does not "
+                           "contain it", m->index_path, show(ix->entries[j].tensor, nb), listed);
+        if (t[i].file_index != ix->entries[j].shard)
+            return qp_fail(err, "%s: the index puts tensor \"%s\" in shard %s, but it is in %s",
+                           m->index_path, show(t[i].name, nb), listed,
+                           m->files[t[i].file_index].name);
+        i++, j++;
+    }
+    return 0;
+}
+
+static int open_sharded(struct st_model *m, const char *dir, qp_err *err)
+{
+    struct index ix;
+    int rc = index_load(&ix, m->index_path, &m->index_size, err);
+    if (rc == 0)
+        rc = open_shards(m, &ix, dir, err);
+    if (rc == 0) {
+        qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), cmp_tensor_name_file);
+        rc = check_against_index(m, &ix, err);
+    }
+    index_free(&ix);
+    return rc;
+}
+
+int st_open_dir(struct st_model *m, const char *dir, qp_err *err)
+{
+    struct stat st;
+    memset(m, 0, sizeof(*m));
+    char *index = join_path(dir, ST_INDEX_NAME);
+    if (!index)
+        return qp_fail(err, "%s: out of memory", dir);
+    if (stat(index, &st) == 0) {
+        m->index_path = index;
+        if (open_sharded(m, dir, err)) {
+            st_close(m);
+            return -1;
+        }
+        return 0;
+    }
+    free(index);
+    char *single = join_path(dir, ST_SINGLE_NAME);
+    if (!single)
+        return qp_fail(err, "%s: out of memory", dir);
+    if (stat(single, &st) != 0) {
+        free(single);
+        return qp_fail(err, "%s: neither %s nor %s is there", dir, ST_SINGLE_NAME, ST_INDEX_NAME);
+    }
+    int rc = st_open_file(m, single, err);
+    free(single);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- lookups */
+
+const struct st_tensor *st_find(const struct st_model *m, const char *name)
+{
+    struct st_tensor key = { .name = (char *)name };
+    return bsearch(&key, m->tensors, m->n_tensors, sizeof(key), cmp_tensor_name);
+}
+
+float st_get_f32(const struct st_tensor *t, uint64_t i)
+{
+    uint16_t h;
+    float f;
+    switch (t->dtype) {
+    case ST_BF16:
+        memcpy(&h, t->data + 2 * i, 2);
+        return qp_bf16_to_f32(h);
+    case ST_F16:
+        memcpy(&h, t->data + 2 * i, 2);
+        return qp_f16_to_f32(h);
+    case ST_F32:
+        memcpy(&f, t->data + 4 * i, 4);             /* data may be unaligned */
+        return f;
+    }
+    return 0;
+}
+
+void st_release(const struct st_model *m, const struct st_tensor *t)
+{
+    if (t->nbytes == 0 || t->file_index >= m->n_files)
+        return;
+    const struct st_file *f = &m->files[t->file_index];
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t begin = (uint64_t)(t->data - f->map);
+    uint64_t end = begin + t->nbytes;
+    begin &= ~(page - 1);
+    end = (end + page - 1) & ~(page - 1);
+    /* The edge pages may hold a neighbour's bytes too: dropping them is
+     * harmless, a read-only private mapping refaults them from the file. */
+    madvise(f->map + begin, end - begin, MADV_DONTNEED);
+}
+
+/* -------------------------------------------------------------- provenance */
+
+uint32_t st_list_sources(const struct st_model *m, struct st_source *out, uint32_t cap)
+{
+    uint32_t n = 0;
+    if (m->index_path) {
+        if (n < cap) {
+            const char *slash = strrchr(m->index_path, '/');
+            out[n] = (struct st_source){ m->index_path, slash ? slash + 1 : m->index_path,
+                                         m->index_size };
+        }
+        n++;
+    }
+    for (uint32_t i = 0; i < m->n_files; i++, n++)
+        if (n < cap)
+            out[n] = (struct st_source){ m->files[i].path, m->files[i].name, m->files[i].size };
+    return n;
+}
+
+int st_file_xxh3(const char *path, uint64_t *hash, uint64_t *size, qp_err *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return qp_fail(err, "%s: not a regular file", path);
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    uint8_t *buf = malloc(ST_HASH_CHUNK);
+    XXH3_state_t *state = XXH3_createState();
+    uint64_t total = 0;
+    int rc = buf && state && XXH3_64bits_reset(state) == XXH_OK ? 0
+           : qp_fail(err, "%s: out of memory for hashing", path);
+    while (rc == 0) {
+        ssize_t r = read(fd, buf, ST_HASH_CHUNK);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            rc = qp_fail(err, "%s: read failed at byte %llu: %s", path,
+                         (unsigned long long)total, strerror(errno));
+        if (r <= 0)
+            break;
+        XXH3_64bits_update(state, buf, (size_t)r);
+        total += (uint64_t)r;
+    }
+    if (rc == 0 && hash)
+        *hash = XXH3_64bits_digest(state);
+    if (rc == 0 && size)
+        *size = total;
+    XXH3_freeState(state);
+    free(buf);
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* safetensors.h - read-only access to a Hugging Face checkpoint's
+ * safetensors files, single (model.safetensors) or sharded
+ * (model.safetensors.index.json + shards). Files are untrusted: every
+ * header is validated before any tensor is handed out. Data is mmapped,
+ * never copied.
+ *
+ * The format: an 8-byte little-endian header length N, N bytes of JSON
+ * (UTF-8, may be padded with trailing spaces), then the data area. The
+ * JSON is an object; "__metadata__" (an object of strings) is ignored,
+ * every other key is a tensor name mapping to
+ *   {"dtype": "BF16"|"F16"|"F32", "shape": [d0, ...], "data_offsets": [begin, end]}
+ * with offsets relative to the data area.
+ *
+ * What a file must satisfy (the same rules as the reference Rust reader):
+ *   - N <= ST_MAX_HEADER_BYTES and N <= file size - 8; no NUL in the header;
+ *   - tensor names non-empty valid UTF-8, unique (across shards too);
+ *   - dims are integers in [0, 2^53], at most ST_MAX_DIMS, their product
+ *     (and product * dtype size) fits 64 bits;
+ *   - begin <= end, end - begin == numel * dtype size;
+ *   - tensors tile the data area exactly: sorted by offset they start at 0,
+ *     each begins where the previous ends (no overlap, no gap), and the
+ *     last ends at the end of the file (trailing bytes are rejected).
+ * Sharded folders: the index must be an object with a non-empty
+ * "weight_map" object {tensor: shard}; shard names are plain file names in
+ * the folder (no '/', no ".."), must exist and be regular files (symlinks
+ * to regular files are followed, as in a Hugging Face cache snapshot).
+ * The index and the shards must agree exactly: every tensor listed is in
+ * the shard it names, and every tensor of a shard is listed for it.
+ * Shards present in the folder but not named by the index are not opened.
+ */
+#ifndef QP_SAFETENSORS_H
+#define QP_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* A header larger than this is refused: the biggest real headers are a few
+ * hundred KiB (thousands of tensors). */
+#define ST_MAX_HEADER_BYTES (64u << 20)
+#define ST_MAX_DIMS 8
+#define ST_MAX_SHARDS 4096
+
+enum st_dtype { ST_BF16 = 0, ST_F16 = 1, ST_F32 = 2 };
+
+struct st_tensor {
+    char *name;                 /* e.g. "model.layers.0.self_attn.q_proj.weight" */
+    enum st_dtype dtype;
+    uint32_t ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t numel;             /* product of shape (1 for a scalar) */
+    const uint8_t *data;        /* little-endian elements inside the mmapped file */
+    uint64_t nbytes;            /* numel * dtype size */
+    uint32_t file_index;        /* index into st_model.files */
+};
+
+struct st_file {
+    char *path;                 /* full path */
+    char *name;                 /* file name as in the folder */
+    uint64_t size;              /* bytes */
+    uint8_t *map;               /* whole file, PROT_READ, MAP_PRIVATE */
+};
+
+struct st_model {
+    struct st_file *files;      /* sorted by name */
+    uint32_t n_files;
+    struct st_tensor *tensors;  /* sorted by name, names unique */
+    uint32_t n_tensors;
+    char *index_path;           /* model.safetensors.index.json when sharded, else NULL */
+    uint64_t index_size;        /* its size in bytes */
+};
+
+/* Opens a model folder: model.safetensors.index.json when present (every
+ * shard it names must exist and every tensor it lists must be in the shard
+ * it names), else model.safetensors. */
+int st_open_dir(struct st_model *m, const char *dir, qp_err *err);
+
+/* Opens one safetensors file (for tests and tools). */
+int st_open_file(struct st_model *m, const char *path, qp_err *err);
+
+void st_close(struct st_model *m);
+
+/* Finds a tensor by exact name; NULL when absent. O(log n). */
+const struct st_tensor *st_find(const struct st_model *m, const char *name);
+
+/* Element i of t as a float (BF16 and F16 convert exactly, F32 as is). */
+float st_get_f32(const struct st_tensor *t, uint64_t i);
+
+/* Bytes per element of a dtype. */
+size_t st_dtype_size(enum st_dtype dt);
+const char *st_dtype_name(enum st_dtype dt);
+
+/* Tells the kernel we are done with t's bytes for now, so a streaming
+ * reader's resident memory stays small (madvise DONTNEED on the range). */
+void st_release(const struct st_model *m, const struct st_tensor *t);
+
+/* Parses a safetensors header in memory (for fuzzing): buf holds the
+ * whole file. On success fills tensors (caller frees with st_free_tensors). */
+int st_parse_buffer(const uint8_t *buf, size_t len, const char *name, uint32_t file_index,
+                    struct st_tensor **tensors, uint32_t *n_tensors, qp_err *err);
+void st_free_tensors(struct st_tensor *tensors, uint32_t n);
+
+/* 1 when name is a tensor name the format accepts: non-empty, valid UTF-8
+ * (no overlongs, no surrogates), no NUL within its len bytes. */
+int st_name_valid(const char *name, size_t len);
+
+/* One file a model was read from, for provenance records. */
+struct st_source {
+    const char *path;           /* points into the st_model */
+    const char *name;           /* file name in the folder */
+    uint64_t size;              /* bytes */
+};
+
+/* Lists the files m was read from: the index first when sharded, then the
+ * safetensors files in name order. Writes at most cap entries to out and
+ * returns the total count (call with cap 0 to size the array). */
+uint32_t st_list_sources(const struct st_model *m, struct st_source *out, uint32_t cap);
+
+/* XXH3-64 (seed 0) of the whole file at path, read sequentially in 8 MiB
+ * chunks so the file never becomes resident in this process; *size gets
+ * the number of bytes hashed (either pointer may be NULL). */
+int st_file_xxh3(const char *path, uint64_t *hash, uint64_t *size, qp_err *err);
+
+#endif

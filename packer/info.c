@@ -1,0 +1,232 @@
+/* info.c - `qpack info` and `qpack verify`: what a container holds, and
+ * whether every byte of it is still what the packer wrote. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pack.h"
+#include "qpk.h"
+
+static int open_or_report(struct qpk_file *f, const char *path, unsigned flags)
+{
+    qp_err err = {{0}};
+    if (qpk_open(f, path, flags, &err)) {
+        fprintf(stderr, "qpack: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* provenance["tensors"][i] by name, for the per-tensor error columns */
+static const cJSON *provenance_of(const cJSON *prov, const char *name)
+{
+    const cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(prov, "tensors")) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+            return t;
+    }
+    return NULL;
+}
+
+static double number_of(const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static const char *string_of(const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(v) ? v->valuestring : "?";
+}
+
+static cJSON *config_json(const struct qpk_config *c)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "hidden_size", c->hidden);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->intermediate);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->n_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_positions);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_eps);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->flags & QPK_CONFIG_TIED);
+    cJSON_AddNumberToObject(j, "bos_token_id", c->bos_id);
+    cJSON_AddNumberToObject(j, "eos_token_id", c->eos_id);
+    return j;
+}
+
+static void hex64(char out[17], uint64_t v) { snprintf(out, 17, "%016" PRIx64, v); }
+
+static int print_json(const struct qpk_file *f, cJSON *prov)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "file", f->path);
+    cJSON_AddNumberToObject(root, "size", (double)f->size);
+    char ver[32], hex[17];
+    snprintf(ver, sizeof ver, "%u.%u", f->version_major, f->version_minor);
+    cJSON_AddStringToObject(root, "format_version", ver);
+    cJSON_AddItemToObject(root, "config", config_json(&f->cfg));
+    cJSON *secs = cJSON_AddArrayToObject(root, "sections");
+    for (uint32_t i = 0; i < f->n_sections; i++) {
+        const struct qpk_section *s = &f->sections[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "name", qpk_section_name(s->kind));
+        cJSON_AddStringToObject(j, "codec", s->codec == QPK_CODEC_ZSTD ? "zstd" : "raw");
+        cJSON_AddNumberToObject(j, "offset", (double)s->offset);
+        cJSON_AddNumberToObject(j, "stored_size", (double)s->stored_size);
+        cJSON_AddNumberToObject(j, "raw_size", (double)s->raw_size);
+        hex64(hex, s->xxh3);
+        cJSON_AddStringToObject(j, "xxh3", hex);
+        cJSON_AddItemToArray(secs, j);
+    }
+    cJSON *ts = cJSON_AddArrayToObject(root, "tensors");
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "name", t->name);
+        cJSON_AddStringToObject(j, "role", qpk_role_name(t->role));
+        if (t->layer != QPK_NO_LAYER)
+            cJSON_AddNumberToObject(j, "layer", t->layer);
+        cJSON_AddStringToObject(j, "encoding", qpk_encoding_name(t->encoding));
+        cJSON *shape = cJSON_AddArrayToObject(j, "shape");
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->rows));
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->cols));
+        cJSON_AddNumberToObject(j, "scale_exp", t->scale_exp);
+        cJSON_AddNumberToObject(j, "row_stride", (double)t->row_stride);
+        cJSON_AddNumberToObject(j, "offset", (double)t->offset);
+        cJSON_AddNumberToObject(j, "nbytes", (double)t->nbytes);
+        hex64(hex, t->xxh3);
+        cJSON_AddStringToObject(j, "xxh3", hex);
+        const cJSON *p = provenance_of(prov, t->name);
+        if (p) {
+            cJSON_AddNumberToObject(j, "max_error", number_of(p, "max_error"));
+            cJSON_AddNumberToObject(j, "rms_error", number_of(p, "rms_error"));
+        }
+        cJSON_AddItemToArray(ts, j);
+    }
+    if (prov)
+        cJSON_AddItemReferenceToObject(root, "provenance", prov);
+    char *text = cJSON_Print(root);
+    if (text)
+        puts(text);
+    free(text);
+    cJSON_Delete(root);
+    return text ? 0 : 1;
+}
+
+static void print_text(const struct qpk_file *f, const cJSON *prov)
+{
+    const struct qpk_config *c = &f->cfg;
+    uint64_t params = 0, tensor_bytes = 0;
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        params += (uint64_t)f->tensors[i].rows * f->tensors[i].cols;
+        tensor_bytes += f->tensors[i].nbytes;
+    }
+    printf("file        %s: %.2f GB, container format %u.%u\n", f->path, (double)f->size / 1e9,
+           f->version_major, f->version_minor);
+    printf("model       Qwen3, %u layers, hidden %u, MLP %u, %u query / %u KV heads of %u, vocab %u\n",
+           c->n_layers, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
+    printf("            rope theta %g, rms eps %g, max positions %u, %s embeddings, bos %d, eos %d\n",
+           c->rope_theta, c->rms_eps, c->max_positions, c->flags & QPK_CONFIG_TIED ? "tied" : "untied",
+           c->bos_id, c->eos_id);
+    printf("weights     %.1fM in %u tensors, %.2f GB, %.2f bits per weight\n", (double)params / 1e6,
+           f->n_tensors, (double)tensor_bytes / 1e9, 8.0 * (double)tensor_bytes / (double)params);
+    if (prov)
+        printf("packed by   %s from %s, format %s\n", string_of(prov, "packer"), string_of(prov, "source"),
+               string_of(prov, "format"));
+    const cJSON *src;
+    cJSON_ArrayForEach(src, cJSON_GetObjectItemCaseSensitive(prov, "source_files"))
+        printf("source      %-40s %14.0f bytes  xxh3 %s\n", string_of(src, "name"), number_of(src, "size"),
+               string_of(src, "xxh3"));
+    printf("\nsection              codec  offset        stored       decoded      xxh3\n");
+    for (uint32_t i = 0; i < f->n_sections; i++) {
+        const struct qpk_section *s = &f->sections[i];
+        printf("%-20s %-6s %-13" PRIu64 " %-12" PRIu64 " %-12" PRIu64 " %016" PRIx64 "\n", qpk_section_name(s->kind),
+               s->codec == QPK_CODEC_ZSTD ? "zstd" : "raw", s->offset, s->stored_size, s->raw_size, s->xxh3);
+    }
+    printf("\n%-48s %-10s %-5s %-5s %-14s %-6s %-12s %-11s %-16s %-10s %s\n", "tensor", "role", "layer",
+           "enc", "shape", "stride", "offset", "bytes", "xxh3", "max err", "rms err");
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        char shape[32], layer[8] = "-";
+        snprintf(shape, sizeof shape, "%ux%u", t->rows, t->cols);
+        if (t->layer != QPK_NO_LAYER)
+            snprintf(layer, sizeof layer, "%u", t->layer);
+        const cJSON *p = provenance_of(prov, t->name);
+        printf("%-48s %-10s %-5s %-5s %-14s %-6" PRIu64 " %-12" PRIu64 " %-11" PRIu64 " %016" PRIx64 " %-10.3g %.3g\n",
+               t->name, qpk_role_name(t->role), layer, qpk_encoding_name(t->encoding), shape, t->row_stride,
+               t->offset, t->nbytes, t->xxh3, p ? number_of(p, "max_error") : -1,
+               p ? number_of(p, "rms_error") : -1);
+    }
+}
+
+int cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: qpack info FILE [--json]\n");
+            return 0;
+        } else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "qpack info: unexpected argument '%s' (usage: qpack info FILE [--json])\n", argv[i]);
+            return 2;
+        } else
+            path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "usage: qpack info FILE [--json]\n");
+        return 2;
+    }
+    struct qpk_file f;
+    if (open_or_report(&f, path, 0))
+        return 1;
+    qp_err err = {{0}};
+    char *text = NULL;
+    size_t len;
+    cJSON *prov = NULL;
+    if (qpk_read_section(&f, QPK_SEC_PROVENANCE, &text, &len, &err)) {
+        fprintf(stderr, "qpack: %s\n", err.msg);
+        qpk_close(&f);
+        return 1;
+    }
+    if (text && !(prov = cJSON_ParseWithLength(text, len)))
+        fprintf(stderr, "qpack: warning: %s: provenance is not valid JSON\n", path);
+    int rc = 0;
+    if (json)
+        rc = print_json(&f, prov);
+    else
+        print_text(&f, prov);
+    cJSON_Delete(prov);
+    free(text);
+    qpk_close(&f);
+    return rc;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        printf("usage: qpack verify FILE\n");
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-') {
+        fprintf(stderr, "usage: qpack verify FILE\n");
+        return 2;
+    }
+    struct qpk_file f;
+    if (open_or_report(&f, argv[1], QPK_VERIFY))
+        return 1;
+    printf("%s: ok (%u sections, %u tensors, %.2f GB verified)\n", argv[1], f.n_sections, f.n_tensors,
+           (double)f.size / 1e9);
+    qpk_close(&f);
+    return 0;
+}

@@ -1,0 +1,588 @@
+/* pack.c - `qpack pack`: streams a Hugging Face Qwen3 checkpoint, tensor by
+ * tensor, into a .qpk. Matrices become Q24, norm scales I32S; every value is
+ * converted exactly once, here, and a value that does not fit is an error
+ * naming the tensor and index. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hf_config.h"
+#include "pack.h"
+#include "q24.h"
+#include "qpk_write.h"
+#include "qwen3_names.h"
+#include "safetensors.h"
+
+
+struct pack_opts {
+    const char *src, *out, *format;
+    bool quiet;
+};
+
+/* one tensor of the container with its source and what conversion cost */
+struct planned {
+    struct qpk_tensor t;
+    const struct st_tensor *src;
+    double max_abs;           /* largest source magnitude */
+    double max_err, sum_sq_err;
+};
+
+struct packer {
+    struct pack_opts opt;
+    struct qwen3_config hf;
+    struct qpk_config cfg;
+    struct st_model model;
+    struct planned *plan;
+    uint32_t n_plan;
+    char *tokenizer, *tokenizer_config, *chat_template;
+    size_t tokenizer_len, tokenizer_config_len;
+    bool deduped_lm_head;
+    bool progress;
+    int32_t *chunk;
+};
+
+static void usage_pack(FILE *out)
+{
+    fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24] [--quiet]\n"
+                 "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
+                 "             model.safetensors.index.json + shards, tokenizer.json,\n"
+                 "             tokenizer_config.json (chat template)\n"
+                 "  -o OUT     destination; replaced atomically when the pack succeeds\n"
+                 "  --format   q24 (int32 Q24 matrices, I32S norm scales); the default\n"
+                 "  --quiet    no progress line and no summary\n");
+}
+
+static int parse_args(struct pack_opts *o, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"output", required_argument, 0, 'o'}, {"format", required_argument, 0, 'f'},
+        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    *o = (struct pack_opts){.format = "q24"};
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:f:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'f': o->format = optarg; break;
+        case 'q': o->quiet = true; break;
+        case 'h': usage_pack(stdout); exit(0);
+        default: usage_pack(stderr); return -1;
+        }
+    }
+    if (optind + 1 != argc || !o->out) {
+        fprintf(stderr, "qpack pack: %s\n", optind + 1 < argc ? "one source folder expected"
+                                                               : "need SRC and -o OUT.qpk");
+        usage_pack(stderr);
+        return -1;
+    }
+    o->src = argv[optind];
+    if (strcmp(o->format, "q24") != 0) {
+        fprintf(stderr, "qpack pack: unknown format '%s' (this version packs q24)\n", o->format);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads dir/name whole; a missing optional file leaves *buf NULL. */
+static int read_text(const char *dir, const char *name, bool required, char **buf, size_t *len, qp_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return (errno == ENOENT && !required) ? 0 : qp_fail(err, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
+        fclose(f);
+        return qp_fail(err, "%s: not a regular file of at most 64 MiB", path);
+    }
+    *buf = malloc((size_t)st.st_size + 1);
+    size_t got = *buf ? fread(*buf, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    if (!*buf || got != (size_t)st.st_size) {
+        free(*buf);
+        *buf = NULL;
+        return qp_fail(err, "%s: cannot read", path);
+    }
+    (*buf)[got] = 0;
+    *len = got;
+    return 0;
+}
+
+/* tokenizer.json must at least be JSON; the chat template is lifted out of
+ * tokenizer_config.json so the runtime need not parse that file. */
+static int load_tokenizer_files(struct packer *p, qp_err *err)
+{
+    if (read_text(p->opt.src, "tokenizer.json", false, &p->tokenizer, &p->tokenizer_len, err) ||
+        read_text(p->opt.src, "tokenizer_config.json", false, &p->tokenizer_config,
+                  &p->tokenizer_config_len, err))
+        return -1;
+    if (p->tokenizer) {
+        cJSON *j = cJSON_ParseWithLength(p->tokenizer, p->tokenizer_len);
+        bool ok = cJSON_IsObject(j);
+        cJSON_Delete(j);
+        if (!ok)
+            return qp_fail(err, "%s/tokenizer.json: not a JSON object", p->opt.src);
+    }
+    if (p->tokenizer_config) {
+        cJSON *j = cJSON_ParseWithLength(p->tokenizer_config, p->tokenizer_config_len);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return qp_fail(err, "%s/tokenizer_config.json: not a JSON object", p->opt.src);
+        }
+        const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
+        if (cJSON_IsString(tpl))
+            p->chat_template = strdup(tpl->valuestring);
+        cJSON_Delete(j);
+    }
+    return 0;
+}
+
+static int check_source(const struct packer *p, const struct st_tensor *s, uint32_t rows, uint32_t cols,
+                        bool vector, qp_err *err)
+{
+    bool ok = vector ? (s->ndim == 1 && s->shape[0] == cols)
+                     : (s->ndim == 2 && s->shape[0] == rows && s->shape[1] == cols);
+    if (!ok) {
+        char shape[128] = "";
+        for (uint32_t d = 0; d < s->ndim && d < 4; d++)
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRIu64, d ? ", " : "",
+                     s->shape[d]);
+        if (vector)
+            return qp_fail(err, "%s: tensor %s has shape [%s], config.json implies [%u]", p->opt.src, s->name,
+                           shape, cols);
+        return qp_fail(err, "%s: tensor %s has shape [%s], config.json implies [%u, %u]", p->opt.src,
+                       s->name, shape, rows, cols);
+    }
+    return 0;
+}
+
+/* The embedding and lm_head are stored once when they are the same bytes. */
+static int resolve_tie(struct packer *p, qp_err *err)
+{
+    const struct st_tensor *embed = st_find(&p->model, "model.embed_tokens.weight");
+    const struct st_tensor *head = st_find(&p->model, "lm_head.weight");
+    bool same = embed && head && embed->dtype == head->dtype && embed->nbytes == head->nbytes &&
+                memcmp(embed->data, head->data, embed->nbytes) == 0;
+    if (head) {
+        st_release(&p->model, head);
+        st_release(&p->model, embed);
+    }
+    if (p->hf.tie_word_embeddings && head && !same)
+        return qp_fail(err, "%s: config.json ties the embeddings but lm_head.weight differs from "
+                            "model.embed_tokens.weight", p->opt.src);
+    if (!p->hf.tie_word_embeddings && !head)
+        return qp_fail(err, "%s: config.json does not tie the embeddings and there is no lm_head.weight",
+                       p->opt.src);
+    p->deduped_lm_head = head && same;
+    if (same || !head)
+        p->cfg.flags |= QPK_CONFIG_TIED;
+    return 0;
+}
+
+static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err)
+{
+    struct planned *pl = &p->plan[p->n_plan];
+    struct qpk_tensor *t = &pl->t;
+    memset(pl, 0, sizeof *pl);
+    if (!qwen3_tensor_name(t->name, sizeof t->name, role, layer))
+        return qp_fail(err, "internal: no name for role %u", role);
+    pl->src = st_find(&p->model, t->name);
+    if (!pl->src)
+        return qp_fail(err, "%s: missing tensor %s", p->opt.src, t->name);
+    t->role = (uint16_t)role;
+    t->layer = (uint16_t)(qpk_role_is_layer(role) ? layer : QPK_NO_LAYER);
+    qpk_role_shape(&p->cfg, role, &t->rows, &t->cols);
+    bool norm = qpk_role_is_norm(role);
+    if (check_source(p, pl->src, t->rows, t->cols, norm, err))
+        return -1;
+    t->encoding = norm ? QPK_ENC_I32S : QPK_ENC_Q24;
+    t->scale_exp = Q24_FRAC_BITS; /* norms: set from their values when written */
+    t->rows_per_block = norm ? 1 : QPK_Q24_TILE_ROWS;
+    t->row_stride = norm ? ((uint64_t)t->cols * 4 + 7) / 8 * 8 : (uint64_t)t->cols * 4 * QPK_Q24_TILE_ROWS;
+    if (!norm && (t->rows % QPK_Q24_TILE_ROWS || t->cols % QPK_Q24_TILE_COLS))
+        return qp_fail(err, "%s: tensor %s is [%u, %u]; q24 tiles need rows divisible by %u and columns by %u",
+                       p->opt.src, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS, QPK_Q24_TILE_COLS);
+    p->n_plan++;
+    return 0;
+}
+
+static int plan_tensors(struct packer *p, qp_err *err)
+{
+    uint32_t max = 3 + 11 * p->cfg.n_layers;
+    p->plan = calloc(max, sizeof *p->plan);
+    if (!p->plan)
+        return qp_fail(err, "out of memory");
+    static const unsigned layer_roles[] = {
+        QPK_ROLE_ATTN_NORM, QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_Q_NORM, QPK_ROLE_K_NORM,
+        QPK_ROLE_O, QPK_ROLE_MLP_NORM, QPK_ROLE_GATE, QPK_ROLE_UP, QPK_ROLE_DOWN,
+    };
+    if (plan_one(p, QPK_ROLE_EMBED, QPK_NO_LAYER, err))
+        return -1;
+    for (uint32_t l = 0; l < p->cfg.n_layers; l++)
+        for (size_t r = 0; r < sizeof layer_roles / sizeof *layer_roles; r++)
+            if (plan_one(p, layer_roles[r], l, err))
+                return -1;
+    if (plan_one(p, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER, err))
+        return -1;
+    if (!(p->cfg.flags & QPK_CONFIG_TIED) && plan_one(p, QPK_ROLE_LM_HEAD, QPK_NO_LAYER, err))
+        return -1;
+    return 0;
+}
+
+/* Tensors in the checkpoint that a Qwen3 forward pass does not use. */
+static void warn_unused(const struct packer *p)
+{
+    uint32_t unused = 0;
+    const char *first = NULL;
+    for (uint32_t i = 0; i < p->model.n_tensors; i++) {
+        unsigned role, layer;
+        const char *name = p->model.tensors[i].name;
+        if (!qwen3_tensor_role(name, &role, &layer) || (layer != QPK_NO_LAYER && layer >= p->cfg.n_layers)) {
+            unused++;
+            first = first ? first : name;
+        }
+    }
+    if (unused && !p->opt.quiet)
+        fprintf(stderr, "qpack: warning: %u tensor(s) not used by Qwen3 are left out (first: %s)\n", unused, first);
+}
+
+static void note_error(struct planned *pl, double v, double back)
+{
+    double e = fabs(v - back);
+    pl->sum_sq_err += e * e;
+    if (e > pl->max_err)
+        pl->max_err = e;
+    if (fabs(v) > pl->max_abs)
+        pl->max_abs = fabs(v);
+}
+
+static int value_error(const struct packer *p, const struct planned *pl, uint64_t i, double v, const char *why,
+                       qp_err *err)
+{
+    return qp_fail(err, "%s: tensor %s[%" PRIu64 ", %" PRIu64 "] = %g %s", p->opt.src, pl->t.name,
+                   i / pl->t.cols, i % pl->t.cols, v, why);
+}
+
+/* Converts elements [begin, end) of a matrix to Q24 into out. */
+static int convert_q24(const struct packer *p, struct planned *pl, uint64_t begin, uint64_t end, int32_t *out,
+                       qp_err *err)
+{
+    const struct st_tensor *s = pl->src;
+    for (uint64_t i = begin; i < end; i++) {
+        int32_t q;
+        bool ok;
+        if (s->dtype == ST_BF16) {
+            uint16_t bits = (uint16_t)(s->data[2 * i] | s->data[2 * i + 1] << 8);
+            ok = q24_from_bf16(bits, &q);
+        } else {
+            ok = q24_from_float(st_get_f32(s, i), &q);
+        }
+        double v = st_get_f32(s, i);
+        if (!ok)
+            return value_error(p, pl, i, v, "does not fit q24 (needs a finite |v| < 128)", err);
+        out[i - begin] = q;
+        note_error(pl, v, ldexp((double)q, -Q24_FRAC_BITS));
+    }
+    return 0;
+}
+
+/* Row-major rows of one block -> the block's 4-row x 16-column tiles. */
+static void tile_block(const int32_t *rows, uint32_t cols, int32_t *out)
+{
+    for (uint32_t c0 = 0; c0 < cols; c0 += QPK_Q24_TILE_COLS)
+        for (uint32_t k = 0; k < QPK_Q24_TILE_ROWS; k++)
+            for (uint32_t j = 0; j < QPK_Q24_TILE_COLS; j++)
+                *out++ = rows[(uint64_t)k * cols + c0 + j];
+}
+
+static int write_matrix(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
+{
+    uint32_t cols = pl->t.cols, blocks = pl->t.rows / QPK_Q24_TILE_ROWS;
+    uint64_t block_elems = (uint64_t)cols * QPK_Q24_TILE_ROWS;
+    for (uint32_t b = 0; b < blocks; b++) {
+        int32_t *rows = p->chunk + block_elems; /* scratch behind the tile buffer */
+        if (convert_q24(p, pl, b * block_elems, (b + 1) * block_elems, rows, err))
+            return -1;
+        tile_block(rows, cols, p->chunk);
+        if (qpk_writer_write(w, p->chunk, block_elems * 4, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int write_norm(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
+{
+    const struct st_tensor *s = pl->src;
+    uint32_t n = pl->t.cols;
+    double max_abs = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double v = st_get_f32(s, i);
+        if (!isfinite(v))
+            return value_error(p, pl, i, v, "is not finite", err);
+        max_abs = fmax(max_abs, fabs(v));
+    }
+    int e = i32s_exponent(max_abs);
+    if (e < 0)
+        return value_error(p, pl, 0, max_abs, "is too large for a norm scale (|v| <= 2^30)", err);
+    memset(p->chunk, 0, pl->t.row_stride);
+    for (uint32_t i = 0; i < n; i++) {
+        double v = st_get_f32(s, i);
+        p->chunk[i] = i32s_encode(v, e);
+        note_error(pl, v, ldexp((double)p->chunk[i], -e));
+    }
+    return qpk_writer_write(w, p->chunk, pl->t.row_stride, err);
+}
+
+/* The exponent of a norm is part of its directory entry, so it is settled
+ * before the writer lays the directory out. */
+static void settle_norm_exponents(struct packer *p)
+{
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        struct planned *pl = &p->plan[i];
+        if (pl->t.encoding != QPK_ENC_I32S)
+            continue;
+        double max_abs = 0;
+        for (uint32_t k = 0; k < pl->t.cols; k++)
+            max_abs = fmax(max_abs, fabs((double)st_get_f32(pl->src, k)));
+        pl->t.scale_exp = isfinite(max_abs) ? i32s_exponent(max_abs) : 0;
+    }
+}
+
+static void show_progress(const struct packer *p, uint32_t i)
+{
+    if (!p->progress)
+        return;
+    fprintf(stderr, "\r\033[Kqpack: [%u/%u] %s", i + 1, p->n_plan, p->plan[i].t.name);
+    if (i + 1 == p->n_plan)
+        fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+}
+
+static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
+{
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        struct planned *pl = &p->plan[i];
+        show_progress(p, i);
+        int rc = qpk_writer_begin_tensor(w, i, err);
+        if (!rc)
+            rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err) : write_matrix(p, w, pl, err);
+        if (!rc)
+            rc = qpk_writer_end_tensor(w, err);
+        st_release(&p->model, pl->src);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static cJSON *source_files_json(const struct packer *p, qp_err *err)
+{
+    cJSON *files = cJSON_CreateArray();
+    static const char *const extra[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "model.safetensors.index.json"};
+    for (size_t i = 0; i < sizeof extra / sizeof *extra + p->model.n_files; i++) {
+        char path[4096];
+        const char *name = i < 4 ? extra[i] : p->model.files[i - 4].name;
+        snprintf(path, sizeof path, "%s/%s", p->opt.src, name);
+        if (i < 4 && access(path, R_OK) != 0)
+            continue;
+        uint64_t size, hash;
+        if (st_file_xxh3(path, &hash, &size, err)) {
+            cJSON_Delete(files);
+            return NULL;
+        }
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", name);
+        cJSON_AddNumberToObject(f, "size", (double)size);
+        cJSON_AddStringToObject(f, "xxh3", hex);
+        cJSON_AddItemToArray(files, f);
+    }
+    return files;
+}
+
+static char *provenance_json(const struct packer *p, qp_err *err)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "packer", "qpack " QPACK_VERSION);
+    cJSON_AddStringToObject(root, "format", p->opt.format);
+    cJSON *settings = cJSON_AddObjectToObject(root, "settings");
+    cJSON_AddStringToObject(settings, "matrices", "q24");
+    cJSON_AddStringToObject(settings, "norms", "i32s");
+    cJSON_AddBoolToObject(settings, "lm_head_deduplicated", p->deduped_lm_head);
+    char *dir = strdup(p->opt.src);
+    cJSON_AddStringToObject(root, "source", dir ? basename(dir) : "");
+    free(dir);
+    cJSON *files = source_files_json(p, err);
+    if (!files) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddItemToObject(root, "source_files", files);
+    cJSON *tensors = cJSON_AddArrayToObject(root, "tensors");
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        const struct planned *pl = &p->plan[i];
+        cJSON *t = cJSON_CreateObject();
+        uint64_t n = (uint64_t)pl->t.rows * pl->t.cols;
+        cJSON_AddStringToObject(t, "name", pl->t.name);
+        cJSON_AddStringToObject(t, "source_dtype", st_dtype_name(pl->src->dtype));
+        cJSON_AddStringToObject(t, "encoding", qpk_encoding_name(pl->t.encoding));
+        cJSON_AddNumberToObject(t, "max_abs", pl->max_abs);
+        cJSON_AddNumberToObject(t, "max_error", pl->max_err);
+        cJSON_AddNumberToObject(t, "rms_error", sqrt(pl->sum_sq_err / (double)n));
+        cJSON_AddItemToArray(tensors, t);
+    }
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!text)
+        qp_fail(err, "out of memory");
+    return text;
+}
+
+static void print_summary(const struct packer *p, double seconds)
+{
+    if (p->opt.quiet)
+        return;
+    double worst = 0, sum_sq = 0, n_all = 0;
+    const char *worst_name = "";
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        const struct planned *pl = &p->plan[i];
+        double n = (double)pl->t.rows * pl->t.cols;
+        sum_sq += pl->sum_sq_err;
+        n_all += n;
+        bytes += pl->t.rows * pl->t.row_stride;
+        if (pl->max_err > worst) {
+            worst = pl->max_err;
+            worst_name = pl->t.name;
+        }
+    }
+    fprintf(stderr, "qpack: %s: %u tensors, %.0fM weights, %.2f GB of tensor data (32.00 bits per weight) in %.1f s\n",
+            p->opt.out, p->n_plan, n_all / 1e6, (double)bytes / 1e9, seconds);
+    fprintf(stderr, "qpack: reconstruction error vs the source: rms %.3g, max %.3g (%s)%s\n",
+            sqrt(sum_sq / n_all), worst, worst_name[0] ? worst_name : "all exact",
+            p->deduped_lm_head ? "; lm_head stored once (tied)" : "");
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void fill_config(struct packer *p)
+{
+    const struct qwen3_config *h = &p->hf;
+    p->cfg = (struct qpk_config){
+        .hidden = h->hidden_size, .intermediate = h->intermediate_size, .n_layers = h->num_hidden_layers,
+        .n_heads = h->num_attention_heads, .n_kv_heads = h->num_key_value_heads, .head_dim = h->head_dim,
+        .vocab = h->vocab_size, .max_positions = h->max_position_embeddings, .rope_theta = h->rope_theta,
+        .rms_eps = h->rms_norm_eps, .bos_id = h->bos_token_id, .eos_id = h->eos_token_id,
+        .weight_format = QPK_FORMAT_Q24,
+    };
+}
+
+static int write_container(struct packer *p, qp_err *err)
+{
+    struct qpk_blob blobs[3];
+    unsigned nb = 0;
+    if (p->tokenizer)
+        blobs[nb++] = (struct qpk_blob){QPK_SEC_TOKENIZER, p->tokenizer, p->tokenizer_len};
+    if (p->tokenizer_config)
+        blobs[nb++] = (struct qpk_blob){QPK_SEC_TOKENIZER_CONFIG, p->tokenizer_config, p->tokenizer_config_len};
+    if (p->chat_template)
+        blobs[nb++] = (struct qpk_blob){QPK_SEC_CHAT_TEMPLATE, p->chat_template, strlen(p->chat_template)};
+    struct qpk_tensor *list = calloc(p->n_plan, sizeof *list);
+    if (!list)
+        return qp_fail(err, "out of memory");
+    for (uint32_t i = 0; i < p->n_plan; i++)
+        list[i] = p->plan[i].t;
+    struct qpk_writer *w;
+    int rc = qpk_writer_open(&w, p->opt.out, &p->cfg, blobs, nb, list, p->n_plan, err);
+    free(list);
+    if (rc)
+        return -1;
+    char *prov = NULL;
+    rc = write_tensors(p, w, err);
+    if (!rc)
+        rc = (prov = provenance_json(p, err)) ? 0 : -1;
+    if (!rc)
+        rc = qpk_writer_finish(w, prov, err); /* frees w either way */
+    else
+        qpk_writer_abort(w);
+    free(prov);
+    return rc;
+}
+
+static void packer_free(struct packer *p)
+{
+    st_close(&p->model);
+    free(p->plan);
+    free(p->tokenizer);
+    free(p->tokenizer_config);
+    free(p->chat_template);
+    free(p->chunk);
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    struct packer p = {0};
+    if (parse_args(&p.opt, argc, argv))
+        return 2;
+    double t0 = now_seconds();
+    qp_err err = {{0}};
+    char config_path[4096];
+    snprintf(config_path, sizeof config_path, "%s/config.json", p.opt.src);
+    struct stat st;
+    int rc = 0;
+    if (stat(p.opt.src, &st) != 0)
+        rc = qp_fail(&err, "%s: %s", p.opt.src, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        rc = qp_fail(&err, "%s: not a folder (expected a Hugging Face model folder)", p.opt.src);
+    if (!rc)
+        rc = hf_config_load(config_path, &p.hf, &err);
+    if (!rc) {
+        fill_config(&p);
+        /* two 4-row blocks of the widest matrix, or a norm vector */
+        uint64_t widest = p.hf.intermediate_size > p.hf.hidden_size ? p.hf.intermediate_size : p.hf.hidden_size;
+        uint64_t qd = (uint64_t)p.hf.num_attention_heads * p.hf.head_dim;
+        widest = qd > widest ? qd : widest;
+        p.chunk = malloc(2 * widest * QPK_Q24_TILE_ROWS * 4 + 64);
+        rc = p.chunk ? 0 : qp_fail(&err, "out of memory");
+    }
+    if (!rc)
+        rc = st_open_dir(&p.model, p.opt.src, &err) || load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) ||
+             plan_tensors(&p, &err);
+    if (!rc) {
+        warn_unused(&p);
+        settle_norm_exponents(&p);
+        p.progress = !p.opt.quiet && isatty(STDERR_FILENO);
+        rc = write_container(&p, &err);
+    }
+    if (rc) {
+        if (p.progress)
+            fprintf(stderr, "\r\033[K");
+        fprintf(stderr, "qpack: %s\n", err.msg);
+    } else {
+        print_summary(&p, now_seconds() - t0);
+    }
+    packer_free(&p);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,48 @@
+/* qpack - packs a Hugging Face Qwen3 checkpoint once, ahead of time, into a
+ * self-contained .qpk container that qrun copies straight into BPF maps. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pack.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: qpack <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  pack SRC -o OUT.qpk [--format q24] [--quiet]\n"
+            "                      convert a Hugging Face Qwen3 folder (config.json, BF16/F16/F32\n"
+            "                      safetensors, single or sharded, tokenizer.json) into OUT.qpk;\n"
+            "                      written atomically: OUT.qpk appears only when complete\n"
+            "  info FILE [--json]  config, sections, tensor table, checksums, provenance and the\n"
+            "                      reconstruction error of every tensor\n"
+            "  verify FILE         recompute every checksum; exit 1 naming the first bad part\n"
+            "\n"
+            "  qpack --version     print the version\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("qpack %s\n", QPACK_VERSION);
+        return 0;
+    }
+    if (!strcmp(cmd, "pack"))
+        return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc - 1, argv + 1);
+    fprintf(stderr, "qpack: unknown command '%s' (try qpack --help)\n", cmd);
+    return 2;
+}

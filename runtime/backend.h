@@ -1,0 +1,41 @@
+/* backend.h - where the kernels run: in BPF (bpf_backend.c) or in the host
+ * twin compiled from the same source (emu.c). The scheduler (forward.c)
+ * drives either one kernel invocation at a time. */
+#ifndef QP_BACKEND_H
+#define QP_BACKEND_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "plan.h"
+
+enum qp_kernel {
+    QP_K_EMBED, QP_K_RMSNORM, QP_K_MATVEC, QP_K_ROPE_STORE, QP_K_ATTENTION, QP_K_ATTN_MERGE,
+    QP_K_SWIGLU, QP_K_ARGMAX_REDUCE, QP_K_COUNT,
+};
+
+struct qp_backend {
+    const char *name;
+    /* one kernel invocation; safe to call from two threads at once on
+     * disjoint ranges */
+    int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err);
+    void (*destroy)(struct qp_backend *b);
+    /* readable memory of a state map (NULL for weight maps); for tests */
+    const void *(*state)(struct qp_backend *b, enum qp_map_id id);
+    /* results, readable after a forward pass */
+    const int64_t *logits;              /* Q32 [vocab] */
+    const struct qk_scalars *scal;      /* argmax */
+    const int64_t *h;                   /* residual [hidden] (tests, --trace-layers) */
+    uint64_t map_bytes;                 /* bytes in BPF maps (0 for emu) */
+};
+
+const char *qp_kernel_name(enum qp_kernel k);
+
+/* The host twin, reading weights from the container in place. */
+int qp_emu_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err);
+
+/* The BPF backend: creates the maps, copies the weights in, loads and
+ * verifies the programs. */
+int qp_bpf_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err);
+
+#endif

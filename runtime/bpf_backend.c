@@ -1,0 +1,168 @@
+/* bpf_backend.c - loads bpf/qrun.bpf.c: sizes every map from the plan,
+ * sets the model constants as read-only data, loads (the verifier checks
+ * every kernel against those sizes), then copies the weights into the
+ * mmapped maps once. A kernel invocation is one bpf_prog_test_run. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "qrun.skel.h"
+
+#define ETH_HLEN 14   /* socket-filter test runs drop this much of data_in */
+
+struct bpfb {
+    struct qp_backend b;
+    struct qrun *skel;
+    int prog_fd[QP_K_COUNT];
+    void *mapped[QP_MAP_COUNT];         /* state maps stay mapped for reading */
+    size_t mapped_len[QP_MAP_COUNT];
+};
+
+static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+    (void)level;
+    return vfprintf(stderr, fmt, ap);
+}
+
+static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
+{
+    struct bpf_map *maps[QP_MAP_COUNT] = {
+        s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_norms, s->maps.m_qk_norms,
+        s->maps.m_rope, s->maps.m_kcache, s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_qkv,
+        s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
+        s->maps.m_amax, s->maps.m_scal,
+    };
+    return maps[id];
+}
+
+static size_t map_bytes(const struct qp_mapspec *m)
+{
+    size_t elem = ((size_t)m->value_size + 7) / 8 * 8;
+    size_t n = elem * m->max_entries;
+    long page = sysconf(_SC_PAGESIZE);
+    return (n + (size_t)page - 1) / (size_t)page * (size_t)page;
+}
+
+static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    uint8_t data[ETH_HLEN + sizeof *a];
+    memset(data, 0, ETH_HLEN);
+    memcpy(data + ETH_HLEN, a, sizeof *a);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = sizeof data, .repeat = 1);
+    if (bpf_prog_test_run_opts(s->prog_fd[k], &opts) != 0)
+        return qp_fail(err, "BPF kernel %s: test run failed: %s", qp_kernel_name(k), strerror(errno));
+    if (opts.retval != 0)
+        return qp_fail(err, "BPF kernel %s rejected its arguments", qp_kernel_name(k));
+    return 0;
+}
+
+static void bpfb_destroy(struct qp_backend *b)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (s->mapped[i])
+            munmap(s->mapped[i], s->mapped_len[i]);
+    qrun__destroy(s->skel);
+    free(s);
+}
+
+static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        struct bpf_map *m = map_of(s->skel, i);
+        if (bpf_map__set_value_size(m, plan->maps[i].value_size) ||
+            bpf_map__set_max_entries(m, plan->maps[i].max_entries))
+            return qp_fail(err, "cannot size BPF map %s", plan->maps[i].name);
+    }
+    s->skel->rodata->CFG = plan->cfg;
+    return 0;
+}
+
+static const char *load_hint(int e)
+{
+    if (e == EPERM || e == EACCES)
+        return "qrun needs root or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN to load BPF programs";
+    if (e == ENOMEM || e == E2BIG)
+        return "the kernel refused the memory for the BPF maps; try --stream or a smaller format";
+    return NULL;
+}
+
+/* Copies each segment's bytes into the map, then unmaps weight maps (their
+ * memory stays in the kernel); state maps stay mapped for reading. */
+static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *spec = &plan->maps[i];
+        size_t len = map_bytes(spec);
+        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, i)), 0);
+        if (p == MAP_FAILED)
+            return qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", spec->name, len, strerror(errno));
+        for (uint32_t k = 0; k < spec->n_segs; k++) {
+            const struct qp_segment *seg = &spec->segs[k];
+            memcpy((uint8_t *)p + (size_t)seg->first_key * spec->value_size, seg->data,
+                   (size_t)seg->n_keys * spec->value_size);
+        }
+        if (spec->segs) {
+            munmap(p, len);
+        } else {
+            s->mapped[i] = p;
+            s->mapped_len[i] = len;
+        }
+    }
+    return 0;
+}
+
+static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    return id < QP_MAP_COUNT ? s->mapped[id] : NULL;
+}
+
+int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
+{
+    *out = NULL;
+    struct bpfb *s = calloc(1, sizeof *s);
+    if (!s)
+        return qp_fail(err, "out of memory");
+    /* QP_BPF_LOG=1 shows libbpf's messages and the verifier's log */
+    libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
+    s->skel = qrun__open();
+    int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
+    if (!rc && qrun__load(s->skel) != 0) {
+        int e = errno;
+        const char *hint = load_hint(e);
+        rc = qp_fail(err, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "", hint ? hint : "");
+    }
+    if (!rc)
+        rc = fill_maps(s, plan, err);
+    if (rc) {
+        if (s->skel)
+            bpfb_destroy(&s->b);
+        else
+            free(s);
+        return -1;
+    }
+    struct bpf_program *progs[QP_K_COUNT] = {
+        s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
+        s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
+        s->skel->progs.argmax_reduce,
+    };
+    for (int k = 0; k < QP_K_COUNT; k++)
+        s->prog_fd[k] = bpf_program__fd(progs[k]);
+    uint64_t bytes = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        bytes += map_bytes(&plan->maps[i]);
+    s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
+                               .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
+                               .h = s->mapped[QP_MAP_H], .map_bytes = bytes};
+    *out = &s->b;
+    return 0;
+}

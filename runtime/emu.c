@@ -1,0 +1,137 @@
+/* emu.c - the host twin: bpf/qkernels.h compiled for the host. A "map" is
+ * a bounds-checked view: a lookup past the last entry gives NULL exactly as
+ * an array map lookup does, and weight maps read the container in place
+ * through the plan's segments. */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+struct qk_hmap {
+    uint8_t *base;                      /* state maps: value_size * max_entries bytes */
+    const struct qp_segment *segs;      /* weight maps: sorted segments */
+    uint32_t n_segs, value_size, max_entries;
+};
+
+struct qk_host_maps {
+    struct qk_hmap w_hid, w_o, w_down, norms, qk_norms, rope, kcache, vcache, h, x, qkv, qrot, gu, scores,
+        parts, logits, amax, scal;
+};
+
+/* the model the kernels run on; one emu model per process at a time */
+static struct qk_host_maps *qk_host;
+static const struct qk_config *qk_host_cfg;
+#define QK_CFG (*qk_host_cfg)
+
+static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)
+{
+    if (key >= m->max_entries)
+        return NULL;
+    if (!m->segs)
+        return m->base + (uint64_t)key * m->value_size;
+    uint32_t lo = 0, hi = m->n_segs;
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (m->segs[mid].first_key <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    const struct qp_segment *s = &m->segs[lo];
+    if (key < s->first_key || key - s->first_key >= s->n_keys)
+        return NULL;
+    return (void *)(s->data + (uint64_t)(key - s->first_key) * m->value_size);
+}
+
+static long qk_host_loop(uint64_t n, long (*cb)(uint64_t, void *), void *ctx)
+{
+    uint64_t i = 0;
+    while (i < n && cb(i, ctx) == 0)
+        i++;
+    return (long)i;
+}
+
+#include "qkernels.h"
+
+struct emu {
+    struct qp_backend b;
+    struct qk_host_maps maps;
+    struct qk_config cfg;
+    uint8_t *state;                     /* one allocation for every state map */
+};
+
+static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    struct emu *e = (struct emu *)b;
+    qk_host = &e->maps;
+    qk_host_cfg = &e->cfg;
+    int rc;
+    switch (k) {
+    case QP_K_EMBED: rc = qk_embed(a); break;
+    case QP_K_RMSNORM: rc = qk_rmsnorm(a); break;
+    case QP_K_MATVEC: rc = qk_matvec(a); break;
+    case QP_K_ROPE_STORE: rc = qk_rope_store(a); break;
+    case QP_K_ATTENTION: rc = qk_attention(a); break;
+    case QP_K_ATTN_MERGE: rc = qk_attn_merge(a); break;
+    case QP_K_SWIGLU: rc = qk_swiglu(a); break;
+    case QP_K_ARGMAX_REDUCE: rc = qk_argmax_reduce(a); break;
+    default: rc = -1;
+    }
+    return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
+}
+
+static void emu_destroy(struct qp_backend *b)
+{
+    struct emu *e = (struct emu *)b;
+    free(e->state);
+    free(e);
+}
+
+static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
+{
+    struct emu *e = (struct emu *)b;
+    const struct qk_hmap *m = &e->maps.w_hid;
+    return id < QP_MAP_COUNT ? m[id].base : NULL;
+}
+
+int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
+{
+    struct emu *e = calloc(1, sizeof *e);
+    if (!e)
+        return qp_fail(err, "out of memory");
+    e->cfg = plan->cfg;
+    struct qk_hmap *m = &e->maps.w_hid;   /* the fields follow enum qp_map_id's order */
+    uint64_t state = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (!plan->maps[i].segs)
+            state += (uint64_t)plan->maps[i].value_size * plan->maps[i].max_entries;
+    e->state = calloc(1, state);
+    if (!e->state) {
+        free(e);
+        return qp_fail(err, "out of memory for %.1f MB of kernel state", (double)state / 1e6);
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *s = &plan->maps[i];
+        m[i] = (struct qk_hmap){.segs = s->segs, .n_segs = s->n_segs, .value_size = s->value_size,
+                                .max_entries = s->max_entries};
+        if (!s->segs) {
+            m[i].base = e->state + at;
+            at += (uint64_t)s->value_size * s->max_entries;
+        }
+    }
+    e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,
+                               .logits = (const int64_t *)e->maps.logits.base,
+                               .scal = (const struct qk_scalars *)e->maps.scal.base,
+                               .h = (const int64_t *)e->maps.h.base};
+    *out = &e->b;
+    return 0;
+}
+
+const char *qp_kernel_name(enum qp_kernel k)
+{
+    static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
+                                                  "attn_merge", "swiglu", "argmax_reduce"};
+    return k < QP_K_COUNT ? names[k] : "unknown";
+}

@@ -1,0 +1,272 @@
+/* forward.c - the schedule of one token and the two-thread pool.
+ *
+ * Parallel steps are cut into jobs of at most MACS_PER_CALL multiply-adds
+ * (about half a millisecond in BPF) and taken from a shared counter by both
+ * threads; integer sums do not depend on who computes which rows, so the
+ * result is the same bits for any split. */
+#include "forward.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MACS_PER_CALL (2u << 20)
+#define MAX_JOBS 4096
+
+struct job_list {
+    enum qp_kernel kernel;
+    struct qk_args args[MAX_JOBS];
+    uint32_t n;
+    atomic_uint next;           /* next job to take */
+    atomic_uint done;
+    atomic_int failed;
+    qp_err err;
+};
+
+struct qp_forward {
+    struct qp_backend *b;
+    const struct qk_config *cfg;
+    unsigned threads;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, finished;
+    uint64_t generation;        /* bumped for each job list */
+    bool worker_busy;           /* the worker may still touch the job list */
+    bool stop;
+    struct job_list jobs;
+    struct qp_forward_stats stats;
+    pthread_mutex_t stats_mu;
+    void (*on_layer)(void *, uint32_t);
+    void *on_layer_arg;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    double t0 = now_ms();
+    int rc = fw->b->run(fw->b, k, a, err);
+    double ms = now_ms() - t0;
+    pthread_mutex_lock(&fw->stats_mu);
+    fw->stats.calls++;
+    if (ms > fw->stats.max_call_ms) {
+        fw->stats.max_call_ms = ms;
+        snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));
+    }
+    pthread_mutex_unlock(&fw->stats_mu);
+    return rc;
+}
+
+/* Takes jobs until none are left. */
+static void drain(struct qp_forward *fw)
+{
+    struct job_list *j = &fw->jobs;
+    for (;;) {
+        unsigned i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n)
+            return;
+        qp_err err;
+        if (!atomic_load(&j->failed) && call(fw, j->kernel, &j->args[i], &err) != 0 &&
+            atomic_exchange(&j->failed, 1) == 0)
+            j->err = err;
+        atomic_fetch_add(&j->done, 1);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    struct qp_forward *fw = arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&fw->mu);
+    for (;;) {
+        while (!fw->stop && fw->generation == seen)
+            pthread_cond_wait(&fw->wake, &fw->mu);
+        if (fw->stop)
+            break;
+        seen = fw->generation;
+        pthread_mutex_unlock(&fw->mu);
+        drain(fw);
+        pthread_mutex_lock(&fw->mu);
+        fw->worker_busy = false;
+        pthread_cond_signal(&fw->finished);
+    }
+    pthread_mutex_unlock(&fw->mu);
+    return NULL;
+}
+
+/* Runs the prepared job list on every thread and waits for all of it. */
+static int run_jobs(struct qp_forward *fw, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    atomic_store(&j->next, 0);
+    atomic_store(&j->done, 0);
+    atomic_store(&j->failed, 0);
+    if (fw->threads > 1 && j->n > 1) {
+        pthread_mutex_lock(&fw->mu);
+        fw->generation++;
+        fw->worker_busy = true;
+        pthread_cond_signal(&fw->wake);
+        pthread_mutex_unlock(&fw->mu);
+    }
+    drain(fw);
+    if (fw->threads > 1 && j->n > 1) {
+        pthread_mutex_lock(&fw->mu);
+        /* the list is rewritten next: the worker must be back asleep */
+        while (atomic_load(&j->done) < j->n || fw->worker_busy)
+            pthread_cond_wait(&fw->finished, &fw->mu);
+        pthread_mutex_unlock(&fw->mu);
+    }
+    if (atomic_load(&j->failed)) {
+        *err = j->err;
+        return -1;
+    }
+    return 0;
+}
+
+/* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work. */
+static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
+                  uint32_t *slots, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    uint32_t step = MACS_PER_CALL / cols / 4 * 4;
+    step = step < 4 ? 4 : step;
+    j->kernel = QP_K_MATVEC;
+    j->n = 0;
+    for (uint32_t r = 0; r < rows; r += step) {
+        if (j->n == MAX_JOBS || j->n == QK_MAX_ARGMAX_SLOTS)
+            return qp_fail(err, "internal: too many jobs for one matrix");
+        j->args[j->n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
+                                         .end = r + step < rows ? r + step : rows, .slot = j->n};
+        j->n++;
+    }
+    if (slots)
+        *slots = j->n;
+    return run_jobs(fw, err);
+}
+
+/* Attention (head, chunk) tasks, a few per job; then the per-head merge. */
+static int attention(struct qp_forward *fw, uint32_t layer, uint32_t pos, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    uint32_t chunks = pos / QK_ATTN_CHUNK + 1, tasks = c->n_heads * chunks;
+    uint32_t per_task = (pos + 1 < QK_ATTN_CHUNK ? pos + 1 : QK_ATTN_CHUNK) * c->head_dim * 2;
+    uint32_t step = MACS_PER_CALL / per_task;
+    step = step < 1 ? 1 : step;
+    uint32_t parts = fw->threads > 1 ? 2 : 1;  /* at least one job per thread */
+    if (step > (tasks + parts - 1) / parts)
+        step = (tasks + parts - 1) / parts;
+    struct job_list *j = &fw->jobs;
+    j->kernel = QP_K_ATTENTION;
+    j->n = 0;
+    for (uint32_t t = 0; t < tasks; t += step)
+        j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos, .begin = t,
+                                           .end = t + step < tasks ? t + step : tasks};
+    if (run_jobs(fw, err))
+        return -1;
+    struct qk_args a = {.layer = layer, .pos = pos, .begin = 0, .end = c->n_heads};
+    return call(fw, QP_K_ATTN_MERGE, &a, err);
+}
+
+static int layer(struct qp_forward *fw, uint32_t l, uint32_t pos, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    struct qk_args norm_attn = {.layer = l, .mode = QK_NORM_ATTN};
+    struct qk_args norm_mlp = {.layer = l, .mode = QK_NORM_MLP};
+    struct qk_args rope = {.layer = l, .pos = pos};
+    struct qk_args none = {0};
+    return call(fw, QP_K_RMSNORM, &norm_attn, err) ||
+           matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, NULL, err) ||
+           call(fw, QP_K_ROPE_STORE, &rope, err) || attention(fw, l, pos, err) ||
+           matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, NULL, err) ||
+           call(fw, QP_K_RMSNORM, &norm_mlp, err) ||
+           matvec(fw, l, QK_MV_GATE_UP, 2 * c->inter, c->hidden, NULL, err) ||
+           call(fw, QP_K_SWIGLU, &none, err) ||
+           matvec(fw, l, QK_MV_DOWN, c->hidden, c->inter, NULL, err);
+}
+
+int qp_forward_token(struct qp_forward *fw, uint32_t token, uint32_t pos, bool logits, uint32_t *next,
+                     qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    if (token >= c->vocab)
+        return qp_fail(err, "token id %u is outside the vocabulary (%u)", token, c->vocab);
+    if (pos >= c->ctx)
+        return qp_fail(err, "position %u is past the context of %u tokens (see -c)", pos, c->ctx);
+    struct qk_args embed = {.token = token};
+    if (call(fw, QP_K_EMBED, &embed, err))
+        return -1;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        if (layer(fw, l, pos, err))
+            return -1;
+        if (fw->on_layer)
+            fw->on_layer(fw->on_layer_arg, l);
+    }
+    if (!logits)
+        return 0;
+    struct qk_args norm = {.mode = QK_NORM_FINAL};
+    uint32_t slots;
+    if (call(fw, QP_K_RMSNORM, &norm, err) || matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, &slots, err))
+        return -1;
+    struct qk_args reduce = {.n_slots = slots};
+    if (call(fw, QP_K_ARGMAX_REDUCE, &reduce, err))
+        return -1;
+    if (next)
+        *next = fw->b->scal->argmax_index;
+    return 0;
+}
+
+int qp_forward_create(struct qp_forward **out, struct qp_backend *b, const struct qp_plan *plan,
+                      unsigned threads, qp_err *err)
+{
+    struct qp_forward *fw = calloc(1, sizeof *fw);
+    if (!fw)
+        return qp_fail(err, "out of memory");
+    fw->b = b;
+    fw->cfg = &plan->cfg;
+    fw->threads = threads > 1 ? 2 : 1;
+    pthread_mutex_init(&fw->mu, NULL);
+    pthread_mutex_init(&fw->stats_mu, NULL);
+    pthread_cond_init(&fw->wake, NULL);
+    pthread_cond_init(&fw->finished, NULL);
+    if (fw->threads > 1 && pthread_create(&fw->worker, NULL, worker_main, fw) != 0)
+        fw->threads = 1;
+    *out = fw;
+    return 0;
+}
+
+void qp_forward_destroy(struct qp_forward *fw)
+{
+    if (!fw)
+        return;
+    if (fw->threads > 1) {
+        pthread_mutex_lock(&fw->mu);
+        fw->stop = true;
+        pthread_cond_signal(&fw->wake);
+        pthread_mutex_unlock(&fw->mu);
+        pthread_join(fw->worker, NULL);
+    }
+    pthread_mutex_destroy(&fw->mu);
+    pthread_mutex_destroy(&fw->stats_mu);
+    pthread_cond_destroy(&fw->wake);
+    pthread_cond_destroy(&fw->finished);
+    free(fw);
+}
+
+void qp_forward_on_layer(struct qp_forward *fw, void (*cb)(void *, uint32_t), void *arg)
+{
+    fw->on_layer = cb;
+    fw->on_layer_arg = arg;
+}
+
+const struct qp_forward_stats *qp_forward_stats(const struct qp_forward *fw)
+{
+    return &fw->stats;
+}

@@ -1,0 +1,48 @@
+/* plan.h - how a container becomes the kernels' memory: the model constants
+ * (struct qk_config, BPF rodata), the size of every map, and which tensor
+ * bytes land at which map key. The BPF backend copies by this plan; the host
+ * twin reads the container through it without copying. */
+#ifndef QP_PLAN_H
+#define QP_PLAN_H
+
+#include "error.h"
+#include "qpk.h"
+#include "qrun_abi.h"
+
+enum qp_map_id {
+    QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_NORMS, QP_MAP_QK_NORMS, QP_MAP_ROPE,
+    QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
+    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_COUNT,
+};
+
+/* a run of map keys filled from one source */
+struct qp_segment {
+    uint32_t first_key, n_keys;
+    const uint8_t *data;        /* n_keys * value_size bytes */
+};
+
+struct qp_mapspec {
+    const char *name;           /* as in qrun.bpf.c, without the m_ prefix */
+    uint32_t value_size, max_entries;
+    struct qp_segment *segs;    /* sorted by first_key; NULL for state maps */
+    uint32_t n_segs;
+};
+
+struct qp_plan {
+    struct qk_config cfg;
+    struct qp_mapspec maps[QP_MAP_COUNT];
+    int32_t *rope_table;        /* [ctx][head_dim / 2][cos, sin] Q30 */
+    uint64_t weight_bytes;      /* bytes of weight maps (w_*, norms) */
+    uint64_t state_bytes;       /* every other map */
+    uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers */
+};
+
+/* Builds the plan for a context of ctx positions (1..max_positions). */
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_err *err);
+void qp_plan_free(struct qp_plan *p);
+
+/* Host-side softfloat of a positive finite double (load-time constants). */
+struct qm_sf qp_sf_from_double(double v);
+double qp_sf_to_double(struct qm_sf v);
+
+#endif

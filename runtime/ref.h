@@ -1,0 +1,28 @@
+/* ref.h - the float reference: a float64 Qwen3 forward pass straight from a
+ * Hugging Face checkpoint folder (BF16/F16/F32 safetensors), sharing no code
+ * with the fixed-point path. It is what accuracy is measured against. */
+#ifndef QP_REF_H
+#define QP_REF_H
+
+#include <stdint.h>
+
+#include "error.h"
+#include "hf_config.h"
+
+struct ref_model;
+
+/* Opens dir (config.json + safetensors) with room for ctx positions. */
+int ref_open(struct ref_model **m, const char *dir, uint32_t ctx, qp_err *err);
+void ref_close(struct ref_model *m);
+
+const struct qwen3_config *ref_config(const struct ref_model *m);
+
+/* Runs token at position pos (positions must come in order 0, 1, 2, ...;
+ * pos 0 starts over) and writes vocab logits. */
+int ref_forward(struct ref_model *m, uint32_t token, uint32_t pos, double *logits, qp_err *err);
+
+/* After ref_forward: the residual stream after layer l (hidden doubles),
+ * l = n_layers meaning after the final norm. */
+const double *ref_hidden_after(const struct ref_model *m, uint32_t layer);
+
+#endif

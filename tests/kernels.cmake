@@ -1,0 +1,10 @@
+# kernels: qmath and every kernel, BPF build against the host twin
+qp_add_check_test(test_qmath SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qmath.c LIBS qprun)
+add_dependencies(test_qmath qmath_test_skel)
+target_include_directories(test_qmath PRIVATE ${CMAKE_SOURCE_DIR}/bpf ${BPF_SKEL_DIR})
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/test_qmath.c PROPERTIES COMPILE_OPTIONS "-Wno-unknown-pragmas")
+
+qp_add_check_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c LIBS qprun TIMEOUT 900)
+add_dependencies(test_forward qp-gen-checkpoint qpack)
+target_compile_definitions(test_forward PRIVATE
+    QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>" QP_QPACK="$<TARGET_FILE:qpack>")

@@ -1,0 +1,184 @@
+/* test_qmath.c - qmath.h: every function's BPF build equals its host build
+ * bit for bit on edge and random inputs, and the approximations stay within
+ * their stated error of float64 math. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "qmath_test.h"
+#include "qmath_test.skel.h"
+
+static struct qmath_test *skel;
+static struct qmt_case *io;     /* the mmapped map */
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next_u64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void setup(void)
+{
+    skel = qmath_test__open_and_load();
+    ck_assert_msg(skel, "cannot load qmath_test.bpf.o (needs root)");
+    io = mmap(NULL, sizeof(struct qmt_case) * QMT_BATCH, PROT_READ | PROT_WRITE, MAP_SHARED,
+              bpf_map__fd(skel->maps.io), 0);
+    ck_assert(io != MAP_FAILED);
+}
+
+static void teardown(void)
+{
+    munmap(io, sizeof(struct qmt_case) * QMT_BATCH);
+    qmath_test__destroy(skel);
+}
+
+static void run_bpf(uint32_t fn, uint32_t n)
+{
+    uint8_t data[14 + 8] = {0};
+    uint32_t args[2] = {fn, n};
+    memcpy(data + 14, args, sizeof args);
+    LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = data, .data_size_in = sizeof data, .repeat = 1);
+    ck_assert_int_eq(bpf_prog_test_run_opts(bpf_program__fd(skel->progs.qmath_eval), &o), 0);
+    ck_assert_int_eq(o.retval, 0);
+}
+
+/* inputs for fn: edge values first, then random ones shaped to its domain */
+static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
+{
+    static const int64_t edges[] = {0, 1, -1, 2, -2, 3, (1ll << 24), -(1ll << 24), INT32_MAX, INT32_MIN,
+                                    (1ll << 62), -(1ll << 62), INT64_MAX, INT64_MIN + 1};
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t r = next_u64();
+        int64_t a = i < 14 ? edges[i] : (int64_t)(r >> (next_u64() % 64));
+        if (next_u64() & 1)
+            a = -a;
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].a = a;
+        switch (fn) {
+        case QMT_RSHIFT_ROUND: c[i].b = (int64_t)(next_u64() % 64); break;
+        case QMT_SCALE_POW2:
+            c[i].a = a >> 20;
+            c[i].b = (int64_t)(next_u64() % 80) - 60;
+            break;
+        case QMT_MUL_Q30: c[i].b = (int64_t)(next_u64() % (1ull << 31)); break;
+        case QMT_SF_MAKE: c[i].b = (int64_t)(next_u64() % 200) - 100; break;
+        case QMT_SF_MUL:
+        case QMT_SF_ADD:
+        case QMT_LOG2_ARG:
+        case QMT_SF_RSQRT:
+            if (fn != QMT_LOG2_ARG)
+                c[i].a = i == 0 ? 0 : (int64_t)((1ull << 31) | (next_u64() >> 33));
+            c[i].b = (int64_t)(next_u64() % 120) - 60;
+            c[i].c = (int64_t)((1ull << 31) | (next_u64() >> 33));
+            c[i].d = (int64_t)(next_u64() % 120) - 60;
+            if (fn == QMT_LOG2_ARG)
+                c[i].a = (int64_t)(next_u64() >> (next_u64() % 64));
+            break;
+        case QMT_EXP2_NEG: c[i].a = (int64_t)(next_u64() % (40ull << 24)); break;
+        case QMT_ACC_TO_Q32:
+            c[i].a = a >> 8;
+            c[i].b = (int64_t)(next_u64() % 60) - 40;
+            break;
+        case QMT_CACHE16:
+            c[i].a = a >> 30;
+            c[i].b = (int64_t)(next_u64() % 60) - 40;
+            c[i].c = (int64_t)(next_u64() % 60) - 40;
+            break;
+        default: break;
+        }
+    }
+}
+
+START_TEST(every_function_matches_its_host_build)
+{
+    static struct qmt_case want[QMT_BATCH];
+    for (uint32_t fn = 0; fn < QMT_COUNT; fn++) {
+        for (int round = 0; round < 4; round++) {
+            fill_inputs(fn, want, QMT_BATCH);
+            memcpy(io, want, sizeof want);
+            run_bpf(fn, QMT_BATCH);
+            for (uint32_t i = 0; i < QMT_BATCH; i++) {
+                qmt_eval(fn, &want[i]);
+                ck_assert_msg(want[i].r0 == io[i].r0 && want[i].r1 == io[i].r1,
+                              "fn %u case %u (a=%lld b=%lld c=%lld d=%lld): host %lld/%lld, bpf %lld/%lld", fn, i,
+                              (long long)want[i].a, (long long)want[i].b, (long long)want[i].c,
+                              (long long)want[i].d, (long long)want[i].r0, (long long)want[i].r1,
+                              (long long)io[i].r0, (long long)io[i].r1);
+            }
+        }
+    }
+}
+END_TEST
+
+/* 2^-u: on [0, 1) (no integer shift) relative error below 3e-9; over
+ * [0, 31) within 4 Q30 steps */
+START_TEST(exp2_neg_is_accurate)
+{
+    double worst_rel = 0, worst_abs = 0;
+    for (uint64_t u = 0; u < (31ull << 24); u += 997) {
+        double want = ldexp(pow(2.0, -ldexp((double)u, -24)), 30);
+        double got = qm_exp2_neg_q30(u);
+        if (u < (1u << 24))
+            worst_rel = fmax(worst_rel, fabs(got - want) / want);
+        worst_abs = fmax(worst_abs, fabs(got - want));
+    }
+    printf("qm_exp2_neg_q30: max relative error %.3g on [0,1), max absolute error %.3g Q30 steps\n",
+           worst_rel, worst_abs);
+    ck_assert_msg(worst_rel < 3e-9, "exp2 relative error %g", worst_rel);
+    ck_assert_msg(worst_abs <= 4.0, "exp2 absolute error %g steps", worst_abs);
+}
+END_TEST
+
+START_TEST(rsqrt_is_accurate)
+{
+    double worst = 0;
+    for (int i = 0; i < 200000; i++) {
+        struct qm_sf x = {(1ull << 31) | (next_u64() >> 33), (int32_t)(next_u64() % 100) - 80};
+        struct qm_sf r = qm_sf_rsqrt(x);
+        double want = 1.0 / sqrt(ldexp((double)x.m, x.e));
+        worst = fmax(worst, fabs(ldexp((double)r.m, r.e) - want) / want);
+    }
+    printf("qm_sf_rsqrt: max relative error %.3g\n", worst);
+    ck_assert_msg(worst < 4e-9, "rsqrt relative error %g", worst);
+}
+END_TEST
+
+START_TEST(sigmoid_is_accurate)
+{
+    double worst = 0;
+    for (int i = 0; i < 200000; i++) {
+        int64_t x = (int64_t)(next_u64() % (40ull << 32)) - (20ll << 32);
+        double want = 1.0 / (1.0 + exp(-ldexp((double)x, -32)));
+        worst = fmax(worst, fabs(ldexp((double)qm_sigmoid_q30(x), -30) - want));
+    }
+    printf("qm_sigmoid_q30: max absolute error %.3g\n", worst);
+    ck_assert_msg(worst < 5e-8, "sigmoid absolute error %g", worst);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("qmath");
+    TCase *bpf = tcase_create("bpf_equals_host");
+    tcase_add_unchecked_fixture(bpf, setup, teardown);
+    tcase_add_test(bpf, every_function_matches_its_host_build);
+    suite_add_tcase(s, bpf);
+    TCase *acc = tcase_create("accuracy");
+    tcase_add_test(acc, exp2_neg_is_accurate);
+    tcase_add_test(acc, rsqrt_is_accurate);
+    tcase_add_test(acc, sigmoid_is_accurate);
+    suite_add_tcase(s, acc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
