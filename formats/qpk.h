@@ -66,7 +66,7 @@ enum qpk_role {
 enum qpk_encoding {
     /* int32 little-endian, value = q * 2^-24, range (-128, 128). Matrices,
      * tiled for the kernels: blocks of 4 rows, each block a sequence of
-     * 4-row x 16-column tiles stored row by row (see QPK.md). */
+     * 4-row x 16-column tiles stored row by row (QPK.md, "Layout of q24"). */
     QPK_ENC_Q24 = 1,
     /* int32 little-endian, value = q * 2^-scale_exp with a per-tensor
      * scale_exp in [0, 62] chosen so max |q| <= 2^30. Norm scales: holds
@@ -114,7 +114,7 @@ struct qpk_tensor {
     uint32_t rows, cols;      /* logical shape; a vector has rows == 1 */
     int32_t scale_exp;        /* value = q * 2^-scale_exp */
     uint32_t group_size;      /* 0: no groups */
-    uint32_t rows_per_block;  /* rows interleaved per block; 1 for Q24/I32S */
+    uint32_t rows_per_block;  /* rows interleaved per block: 4 for Q24, 1 for I32S */
     uint64_t row_stride;      /* bytes from one row block to the next */
     uint64_t offset;          /* absolute, QPK_DATA_ALIGN-aligned */
     uint64_t nbytes;          /* = (rows / rows_per_block) * row_stride */

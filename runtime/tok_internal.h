@@ -141,6 +141,7 @@ struct qp_tok {
     bpe_merge *heap;
     size_t heap_cap;
     qp_tok_text mapped;      /* a word in byte-level characters (ignore_merges) */
+    qp_tok_text normalized;  /* NFC of the segment being encoded */
     struct span { size_t off, len; } *spans, *spans2;
     size_t spans_cap, spans2_cap;
 };
@@ -170,6 +171,10 @@ static inline uint64_t tok_hash64(const void *data, size_t n)
 
 /* tok_load.c */
 int32_t tok_vocab_find(const qp_tok *tok, const char *s, size_t n);
+
+/* tok_nfc.c: appends NFC(s[0..n)) as tokenizers computes it (s must be
+ * well-formed UTF-8). */
+int tok_nfc(const char *s, size_t n, qp_tok_text *out, qp_err *err);
 
 /* tok_regex.c: translates an Oniguruma pattern (what tokenizers runs) to
  * PCRE2 syntax and compiles it with JIT; literal = 1 for a plain string. */

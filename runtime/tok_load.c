@@ -16,7 +16,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <utf8proc.h>
 
 #include "tok_internal.h"
 #include "tok_json.h"
@@ -738,17 +737,15 @@ static int added_pattern(qp_tok *tok, added_token *t, const char *content, qp_er
         t->len = (uint32_t)n;
         return 0;
     }
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)content, (utf8proc_ssize_t)n, &nfc,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (m < 0)
-        return qp_fail(err, "%s: added token \"%s\": %s", tok->name, content, utf8proc_errmsg(m));
-    int r = store_string(tok, (const char *)nfc, (size_t)m, &t->off);
-    free(nfc);
-    if (r)
-        return qp_fail(err, "%s: out of memory", tok->name);
-    t->len = (uint32_t)m;
-    return 0;
+    qp_tok_text nfc = {0};
+    if (tok_nfc(content, n, &nfc, err)) {
+        qp_tok_text_free(&nfc);
+        return -1;
+    }
+    int r = store_string(tok, nfc.s ? nfc.s : "", nfc.len, &t->off);
+    t->len = (uint32_t)nfc.len;
+    qp_tok_text_free(&nfc);
+    return r ? qp_fail(err, "%s: out of memory", tok->name) : 0;
 }
 
 /* Reads one added token, giving it the id Hugging Face does: the
@@ -1036,6 +1033,7 @@ void qp_tok_free(qp_tok *tok)
     free(tok->spans);
     free(tok->spans2);
     qp_tok_text_free(&tok->mapped);
+    qp_tok_text_free(&tok->normalized);
     free((char *)tok->name);
     free(tok);
 }

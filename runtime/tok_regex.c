@@ -15,14 +15,18 @@
  * Refused with an error rather than guessed: \W and \H inside a class,
  * nested classes and && intersections.
  *
- * Character properties (\p{L}, \p{N}) come from PCRE2's Unicode tables
- * (Unicode 14 in PCRE2 10.42); characters assigned in later Unicode
- * versions may be classed differently from tokenizers' Oniguruma.
+ *   \p{L} \p{N} (and \pL \pN, \P{L} \P{N} outside classes): PCRE2 10.42's
+ *           tables are Unicode 14, tokenizers' Oniguruma's are Unicode 16;
+ *           the letters and numbers assigned since (tok_unicode_tables.h,
+ *           taken from the oracle) are added to the class.
+ * Other properties (\p{Lu}, \p{Han}...) and \d, \w's digits still follow
+ * PCRE2's Unicode version.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "tok_internal.h"
+#include "tok_unicode_tables.h"
 
 static const char WORD_SET[] = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
 static const char HEX_SET[] = "0-9a-fA-F";
@@ -30,6 +34,47 @@ static const char HEX_SET[] = "0-9a-fA-F";
 static int put(qp_tok_text *out, const char *s)
 {
     return qp_tok_text_append(out, s, strlen(s));
+}
+
+/* \p{L} or \p{N} with tokenizers' newer letters/numbers, as class items. */
+static int put_property_items(qp_tok_text *out, char which)
+{
+    const uint32_t(*extra)[2] = which == 'L' ? TOK_EXTRA_LETTERS : TOK_EXTRA_NUMBERS;
+    size_t n = which == 'L' ? sizeof(TOK_EXTRA_LETTERS) / sizeof(TOK_EXTRA_LETTERS[0])
+                            : sizeof(TOK_EXTRA_NUMBERS) / sizeof(TOK_EXTRA_NUMBERS[0]);
+    char buf[40];
+    snprintf(buf, sizeof(buf), "\\p{%c}", which);
+    if (put(out, buf))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(buf, sizeof(buf), "\\x{%X}-\\x{%X}", extra[i][0], extra[i][1]);
+        if (put(out, buf))
+            return -1;
+    }
+    return 0;
+}
+
+/* Writes \p{L} / \p{N} (negate: \P), extended, in or out of a class.
+ * Returns 1 when a negated property inside a class has to stay as it is. */
+static int put_property(qp_tok_text *out, char which, int negate, int in_class)
+{
+    if (in_class)
+        return negate ? 1 : put_property_items(out, which);
+    return put(out, negate ? "[^" : "[") || put_property_items(out, which) || put(out, "]") ? -1 : 0;
+}
+
+/* Length of a \p{L}, \pL, \p{N} or \pN at p (p[0] == '\\'), else 0. */
+static size_t letter_or_number(const char *p, const char *end, char *which)
+{
+    if (end - p >= 5 && p[2] == '{' && (p[3] == 'L' || p[3] == 'N') && p[4] == '}') {
+        *which = p[3];
+        return 5;
+    }
+    if (end - p >= 3 && (p[2] == 'L' || p[2] == 'N')) {
+        *which = p[2];
+        return 3;
+    }
+    return 0;
 }
 
 /* Writes set (class contents) as a class outside brackets, as-is inside. */
@@ -63,7 +108,11 @@ static size_t escape(const char *p, const char *end, int in_class, qp_tok_text *
     case 'S': r = put(out, "\\P{White_Space}"); break;
     case 'd': r = put(out, "\\p{Nd}"); break;
     case 'D': r = put(out, "\\P{Nd}"); break;
-    case 'w': r = put_set(out, WORD_SET, 0, in_class); break;
+    case 'w':
+        /* letters extended like \p{L} */
+        r = (!in_class && put(out, "[")) || put_property_items(out, 'L') ||
+            put(out, WORD_SET + 5) || (!in_class && put(out, "]"));
+        break;
     case 'h': r = put_set(out, HEX_SET, 0, in_class); break;
     case 'W':
     case 'H':
@@ -88,7 +137,18 @@ static size_t escape(const char *p, const char *end, int in_class, qp_tok_text *
         return 6;
     }
     case 'p':
-    case 'P':
+    case 'P': {
+        char which;
+        size_t n = letter_or_number(p, end, &which);
+        if (n) {
+            int k = put_property(out, which, c == 'P', in_class);
+            if (k < 0) {
+                r = -1;
+                break;
+            }
+            if (k == 0)
+                return n;
+        }
         if (p + 3 < end && p[2] == '{' && p[3] == '^') { /* \p{^X} is \P{X} */
             r = put(out, c == 'p' ? "\\P{" : "\\p{");
             if (r)
@@ -97,6 +157,7 @@ static size_t escape(const char *p, const char *end, int in_class, qp_tok_text *
         }
         r = qp_tok_text_append(out, p, 2);
         break;
+    }
     default:
         r = qp_tok_text_append(out, p, 1 + char_len(p + 1));
         if (r)

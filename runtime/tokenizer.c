@@ -256,14 +256,11 @@ static int encode_segment(qp_tok *tok, const char *s, size_t n, qp_tok_ids *out,
 {
     if (!tok->nfc || nfc_inert(s, n))
         return split_added(tok, &tok->norm_set, s, n, encode_plain, out, err);
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (m < 0)
-        return qp_fail(err, "NFC normalization failed: %s", utf8proc_errmsg(m));
-    int r = split_added(tok, &tok->norm_set, (const char *)nfc, (size_t)m, encode_plain, out, err);
-    free(nfc);
-    return r;
+    tok->normalized.len = 0;
+    if (tok_nfc(s, n, &tok->normalized, err))
+        return -1;
+    return split_added(tok, &tok->norm_set, tok->normalized.s ? tok->normalized.s : "",
+                       tok->normalized.len, encode_plain, out, err);
 }
 
 int qp_tok_encode(qp_tok *tok, const char *text, size_t len, qp_tok_ids *out, qp_err *err)

@@ -1,0 +1,845 @@
+/* test_qpk.c - the .qpk container end to end: the q24 table against an
+ * independent float computation, `qpack pack` output against a reference
+ * conversion of the source safetensors, sharding invariance, `qpack verify`
+ * on corrupted files, the reader's structural checks on patched images,
+ * atomic writes, and `qpack info --json`.
+ *
+ * qpack and qp-gen-checkpoint are run as programs (paths from the build). */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "le.h"
+#include "q24.h"
+#include "qpk.h"
+#include "safetensors.h"
+
+/* ----------------------------------------------------------------- helpers */
+
+static char dir[64];
+
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void make_dir(void)
+{
+    strcpy(dir, "/tmp/qp_qpk_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* dir/name, in one of 8 rotating buffers */
+static const char *path_of(const char *fmt, ...)
+{
+    static char buf[8][256];
+    static int next;
+    char *p = buf[next++ % 8], name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    snprintf(p, 256, "%s/%s", dir, name);
+    return p;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = calloc((size_t)n + 1, 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+static void spit(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Output (stdout + stderr) of the last run(), NUL-terminated. */
+static char *out_text;
+
+/* Runs a shell command (printf-style), output in out_text; returns the exit status. */
+static int run(const char *fmt, ...)
+{
+    char cmd[2048], full[2400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s >%s/run.out 2>&1", cmd, dir);
+    int status = system(full);
+    free(out_text);
+    out_text = slurp(path_of("run.out"), NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void gen(const char *out, const char *args)
+{
+    int rc = run("%s %s %s", QP_GEN_CHECKPOINT, path_of("%s", out), args);
+    ck_assert_msg(rc == 0, "qp-gen-checkpoint %s failed: %s", args, out_text);
+}
+
+static void pack(const char *src, const char *out)
+{
+    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("%s", src), path_of("%s", out));
+    ck_assert_msg(rc == 0, "qpack pack %s failed: %s", src, out_text);
+}
+
+static void assert_out_has(const char *needle)
+{
+    ck_assert_msg(strstr(out_text, needle) != NULL, "expected '%s' in: %s", needle, out_text);
+}
+
+/* Independent reference: BF16 bits -> float -> round(v * 2^24), ties to even. */
+static bool ref_q24(uint16_t bits, int32_t *q)
+{
+    uint32_t u = (uint32_t)bits << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    if (!isfinite(v))
+        return false;
+    double d = nearbyint(ldexp((double)v, 24));
+    if (fabs(d) > 2147483647.0)
+        return false;
+    *q = (int32_t)d;
+    return true;
+}
+
+static float bf16_value(const struct st_tensor *s, uint64_t i)
+{
+    uint32_t u = (uint32_t)(s->data[2 * i] | s->data[2 * i + 1] << 8) << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static int32_t stored_i32(const uint8_t *p) { return (int32_t)le32(p); }
+
+/* ------------------------------------------------------ 1. the q24 table */
+
+START_TEST(q24_table_matches_float_reference_for_every_bf16)
+{
+    uint32_t fits = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        int32_t got = 0x5a5a5a5a, want = 0;
+        bool ok = q24_from_bf16((uint16_t)b, &got);
+        bool want_ok = ref_q24((uint16_t)b, &want);
+        ck_assert_msg(ok == want_ok, "bf16 0x%04x: fits %d, reference %d", b, ok, want_ok);
+        if (ok) {
+            ck_assert_msg(got == want, "bf16 0x%04x: q %d, reference %d", b, got, want);
+            fits++;
+        }
+    }
+    /* everything with |v| < 128 fits: exponents below 134 in both signs */
+    ck_assert_uint_eq(fits, 2 * 134 * 128);
+}
+END_TEST
+
+/* --------------------------------------- 2. pack against the reference */
+
+/* Checks every tensor of the container at qpk_path against the BF16 values
+ * of the checkpoint in src_dir. */
+static void check_against_source(const char *src_dir, const char *qpk_path, bool tied)
+{
+    qp_err err = {{0}};
+    struct st_model m;
+    ck_assert_msg(st_open_dir(&m, src_dir, &err) == 0, "%s", err.msg);
+    struct qpk_file f;
+    ck_assert_msg(qpk_open(&f, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
+
+    ck_assert_int_eq(!!(f.cfg.flags & QPK_CONFIG_TIED), tied);
+    ck_assert_int_eq(qpk_tensor_of(&f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER) == NULL, tied);
+    ck_assert_uint_eq(f.n_tensors, 3 + 11 * f.cfg.n_layers - (tied ? 1 : 0));
+
+    for (uint32_t ti = 0; ti < f.n_tensors; ti++) {
+        const struct qpk_tensor *t = &f.tensors[ti];
+        const struct st_tensor *s = st_find(&m, t->name);
+        ck_assert_msg(s != NULL, "%s: not in the source", t->name);
+        ck_assert_int_eq(s->dtype, ST_BF16);
+        ck_assert_uint_eq(s->numel, (uint64_t)t->rows * t->cols);
+        if (t->encoding == QPK_ENC_Q24) {
+            ck_assert_int_eq(t->scale_exp, 24);
+            ck_assert_uint_eq(t->row_stride, (uint64_t)t->cols * 4 * QPK_Q24_TILE_ROWS);
+            for (uint32_t r = 0; r < t->rows; r++)
+                for (uint32_t c = 0; c < t->cols; c++) {
+                    uint64_t i = (uint64_t)r * t->cols + c;
+                    uint16_t bits = (uint16_t)(s->data[2 * i] | s->data[2 * i + 1] << 8);
+                    int32_t want;
+                    ck_assert(ref_q24(bits, &want));
+                    uint32_t b = r / QPK_Q24_TILE_ROWS, k = r % QPK_Q24_TILE_ROWS;
+                    uint32_t tile = c / QPK_Q24_TILE_COLS, j = c % QPK_Q24_TILE_COLS;
+                    uint64_t pos = (uint64_t)b * t->row_stride +
+                                   4 * ((uint64_t)tile * QPK_Q24_TILE_ROWS * QPK_Q24_TILE_COLS +
+                                        k * QPK_Q24_TILE_COLS + j);
+                    int32_t got = stored_i32(t->data + pos);
+                    ck_assert_msg(got == want, "%s[%u, %u]: %d, reference %d", t->name, r, c, got, want);
+                }
+        } else {
+            ck_assert_int_eq(t->encoding, QPK_ENC_I32S);
+            ck_assert_uint_eq(t->rows, 1);
+            ck_assert_uint_eq(t->row_stride, ((uint64_t)t->cols * 4 + 7) / 8 * 8);
+            int e = t->scale_exp;
+            double max_q = 0, max_q_next = 0;
+            for (uint32_t c = 0; c < t->cols; c++) {
+                double v = bf16_value(s, c);
+                double want = nearbyint(ldexp(v, e));
+                max_q = fmax(max_q, fabs(want));
+                max_q_next = fmax(max_q_next, fabs(nearbyint(ldexp(v, e + 1))));
+                int32_t got = stored_i32(t->data + 4 * (uint64_t)c);
+                ck_assert_msg((double)got == want, "%s[%u]: %d, reference %.0f (scale_exp %d)", t->name,
+                              c, got, want, e);
+            }
+            for (uint64_t pad = (uint64_t)t->cols * 4; pad < t->row_stride; pad++)
+                ck_assert_uint_eq(t->data[pad], 0);
+            /* the largest exponent that keeps every |q| <= 2^30 */
+            ck_assert(max_q <= 1073741824.0);
+            ck_assert_msg(e == 62 || max_q_next > 1073741824.0, "%s: scale_exp %d is not the largest",
+                          t->name, e);
+        }
+    }
+    qpk_close(&f);
+    st_close(&m);
+}
+
+START_TEST(pack_tied_matches_reference_conversion)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 11");
+    pack("ck", "out.qpk");
+    check_against_source(path_of("ck"), path_of("out.qpk"), true);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(pack_untied_matches_reference_and_stores_lm_head)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 12 --untied");
+    pack("ck", "out.qpk");
+    check_against_source(path_of("ck"), path_of("out.qpk"), false);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(pack_stress_values_match_reference_conversion)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 13 --stress --untied");
+    pack("ck", "out.qpk");
+    check_against_source(path_of("ck"), path_of("out.qpk"), false);
+    remove_dir();
+}
+END_TEST
+
+/* ------------------------------------------- 3. sharding does not matter */
+
+static void write_tokenizer_files(const char *sub)
+{
+    ck_assert_int_eq(mkdir(path_of("%s", sub), 0755), 0);
+    const char *tok = "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}\n";
+    const char *cfg = "{\"chat_template\": \"{% for m in messages %}{{ m.content }}{% endfor %}\", "
+                      "\"eos_token\": \"<|im_end|>\"}\n";
+    spit(path_of("%s/tokenizer.json", sub), tok, strlen(tok));
+    spit(path_of("%s/tokenizer_config.json", sub), cfg, strlen(cfg));
+}
+
+START_TEST(sharded_and_single_file_give_identical_containers)
+{
+    make_dir();
+    write_tokenizer_files("tok");
+    char args[512];
+    snprintf(args, sizeof args, "--preset tiny --seed 21 --untied --tokenizer-dir %s", path_of("tok"));
+    gen("one", args);
+    snprintf(args, sizeof args, "--preset tiny --seed 21 --untied --shards 3 --tokenizer-dir %s",
+             path_of("tok"));
+    gen("three", args);
+    ck_assert_int_eq(access(path_of("three/model.safetensors.index.json"), F_OK), 0);
+    pack("one", "one.qpk");
+    pack("three", "three.qpk");
+
+    qp_err err = {{0}};
+    struct qpk_file a, b;
+    ck_assert_msg(qpk_open(&a, path_of("one.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qpk_open(&b, path_of("three.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
+
+    ck_assert_uint_eq(a.n_sections, b.n_sections);
+    ck_assert_uint_eq(a.n_tensors, b.n_tensors);
+    ck_assert_uint_eq(a.data_offset, b.data_offset);
+    unsigned compared = 0;
+    for (unsigned kind = QPK_SEC_CONFIG; kind <= QPK_SEC_CHAT_TEMPLATE; kind++) {
+        const struct qpk_section *sa = qpk_section_of(&a, kind), *sb = qpk_section_of(&b, kind);
+        ck_assert_msg((sa == NULL) == (sb == NULL), "section %u present in one only", kind);
+        if (!sa)
+            continue;
+        ck_assert_uint_eq(sa->stored_size, sb->stored_size);
+        ck_assert_uint_eq(sa->raw_size, sb->raw_size);
+        ck_assert_uint_eq(sa->xxh3, sb->xxh3);
+        ck_assert_mem_eq(a.map + sa->offset, b.map + sb->offset, sa->stored_size);
+        char *ta, *tb;
+        size_t la, lb;
+        ck_assert_msg(qpk_read_section(&a, kind, &ta, &la, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qpk_read_section(&b, kind, &tb, &lb, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(la, lb);
+        ck_assert_mem_eq(ta, tb, la);
+        free(ta);
+        free(tb);
+        compared++;
+    }
+    ck_assert_uint_eq(compared, 4); /* config, tokenizer, tokenizer_config, chat_template */
+
+    /* the tokenizer went in byte for byte */
+    char *tok, *tok_src;
+    size_t tok_len, tok_src_len;
+    ck_assert(qpk_read_section(&a, QPK_SEC_TOKENIZER, &tok, &tok_len, &err) == 0);
+    tok_src = slurp(path_of("tok/tokenizer.json"), &tok_src_len);
+    ck_assert_uint_eq(tok_len, tok_src_len);
+    ck_assert_mem_eq(tok, tok_src, tok_len);
+    free(tok);
+    free(tok_src);
+
+    const uint8_t *da = a.map + a.dir_offset + (uint64_t)a.n_sections * QPK_SECTION_SIZE;
+    const uint8_t *db = b.map + b.dir_offset + (uint64_t)b.n_sections * QPK_SECTION_SIZE;
+    for (uint32_t i = 0; i < a.n_tensors; i++) {
+        ck_assert_str_eq(a.tensors[i].name, b.tensors[i].name);
+        ck_assert_msg(memcmp(da + (uint64_t)i * QPK_TENSOR_SIZE, db + (uint64_t)i * QPK_TENSOR_SIZE,
+                             QPK_TENSOR_SIZE) == 0, "directory entry of %s differs", a.tensors[i].name);
+        ck_assert_uint_eq(a.tensors[i].nbytes, b.tensors[i].nbytes);
+        ck_assert_msg(memcmp(a.tensors[i].data, b.tensors[i].data, a.tensors[i].nbytes) == 0,
+                      "data of %s differs", a.tensors[i].name);
+    }
+    /* provenance differs by design: it lists the source files */
+    char *pa, *pb;
+    size_t pla, plb;
+    ck_assert(qpk_read_section(&a, QPK_SEC_PROVENANCE, &pa, &pla, &err) == 0);
+    ck_assert(qpk_read_section(&b, QPK_SEC_PROVENANCE, &pb, &plb, &err) == 0);
+    ck_assert_ptr_nonnull(strstr(pb, "model.safetensors.index.json"));
+    ck_assert_ptr_null(strstr(pa, "model.safetensors.index.json"));
+    free(pa);
+    free(pb);
+    qpk_close(&a);
+    qpk_close(&b);
+    remove_dir();
+}
+END_TEST
+
+/* --------------------------------------------------- 4. qpack verify */
+
+static void flip_byte(const char *path, uint64_t off)
+{
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t c;
+    ck_assert_int_eq(pread(fd, &c, 1, (off_t)off), 1);
+    c ^= 0x40;
+    ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)off), 1);
+    close(fd);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    char *buf = slurp(from, &n);
+    spit(to, buf, n);
+    free(buf);
+}
+
+static int verify(const char *name)
+{
+    return run("%s verify %s", QP_QPACK, path_of("%s", name));
+}
+
+START_TEST(verify_accepts_fresh_pack)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 31");
+    pack("ck", "good.qpk");
+    ck_assert_int_eq(verify("good.qpk"), 0);
+    assert_out_has(": ok (");
+    remove_dir();
+}
+END_TEST
+
+START_TEST(verify_names_tensor_with_corrupted_data)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 32");
+    pack("ck", "good.qpk");
+    qp_err err = {{0}};
+    struct qpk_file f;
+    ck_assert_msg(qpk_open(&f, path_of("good.qpk"), 0, &err) == 0, "%s", err.msg);
+    const struct qpk_tensor *t = qpk_tensor_of(&f, QPK_ROLE_GATE, 1);
+    ck_assert_ptr_nonnull(t);
+    uint64_t off = t->offset + t->nbytes / 2;
+    char name[QPK_NAME_MAX], want[QPK_NAME_MAX + 64];
+    strcpy(name, t->name);
+    qpk_close(&f);
+
+    flip_byte(path_of("good.qpk"), off);
+    ck_assert_int_eq(verify("good.qpk"), 1);
+    snprintf(want, sizeof want, "tensor %s: checksum mismatch", name);
+    assert_out_has(want);
+    /* a plain open checks structure only, so info still works */
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("good.qpk")), 0);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(verify_reports_directory_corruption)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 33");
+    pack("ck", "good.qpk");
+    /* a byte of the first tensor's name, and one of a section entry */
+    flip_byte(path_of("good.qpk"), QPK_HEADER_SIZE + 2 * QPK_SECTION_SIZE + 3);
+    ck_assert_int_eq(verify("good.qpk"), 1);
+    assert_out_has("directory checksum mismatch");
+    pack("ck", "good2.qpk");
+    flip_byte(path_of("good2.qpk"), QPK_HEADER_SIZE + 8);
+    ck_assert_int_eq(verify("good2.qpk"), 1);
+    assert_out_has("directory checksum mismatch");
+    remove_dir();
+}
+END_TEST
+
+START_TEST(verify_reports_header_corruption)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 34");
+    pack("ck", "good.qpk");
+    for (uint64_t off = 0; off < QPK_HEADER_SIZE; off++) {
+        copy_file(path_of("good.qpk"), path_of("bad.qpk"));
+        flip_byte(path_of("bad.qpk"), off);
+        ck_assert_int_eq(verify("bad.qpk"), 1);
+        if (off < 8)
+            assert_out_has("bad magic");
+        else if (off < 10)
+            assert_out_has("is not supported (this build reads 1.x)");
+        else
+            assert_out_has("header checksum mismatch");
+    }
+    remove_dir();
+}
+END_TEST
+
+START_TEST(verify_reports_truncation)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 35");
+    pack("ck", "good.qpk");
+    struct stat st;
+    ck_assert_int_eq(stat(path_of("good.qpk"), &st), 0);
+    ck_assert_int_eq(truncate(path_of("good.qpk"), st.st_size - 100), 0);
+    ck_assert_int_eq(verify("good.qpk"), 1);
+    assert_out_has("truncated");
+    ck_assert_int_eq(truncate(path_of("good.qpk"), 64), 0);
+    ck_assert_int_eq(verify("good.qpk"), 1);
+    assert_out_has("smaller than the 128-byte header");
+    remove_dir();
+}
+END_TEST
+
+/* ------------------------------------- 5. structural checks of the reader */
+
+static uint8_t *image;
+static size_t image_len;
+
+/* A fresh valid image of a tiny untied pack in memory. */
+static void load_image(void)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 41 --untied");
+    pack("ck", "good.qpk");
+    image = (uint8_t *)slurp(path_of("good.qpk"), &image_len);
+}
+
+static void free_image(void)
+{
+    free(image);
+    image = NULL;
+    remove_dir();
+}
+
+static void fix_header_checksum(uint8_t *img) { put64(img + 120, XXH3_64bits(img, 120)); }
+
+static void fix_checksums(uint8_t *img)
+{
+    put64(img + 48, XXH3_64bits(img + le64(img + 24), le64(img + 32)));
+    fix_header_checksum(img);
+}
+
+static uint8_t *section_entry(uint8_t *img, uint32_t i) { return img + le64(img + 24) + (uint64_t)i * QPK_SECTION_SIZE; }
+
+static uint8_t *tensor_entry(uint8_t *img, uint32_t i)
+{
+    return img + le64(img + 24) + (uint64_t)le32(img + 40) * QPK_SECTION_SIZE + (uint64_t)i * QPK_TENSOR_SIZE;
+}
+
+/* Opens img; expects failure with a message containing needle. */
+static void expect_open_error(const uint8_t *img, const char *needle)
+{
+    struct qpk_file f;
+    qp_err err = {{0}};
+    int rc = qpk_open_buffer(&f, img, image_len, "img.qpk", 0, &err);
+    if (rc == 0)
+        qpk_close(&f);
+    ck_assert_msg(rc != 0, "opened despite the corruption (expected '%s')", needle);
+    ck_assert_msg(strstr(err.msg, needle) != NULL, "expected '%s' in: %s", needle, err.msg);
+}
+
+static uint8_t *patched(void)
+{
+    uint8_t *p = malloc(image_len);
+    ck_assert_ptr_nonnull(p);
+    memcpy(p, image, image_len);
+    return p;
+}
+
+START_TEST(open_buffer_accepts_valid_image_and_recomputed_checksums)
+{
+    uint8_t *p = patched();
+    fix_checksums(p); /* recomputing unchanged checksums is a no-op */
+    ck_assert_mem_eq(p, image, image_len);
+    struct qpk_file f;
+    qp_err err = {{0}};
+    ck_assert_msg(qpk_open_buffer(&f, p, image_len, "img.qpk", QPK_VERIFY, &err) == 0, "%s", err.msg);
+    qpk_close(&f);
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_unknown_encoding)
+{
+    uint8_t *p = patched();
+    put16(tensor_entry(p, 1) + 68, 9);
+    fix_checksums(p);
+    expect_open_error(p, "has unknown encoding 9");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_shape_mismatch)
+{
+    uint8_t *p = patched();
+    uint8_t *e = tensor_entry(p, 0);
+    put32(e + 72, le32(e + 72) + 4);
+    fix_checksums(p);
+    expect_open_error(p, "does not match the config's");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_unaligned_offset)
+{
+    uint8_t *p = patched();
+    uint8_t *e = tensor_entry(p, 2);
+    put64(e + 96, le64(e + 96) + 8);
+    fix_checksums(p);
+    expect_open_error(p, "is not 4096-aligned");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_tensor_outside_data_region)
+{
+    uint8_t *p = patched();
+    uint8_t *e = tensor_entry(p, 2);
+    uint64_t end = le64(p + 56) + le64(p + 64);
+    put64(e + 96, (end + QPK_DATA_ALIGN) / QPK_DATA_ALIGN * QPK_DATA_ALIGN);
+    fix_checksums(p);
+    expect_open_error(p, "lies outside the data region");
+    /* and one that starts before it (inside the directory's page) */
+    free(p);
+    p = patched();
+    put64(tensor_entry(p, 2) + 96, 0);
+    fix_checksums(p);
+    expect_open_error(p, "lies outside the data region");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_overlapping_tensors)
+{
+    uint8_t *p = patched();
+    /* tensor 1 (a small norm) moved onto tensor 0 (the embedding) */
+    put64(tensor_entry(p, 1) + 96, le64(tensor_entry(p, 0) + 96));
+    fix_checksums(p);
+    expect_open_error(p, "overlaps");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_unknown_section_kind)
+{
+    uint8_t *p = patched();
+    uint32_t last = le32(p + 40) - 1; /* provenance */
+    ck_assert_uint_eq(le32(section_entry(p, last)), QPK_SEC_PROVENANCE);
+    put32(section_entry(p, last), 77);
+    fix_checksums(p);
+    expect_open_error(p, "has unknown kind 77");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_newer_major_version)
+{
+    uint8_t *p = patched();
+    put16(p + 8, 2);
+    fix_header_checksum(p);
+    expect_open_error(p, "version 2.0 is not supported");
+    expect_open_error(p, "made by a newer qpack");
+    free(p);
+}
+END_TEST
+
+START_TEST(open_buffer_rejects_stale_directory_checksum)
+{
+    uint8_t *p = patched();
+    put16(tensor_entry(p, 1) + 68, 9);
+    fix_header_checksum(p); /* dir_xxh3 left stale */
+    expect_open_error(p, "directory checksum mismatch");
+    free(p);
+}
+END_TEST
+
+/* --------------------------------------------------- 6. atomic writes */
+
+static bool has_partial(const char *base)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    bool found = false;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix)))
+            found = true;
+    closedir(d);
+    return found;
+}
+
+static void corrupt_config_hidden(const char *ck)
+{
+    size_t n;
+    char *cfg = slurp(path_of("%s/config.json", ck), &n);
+    char *at = strstr(cfg, "\"hidden_size\": 64");
+    ck_assert_ptr_nonnull(at);
+    memcpy(at, "\"hidden_size\": 32", 17);
+    spit(path_of("%s/config.json", ck), cfg, n);
+    free(cfg);
+}
+
+/* Sets one BF16 value of a tensor in the checkpoint's model.safetensors to +inf. */
+static void poison_value(const char *ck, const char *tensor, uint64_t index)
+{
+    qp_err err = {{0}};
+    struct st_model m;
+    const char *file = path_of("%s/model.safetensors", ck);
+    ck_assert_msg(st_open_file(&m, file, &err) == 0, "%s", err.msg);
+    const struct st_tensor *t = st_find(&m, tensor);
+    ck_assert_ptr_nonnull(t);
+    uint64_t off = (uint64_t)(t->data - m.files[0].map) + 2 * index;
+    st_close(&m);
+    int fd = open(file, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t inf[2] = {0x80, 0x7f};
+    ck_assert_int_eq(pwrite(fd, inf, 2, (off_t)off), 2);
+    close(fd);
+}
+
+START_TEST(failed_pack_on_shape_mismatch_leaves_no_output)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 51");
+    corrupt_config_hidden("ck");
+    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("ck"), path_of("out.qpk"));
+    ck_assert_int_eq(rc, 1);
+    assert_out_has("config.json implies");
+    ck_assert_int_ne(access(path_of("out.qpk"), F_OK), 0);
+    ck_assert(!has_partial("out.qpk"));
+    remove_dir();
+}
+END_TEST
+
+START_TEST(failed_pack_midway_leaves_no_output_or_partial)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 52");
+    poison_value("ck", "model.layers.1.mlp.down_proj.weight", 70);
+    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("ck"), path_of("out.qpk"));
+    ck_assert_int_eq(rc, 1);
+    assert_out_has("model.layers.1.mlp.down_proj.weight[0, 70]");
+    assert_out_has("does not fit q24");
+    ck_assert_int_ne(access(path_of("out.qpk"), F_OK), 0);
+    ck_assert(!has_partial("out.qpk"));
+    remove_dir();
+}
+END_TEST
+
+START_TEST(failed_pack_keeps_existing_output_byte_identical)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 53");
+    pack("ck", "out.qpk");
+    size_t n0, n1;
+    char *before = slurp(path_of("out.qpk"), &n0);
+
+    /* failing after the writer started */
+    gen("bad", "--preset tiny --seed 54");
+    poison_value("bad", "model.layers.1.mlp.down_proj.weight", 5);
+    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad"), path_of("out.qpk")), 1);
+    char *after = slurp(path_of("out.qpk"), &n1);
+    ck_assert_uint_eq(n0, n1);
+    ck_assert_mem_eq(before, after, n0);
+    free(after);
+    ck_assert(!has_partial("out.qpk"));
+
+    /* failing before it started */
+    gen("bad2", "--preset tiny --seed 55");
+    corrupt_config_hidden("bad2");
+    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad2"), path_of("out.qpk")), 1);
+    after = slurp(path_of("out.qpk"), &n1);
+    ck_assert_uint_eq(n0, n1);
+    ck_assert_mem_eq(before, after, n0);
+    free(after);
+    ck_assert(!has_partial("out.qpk"));
+    ck_assert_int_eq(verify("out.qpk"), 0);
+    free(before);
+    remove_dir();
+}
+END_TEST
+
+/* ---------------------------------------------------- 7. qpack info, CLI */
+
+START_TEST(info_json_parses_and_lists_every_tensor)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 61 --untied");
+    pack("ck", "out.qpk");
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
+    cJSON *root = cJSON_Parse(out_text);
+    ck_assert_msg(root != NULL, "not JSON: %s", out_text);
+    qp_err err = {{0}};
+    struct qpk_file f;
+    ck_assert_msg(qpk_open(&f, path_of("out.qpk"), 0, &err) == 0, "%s", err.msg);
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+    ck_assert(cJSON_IsArray(ts));
+    ck_assert_int_eq(cJSON_GetArraySize(ts), (int)f.n_tensors);
+    for (uint32_t i = 0; i < f.n_tensors; i++) {
+        const cJSON *t = cJSON_GetArrayItem(ts, (int)i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        ck_assert(cJSON_IsString(name));
+        ck_assert_str_eq(name->valuestring, f.tensors[i].name);
+        const cJSON *nb = cJSON_GetObjectItemCaseSensitive(t, "nbytes");
+        ck_assert(cJSON_IsNumber(nb));
+        ck_assert_uint_eq((uint64_t)nb->valuedouble, f.tensors[i].nbytes);
+    }
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings")));
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cfg, "hidden_size")->valueint, 64);
+    qpk_close(&f);
+    cJSON_Delete(root);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(unknown_subcommand_exits_2)
+{
+    make_dir();
+    ck_assert_int_eq(run("%s frobnicate x", QP_QPACK), 2);
+    assert_out_has("unknown command 'frobnicate'");
+    ck_assert_int_eq(run("%s", QP_QPACK), 2);
+    ck_assert_int_eq(run("%s info", QP_QPACK), 2);
+    ck_assert_int_eq(run("%s verify", QP_QPACK), 2);
+    ck_assert_int_eq(run("%s pack", QP_QPACK), 2);
+    remove_dir();
+}
+END_TEST
+
+/* ------------------------------------------------------------------ suite */
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("qpk");
+    TCase *tc = tcase_create("q24");
+    tcase_add_test(tc, q24_table_matches_float_reference_for_every_bf16);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("pack");
+    tcase_add_test(tc, pack_tied_matches_reference_conversion);
+    tcase_add_test(tc, pack_untied_matches_reference_and_stores_lm_head);
+    tcase_add_test(tc, pack_stress_values_match_reference_conversion);
+    tcase_add_test(tc, sharded_and_single_file_give_identical_containers);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("verify");
+    tcase_add_test(tc, verify_accepts_fresh_pack);
+    tcase_add_test(tc, verify_names_tensor_with_corrupted_data);
+    tcase_add_test(tc, verify_reports_directory_corruption);
+    tcase_add_test(tc, verify_reports_header_corruption);
+    tcase_add_test(tc, verify_reports_truncation);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("open_buffer");
+    tcase_add_checked_fixture(tc, load_image, free_image);
+    tcase_add_test(tc, open_buffer_accepts_valid_image_and_recomputed_checksums);
+    tcase_add_test(tc, open_buffer_rejects_unknown_encoding);
+    tcase_add_test(tc, open_buffer_rejects_shape_mismatch);
+    tcase_add_test(tc, open_buffer_rejects_unaligned_offset);
+    tcase_add_test(tc, open_buffer_rejects_tensor_outside_data_region);
+    tcase_add_test(tc, open_buffer_rejects_overlapping_tensors);
+    tcase_add_test(tc, open_buffer_rejects_unknown_section_kind);
+    tcase_add_test(tc, open_buffer_rejects_newer_major_version);
+    tcase_add_test(tc, open_buffer_rejects_stale_directory_checksum);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("atomic");
+    tcase_add_test(tc, failed_pack_on_shape_mismatch_leaves_no_output);
+    tcase_add_test(tc, failed_pack_midway_leaves_no_output_or_partial);
+    tcase_add_test(tc, failed_pack_keeps_existing_output_byte_identical);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cli");
+    tcase_add_test(tc, info_json_parses_and_lists_every_tensor);
+    tcase_add_test(tc, unknown_subcommand_exits_2);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
