@@ -10,11 +10,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 tokenizer=$root/assets/qwen3-tokenizer/tokenizer.json
 "$root/scripts/fetch_tokenizer.sh"
-if [ ! -x "$build/qptok-bench" ]; then
-    cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-    cmake --build "$build" --target qptok-bench -j "$(nproc)" >/dev/null
-fi
-bench=$build/qptok-bench
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target qptok-bench -j "$(nproc)" >/dev/null
+bench=$build/scripts/qptok-bench
 
 times=""
 for i in 1 2 3 4 5 6 7 8 9 10 11; do

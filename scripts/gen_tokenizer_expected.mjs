@@ -280,6 +280,23 @@ for (let i = 0; i < 30; i++) {
   add(`random-any-${i}`, s);
 }
 
+// Unicode-version differences (runtime/tok_unicode_tables.h): every NFC
+// barrier next to marks it must not move past, and a character from each
+// range of letters and numbers newer than PCRE2's tables.
+const tables = fs.readFileSync(path.join(root, 'runtime/tok_unicode_tables.h'), 'utf8');
+const tableRanges = (name) => {
+  const body = tables.slice(tables.indexOf(name), tables.indexOf('};', tables.indexOf(name)));
+  return [...body.matchAll(/\{(0x[0-9A-F]+), (0x[0-9A-F]+)\}/g)].map((m) => [Number(m[1]), Number(m[2])]);
+};
+for (const [lo, hi] of tableRanges('TOK_NFC_BARRIERS'))
+  for (let c = lo; c <= hi; c++)
+    add(`nfc-barrier-${c.toString(16)}`, `a${cp(c)}\u0301 e\u0301${cp(c)}\u0323 ${cp(c)}\u0300`);
+for (const name of ['TOK_EXTRA_LETTERS', 'TOK_EXTRA_NUMBERS'])
+  for (const [lo, hi] of tableRanges(name)) {
+    const c = randInt(lo, hi);
+    add(`unicode16-${c.toString(16)}`, `a${cp(c)}b 1${cp(c)}2 ${cp(lo)}${cp(hi)}'s x`);
+  }
+
 // ---- run the oracle ----------------------------------------------------------
 const tok = Tokenizer.fromFile(tokenizerPath);
 const enc = async (text) => (await tok.encode(text, null, { addSpecialTokens: true })).getIds();
