@@ -195,7 +195,8 @@ static void cache_put(word_cache *c, uint64_t h, const uint8_t *w, size_t n, con
     if (need + pad > c->data.cap - key_off)
         return; /* a huge word: just do not cache it */
     memcpy(c->data.s + key_off, w, n);
-    memcpy(c->data.s + key_off + n + pad, ids, n_ids * sizeof(int32_t));
+    if (n_ids)
+        memcpy(c->data.s + key_off + n + pad, ids, n_ids * sizeof(int32_t));
     c->data.len = key_off + n + pad + n_ids * sizeof(int32_t);
     struct cache_slot *s = cache_find(c, h, w, n);
     *s = (struct cache_slot){h, (uint32_t)key_off, (uint32_t)n, (uint32_t)(key_off + n + pad),
@@ -254,6 +255,8 @@ int tok_bpe_word(qp_tok *tok, const uint8_t *w, size_t n, qp_tok_ids *out)
         struct cache_slot *s = cache_find(&tok->cache, h, w, n);
         if (s->hash) {
             const int32_t *ids = (const int32_t *)(tok->cache.data.s + s->ids_off);
+            if (s->n_ids == 0)
+                return 0;
             if (qp_tok_ids_reserve(out, s->n_ids))
                 return -1;
             memcpy(out->v + out->len, ids, s->n_ids * sizeof(int32_t));
@@ -280,7 +283,8 @@ int tok_bpe_word(qp_tok *tok, const uint8_t *w, size_t n, qp_tok_ids *out)
             if (tok->syms[i].len)
                 out->v[out->len++] = tok->syms[i].id;
     }
+    /* a word can yield no ids at all (bytes without tokens and no unk_token) */
     if (cacheable)
-        cache_put(&tok->cache, h, w, n, out->v + start, out->len - start);
+        cache_put(&tok->cache, h, w, n, out->len > start ? out->v + start : NULL, out->len - start);
     return 0;
 }

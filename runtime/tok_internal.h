@@ -1,9 +1,11 @@
-/* tok_internal.h - the loaded tokenizer, shared by tok_load.c, tok_regex.c,
- * bpe.c and tokenizer.c. Not part of the API. */
+/* tok_internal.h - the loaded tokenizer, shared by the tokenizer's sources
+ * (tok_load.c, tok_config.c, tok_regex.c, tok_nfc.c, bpe.c, tokenizer.c)
+ * and its tests. Not part of the API. */
 #ifndef QP_TOK_INTERNAL_H
 #define QP_TOK_INTERNAL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,10 +15,10 @@
 #include "tok_mem.h"
 #include "tokenizer.h"
 
-/* Ids are below this: per-id tables are sized by the largest id, so a file
- * saying "id": 4000000000 must not make us allocate gigabytes. 16 M is 100x
- * any real vocabulary. */
-#define QP_TOK_MAX_ID (1 << 24)
+/* Ids are below this: entries[] is reserved for every id, so a file saying
+ * "id": 4000000000 must not make us reserve gigabytes. 4 Mi is 16x the
+ * largest vocabularies in use (~262k). */
+#define QP_TOK_MAX_ID (1 << 22)
 
 /* Pre-tokenizer steps (Split, or ByteLevel with use_regex) we can chain. */
 #define QP_TOK_MAX_SPLITS 8
@@ -171,6 +173,16 @@ static inline uint64_t tok_hash64(const void *data, size_t n)
 
 /* tok_load.c */
 int32_t tok_vocab_find(const qp_tok *tok, const char *s, size_t n);
+/* copies s[0..n) into tok->strings, NUL-terminated; -1 when the arena is full */
+int tok_store_string(qp_tok *tok, const char *s, size_t n, uint32_t *off);
+/* entries[id] becomes part of the table (n_ids covers it) */
+void tok_use_id(qp_tok *tok, int32_t id);
+
+/* tok_config.c: root and model hold every value but model.vocab/merges */
+int tok_check_config(qp_tok *tok, const cJSON *root, const cJSON *model, qp_err *err);
+int tok_read_added_tokens(qp_tok *tok, const cJSON *list, qp_err *err);
+/* groups the added tokens with this normalized flag for find_added */
+int tok_build_added_set(qp_tok *tok, added_set *set, int normalized);
 
 /* tok_nfc.c: appends NFC(s[0..n)) as tokenizers computes it (s must be
  * well-formed UTF-8). */

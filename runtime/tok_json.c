@@ -119,14 +119,15 @@ int qp_json_string(qp_json *j, qp_tok_text *out)
                 break;
             j->p++;
         }
-        if (j->p > run && qp_tok_text_append(out, run, (size_t)(j->p - run)))
+        if (out && j->p > run && qp_tok_text_append(out, run, (size_t)(j->p - run)))
             return oom(j);
         if (j->p >= j->end)
             return qp_json_fail(j, "unterminated string");
         unsigned char c = (unsigned char)*j->p;
         if (c == '"') {
             j->p++;
-            return 0;
+            /* even "" leaves out a valid, NUL-terminated buffer */
+            return out && qp_tok_text_append(out, "", 0) ? oom(j) : 0;
         }
         if (c < 0x20)
             return qp_json_fail(j, "raw control character 0x%02X in string", c);
@@ -135,7 +136,7 @@ int qp_json_string(qp_json *j, qp_tok_text *out)
             size_t len;
             if (qp_utf8_decode((const uint8_t *)j->p, (size_t)(j->end - j->p), &cp, &len) != QP_UTF8_OK)
                 return qp_json_fail(j, "invalid UTF-8 in string");
-            if (qp_tok_text_append(out, j->p, len))
+            if (out && qp_tok_text_append(out, j->p, len))
                 return oom(j);
             j->p += len;
             continue;
@@ -159,7 +160,7 @@ int qp_json_string(qp_json *j, qp_tok_text *out)
             uint32_t cp = 0;
             if (unicode_escape(j, &cp))
                 return -1;
-            if (qp_utf8_append_cp(out, cp))
+            if (out && qp_utf8_append_cp(out, cp))
                 return oom(j);
             continue;
         }
@@ -167,7 +168,7 @@ int qp_json_string(qp_json *j, qp_tok_text *out)
             j->p--;
             return qp_json_fail(j, "bad escape \\%c", e);
         }
-        if (qp_tok_text_append(out, simple, 1))
+        if (out && qp_tok_text_append(out, simple, 1))
             return oom(j);
     }
 }
@@ -250,17 +251,6 @@ static int literal(qp_json *j, const char *word)
     return 0;
 }
 
-static int skip_depth(qp_json *j, int depth);
-
-static int skip_string(qp_json *j)
-{
-    /* validate like qp_json_string, but without keeping the bytes */
-    qp_tok_text scratch = {0};
-    int r = qp_json_string(j, &scratch);
-    qp_tok_text_free(&scratch);
-    return r;
-}
-
 static int skip_depth(qp_json *j, int depth)
 {
     if (depth > QP_JSON_MAX_DEPTH)
@@ -286,7 +276,7 @@ static int skip_depth(qp_json *j, int depth)
                 return -1;
         return r < 0 ? -1 : 0;
     case '"':
-        return skip_string(j);
+        return qp_json_string(j, NULL); /* checks it, keeps nothing */
     case 't':
         return literal(j, "true");
     case 'f':

@@ -41,8 +41,10 @@ int qp_json_peek(qp_json *j);
 /* Consumes byte c (after whitespace) or fails naming ctx. */
 int qp_json_expect(qp_json *j, char c, const char *ctx);
 
-/* Reads a string into out (appending, decoded: escapes, surrogate pairs);
- * rejects ill-formed UTF-8, raw control characters and lone surrogates. */
+/* Reads a string into out (appending, decoded: escapes, surrogate pairs;
+ * out->s is non-NULL afterwards, even for ""; out may be NULL to only check
+ * the string); rejects ill-formed UTF-8, raw control
+ * characters and lone surrogates. */
 int qp_json_string(qp_json *j, qp_tok_text *out);
 
 /* Reads an integer (no fraction, no exponent) in [lo, hi]. */

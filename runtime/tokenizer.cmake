@@ -6,6 +6,7 @@ add_library(qptok STATIC
     ${CMAKE_CURRENT_LIST_DIR}/utf8_stream.c
     ${CMAKE_CURRENT_LIST_DIR}/tok_json.c
     ${CMAKE_CURRENT_LIST_DIR}/tok_load.c
+    ${CMAKE_CURRENT_LIST_DIR}/tok_config.c
     ${CMAKE_CURRENT_LIST_DIR}/tok_regex.c
     ${CMAKE_CURRENT_LIST_DIR}/tok_nfc.c
     ${CMAKE_CURRENT_LIST_DIR}/bpe.c

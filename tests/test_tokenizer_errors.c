@@ -131,6 +131,41 @@ START_TEST(small_good_file_loads_and_merges)
 }
 END_TEST
 
+START_TEST(empty_keys_are_ordinary_keys)
+{
+    /* found by fuzzing: "" used to leave the key buffer NULL */
+    char *json = variant("\"version\": \"1.0\"", "\"\": {\"\": \"\"}, \"version\": \"1.0\"");
+    qp_tok *tok = NULL;
+    qp_err err = {{0}};
+    ck_assert_msg(qp_tok_load_buffer(&tok, json, strlen(json), "test.json", &err) == 0, "%s", err.msg);
+    qp_tok_free(tok);
+    free(json);
+}
+END_TEST
+
+START_TEST(bytes_without_tokens_are_dropped_like_hugging_face)
+{
+    /* with no unk_token, tokenizers drops characters the vocabulary lacks;
+     * a word can then give no ids at all (found by fuzzing) */
+    char *json = variant(", \"z\": 122", ", \"no_z\": 122");
+    qp_tok *tok = NULL;
+    qp_err err = {{0}};
+    ck_assert_msg(qp_tok_load_buffer(&tok, json, strlen(json), "test.json", &err) == 0, "%s", err.msg);
+    for (int pass = 0; pass < 2; pass++) { /* the second pass hits the word cache */
+        qp_tok_ids ids = {0};
+        ck_assert(qp_tok_encode(tok, "zz z", 4, &ids, &err) == 0);
+        ck_assert_uint_eq(ids.len, 1);
+        ck_assert_int_eq(ids.v[0], ' ');
+        qp_tok_ids_free(&ids);
+        ck_assert(qp_tok_encode(tok, "zz", 2, &ids, &err) == 0);
+        ck_assert_uint_eq(ids.len, 0);
+        qp_tok_ids_free(&ids);
+    }
+    qp_tok_free(tok);
+    free(json);
+}
+END_TEST
+
 START_TEST(missing_model_is_named)
 {
     const char *json = "{\"version\": \"1.0\", \"normalizer\": null}";
@@ -157,14 +192,15 @@ START_TEST(malformed_merges_are_named)
     expect_variant_error("[\"ab\", \"c\"]", "[\"ab\", \"c\", \"d\"]", "model.merges[1] has more than two strings");
     expect_variant_error("[\"ab\", \"c\"]", "[\"ab\"]", "model.merges[1] must be a pair of strings");
     expect_variant_error("[\"ab\", \"c\"]", "[1, 2]", "model.merges[1] must be a pair of strings");
-    expect_variant_error("[\"ab\", \"c\"]", "\"ab  c\"", "model.merges[1]: \"ab  c\" is not two tokens");
+    expect_variant_error("[[\"a\", \"b\"], [\"ab\", \"c\"], [\"\\u0120\", \"t\"]]", "[\"a b\", \"ab  c\"]", "model.merges[1]: \"ab  c\" is not two tokens");
     expect_variant_error("\"merges\": [", "\"merges\": {\"x\": 1}, \"m\": [", "model.merges");
+    expect_variant_error("[\"ab\", \"c\"]", "\"ab c\"", "model.merges[1]: mixes");
 }
 END_TEST
 
 START_TEST(legacy_string_merges_load)
 {
-    char *json = variant("[[\"a\", \"b\"], [\"ab\", \"c\"]", "[\"#version: 0.2\", \"a b\", \"ab c\"");
+    char *json = variant("[[\"a\", \"b\"], [\"ab\", \"c\"], [\"\\u0120\", \"t\"]]", "[\"#version: 0.2\", \"a b\", \"ab c\", \"\\u0120 t\"]");
     qp_tok *tok = NULL;
     qp_err err = {{0}};
     ck_assert_msg(qp_tok_load_buffer(&tok, json, strlen(json), "test.json", &err) == 0, "%s", err.msg);
@@ -577,6 +613,8 @@ static Suite *suite(void)
     Suite *s = suite_create("tokenizer_errors");
     TCase *tc = tcase_create("files");
     tcase_add_test(tc, small_good_file_loads_and_merges);
+    tcase_add_test(tc, empty_keys_are_ordinary_keys);
+    tcase_add_test(tc, bytes_without_tokens_are_dropped_like_hugging_face);
     tcase_add_test(tc, missing_model_is_named);
     tcase_add_test(tc, missing_vocab_or_merges_is_named);
     tcase_add_test(tc, merge_of_unknown_token_is_named);
