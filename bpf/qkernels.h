@@ -431,32 +431,50 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     if (!kc)
         return 1;
     kc += (head - C.n_heads) * C.head_dim;
-    u32 l, r;
-    qm_cache_shifts(e, qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]), &l, &r);
+    /* rotate into qrot's slot of this head as scratch... K heads have none,
+     * so rotate in place: pairs (k, k + half) are read before written */
+    u64 max = 0;
     for (u32 k = 0; k < half; k++) {
         s64 lo, hi;
         qk_rope_pair(v, cs, k, &lo, &hi);
-        kc[k] = qm_to_cache16(lo, l, r);
-        kc[k + half] = qm_to_cache16(hi, l, r);
+        v[k] = lo;
+        v[k + half] = hi;
+        qk_max_abs(&max, lo);
+        qk_max_abs(&max, hi);
     }
+    s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
+    qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
+    for (u32 k = 0; k < C.head_dim; k++)
+        kc[k] = qm_to_cache16(v[k], l, r);
+QK_UNROLL
+    for (u32 k = 0; k < 4; k++)
+        kc[k] = qm_cache_tag(kc[k], k, sh);
     return 0;
 }
 
+/* V of one KV head into the cache, with its own exponent shift (qmath.h) */
 static long qk_store_v_cb(u64 i, void *vctx)
 {
     struct qk_rope_ctx *cx = vctx;
-    u32 tile = (u32)i, layer = cx->layer;
+    u32 head = (u32)i, layer = cx->layer;
     const s64 *qkv = QK_LOOKUP(qkv, 0);
     s16 *vc = QK_LOOKUP(vcache, layer * C.ctx + cx->pos);
-    if (!qkv || !vc || tile >= C.kv_dim / 16 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    if (!qkv || !vc || head >= C.n_kv_heads || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    const s64 *src = qkv + C.q_dim + C.kv_dim + tile * 16;
-    u32 l, r;
-    qm_cache_shifts(-QM_RESID_FRAC, qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]), &l, &r);
-    s16 *dst = vc + tile * 16;
+    const s64 *src = qkv + C.q_dim + C.kv_dim + head * C.head_dim;
+    s16 *dst = vc + head * C.head_dim;
+    u64 max = 0;
+    for (u32 d = 0; d < C.head_dim; d++)
+        qk_max_abs(&max, src[d]);
+    s32 c_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    u32 sh = qm_cache_vector_shift(max, -QM_RESID_FRAC, c_exp), l, r;
+    qm_cache_shifts(-QM_RESID_FRAC, c_exp - (s32)sh, &l, &r);
+    for (u32 d = 0; d < C.head_dim; d++)
+        dst[d] = qm_to_cache16(src[d], l, r);
 QK_UNROLL
-    for (int j = 0; j < 16; j++)
-        dst[j] = qm_to_cache16(src[j], l, r);
+    for (u32 k = 0; k < 4; k++)
+        dst[k] = qm_cache_tag(dst[k], k, sh);
     return 0;
 }
 
@@ -466,7 +484,7 @@ QM_INLINE int qk_rope_store(const struct qk_args *a)
         return -1;
     struct qk_rope_ctx cx = {a->layer, a->pos};
     QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
-    QK_LOOP(C.kv_dim / 16, qk_store_v_cb, &cx);
+    QK_LOOP(C.n_kv_heads, qk_store_v_cb, &cx);
     return 0;
 }
 
@@ -500,6 +518,7 @@ QK_UNROLL
             QK_KEEP(s);
         }
     }
+    s = qm_rshift_round(s, qm_cache_untag(k));   /* to the layer's K exponent */
     sc[j] = s;
     if (i == 0 || s > cx->max_score)
         cx->max_score = s;
@@ -521,11 +540,12 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     if (p == 0)
         return 0;
     v += kv_head * C.head_dim;
+    u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
     s64 *acc = part + 2;
     for (u32 d = 0; d < C.head_dim; d += 16) {
 QK_UNROLL
         for (int t = 0; t < 16; t++)
-            acc[d + t] += (s64)p * v[d + t];
+            acc[d + t] += qm_rshift_round((s64)p * v[d + t], sh);
     }
     return 0;
 }

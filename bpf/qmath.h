@@ -299,4 +299,33 @@ QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r)
     return (s16)qm_clamp(v, -32767, 32767);
 }
 
+/* ---- per-vector exponents inside an int16 cache vector -------------- */
+
+/* A cache vector (one head of V at one position) carries its own 4-bit
+ * exponent shift in the lowest bit of its first four entries, so a vector
+ * whose largest value is far below the layer's static bound still keeps
+ * 15 significant bits, at no extra bytes. The stolen bits move those four
+ * entries by at most one step. The vector's value is v16 * 2^(c_exp - sh). */
+#define QM_CACHE_SH_MAX 15
+
+/* sh for a vector with largest magnitude max_abs (value max_abs * 2^m_exp)
+ * against the layer's exponent c_exp: the most that keeps it below 2^15 */
+QM_INLINE u32 qm_cache_vector_shift(u64 max_abs, s32 m_exp, s32 c_exp)
+{
+    s32 bits = (s32)qm_bitlen(max_abs) + m_exp - c_exp;  /* bits at c_exp */
+    s32 sh = qm_pos(15 - bits);
+    return (u32)(sh > QM_CACHE_SH_MAX ? QM_CACHE_SH_MAX : sh);
+}
+
+/* entry k < 4 with bit k of sh in its lowest bit */
+QM_INLINE s16 qm_cache_tag(s16 v, u32 k, u32 sh)
+{
+    return (s16)((v & ~1) | (s16)((sh >> k) & 1));
+}
+
+QM_INLINE u32 qm_cache_untag(const s16 *v)
+{
+    return (u32)((v[0] & 1) | (v[1] & 1) << 1 | (v[2] & 1) << 2 | (v[3] & 1) << 3);
+}
+
 #endif

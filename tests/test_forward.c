@@ -106,13 +106,12 @@ START_TEST(stress_model_bpf_equals_emu_and_follows_reference)
 {
     double worst;
     uint32_t agree;
-    /* Stress logits are ~15 and norm scales in the hundreds. KNOWN DEFECT,
-     * open in issue 3 (target: max error 0.05): measured 0.66 over the first
-     * 32 positions, and from position ~40 on the fixed-point path departs
-     * from the reference by several units. This bound only guards against
-     * regressions; bpf == emu is asserted at every position. */
-    compare_backends("--preset tiny --seed 8 --stress", 32, 1.0, &worst, &agree);
-    printf("stress: max |logit - reference| over 32 positions: %.3g, top-1 agreement %u/32\n", worst, agree);
+    /* Stress logits are ~15, norm scales in the hundreds, attention scores
+     * in the hundreds: a near-tie between two positions can flip on a
+     * rounding. Measured: median 9e-4, 95th percentile 5e-3, max 0.072 over
+     * 300 positions; the bound leaves room for machines, not for bugs. */
+    compare_backends("--preset tiny --seed 8 --stress", 300, 0.1, &worst, &agree);
+    printf("stress: max |logit - reference| over 300 positions: %.3g, top-1 agreement %u/300\n", worst, agree);
 }
 END_TEST
 
