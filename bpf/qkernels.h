@@ -107,11 +107,19 @@ QM_INLINE struct qm_sf qk_rms_inv(u64 sumsq, u32 s, struct qm_sf inv_n, struct q
     return qm_sf_rsqrt(qm_sf_add(mean, eps));
 }
 
-/* normalised and scaled element before the final shift: (a * inv) * g */
-QM_INLINE s64 qk_rms_z(s64 v, u32 s, struct qm_sf inv, s32 g)
+/* normalised and scaled element before the final shift: h * (g * inv).
+ * The per-element factor is formed first (31 bits) and h is used at full
+ * Q32 precision: a massive channel thousands of times larger than its
+ * neighbours must not cost them their low bits. Value: z * 2^(31 - g_exp + inv.e). */
+QM_INLINE s64 qk_rms_z(s64 h, struct qm_sf inv, s32 g)
 {
-    s64 a = qm_rshift_round(v, s);
-    return qm_rshift_round((s64)((u64)a * inv.m), 32) * g;
+    s64 c = ((s64)g * (s64)inv.m) >> 31;
+    return qm_mulhi32(h, c);
+}
+
+QM_INLINE s32 qk_rms_exp(struct qm_sf inv, s32 g_exp, u32 out_shift)
+{
+    return 31 - g_exp + inv.e + (s32)out_shift;
 }
 
 /* ---- embed: h = embedding row of a token ---------------------------- */
@@ -151,7 +159,7 @@ QM_INLINE int qk_embed(const struct qk_args *a)
 
 struct qk_norm_ctx {
     u32 norm;           /* index into norms */
-    u32 shift;          /* h -> 24-bit */
+    u32 shift;          /* h -> 24 bits, for the sum of squares only */
     u64 max;            /* pass result */
     u64 sumsq;
     struct qm_sf inv;
@@ -201,7 +209,7 @@ static long qk_norm_zmax_cb(u64 i, void *vctx)
     const s32 *gp = g + tile * 16;
 QK_UNROLL
     for (int j = 0; j < 16; j++)
-        qk_max_abs(&cx->max, qk_rms_z(hp[j], cx->shift, cx->inv, gp[j]));
+        qk_max_abs(&cx->max, qk_rms_z(hp[j], cx->inv, gp[j]));
     return 0;
 }
 
@@ -219,7 +227,7 @@ static long qk_norm_out_cb(u64 i, void *vctx)
     s64 *out = x + tile * 16;
 QK_UNROLL
     for (int j = 0; j < 16; j++)
-        out[j] = qm_rshift_round(qk_rms_z(hp[j], cx->shift, cx->inv, gp[j]), cx->out_shift);
+        out[j] = qm_rshift_round(qk_rms_z(hp[j], cx->inv, gp[j]), cx->out_shift);
     return 0;
 }
 
@@ -246,7 +254,7 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
     QK_LOOP(C.hidden / 16, qk_norm_zmax_cb, &cx);
     cx.out_shift = qm_act_shift(cx.max);
     QK_LOOP(C.hidden / 16, qk_norm_out_cb, &cx);
-    sc->x_exp = (s32)cx.shift + cx.inv.e - qk_exp_const(C.norm_exp[QK_IDX(norm, 4 * QK_MAX_LAYERS)]) + (s32)cx.out_shift;
+    sc->x_exp = qk_rms_exp(cx.inv, qk_exp_const(C.norm_exp[QK_IDX(norm, 4 * QK_MAX_LAYERS)]), cx.out_shift);
     return 0;
 }
 
@@ -385,11 +393,11 @@ QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp)
     struct qm_sf inv = qk_rms_inv(sumsq, shift, QK_SF(inv_head_dim), QK_SF(eps));
     u64 zmax = 0;
     for (u32 i = 0; i < C.head_dim; i++)
-        qk_max_abs(&zmax, qk_rms_z(v[i], shift, inv, g[i]));
+        qk_max_abs(&zmax, qk_rms_z(v[i], inv, g[i]));
     u32 out_shift = qm_act_shift(zmax);
     for (u32 i = 0; i < C.head_dim; i++)
-        v[i] = qm_rshift_round(qk_rms_z(v[i], shift, inv, g[i]), out_shift);
-    return (s32)shift + inv.e - g_exp + (s32)out_shift;
+        v[i] = qm_rshift_round(qk_rms_z(v[i], inv, g[i]), out_shift);
+    return qk_rms_exp(inv, g_exp, out_shift);
 }
 
 /* rotate-half RoPE of the mantissas m[0..d) (Q30 cos/sin) into slot i, i+d/2 */
@@ -415,6 +423,9 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     const s32 *g = QK_LOOKUP(qk_norms, norm);
     if (!g || norm >= 2 * QK_MAX_LAYERS)
         return 1;
+    const s32 *boost = QK_LOOKUP(kboost, layer);   /* per RoPE pair, plan.c */
+    if (!boost)
+        return 1;
     s64 *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
     s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]));
     if (head < C.n_heads) {
@@ -422,8 +433,13 @@ static long qk_rope_head_cb(u64 i, void *vctx)
         if (!q)
             return 1;
         q += head * C.head_dim;
-        for (u32 k = 0; k < half; k++)
-            qk_rope_pair(v, cs, k, &q[k], &q[k + half]);
+        for (u32 k = 0; k < half; k++) {
+            s64 lo, hi;
+            u32 up = (u32)(QK_KBOOST_MAX - boost[k]) & 15;
+            qk_rope_pair(v, cs, k, &lo, &hi);
+            q[k] = (s64)((u64)lo << up);
+            q[k + half] = (s64)((u64)hi << up);
+        }
         sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
         return 0;
     }
@@ -436,7 +452,10 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     u64 max = 0;
     for (u32 k = 0; k < half; k++) {
         s64 lo, hi;
+        u32 up = (u32)boost[k] & 15;
         qk_rope_pair(v, cs, k, &lo, &hi);
+        lo = (s64)((u64)lo << up);
+        hi = (s64)((u64)hi << up);
         v[k] = lo;
         v[k + half] = hi;
         qk_max_abs(&max, lo);
@@ -568,7 +587,8 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     t.count = cx->pos + 1 - t.first;
     if (t.count > QK_ATTN_CHUNK)
         t.count = QK_ATTN_CHUNK;
-    t.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    t.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
+                  QK_KBOOST_MAX;
     t.max_score = 0;
     t.sum = 0;
     s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
@@ -649,7 +669,8 @@ static long qk_merge_head_cb(u64 i, void *vctx)
     struct qk_merge_ctx m = *cx;
     m.head = head;
     m.sum = 0;
-    m.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    m.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
+                  QK_KBOOST_MAX;
     QK_LOOP(cx->n_chunks, qk_merge_max_cb, &m);
     QK_LOOP(cx->n_chunks, qk_merge_add_cb, &m);
     const s64 *acc = QK_LOOKUP(parts, head * C.max_chunks);

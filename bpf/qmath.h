@@ -135,6 +135,15 @@ QM_INLINE s64 qm_mul_q30(s64 a, u32 f)
     return (s64)((u64)hi * f) + (s64)(((u64)lo * f) >> 30);
 }
 
+/* floor(h * c / 2^32) exactly, for |c| < 2^31 and |h| < 2^62, without a
+ * 96-bit intermediate: h = hi * 2^32 + lo with 0 <= lo < 2^32. */
+QM_INLINE s64 qm_mulhi32(s64 h, s64 c)
+{
+    s64 hi = h >> 32;
+    s64 lo = (s64)((u64)h & 0xffffffffull);
+    return (s64)((u64)hi * (u64)c) + ((lo * c) >> 32);
+}
+
 /* ---- softfloat scalars ----------------------------------------------- */
 
 struct qm_sf {

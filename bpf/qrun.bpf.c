@@ -29,6 +29,7 @@ QK_MAP(w_down);
 QK_MAP(norms);
 QK_MAP(qk_norms);
 QK_MAP(rope);
+QK_MAP(kboost);
 QK_MAP(kcache);
 QK_MAP(vcache);
 QK_MAP(h);

@@ -12,6 +12,7 @@
 #define QK_ATTN_CHUNK 256         /* positions per attention task */
 #define QK_MAX_ARGMAX_SLOTS 1024  /* partial argmaxes of one vocabulary pass */
 #define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
+#define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
 
 /* An index already checked against a model size, masked to its table's
  * power-of-two length so the verifier sees the bound on all 64 bits (a

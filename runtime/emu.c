@@ -15,7 +15,7 @@ struct qk_hmap {
 };
 
 struct qk_host_maps {
-    struct qk_hmap w_hid, w_o, w_down, norms, qk_norms, rope, kcache, vcache, h, x, qkv, qrot, gu, scores,
+    struct qk_hmap w_hid, w_o, w_down, norms, qk_norms, rope, kboost, kcache, vcache, h, x, qkv, qrot, gu, scores,
         parts, logits, amax, scal;
 };
 

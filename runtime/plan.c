@@ -76,6 +76,41 @@ static void kv_exponents(struct qp_plan *p, const struct qpk_file *f)
     }
 }
 
+/* K channel boosts. q_norm/k_norm scales in the hundreds on a few channels
+ * would leave the other channels of an int16 K vector with few bits. Each
+ * RoPE channel pair i of layer l is stored as k * 2^b_i, with b_i the most
+ * (up to QK_KBOOST_MAX) that keeps it under the vector's static bound:
+ * 2^b_i <= max|g| / max(|g_i|, |g_i+half|). The query is scaled by
+ * 2^(QK_KBOOST_MAX - b_i), so q.k gains the constant 2^QK_KBOOST_MAX. */
+static int fill_kboost(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
+{
+    const struct qk_config *c = &p->cfg;
+    uint32_t half = c->head_dim / 2;
+    p->kboost_table = calloc((uint64_t)c->n_layers * half, sizeof(int32_t));
+    if (!p->kboost_table)
+        return qp_fail(err, "out of memory");
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const struct qpk_tensor *g = qpk_tensor_of(f, QPK_ROLE_K_NORM, l);
+        int64_t gmax = 0;
+        for (uint32_t i = 0; i < c->head_dim; i++) {
+            int32_t q;
+            memcpy(&q, g->data + 4 * (uint64_t)i, 4);
+            gmax = llabs((long long)q) > gmax ? llabs((long long)q) : gmax;
+        }
+        for (uint32_t i = 0; i < half; i++) {
+            int32_t a, b;
+            memcpy(&a, g->data + 4 * (uint64_t)i, 4);
+            memcpy(&b, g->data + 4 * (uint64_t)(i + half), 4);
+            int64_t pair = llabs((long long)a) > llabs((long long)b) ? llabs((long long)a) : llabs((long long)b);
+            int32_t boost = 0;
+            while (boost < QK_KBOOST_MAX && (pair << (boost + 1)) <= gmax)
+                boost++;
+            p->kboost_table[(uint64_t)l * half + i] = boost;
+        }
+    }
+    return 0;
+}
+
 static int fill_rope(struct qp_plan *p, double theta, qp_err *err)
 {
     const struct qk_config *c = &p->cfg;
@@ -183,6 +218,7 @@ static void size_maps(struct qp_plan *p, bool tied)
     set_map(p, QP_MAP_NORMS, "norms", 4ull * c->hidden, 2ull * c->n_layers + 1);
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
+    set_map(p, QP_MAP_KBOOST, "kboost", 2ull * c->head_dim, c->n_layers);
     set_map(p, QP_MAP_KCACHE, "kcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
     set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
     set_map(p, QP_MAP_H, "h", 8ull * c->hidden, 1);
@@ -222,7 +258,7 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_
     fill_config(p, f, ctx);
     size_maps(p, q->flags & QPK_CONFIG_TIED);
     kv_exponents(p, f);
-    if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err)) {
+    if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_kboost(p, f, err)) {
         qp_plan_free(p);
         return -1;
     }
@@ -234,6 +270,14 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_
     *rope = (struct qp_segment){0, ctx, (const uint8_t *)p->rope_table};
     p->maps[QP_MAP_ROPE].segs = rope;
     p->maps[QP_MAP_ROPE].n_segs = 1;
+    struct qp_segment *kb = malloc(sizeof *kb);
+    if (!kb) {
+        qp_plan_free(p);
+        return qp_fail(err, "out of memory");
+    }
+    *kb = (struct qp_segment){0, q->n_layers, (const uint8_t *)p->kboost_table};
+    p->maps[QP_MAP_KBOOST].segs = kb;
+    p->maps[QP_MAP_KBOOST].n_segs = 1;
     return 0;
 }
 
@@ -242,5 +286,6 @@ void qp_plan_free(struct qp_plan *p)
     for (int i = 0; i < QP_MAP_COUNT; i++)
         free(p->maps[i].segs);
     free(p->rope_table);
+    free(p->kboost_table);
     memset(p, 0, sizeof *p);
 }

@@ -2,16 +2,32 @@
  *
  *   qrun -m MODEL.qpk -p TEXT -n N        generate, streaming text
  *   qrun -m MODEL.qpk --ids "9707 11" ... prompt as token ids
+ *   qrun -m MODEL.qpk --chat              interactive chat, one user turn per stdin line
  *   qrun tokenize | detokenize ...        the tokenizer alone
+ *
+ * Order of checks, so that the cheap ones fail first and nothing is computed
+ * for a run that cannot succeed: options (numbers and ranges) and -p's
+ * UTF-8, then the model path, then BPF privilege (--backend bpf), then the
+ * tokenizer and the prompt's tokens (against an explicit -c), then the
+ * session (load), then token ids against the model's vocabulary and the
+ * prompt against the context, and only then the forward pass.
+ *
+ * Exit status: 0 done, 1 error, 2 bad usage, 128 + signal when SIGINT or
+ * SIGTERM stopped it (130, 143). Errors are one line on stderr.
  */
+#include <bpf/bpf.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <linux/bpf.h>
+#include <linux/capability.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,12 +36,13 @@
 #include "session.h"
 #include "tok_cli.h"
 #include "tokenizer.h"
+#include "utf8_stream.h"
 
 struct options {
     struct qp_session_opts s;
     const char *prompt, *ids, *tokenizer, *dump_logits;
     int32_t n_new;
-    bool print_ids, stats, chat, think, quiet;
+    bool print_ids, stats, chat, think, interactive;
     double temperature, top_p;
     uint32_t top_k;
     uint64_t seed;
@@ -39,28 +56,81 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: qrun -m MODEL.qpk [-p TEXT | --ids \"ID ...\"] [options]\n"
+            "       qrun -m MODEL.qpk --chat [options]       interactive chat on stdin\n"
             "       qrun tokenize|detokenize (--tokenizer FILE | -m MODEL.qpk) [--jsonl]\n"
             "\n"
             "  -m, --model PATH       the .qpk container (a Hugging Face folder with --backend ref)\n"
-            "  -p, --prompt TEXT      prompt text (needs the tokenizer the container carries)\n"
-            "      --ids \"ID ...\"     prompt as token ids\n"
-            "  -n, --new N            tokens to generate (default 32; 0: run the prompt only)\n"
-            "  -c, --ctx N            context length in positions (default min(4096, model's))\n"
+            "  -p, --prompt TEXT      prompt text (needs the tokenizer the container carries);\n"
+            "                         must be well-formed UTF-8. An argument cannot hold a NUL\n"
+            "                         byte: the text ends at the first one\n"
+            "      --ids \"ID ...\"     prompt as token ids (separated by spaces or commas)\n"
+            "  -n, --new N            tokens to generate, per reply with --chat (default 32;\n"
+            "                         0: run the prompt only); past the context is an error\n"
+            "  -c, --ctx N            context length in positions (default min(4096, model's));\n"
+            "                         a longer prompt is an error before any compute\n"
             "      --chat             wrap the prompt in Qwen3's chat template; stop at <|im_end|>\n"
+            "                         or <|endoftext|>. Without -p or --ids: interactive, one user\n"
+            "                         turn per line of stdin (empty lines skipped; a line with\n"
+            "                         invalid UTF-8 or a NUL byte is refused with a message, the\n"
+            "                         chat goes on, and the exit status is then 1), each reply\n"
+            "                         streamed and ended with a newline, the KV cache kept across\n"
+            "                         turns; ends at end of input, or with an error when the\n"
+            "                         conversation fills the context (see -c)\n"
             "      --think            with --chat: leave thinking on (no empty think block)\n"
             "      --backend B        bpf (default), emu (the host twin, bit-identical), or ref\n"
-            "                         (float64 reference from a Hugging Face folder given as -m)\n"
+            "                         (float64 reference from a Hugging Face folder given as -m);\n"
+            "                         bpf needs root or CAP_BPF + CAP_PERFMON\n"
             "      --threads N        1 or 2 (default 2)\n"
             "      --no-verify        skip the container's tensor checksums at start-up\n"
-            "      --temp T           sampling temperature (default 0: greedy)\n"
+            "      --temp T           sampling temperature, 0 to 100 (default 0: greedy)\n"
             "      --top-k K          keep the K most likely tokens (default 0: all)\n"
-            "      --top-p P          keep the smallest set with probability >= P (default 1)\n"
-            "      --seed S           sampling seed (default 1)\n"
+            "      --top-p P          keep the smallest set with probability >= P, in (0, 1]\n"
+            "                         (default 1)\n"
+            "      --seed S           sampling seed, 0 to 2^64-1 (default 1)\n"
             "      --print-ids        print generated token ids instead of text\n"
-            "      --dump-logits FILE write the last prompt position's logits (float32 LE)\n"
+            "      --dump-logits FILE write the last prompt position's logits (float32 LE;\n"
+            "                         with interactive --chat: of the latest turn)\n"
             "      --tokenizer FILE   use this tokenizer.json instead of the container's\n"
             "      --stats            timings, bpf calls per token and memory on stderr\n"
-            "  -h, --help             this text\n");
+            "  -h, --help             this text\n"
+            "\n"
+            "Generated ids without a token in the tokenizer (a model's padding ids) print no\n"
+            "text. SIGINT or SIGTERM stops between tokens: the text printed so far ends with\n"
+            "whole characters, and the exit status is 130 or 143.\n"
+            "Exit status: 0 done, 1 error, 2 bad usage.\n");
+}
+
+/* ---- options ------------------------------------------------------------------------ */
+
+/* A whole decimal number in [min, max]; no sign, no blanks, nothing after it. */
+static int opt_uint(const char *name, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = arg[0] >= '0' && arg[0] <= '9' ? strtoull(arg, &end, 10) : 0;
+    if (arg[0] < '0' || arg[0] > '9' || *end || errno || v < min || v > max) {
+        fprintf(stderr, "qrun: %s needs a whole number from %" PRIu64 " to %" PRIu64 ", got '%s'\n", name, min,
+                max, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A finite decimal number in [min, max], or (min, max] when min_open. */
+static int opt_real(const char *name, const char *arg, double min, bool min_open, double max, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    bool blank = arg[0] == ' ' || arg[0] == '\t' || arg[0] == '\n';
+    if (end == arg || blank || *end || errno || !isfinite(v) || v < min || (min_open && v == min) || v > max) {
+        fprintf(stderr, "qrun: %s needs a number in %c%g, %g], got '%s'\n", name, min_open ? '(' : '[', min, max,
+                arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_options(struct options *o, int argc, char **argv)
@@ -81,25 +151,21 @@ static int parse_options(struct options *o, int argc, char **argv)
     };
     *o = (struct options){.s = {.backend = QP_BACKEND_BPF, .threads = 2}, .n_new = 32, .top_p = 1, .seed = 1};
     int c;
-    char *end;
-    while ((c = getopt_long(argc, argv, "m:p:n:c:h", longs, NULL)) != -1) {
-        errno = 0;
+    uint64_t v;
+    opterr = 0; /* one line of our own per mistake, not getopt's plus the usage */
+    while ((c = getopt_long(argc, argv, ":m:p:n:c:h", longs, NULL)) != -1) {
         switch (c) {
         case 'm': o->s.model = optarg; break;
         case 'p': o->prompt = optarg; break;
         case 'n':
-            o->n_new = (int32_t)strtol(optarg, &end, 10);
-            if (*end || o->n_new < 0 || errno) {
-                fprintf(stderr, "qrun: -n needs a count >= 0, got '%s'\n", optarg);
+            if (opt_uint("-n", optarg, 0, INT32_MAX, &v))
                 return -1;
-            }
+            o->n_new = (int32_t)v;
             break;
         case 'c':
-            o->s.ctx = (uint32_t)strtoul(optarg, &end, 10);
-            if (*end || o->s.ctx == 0 || errno || optarg[0] == '-') {
-                fprintf(stderr, "qrun: -c needs a positive context length, got '%s'\n", optarg);
+            if (opt_uint("-c", optarg, 1, INT32_MAX, &v))
                 return -1;
-            }
+            o->s.ctx = (uint32_t)v;
             break;
         case O_IDS: o->ids = optarg; break;
         case O_BACKEND:
@@ -111,12 +177,29 @@ static int parse_options(struct options *o, int argc, char **argv)
                 return -1;
             }
             break;
-        case O_THREADS: o->s.threads = (unsigned)strtoul(optarg, NULL, 10); break;
+        case O_THREADS:
+            if (opt_uint("--threads", optarg, 1, 2, &v))
+                return -1;
+            o->s.threads = (unsigned)v;
+            break;
         case O_NO_VERIFY: o->s.no_verify = true; break;
-        case O_TEMP: o->temperature = strtod(optarg, NULL); break;
-        case O_TOPK: o->top_k = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case O_TOPP: o->top_p = strtod(optarg, NULL); break;
-        case O_SEED: o->seed = strtoull(optarg, NULL, 10); break;
+        case O_TEMP:
+            if (opt_real("--temp", optarg, 0, false, 100, &o->temperature))
+                return -1;
+            break;
+        case O_TOPK:
+            if (opt_uint("--top-k", optarg, 0, UINT32_MAX, &v))
+                return -1;
+            o->top_k = (uint32_t)v;
+            break;
+        case O_TOPP:
+            if (opt_real("--top-p", optarg, 0, true, 1, &o->top_p))
+                return -1;
+            break;
+        case O_SEED:
+            if (opt_uint("--seed", optarg, 0, UINT64_MAX, &o->seed))
+                return -1;
+            break;
         case O_PRINT_IDS: o->print_ids = true; break;
         case O_DUMP: o->dump_logits = optarg; break;
         case O_TOKENIZER: o->tokenizer = optarg; break;
@@ -124,7 +207,15 @@ static int parse_options(struct options *o, int argc, char **argv)
         case O_CHAT: o->chat = true; break;
         case O_THINK: o->think = true; break;
         case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        case ':':
+            fprintf(stderr, "qrun: option '%s' needs a value (try qrun --help)\n", argv[optind - 1]);
+            return -1;
+        default:
+            if (optopt)
+                fprintf(stderr, "qrun: unknown option '-%c' (try qrun --help)\n", optopt);
+            else
+                fprintf(stderr, "qrun: unknown option '%s' (try qrun --help)\n", argv[optind - 1]);
+            return -1;
         }
     }
     if (optind < argc) {
@@ -135,18 +226,100 @@ static int parse_options(struct options *o, int argc, char **argv)
         fprintf(stderr, "qrun: no model: give -m MODEL.qpk (try qrun --help)\n");
         return -1;
     }
-    if (!o->prompt == !o->ids) {
-        fprintf(stderr, "qrun: give a prompt with either -p TEXT or --ids \"ID ...\"\n");
+    if (o->prompt && o->ids) {
+        fprintf(stderr, "qrun: give the prompt either with -p TEXT or with --ids \"ID ...\", not both\n");
         return -1;
     }
-    if (o->temperature < 0 || !(o->top_p > 0 && o->top_p <= 1) || o->s.threads < 1 || o->s.threads > 2) {
-        fprintf(stderr, "qrun: --temp must be >= 0, --top-p in (0, 1], --threads 1 or 2\n");
+    if (!o->prompt && !o->ids && !o->chat) {
+        fprintf(stderr, "qrun: give a prompt with -p TEXT or --ids \"ID ...\" (or --chat for a chat on stdin)\n");
+        return -1;
+    }
+    if (o->think && !o->chat) {
+        fprintf(stderr, "qrun: --think works with --chat only\n");
+        return -1;
+    }
+    o->interactive = o->chat && !o->prompt && !o->ids;
+    if (o->prompt) {
+        const char *why = NULL;
+        size_t len = strlen(o->prompt), bad = qp_utf8_check(o->prompt, len, &why);
+        if (bad < len) {
+            fprintf(stderr, "qrun: -p: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s)\n", bad,
+                    (unsigned char)o->prompt[bad], why ? why : "ill-formed");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The model path before anything opens it: a clear word for the usual mix-ups. */
+static int check_model_path(const struct options *o)
+{
+    struct stat st;
+    const char *m = o->s.model;
+    if (stat(m, &st) != 0) {
+        fprintf(stderr, "qrun: %s: %s\n", m, strerror(errno));
+        return -1;
+    }
+    if (o->s.backend != QP_BACKEND_REF && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qrun: %s is a directory; -m takes a .qpk container (a Hugging Face folder runs "
+                        "with --backend ref)\n", m);
+        return -1;
+    }
+    if (o->s.backend == QP_BACKEND_REF && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "qrun: --backend ref takes a Hugging Face checkpoint folder as -m; %s is not a "
+                        "directory\n", m);
+        return -1;
+    }
+    if (o->s.backend != QP_BACKEND_REF && !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "qrun: %s is not a regular file\n", m);
         return -1;
     }
     return 0;
 }
 
-static int parse_ids(const char *text, qp_tok_ids *ids, uint32_t vocab, qp_err *err)
+/* Loading the kernels needs CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN, which
+ * implies both, as root has). Checked from the effective capability set,
+ * then confirmed by loading a two-instruction socket filter, so a denial
+ * (seccomp, an LSM) reads as what it is and not as a verifier rejection. */
+static int check_bpf_privilege(void)
+{
+    uint64_t eff = 0;
+    bool known = false;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "CapEff:", 7)) {
+            eff = strtoull(line + 7, NULL, 16);
+            known = true;
+        }
+    if (f)
+        fclose(f);
+#define HAS_CAP(c) ((eff >> (c)) & 1)
+    bool ok = known ? HAS_CAP(CAP_SYS_ADMIN) || (HAS_CAP(CAP_BPF) && HAS_CAP(CAP_PERFMON)) : geteuid() == 0;
+#undef HAS_CAP
+    if (ok) {
+        const struct bpf_insn insns[2] = {
+            {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
+            {.code = BPF_JMP | BPF_EXIT},
+        };
+        int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "qrun_probe", "GPL", insns, 2, NULL);
+        if (fd >= 0)
+            close(fd);
+        else if (errno == EPERM || errno == EACCES)
+            ok = false;
+    }
+    if (!ok) {
+        fprintf(stderr, "qrun: loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u)\n",
+                (unsigned)geteuid());
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- prompt ------------------------------------------------------------------------- */
+
+/* Ids separated by blanks or commas; the vocabulary is checked once the model is open. */
+static int parse_ids(const char *text, qp_tok_ids *ids, qp_err *err)
 {
     const char *p = text;
     while (*p) {
@@ -156,10 +329,9 @@ static int parse_ids(const char *text, qp_tok_ids *ids, uint32_t vocab, qp_err *
             break;
         char *end;
         errno = 0;
-        unsigned long v = strtoul(p, &end, 10);
-        if (end == p || errno || *p == '-' || v >= vocab)
-            return qp_fail(err, "--ids: '%.*s' is not a token id below the vocabulary size %u",
-                           (int)strcspn(p, " ,\t\n"), p, vocab);
+        unsigned long v = *p >= '0' && *p <= '9' ? strtoul(p, &end, 10) : 0;
+        if (*p < '0' || *p > '9' || errno || v > INT32_MAX || !strchr(" ,\t\n", *end))
+            return qp_fail(err, "--ids: '%.*s' is not a token id", (int)strcspn(p, " ,\t\n"), p);
         if (qp_tok_ids_push(ids, (int32_t)v))
             return qp_fail(err, "out of memory");
         p = end;
@@ -207,24 +379,46 @@ static int dump_logits(const char *path, const double *logits, uint32_t n, qp_er
     return 0;
 }
 
+/* ---- generation --------------------------------------------------------------------- */
+
 struct run_state {
     struct options *o;
     struct qp_session s;
+    bool s_open;
     qp_tok *tok;
     qp_tok_stream stream;
     qp_tok_ids prompt;
+    struct qp_sampler sampler;
+    bool sampler_ready;
+    qp_chat_stops stops;    /* with --chat */
+    bool use_stops;
+    uint32_t pos;           /* tokens in the KV cache */
+    uint32_t next;          /* argmax after the last step */
+    bool pending;           /* pending_id was printed but is not in the cache yet */
+    uint32_t pending_id;
+    uint32_t in_reply;      /* tokens printed in the current reply */
+    bool bad_input;         /* an interactive line was refused */
     double prompt_ms, gen_ms;
-    uint32_t generated;
+    uint32_t n_prompt, generated;
     uint64_t calls_prompt, calls_gen;
 };
+
+static uint64_t calls(const struct run_state *r)
+{
+    return r->s.fw ? qp_forward_stats(r->s.fw)->calls : 0;
+}
 
 static int emit_token(struct run_state *r, uint32_t id, qp_err *err)
 {
     if (r->o->print_ids || !r->tok) {
-        printf("%s%u", r->generated ? " " : "", id);
+        printf("%s%u", r->in_reply ? " " : "", id);
         fflush(stdout);
         return 0;
     }
+    /* the model's vocabulary may be larger than the tokenizer's (padding
+     * ids): such an id has no text, as in Hugging Face's decode */
+    if (!qp_tok_token_string(r->tok, (int32_t)id, NULL))
+        return 0;
     qp_tok_text text = {0};
     int rc = qp_tok_stream_push(&r->stream, (int32_t)id, &text, err);
     if (!rc && text.len) {
@@ -235,65 +429,198 @@ static int emit_token(struct run_state *r, uint32_t id, qp_err *err)
     return rc;
 }
 
-static bool is_stop(const struct run_state *r, uint32_t id)
+/* Ends a reply's output. After a signal only the complete characters already
+ * printed stay (a held partial character is dropped, not replaced); otherwise
+ * a partial character left at the end becomes U+FFFD. */
+static void end_reply(struct run_state *r, bool newline_always)
 {
-    if (!r->tok || !r->o->chat)
-        return false;
-    size_t n;
-    const char *s = qp_tok_token_string(r->tok, (int32_t)id, &n);
-    return s && ((n == 10 && !memcmp(s, "<|im_end|>", 10)) || (n == 13 && !memcmp(s, "<|endoftext|>", 13)));
+    if (r->tok && !r->o->print_ids && !stop_signal) {
+        qp_tok_text tail = {0};
+        qp_err ignore;
+        if (qp_tok_stream_finish(&r->stream, &tail, &ignore) == 0 && tail.len)
+            fwrite(tail.s, 1, tail.len, stdout);
+        qp_tok_text_free(&tail);
+    }
+    if (r->in_reply || newline_always)
+        putchar('\n');
+    fflush(stdout);
 }
 
-static uint64_t calls(const struct run_state *r)
+/* Feeds the pending token and ids[0..n) at the next positions; the last one
+ * computes logits. The caller checked that they fit the context. */
+static int feed(struct run_state *r, const int32_t *ids, size_t n, qp_err *err)
 {
-    return r->s.fw ? qp_forward_stats(r->s.fw)->calls : 0;
+    double t0 = now_ms();
+    uint64_t c0 = calls(r);
+    int rc = 0;
+    if (r->pending && !stop_signal) {
+        rc = qp_session_step(&r->s, r->pending_id, r->pos, n == 0, &r->next, err);
+        if (!rc) {
+            r->pos++;
+            r->pending = false;
+        }
+    }
+    for (size_t i = 0; !rc && i < n && !stop_signal; i++) {
+        rc = qp_session_step(&r->s, (uint32_t)ids[i], r->pos, i + 1 == n, &r->next, err);
+        if (!rc)
+            r->pos++;
+    }
+    r->n_prompt += (uint32_t)n;
+    r->prompt_ms += now_ms() - t0;
+    r->calls_prompt += calls(r) - c0;
+    if (!rc && r->o->dump_logits && !stop_signal)
+        rc = dump_logits(r->o->dump_logits, r->s.logits, r->s.vocab, err);
+    return rc;
 }
 
-static int generate(struct run_state *r, qp_err *err)
+/* Generates one reply after the prompt just fed: up to -n tokens, ending
+ * early at a stop id (which is neither printed nor fed). The last token
+ * printed is left pending: the next turn feeds it first. */
+static int reply(struct run_state *r, qp_err *err)
 {
     struct options *o = r->o;
-    struct qp_sampler sampler;
-    if (qp_sampler_init(&sampler, r->s.vocab, o->temperature, o->top_k, o->top_p, o->seed))
-        return qp_fail(err, "out of memory");
-    uint32_t n_prompt = (uint32_t)r->prompt.len, pos = 0, next = 0;
-    int rc = 0;
-    if (n_prompt + (uint32_t)o->n_new > r->s.ctx && n_prompt > r->s.ctx)
-        rc = qp_fail(err, "the prompt has %u tokens, more than the context of %u (see -c)", n_prompt, r->s.ctx);
-    double t0 = now_ms();
     bool need_logits = o->temperature > 0 || o->dump_logits || r->s.kind == QP_BACKEND_REF;
-    for (; !rc && pos < n_prompt && !stop_signal; pos++) {
-        bool last = pos + 1 == n_prompt;
-        rc = qp_session_step(&r->s, (uint32_t)r->prompt.v[pos], pos, last, &next, err);
-    }
-    r->prompt_ms = now_ms() - t0;
-    r->calls_prompt = calls(r);
-    if (!rc && o->dump_logits && !stop_signal)
-        rc = dump_logits(o->dump_logits, r->s.logits, r->s.vocab, err);
-    t0 = now_ms();
-    for (int32_t i = 0; !rc && i < o->n_new && !stop_signal; i++) {
-        uint32_t id = need_logits ? qp_sample(&sampler, r->s.logits) : next;
-        if (is_stop(r, id))
+    double t0 = now_ms();
+    uint64_t c0 = calls(r);
+    int rc = 0;
+    r->in_reply = 0;
+    if (r->tok)
+        qp_tok_stream_init(&r->stream, r->tok, QP_TOK_SKIP_SPECIAL);
+    for (int32_t i = 0; i < o->n_new && !stop_signal; i++) {
+        uint32_t id = need_logits ? qp_sample(&r->sampler, r->s.logits) : r->next;
+        if (r->use_stops && qp_chat_is_stop(&r->stops, (int32_t)id))
             break;
         rc = emit_token(r, id, err);
-        r->generated++;
-        if (rc || i + 1 == o->n_new)
+        if (rc)
             break;
-        if (pos >= r->s.ctx) {
+        r->in_reply++;
+        r->generated++;
+        r->pending = true;
+        r->pending_id = id;
+        if (i + 1 == o->n_new || stop_signal)
+            break;
+        if (r->pos >= r->s.ctx) {
             rc = qp_fail(err, "reached the end of the context (%u tokens); use -c to allow more", r->s.ctx);
             break;
         }
-        rc = qp_session_step(&r->s, id, pos++, true, &next, err);
+        rc = qp_session_step(&r->s, id, r->pos, true, &r->next, err);
+        if (rc)
+            break;
+        r->pos++;
+        r->pending = false;
     }
-    r->gen_ms = now_ms() - t0;
-    r->calls_gen = calls(r) - r->calls_prompt;
-    qp_tok_text tail = {0};
-    if (r->tok && !o->print_ids && qp_tok_stream_finish(&r->stream, &tail, err) == 0 && tail.len)
-        fwrite(tail.s, 1, tail.len, stdout);
-    qp_tok_text_free(&tail);
-    if (r->generated)
-        putchar('\n');
-    fflush(stdout);
-    qp_sampler_free(&sampler);
+    r->gen_ms += now_ms() - t0;
+    r->calls_gen += calls(r) - c0;
+    return rc;
+}
+
+/* The whole conversation must stay within the context: no wrap-around. */
+static int check_fits(const struct run_state *r, size_t n, qp_err *err)
+{
+    uint64_t need = (uint64_t)r->pos + r->pending + n;
+    if (need <= r->s.ctx)
+        return 0;
+    if (r->o->interactive)
+        return qp_fail(err, "the conversation is full: %u tokens so far and %zu more for this turn do not fit "
+                            "the context of %u tokens (use -c to allow more)",
+                       r->pos + r->pending, n, r->s.ctx);
+    return qp_fail(err, "the prompt has %zu tokens, more than the context of %u (see -c)", n, r->s.ctx);
+}
+
+static int one_shot(struct run_state *r, qp_err *err)
+{
+    int rc = check_fits(r, r->prompt.len, err);
+    if (!rc)
+        rc = feed(r, r->prompt.v, r->prompt.len, err);
+    if (!rc && !stop_signal)
+        rc = reply(r, err);
+    if (!rc || r->in_reply)
+        end_reply(r, false);
+    return rc;
+}
+
+/* Refuses a line the tokenizer must not see: invalid UTF-8 or a NUL byte. */
+static bool line_ok(const char *line, size_t len, unsigned lineno)
+{
+    const char *nul = memchr(line, 0, len);
+    if (nul) {
+        fprintf(stderr, "qrun: input line %u holds a NUL byte at offset %zu; line ignored\n", lineno,
+                (size_t)(nul - line));
+        return false;
+    }
+    const char *why = NULL;
+    size_t bad = qp_utf8_check(line, len, &why);
+    if (bad < len) {
+        fprintf(stderr, "qrun: input line %u: invalid UTF-8 at byte offset %zu (byte 0x%02X: %s); line ignored\n",
+                lineno, bad, (unsigned char)line[bad], why ? why : "ill-formed");
+        return false;
+    }
+    return true;
+}
+
+static int interactive(struct run_state *r, qp_err *err)
+{
+    qp_chat chat;
+    qp_chat_init(&chat, r->o->think);
+    bool tty = isatty(STDIN_FILENO);
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned lineno = 0;
+    int rc = 0;
+    while (!rc && !stop_signal) {
+        if (tty) {
+            fputs("> ", stderr);
+            fflush(stderr);
+        }
+        errno = 0;
+        ssize_t n = getline(&line, &cap, stdin);
+        if (n < 0) {
+            if (stop_signal)
+                break;
+            if (ferror(stdin) && errno)
+                rc = qp_fail(err, "reading stdin: %s", strerror(errno));
+            else if (tty)
+                fputc('\n', stderr);
+            break;
+        }
+        lineno++;
+        size_t len = (size_t)n;
+        if (len && line[len - 1] == '\n')
+            len--;
+        if (len && line[len - 1] == '\r')
+            len--;
+        if (!line_ok(line, len, lineno)) {
+            r->bad_input = true;
+            continue;
+        }
+        if (!len)
+            continue;
+        line[len] = '\0';
+        qp_tok_text text = {0};
+        qp_tok_ids ids = {0};
+        qp_chat copy = chat;
+        rc = qp_chat_turn(&copy, NULL, line, &text, err);
+        if (!rc)
+            rc = qp_tok_encode(r->tok, text.s, text.len, &ids, err);
+        for (size_t i = 0; !rc && i < ids.len; i++)
+            if ((uint32_t)ids.v[i] >= r->s.vocab)
+                rc = qp_fail(err, "input line %u: token %d is outside this model's vocabulary of %u", lineno,
+                             ids.v[i], r->s.vocab);
+        if (!rc)
+            rc = check_fits(r, ids.len, err);
+        if (!rc) {
+            chat = copy;
+            rc = feed(r, ids.v, ids.len, err);
+        }
+        if (!rc && !stop_signal) {
+            rc = reply(r, err);
+            if (!rc || r->in_reply)
+                end_reply(r, !rc);
+        }
+        qp_tok_text_free(&text);
+        qp_tok_ids_free(&ids);
+    }
+    free(line);
     return rc;
 }
 
@@ -301,7 +628,7 @@ static void print_stats(const struct run_state *r)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    uint32_t n_prompt = (uint32_t)r->prompt.len, steps = r->generated > 1 ? r->generated - 1 : 0;
+    uint32_t n_prompt = r->n_prompt, steps = r->generated > 1 ? r->generated - 1 : 0;
     fprintf(stderr, "qrun: backend %s, load %.0f ms, prompt %u tokens in %.0f ms (%.1f ms/token)\n",
             qp_backend_kind_name(r->s.kind), r->s.load_ms, n_prompt, r->prompt_ms,
             n_prompt ? r->prompt_ms / n_prompt : 0);
@@ -316,28 +643,34 @@ static void print_stats(const struct run_state *r)
             ru.ru_maxrss / 1024.0);
 }
 
+/* Loads the tokenizer and encodes the prompt, before the model is loaded. */
 static int prepare_prompt(struct run_state *r, qp_err *err)
 {
     struct options *o = r->o;
-    bool need_tok = o->prompt || !o->print_ids;
+    bool need_tok = o->prompt || o->chat || !o->print_ids;
+    bool must = o->prompt || o->chat;
+    qp_err quiet;
     if (need_tok && o->tokenizer) {
         if (qp_tok_load_file(&r->tok, o->tokenizer, err))
             return -1;
-    } else if (need_tok && r->s.kind != QP_BACKEND_REF) {
-        qp_err quiet;
-        if (load_container_tokenizer(o->s.model, &r->tok, o->prompt ? err : &quiet) && o->prompt)
+    } else if (need_tok && o->s.backend != QP_BACKEND_REF) {
+        if (load_container_tokenizer(o->s.model, &r->tok, must ? err : &quiet) && must)
             return -1;
     } else if (need_tok) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer.json", o->s.model);
-        qp_err quiet;
-        if (qp_tok_load_file(&r->tok, path, o->prompt ? err : &quiet) && o->prompt)
+        if (qp_tok_load_file(&r->tok, path, must ? err : &quiet) && must)
             return -1;
     }
-    if (r->tok)
-        qp_tok_stream_init(&r->stream, r->tok, QP_TOK_SKIP_SPECIAL);
+    if (o->chat) {
+        if (qp_chat_stop_ids(r->tok, &r->stops, err))
+            return -1;
+        r->use_stops = true;
+    }
+    if (o->interactive)
+        return 0;
     if (o->ids)
-        return parse_ids(o->ids, &r->prompt, r->s.vocab, err);
+        return parse_ids(o->ids, &r->prompt, err);
     qp_tok_text wrapped = {0};
     const char *text = o->prompt;
     size_t len = strlen(text);
@@ -351,11 +684,41 @@ static int prepare_prompt(struct run_state *r, qp_err *err)
     qp_tok_text_free(&wrapped);
     if (!rc && r->prompt.len == 0)
         rc = qp_fail(err, "the prompt encodes to no tokens");
-    for (size_t i = 0; !rc && i < r->prompt.len; i++)
-        if ((uint32_t)r->prompt.v[i] >= r->s.vocab)
-            rc = qp_fail(err, "prompt token %d is outside this model's vocabulary of %u", r->prompt.v[i],
-                         r->s.vocab);
     return rc;
+}
+
+/* With the model open: the prompt's ids against its vocabulary and context. */
+static int check_prompt(struct run_state *r, qp_err *err)
+{
+    for (size_t i = 0; i < r->prompt.len; i++)
+        if ((uint32_t)r->prompt.v[i] >= r->s.vocab)
+            return qp_fail(err, "%s %d is outside this model's vocabulary of %u (ids 0 to %u)",
+                           r->o->ids ? "--ids: token id" : "prompt token", r->prompt.v[i], r->s.vocab,
+                           r->s.vocab - 1);
+    return r->o->interactive ? 0 : check_fits(r, r->prompt.len, err);
+}
+
+static int run(struct run_state *r, qp_err *err)
+{
+    struct options *o = r->o;
+    if (prepare_prompt(r, err))
+        return -1;
+    if (!o->interactive && o->s.ctx && r->prompt.len > o->s.ctx)
+        return qp_fail(err, "the prompt has %zu tokens, more than the context of %u (see -c)", r->prompt.len,
+                       o->s.ctx);
+    if (stop_signal)
+        return 0;
+    if (qp_session_open(&r->s, &o->s, err))
+        return -1;
+    r->s_open = true;
+    if (check_prompt(r, err))
+        return -1;
+    if (qp_sampler_init(&r->sampler, r->s.vocab, o->temperature, o->top_k, o->top_p, o->seed))
+        return qp_fail(err, "out of memory");
+    r->sampler_ready = true;
+    if (stop_signal)
+        return 0;
+    return o->interactive ? interactive(r, err) : one_shot(r, err);
 }
 
 int main(int argc, char **argv)
@@ -366,26 +729,31 @@ int main(int argc, char **argv)
     struct options o;
     if (parse_options(&o, argc, argv))
         return 2;
-    struct sigaction sa = {.sa_handler = on_signal};
+    if (check_model_path(&o))
+        return 1;
+    if (o.s.backend == QP_BACKEND_BPF && check_bpf_privilege())
+        return 1;
+    /* the first signal stops between tokens; a second one ends qrun at once */
+    struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     struct run_state r = {.o = &o};
     qp_err err = {{0}};
-    int rc = qp_session_open(&r.s, &o.s, &err);
-    if (!rc)
-        rc = prepare_prompt(&r, &err);
-    if (!rc && !stop_signal)
-        rc = generate(&r, &err);
-    if (!rc && o.stats)
+    int rc = run(&r, &err);
+    if (!rc && o.stats && !stop_signal)
         print_stats(&r);
-    if (rc)
+    /* an error caused by the interruption itself is not worth a line */
+    if (rc && !stop_signal)
         fprintf(stderr, "qrun: %s\n", err.msg);
+    if (r.sampler_ready)
+        qp_sampler_free(&r.sampler);
     qp_tok_ids_free(&r.prompt);
     qp_tok_free(r.tok);
-    qp_session_close(&r.s);
+    if (r.s_open)
+        qp_session_close(&r.s);
     if (stop_signal) {
         fprintf(stderr, "qrun: interrupted\n");
         return 128 + stop_signal;
     }
-    return rc ? 1 : 0;
+    return rc || r.bad_input ? 1 : 0;
 }

@@ -1,0 +1,123 @@
+/* qp-accuracy - how far a packed model's logits are from the float64
+ * reference computed from the original checkpoint, at every position of
+ * several seeded random prompts: max and RMS logit error, mean and max KL
+ * divergence KL(ref || ours), top-1 agreement. A measuring tool for
+ * scripts/accuracy.sh, not a test.
+ *
+ *   qp-accuracy --ref DIR MODEL.qpk [--backend bpf|emu] [--prompts K]
+ *               [--positions N] [--seed S]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+struct totals {
+    double max_err, sum_sq_err, sum_kl, max_kl;
+    uint64_t logits, positions, top1;
+};
+
+/* KL(p || q) of the softmaxes of two logit vectors */
+static double kl_divergence(const double *p_logits, const double *q_logits, uint32_t n)
+{
+    double pm = p_logits[0], qm = q_logits[0];
+    for (uint32_t i = 1; i < n; i++) {
+        pm = fmax(pm, p_logits[i]);
+        qm = fmax(qm, q_logits[i]);
+    }
+    double pz = 0, qz = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        pz += exp(p_logits[i] - pm);
+        qz += exp(q_logits[i] - qm);
+    }
+    double kl = 0, lpz = log(pz), lqz = log(qz);
+    for (uint32_t i = 0; i < n; i++) {
+        double lp = p_logits[i] - pm - lpz, lq = q_logits[i] - qm - lqz;
+        kl += exp(lp) * (lp - lq);
+    }
+    return kl > 0 ? kl : 0;
+}
+
+static void add_position(struct totals *t, const double *ref, const double *ours, uint32_t n, uint32_t ref_top,
+                         uint32_t our_top)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        double e = fabs(ours[i] - ref[i]);
+        t->max_err = fmax(t->max_err, e);
+        t->sum_sq_err += e * e;
+    }
+    double kl = kl_divergence(ref, ours, n);
+    t->sum_kl += kl;
+    t->max_kl = fmax(t->max_kl, kl);
+    t->logits += n;
+    t->positions++;
+    t->top1 += ref_top == our_top;
+}
+
+static int fail(const char *what, const qp_err *err)
+{
+    fprintf(stderr, "qp-accuracy: %s: %s\n", what, err->msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *ref_dir = NULL, *model = NULL;
+    enum qp_backend_kind backend = QP_BACKEND_BPF;
+    uint32_t prompts = 4, positions = 16;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--ref") && i + 1 < argc)
+            ref_dir = argv[++i];
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            backend = !strcmp(argv[++i], "emu") ? QP_BACKEND_EMU : QP_BACKEND_BPF;
+        else if (!strcmp(argv[i], "--prompts") && i + 1 < argc)
+            prompts = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--positions") && i + 1 < argc)
+            positions = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (argv[i][0] != '-' && !model)
+            model = argv[i];
+        else {
+            fprintf(stderr, "usage: qp-accuracy --ref DIR MODEL.qpk [--backend bpf|emu] [--prompts K] "
+                            "[--positions N] [--seed S]\n");
+            return 2;
+        }
+    }
+    if (!ref_dir || !model || !prompts || !positions) {
+        fprintf(stderr, "qp-accuracy: need --ref DIR and MODEL.qpk\n");
+        return 2;
+    }
+    struct qp_session ours, ref;
+    qp_err err = {{0}};
+    struct qp_session_opts o = {.model = model, .backend = backend, .ctx = positions, .threads = 2};
+    if (qp_session_open(&ours, &o, &err))
+        return fail(model, &err);
+    o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
+    if (qp_session_open(&ref, &o, &err))
+        return fail(ref_dir, &err);
+    struct totals t = {0};
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (uint32_t p = 0; p < prompts; p++) {
+        for (uint32_t pos = 0; pos < positions; pos++) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            uint32_t tok = (uint32_t)(rng % ours.vocab), a, b;
+            if (qp_session_step(&ours, tok, pos, true, &a, &err) || qp_session_step(&ref, tok, pos, true, &b, &err))
+                return fail("step", &err);
+            add_position(&t, ref.logits, ours.logits, ours.vocab, b, a);
+        }
+    }
+    printf("%s (%s) vs float64 reference, %u prompts x %u positions:\n", model, qp_backend_kind_name(backend),
+           prompts, positions);
+    printf("  max logit error %.3g, rms %.3g\n", t.max_err, sqrt(t.sum_sq_err / (double)t.logits));
+    printf("  KL divergence mean %.3g, max %.3g\n", t.sum_kl / (double)t.positions, t.max_kl);
+    printf("  top-1 agreement %llu/%llu\n", (unsigned long long)t.top1, (unsigned long long)t.positions);
+    qp_session_close(&ours);
+    qp_session_close(&ref);
+    return 0;
+}

@@ -1,0 +1,25 @@
+#!/bin/sh
+# accuracy.sh [BUILD_DIR] - a measurement, not a test: generates real-shape
+# Qwen3-0.6B random checkpoints (plain and --stress, cached in
+# ${QP_BENCH_DIR:-/tmp/qp-bench}), packs them, and compares qrun's BPF
+# forward pass with the float64 reference at every position of several
+# seeded prompts. Issue targets: plain max logit error <= 5e-4; stress mean
+# KL <= 1e-3 and max logit error <= 0.05.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+work=${QP_BENCH_DIR:-/tmp/qp-bench}
+prompts=${QP_PROMPTS:-4}
+positions=${QP_POSITIONS:-16}
+mkdir -p "$work"
+for kind in plain stress; do
+    src=$work/0.6b-$kind
+    flags=""
+    [ "$kind" = stress ] && flags="--stress"
+    if [ ! -f "$src/config.json" ]; then
+        # shellcheck disable=SC2086
+        "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
+    fi
+    [ -f "$src.qpk" ] || "$build/packer/qpack" pack "$src" -o "$src.qpk" --quiet
+    "$build/scripts/qp-accuracy" --ref "$src" "$src.qpk" --prompts "$prompts" --positions "$positions"
+done
