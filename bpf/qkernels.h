@@ -23,6 +23,8 @@
  *   scores   raw q.k per head [n_heads][ctx]
  *   parts    attention partial per (head, chunk)
  *   logits   Q32 [vocab]; amax: argmax partial per slot; scal: scalars
+ *   work     --stream: the 4-row tile blocks of the running job, staged by
+ *            the host from the container (value = the widest block)
  */
 #ifndef QP_QKERNELS_H
 #define QP_QKERNELS_H
@@ -125,7 +127,7 @@ QM_INLINE s32 qk_rms_exp(struct qm_sf inv, s32 g_exp, u32 out_shift)
 /* ---- embed: h = embedding row of a token ---------------------------- */
 
 struct qk_embed_ctx {
-    u32 token;
+    u32 token, streamed, work_key;
 };
 
 static long qk_embed_cb(u64 i, void *vctx)
@@ -134,7 +136,7 @@ static long qk_embed_cb(u64 i, void *vctx)
     u32 tile = (u32)i;
     if (tile >= C.hidden / 16)
         return 1;
-    const s32 *blk = QK_LOOKUP(w_hid, C.embed_group + cx->token / 4);
+    const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key) : QK_LOOKUP(w_hid, C.embed_group + cx->token / 4);
     s64 *h = QK_LOOKUP(h, 0);
     if (!blk || !h)
         return 1;
@@ -150,7 +152,7 @@ QM_INLINE int qk_embed(const struct qk_args *a)
 {
     if (a->token >= C.vocab)
         return -1;
-    struct qk_embed_ctx cx = {a->token};
+    struct qk_embed_ctx cx = {a->token, a->streamed, a->work_key};
     QK_LOOP(C.hidden / 16, qk_embed_cb, &cx);
     return 0;
 }
@@ -330,6 +332,9 @@ QK_UNROLL
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
 QK_DEFINE_MV_CB(qk_mv_down_cb, w_down, C.inter)
+QK_DEFINE_MV_CB(qk_mv_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_CB(qk_mv_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_CB(qk_mv_work_down_cb, work, C.inter)
 
 /* Rows [begin, end) of the mode's range (multiples of 4). */
 QM_INLINE int qk_matvec(const struct qk_args *a)
@@ -353,10 +358,17 @@ QM_INLINE int qk_matvec(const struct qk_args *a)
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
     if (!sc)
         return -1;
-    struct qk_mv_ctx cx = {.first_group = group + a->begin / 4, .first_row = a->begin, .mode = a->mode,
-                           .x_exp = sc->x_exp};
+    struct qk_mv_ctx cx = {.first_group = a->streamed ? a->work_key : group + a->begin / 4,
+                           .first_row = a->begin, .mode = a->mode, .x_exp = sc->x_exp};
     u32 n = (a->end - a->begin) / 4;
-    if (a->mode == QK_MV_O)
+    if (a->streamed) {
+        if (a->mode == QK_MV_O)
+            QK_LOOP(n, qk_mv_work_o_cb, &cx);
+        else if (a->mode == QK_MV_DOWN)
+            QK_LOOP(n, qk_mv_work_down_cb, &cx);
+        else
+            QK_LOOP(n, qk_mv_work_hid_cb, &cx);
+    } else if (a->mode == QK_MV_O)
         QK_LOOP(n, qk_mv_o_cb, &cx);
     else if (a->mode == QK_MV_DOWN)
         QK_LOOP(n, qk_mv_down_cb, &cx);

@@ -42,6 +42,7 @@ QK_MAP(parts);
 QK_MAP(logits);
 QK_MAP(amax);
 QK_MAP(scal);
+QK_MAP(work);
 
 #include "qkernels.h"
 

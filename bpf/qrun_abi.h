@@ -48,6 +48,8 @@ struct qk_args {
     u32 mode;           /* matvec: enum qk_matvec_mode */
     u32 slot;           /* matvec QK_MV_LOGITS: argmax slot of this invocation */
     u32 n_slots;        /* argmax_reduce: slots to combine */
+    u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
+    u32 work_key;       /* ... from this key on (--stream) */
 };
 
 enum qk_matvec_mode {

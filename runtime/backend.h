@@ -26,7 +26,9 @@ struct qp_backend {
     const int64_t *logits;              /* Q32 [vocab] */
     const struct qk_scalars *scal;      /* argmax */
     const int64_t *h;                   /* residual [hidden] (tests, --trace-layers) */
+    uint8_t *work;                      /* --stream: where jobs' weight blocks are staged */
     uint64_t map_bytes;                 /* bytes in BPF maps (0 for emu) */
+    double verify_ms, copy_ms;          /* start-up: program load, weight copy */
 };
 
 const char *qp_kernel_name(enum qp_kernel k);

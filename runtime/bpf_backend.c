@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -25,6 +26,13 @@ struct bpfb {
     size_t mapped_len[QP_MAP_COUNT];
 };
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
     (void)level;
@@ -37,7 +45,7 @@ static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
         s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_norms, s->maps.m_qk_norms,
         s->maps.m_rope, s->maps.m_kboost, s->maps.m_kcache, s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_qkv,
         s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
-        s->maps.m_amax, s->maps.m_scal,
+        s->maps.m_amax, s->maps.m_scal, s->maps.m_work,
     };
     return maps[id];
 }
@@ -74,12 +82,18 @@ static void bpfb_destroy(struct qp_backend *b)
     free(s);
 }
 
+/* --stream: the matrix maps exist (the programs name them) but hold nothing */
+static bool streamed_matrix(const struct qp_plan *plan, int id)
+{
+    return plan->stream && (id == QP_MAP_W_HID || id == QP_MAP_W_O || id == QP_MAP_W_DOWN);
+}
+
 static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         struct bpf_map *m = map_of(s->skel, i);
         if (bpf_map__set_value_size(m, plan->maps[i].value_size) ||
-            bpf_map__set_max_entries(m, plan->maps[i].max_entries))
+            bpf_map__set_max_entries(m, streamed_matrix(plan, i) ? 1 : plan->maps[i].max_entries))
             return qp_fail(err, "cannot size BPF map %s", plan->maps[i].name);
     }
     s->skel->rodata->CFG = plan->cfg;
@@ -101,6 +115,8 @@ static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         const struct qp_mapspec *spec = &plan->maps[i];
+        if (streamed_matrix(plan, i))
+            continue;
         size_t len = map_bytes(spec);
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, i)), 0);
         if (p == MAP_FAILED)
@@ -136,13 +152,35 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qrun__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
+    /* QP_BPF_STATS=1 prints each kernel's verifier statistics */
+    static char stats_buf[QP_K_COUNT][4096];
+    struct bpf_program *prog;
+    int k = 0;
+    if (!rc && getenv("QP_BPF_STATS"))
+        bpf_object__for_each_program(prog, s->skel->obj) {
+            if (k < QP_K_COUNT) {
+                bpf_program__set_log_buf(prog, stats_buf[k], sizeof stats_buf[k]);
+                bpf_program__set_log_level(prog, 4);
+            }
+            k++;
+        }
+    double t0 = now_ms();
     if (!rc && qrun__load(s->skel) != 0) {
         int e = errno;
         const char *hint = load_hint(e);
         rc = qp_fail(err, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "", hint ? hint : "");
     }
+    double t1 = now_ms();
+    k = 0;
+    if (!rc && getenv("QP_BPF_STATS"))
+        bpf_object__for_each_program(prog, s->skel->obj) {
+            if (k < QP_K_COUNT)
+                fprintf(stderr, "%s: %s", bpf_program__name(prog), stats_buf[k]);
+            k++;
+        }
     if (!rc)
         rc = fill_maps(s, plan, err);
+    double t2 = now_ms();
     if (rc) {
         if (s->skel)
             bpfb_destroy(&s->b);
@@ -159,10 +197,12 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         s->prog_fd[k] = bpf_program__fd(progs[k]);
     uint64_t bytes = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
-        bytes += map_bytes(&plan->maps[i]);
+        if (!streamed_matrix(plan, i))
+            bytes += map_bytes(&plan->maps[i]);
     s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
-                               .h = s->mapped[QP_MAP_H], .map_bytes = bytes};
+                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .map_bytes = bytes, .verify_ms = t1 - t0,
+                               .copy_ms = t2 - t1};
     *out = &s->b;
     return 0;
 }

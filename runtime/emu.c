@@ -16,7 +16,7 @@ struct qk_hmap {
 
 struct qk_host_maps {
     struct qk_hmap w_hid, w_o, w_down, norms, qk_norms, rope, kboost, kcache, vcache, h, x, qkv, qrot, gu, scores,
-        parts, logits, amax, scal;
+        parts, logits, amax, scal, work;
 };
 
 /* the model the kernels run on; one emu model per process at a time */
@@ -124,7 +124,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,
                                .logits = (const int64_t *)e->maps.logits.base,
                                .scal = (const struct qk_scalars *)e->maps.scal.base,
-                               .h = (const int64_t *)e->maps.h.base};
+                               .h = (const int64_t *)e->maps.h.base, .work = e->maps.work.base};
     *out = &e->b;
     return 0;
 }

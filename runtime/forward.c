@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define MACS_PER_CALL (2u << 20)
@@ -28,7 +29,9 @@ struct job_list {
 
 struct qp_forward {
     struct qp_backend *b;
+    const struct qp_plan *plan;
     const struct qk_config *cfg;
+    struct qk_args pending[MAX_JOBS];   /* --stream: the whole list, run in batches */
     unsigned threads;
     pthread_t worker;
     pthread_mutex_t mu;
@@ -131,6 +134,81 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
     return 0;
 }
 
+/* The weight map and first 4-row group of a matrix product's rows. */
+static void matvec_source(const struct qk_config *c, uint32_t layer, uint32_t mode, enum qp_map_id *map,
+                          uint32_t *group)
+{
+    switch (mode) {
+    case QK_MV_QKV: *map = QP_MAP_W_HID; *group = layer * c->hid_groups_per_layer; break;
+    case QK_MV_GATE_UP:
+        *map = QP_MAP_W_HID;
+        *group = layer * c->hid_groups_per_layer + (c->q_dim + 2 * c->kv_dim) / 4;
+        break;
+    case QK_MV_O: *map = QP_MAP_W_O; *group = layer * (c->hidden / 4); break;
+    case QK_MV_DOWN: *map = QP_MAP_W_DOWN; *group = layer * (c->hidden / 4); break;
+    default: *map = QP_MAP_W_HID; *group = c->lm_group; break;
+    }
+}
+
+/* Drops a range of the mapped container from this process's resident
+ * memory once staged: --stream is for hosts without room for the model. */
+static void release(const uint8_t *begin, const uint8_t *end)
+{
+    uintptr_t page = 4096, a = ((uintptr_t)begin + page - 1) & ~(page - 1), b = (uintptr_t)end & ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* --stream: copies blocks [group, group + n) of a weight map, verbatim, to
+ * work keys [key, key + n). */
+static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
+{
+    const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
+    const uint8_t *run = NULL, *run_end = NULL;   /* contiguous source bytes copied */
+    for (uint32_t b = 0; b < n; b++) {
+        const uint8_t *src = qp_plan_block(fw->plan, map, group + b);
+        if (!src || key + b >= w->max_entries)
+            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
+        memcpy(fw->b->work + (uint64_t)(key + b) * w->value_size, src, m->value_size);
+        if (src != run_end) {
+            if (run)
+                release(run, run_end);
+            run = src;
+        }
+        run_end = src + m->value_size;
+    }
+    if (run)
+        release(run, run_end);
+    return 0;
+}
+
+/* --stream: runs fw->pending[0, n) in batches that fit the work map. */
+static int run_streamed(struct qp_forward *fw, enum qp_map_id map, uint32_t group0, uint32_t n, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    uint32_t capacity = fw->plan->maps[QP_MAP_WORK].max_entries;
+    for (uint32_t first = 0; first < n;) {
+        uint32_t used = 0, count = 0;
+        while (first + count < n) {
+            struct qk_args a = fw->pending[first + count];
+            uint32_t blocks = (a.end - a.begin) / 4;
+            if (count && used + blocks > capacity)
+                break;
+            a.streamed = 1;
+            a.work_key = used;
+            if (stage(fw, map, group0 + a.begin / 4, blocks, used, err))
+                return -1;
+            j->args[count++] = a;
+            used += blocks;
+        }
+        j->n = count;
+        if (run_jobs(fw, err))
+            return -1;
+        first += count;
+    }
+    return 0;
+}
+
 /* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work. */
 static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
                   uint32_t *slots, qp_err *err)
@@ -138,17 +216,29 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
     struct job_list *j = &fw->jobs;
     uint32_t step = MACS_PER_CALL / cols / 4 * 4;
     step = step < 4 ? 4 : step;
+    if (fw->plan->stream) {
+        uint32_t fit = fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4; /* two jobs per batch at least */
+        step = step > fit ? fit : step;
+    }
+    struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
     j->kernel = QP_K_MATVEC;
-    j->n = 0;
+    uint32_t n = 0;
     for (uint32_t r = 0; r < rows; r += step) {
-        if (j->n == MAX_JOBS || j->n == QK_MAX_ARGMAX_SLOTS)
+        if (n == MAX_JOBS || n == QK_MAX_ARGMAX_SLOTS)
             return qp_fail(err, "internal: too many jobs for one matrix");
-        j->args[j->n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                         .end = r + step < rows ? r + step : rows, .slot = j->n};
-        j->n++;
+        list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
+                                   .end = r + step < rows ? r + step : rows, .slot = n};
+        n++;
     }
     if (slots)
-        *slots = j->n;
+        *slots = n;
+    if (fw->plan->stream) {
+        enum qp_map_id map;
+        uint32_t group;
+        matvec_source(fw->cfg, layer, mode, &map, &group);
+        return run_streamed(fw, map, group, n, err);
+    }
+    j->n = n;
     return run_jobs(fw, err);
 }
 
@@ -201,6 +291,11 @@ int qp_forward_token(struct qp_forward *fw, uint32_t token, uint32_t pos, bool l
     if (pos >= c->ctx)
         return qp_fail(err, "position %u is past the context of %u tokens (see -c)", pos, c->ctx);
     struct qk_args embed = {.token = token};
+    if (fw->plan->stream) {
+        embed.streamed = 1;
+        if (stage(fw, QP_MAP_W_HID, c->embed_group + token / 4, 1, 0, err))
+            return -1;
+    }
     if (call(fw, QP_K_EMBED, &embed, err))
         return -1;
     for (uint32_t l = 0; l < c->n_layers; l++) {
@@ -230,6 +325,7 @@ int qp_forward_create(struct qp_forward **out, struct qp_backend *b, const struc
     if (!fw)
         return qp_fail(err, "out of memory");
     fw->b = b;
+    fw->plan = plan;
     fw->cfg = &plan->cfg;
     fw->threads = threads > 1 ? 2 : 1;
     pthread_mutex_init(&fw->mu, NULL);

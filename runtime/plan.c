@@ -231,17 +231,33 @@ static void size_maps(struct qp_plan *p, bool tied)
     set_map(p, QP_MAP_LOGITS, "logits", 8ull * c->vocab, 1);
     set_map(p, QP_MAP_AMAX, "amax", sizeof(struct qk_argmax), QK_MAX_ARGMAX_SLOTS);
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), 1);
-    for (int i = 0; i < QP_MAP_COUNT; i++) {
-        uint64_t bytes = (uint64_t)p->maps[i].value_size * p->maps[i].max_entries;
-        if (i <= QP_MAP_QK_NORMS)
-            p->weight_bytes += bytes;
-        else
-            p->state_bytes += bytes;
-    }
+    /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
+     * matrices' blocks (so streaming never holds the model), at least 8 */
+    uint64_t widest = 16ull * (c->act_len);
+    uint64_t blocks = p->maps[QP_MAP_W_HID].max_entries + p->maps[QP_MAP_W_O].max_entries +
+                      p->maps[QP_MAP_W_DOWN].max_entries;
+    uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
+    set_map(p, QP_MAP_WORK, "work", widest, work > 8 ? work : 8);
     p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
 }
 
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_err *err)
+const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key)
+{
+    const struct qp_mapspec *m = &p->maps[id];
+    uint32_t lo = 0, hi = m->n_segs;
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (m->segs[mid].first_key <= key)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (!m->n_segs || key < m->segs[lo].first_key || key - m->segs[lo].first_key >= m->segs[lo].n_keys)
+        return NULL;
+    return m->segs[lo].data + (uint64_t)(key - m->segs[lo].first_key) * m->value_size;
+}
+
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err)
 {
     memset(p, 0, sizeof *p);
     const struct qpk_config *q = &f->cfg;
@@ -257,7 +273,20 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
     fill_config(p, f, ctx);
     size_maps(p, q->flags & QPK_CONFIG_TIED);
+    p->stream = stream;
+    if (!stream)
+        p->maps[QP_MAP_WORK].max_entries = 1;
     kv_exponents(p, f);
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        uint64_t bytes = (uint64_t)p->maps[i].value_size * p->maps[i].max_entries;
+        bool matrix = i == QP_MAP_W_HID || i == QP_MAP_W_O || i == QP_MAP_W_DOWN;
+        if (stream && matrix)
+            continue;
+        if (i <= QP_MAP_QK_NORMS)
+            p->weight_bytes += bytes;
+        else
+            p->state_bytes += bytes;
+    }
     if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_kboost(p, f, err)) {
         qp_plan_free(p);
         return -1;

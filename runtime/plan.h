@@ -12,7 +12,7 @@
 enum qp_map_id {
     QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_NORMS, QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KBOOST,
     QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
-    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_COUNT,
+    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_COUNT,
 };
 
 /* a run of map keys filled from one source */
@@ -36,10 +36,18 @@ struct qp_plan {
     uint64_t weight_bytes;      /* bytes of weight maps (w_*, norms) */
     uint64_t state_bytes;       /* every other map */
     uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers */
+    bool stream;                /* matrices staged per job into `work` */
 };
 
-/* Builds the plan for a context of ctx positions (1..max_positions). */
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, qp_err *err);
+/* --stream: bytes of the work map the matrices are staged through */
+#define QP_STREAM_WORK_BYTES (64u << 20)
+
+/* Builds the plan for a context of ctx positions (1..max_positions); with
+ * stream, the matrices are not resident but staged through `work`. */
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err);
+
+/* The bytes of key `key` of a weight map (NULL when no segment holds it). */
+const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key);
 void qp_plan_free(struct qp_plan *p);
 
 /* Host-side softfloat of a positive finite double (load-time constants). */

@@ -82,6 +82,10 @@ static void usage(FILE *out)
             "                         bpf needs root or CAP_BPF + CAP_PERFMON\n"
             "      --threads N        1 or 2 (default 2)\n"
             "      --no-verify        skip the container's tensor checksums at start-up\n"
+            "      --resident         all weights copied into BPF maps once at start-up (default)\n"
+            "      --stream           small-memory mode: matrices stay in the container and are\n"
+            "                         copied, unconverted, into a 64 MiB work map per batch of\n"
+            "                         rows (slower; the file must not change while qrun runs)\n"
             "      --temp T           sampling temperature, 0 to 100 (default 0: greedy)\n"
             "      --top-k K          keep the K most likely tokens (default 0: all)\n"
             "      --top-p P          keep the smallest set with probability >= P, in (0, 1]\n"
@@ -135,13 +139,14 @@ static int opt_real(const char *name, const char *arg, double min, bool min_open
 
 static int parse_options(struct options *o, int argc, char **argv)
 {
-    enum { O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_PRINT_IDS,
+    enum { O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_PRINT_IDS,
            O_DUMP, O_TOKENIZER, O_STATS, O_CHAT, O_THINK };
     static const struct option longs[] = {
         {"model", required_argument, 0, 'm'}, {"prompt", required_argument, 0, 'p'},
         {"new", required_argument, 0, 'n'}, {"ctx", required_argument, 0, 'c'},
         {"ids", required_argument, 0, O_IDS}, {"backend", required_argument, 0, O_BACKEND},
         {"threads", required_argument, 0, O_THREADS}, {"no-verify", no_argument, 0, O_NO_VERIFY},
+        {"stream", no_argument, 0, O_STREAM}, {"resident", no_argument, 0, O_RESIDENT},
         {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP}, {"seed", required_argument, 0, O_SEED},
         {"print-ids", no_argument, 0, O_PRINT_IDS}, {"dump-logits", required_argument, 0, O_DUMP},
@@ -183,6 +188,8 @@ static int parse_options(struct options *o, int argc, char **argv)
             o->s.threads = (unsigned)v;
             break;
         case O_NO_VERIFY: o->s.no_verify = true; break;
+        case O_STREAM: o->s.stream = true; break;
+        case O_RESIDENT: o->s.stream = false; break;
         case O_TEMP:
             if (opt_real("--temp", optarg, 0, false, 100, &o->temperature))
                 return -1;

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <xxhash.h>
 
 #define DEFAULT_CTX 4096
 
@@ -28,17 +30,47 @@ static uint32_t pick_ctx(uint32_t asked, uint32_t max_positions)
     return max_positions < DEFAULT_CTX ? max_positions : DEFAULT_CTX;
 }
 
+/* --stream: checksums tensor by tensor, handing each one's pages back, so
+ * the check never holds the model in memory */
+static int verify_dropping_pages(const struct qpk_file *f, qp_err *err)
+{
+    for (uint32_t i = 0; i < f->n_sections; i++)
+        if (qpk_verify_section(f, &f->sections[i], err))
+            return -1;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return qp_fail(err, "out of memory");
+    const uint64_t chunk = 32u << 20;
+    int rc = 0;
+    for (uint32_t i = 0; i < f->n_tensors && !rc; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        XXH3_64bits_reset(st);
+        for (uint64_t at = 0; at < t->nbytes; at += chunk) {
+            uint64_t n = t->nbytes - at < chunk ? t->nbytes - at : chunk;
+            XXH3_64bits_update(st, f->map + t->offset + at, n);
+            madvise(f->map + t->offset + at, (n + 4095) & ~(uint64_t)4095, MADV_DONTNEED);
+        }
+        if (XXH3_64bits_digest(st) != t->xxh3)
+            rc = qp_fail(err, "%s: tensor %s: checksum mismatch (data corrupted)", f->path, t->name);
+    }
+    XXH3_freeState(st);
+    return rc;
+}
+
 static int open_container(struct qp_session *s, const struct qp_session_opts *o, qp_err *err)
 {
-    if (qpk_open(&s->file, o->model, o->no_verify ? 0 : QPK_VERIFY, err))
+    bool verify_now = !o->no_verify && !o->stream;
+    if (qpk_open(&s->file, o->model, verify_now ? QPK_VERIFY : 0, err))
         return -1;
     s->file_open = true;
+    if (o->stream && !o->no_verify && verify_dropping_pages(&s->file, err))
+        return -1;
     const struct qpk_config *c = &s->file.cfg;
     s->ctx = pick_ctx(o->ctx, c->max_positions);
     s->vocab = c->vocab;
     s->hidden = c->hidden;
     s->n_layers = c->n_layers;
-    if (qp_plan_build(&s->plan, &s->file, s->ctx, err))
+    if (qp_plan_build(&s->plan, &s->file, s->ctx, o->stream, err))
         return -1;
     int rc = o->backend == QP_BACKEND_BPF ? qp_bpf_create(&s->b, &s->plan, err)
                                           : qp_emu_create(&s->b, &s->plan, err);

@@ -21,6 +21,7 @@ struct qp_session_opts {
     uint32_t ctx;               /* 0: min(max positions, 4096) */
     unsigned threads;           /* 1 or 2 */
     bool no_verify;             /* skip checksums of the container's tensors */
+    bool stream;                /* matrices staged per job, not resident */
 };
 
 struct qp_session {

@@ -35,11 +35,17 @@ static void make_model(const char *name, const char *flags, char *ckpt, char *qp
     sh(QP_QPACK " pack %s -o %s --quiet", ckpt, qpk);
 }
 
-static void open_session(struct qp_session *s, const char *model, enum qp_backend_kind kind, uint32_t ctx)
+static void open_session_mode(struct qp_session *s, const char *model, enum qp_backend_kind kind, uint32_t ctx,
+                              bool stream)
 {
-    struct qp_session_opts o = {.model = model, .backend = kind, .ctx = ctx, .threads = 2};
+    struct qp_session_opts o = {.model = model, .backend = kind, .ctx = ctx, .threads = 2, .stream = stream};
     qp_err err = {{0}};
     ck_assert_msg(qp_session_open(s, &o, &err) == 0, "%s", err.msg);
+}
+
+static void open_session(struct qp_session *s, const char *model, enum qp_backend_kind kind, uint32_t ctx)
+{
+    open_session_mode(s, model, kind, ctx, false);
 }
 
 static void setup(void)
@@ -141,6 +147,36 @@ START_TEST(generation_with_cache_equals_recomputation)
 }
 END_TEST
 
+/* --stream stages the same bytes per batch: the same bits as resident */
+START_TEST(stream_mode_equals_resident_mode)
+{
+    char ckpt[256], qpk[256];
+    make_model("s", "--preset tiny --seed 11 --untied", ckpt, qpk);
+    struct qp_session res, str, emu;
+    open_session_mode(&res, qpk, QP_BACKEND_BPF, 64, false);
+    open_session_mode(&str, qpk, QP_BACKEND_BPF, 64, true);
+    open_session_mode(&emu, qpk, QP_BACKEND_EMU, 64, true);
+    qp_err err = {{0}};
+    uint32_t tok = 5, a, b, c;
+    for (uint32_t pos = 0; pos < 40; pos++) {
+        ck_assert(qp_session_step(&res, tok, pos, true, &a, &err) == 0);
+        ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(memcmp(res.b->logits, str.b->logits, res.vocab * sizeof(int64_t)) == 0,
+                      "stream differs from resident at position %u", pos);
+        ck_assert(memcmp(res.b->logits, emu.b->logits, res.vocab * sizeof(int64_t)) == 0);
+        ck_assert_uint_eq(a, b);
+        tok = a;
+    }
+    /* the matrices are not resident in stream mode, only staged */
+    ck_assert_msg(str.plan.weight_bytes * 4 < res.plan.weight_bytes, "stream keeps %llu weight bytes, resident %llu",
+                  (unsigned long long)str.plan.weight_bytes, (unsigned long long)res.plan.weight_bytes);
+    qp_session_close(&res);
+    qp_session_close(&str);
+    qp_session_close(&emu);
+}
+END_TEST
+
 START_TEST(position_past_context_is_an_error)
 {
     char ckpt[256], qpk[256];
@@ -164,6 +200,7 @@ int main(void)
     tcase_add_test(tc, stress_model_bpf_equals_emu_and_follows_reference);
     tcase_add_test(tc, generation_with_cache_equals_recomputation);
     tcase_add_test(tc, position_past_context_is_an_error);
+    tcase_add_test(tc, stream_mode_equals_resident_mode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
