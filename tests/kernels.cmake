@@ -8,3 +8,8 @@ qp_add_check_test(test_forward SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_forward.c 
 add_dependencies(test_forward qp-gen-checkpoint qpack)
 target_compile_definitions(test_forward PRIVATE
     QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>" QP_QPACK="$<TARGET_FILE:qpack>")
+
+qp_add_check_test(test_kernels SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels.c LIBS qprun TIMEOUT 600)
+add_dependencies(test_kernels qp-gen-checkpoint qpack)
+target_compile_definitions(test_kernels PRIVATE
+    QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>" QP_QPACK="$<TARGET_FILE:qpack>")

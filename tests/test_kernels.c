@@ -1,0 +1,202 @@
+/* test_kernels.c - each kernel alone, BPF against its host twin, bit for
+ * bit, on state filled with edge values: zeros, all-negative, the largest
+ * magnitudes the formats are specified for, a single massive channel, and
+ * random mixtures. Runs on a stress checkpoint (norm scales in the
+ * hundreds). Needs root. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "qpk.h"
+
+static char dir[64], qpk_path[128];
+static struct qpk_file file;
+static struct qp_plan plan;
+static struct qp_backend *bpf, *emu;
+static uint64_t rng = 0x1234567887654321ull;
+
+static uint64_t next_u64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/qp-kernels-XXXXXX");
+    ck_assert(mkdtemp(dir));
+    char cmd[512];
+    snprintf(qpk_path, sizeof qpk_path, "%s/m.qpk", dir);
+    snprintf(cmd, sizeof cmd, "%s %s/m --preset tiny --seed 5 --stress >/dev/null && %s pack %s/m -o %s --quiet",
+             QP_GEN_CHECKPOINT, dir, QP_QPACK, dir, qpk_path);
+    ck_assert(system(cmd) == 0);
+    qp_err err = {{0}};
+    ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_plan_build(&plan, &file, 600, false, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_bpf_create(&bpf, &plan, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_emu_create(&emu, &plan, &err) == 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+    bpf->destroy(bpf);
+    emu->destroy(emu);
+    qp_plan_free(&plan);
+    qpk_close(&file);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert(system(cmd) == 0);
+}
+
+static size_t map_len(enum qp_map_id id)
+{
+    return (size_t)plan.maps[id].value_size * plan.maps[id].max_entries;
+}
+
+/* the same bytes into a state map of both backends */
+static void set_state(enum qp_map_id id, const void *bytes)
+{
+    memcpy((void *)bpf->state(bpf, id), bytes, map_len(id));
+    memcpy((void *)emu->state(emu, id), bytes, map_len(id));
+}
+
+enum pattern { ZERO, NEGATIVE, LARGEST, MASSIVE, MIXED, PATTERN_COUNT };
+
+/* int64 entries of a pattern; `limit` is the largest magnitude the
+ * buffer's format is specified for */
+static void fill(int64_t *v, size_t n, enum pattern p, int64_t limit)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)(next_u64() % (uint64_t)limit);
+        switch (p) {
+        case ZERO: v[i] = 0; break;
+        case NEGATIVE: v[i] = -1 - r; break;
+        case LARGEST: v[i] = (i & 1) ? limit : -limit; break;
+        case MASSIVE: v[i] = i == 3 ? limit : r >> 20; break;
+        default: v[i] = (next_u64() & 1 ? r : -r) >> (next_u64() % 40); break;
+        }
+    }
+}
+
+static void run_both(enum qp_kernel k, const struct qk_args *a)
+{
+    qp_err e1 = {{0}}, e2 = {{0}};
+    int r1 = bpf->run(bpf, k, a, &e1), r2 = emu->run(emu, k, a, &e2);
+    ck_assert_msg(r1 == r2, "%s: bpf returned %d (%s), emu %d (%s)", qp_kernel_name(k), r1, e1.msg, r2, e2.msg);
+}
+
+static bool any_nonzero(enum qp_map_id id)
+{
+    const uint8_t *b = bpf->state(bpf, id);
+    for (size_t i = 0; i < map_len(id); i++)
+        if (b[i])
+            return true;
+    return false;
+}
+
+static void assert_state_equal(const char *what)
+{
+    for (int id = QP_MAP_KCACHE; id < QP_MAP_COUNT; id++) {
+        const void *a = bpf->state(bpf, id), *b = emu->state(emu, id);
+        if (!a || !b)
+            continue;
+        ck_assert_msg(memcmp(a, b, map_len(id)) == 0, "%s: map %s differs between bpf and emu", what,
+                      plan.maps[id].name);
+    }
+}
+
+/* residual Q32 up to 2^47 (32768 in value: past the largest massive
+ * activation a real model has), act mantissas up to 2^24, Q32 vectors up to 2^40 */
+START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
+{
+    const struct qk_config *c = &plan.cfg;
+    size_t big = map_len(QP_MAP_GU) > map_len(QP_MAP_KCACHE) ? map_len(QP_MAP_GU) : map_len(QP_MAP_KCACHE);
+    int64_t *buf = calloc(1, big + map_len(QP_MAP_SCORES) + 4096);
+    ck_assert(buf);
+    for (int p = 0; p < PATTERN_COUNT; p++) {
+        char what[64];
+        fill(buf, map_len(QP_MAP_H) / 8, p, 1ll << 47);
+        set_state(QP_MAP_H, buf);
+        struct qk_args norm = {.layer = 1, .mode = QK_NORM_MLP};
+        run_both(QP_K_RMSNORM, &norm);
+        snprintf(what, sizeof what, "rmsnorm, pattern %d", p);
+        assert_state_equal(what);
+        if (p != ZERO)
+            ck_assert_msg(any_nonzero(QP_MAP_X), "rmsnorm wrote nothing (pattern %d)", p);
+
+        fill(buf, map_len(QP_MAP_X) / 8, p, 1ll << 24);
+        set_state(QP_MAP_X, buf);
+        struct qk_args mv = {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim};
+        run_both(QP_K_MATVEC, &mv);
+        struct qk_args down = {.layer = 1, .mode = QK_MV_DOWN, .begin = 4, .end = c->hidden};
+        run_both(QP_K_MATVEC, &down);
+        snprintf(what, sizeof what, "matvec, pattern %d", p);
+        assert_state_equal(what);
+
+        fill(buf, map_len(QP_MAP_QKV) / 8, p, 1ll << 40);
+        set_state(QP_MAP_QKV, buf);
+        for (uint32_t pos = 0; pos < 300; pos += 37) {
+            struct qk_args rope = {.layer = 1, .pos = pos};
+            run_both(QP_K_ROPE_STORE, &rope);
+        }
+        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2};
+        run_both(QP_K_ATTENTION, &att);
+        run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads});
+        snprintf(what, sizeof what, "rope/attention, pattern %d", p);
+        assert_state_equal(what);
+
+        fill(buf, map_len(QP_MAP_GU) / 8, p, 1ll << 40);
+        set_state(QP_MAP_GU, buf);
+        run_both(QP_K_SWIGLU, &(struct qk_args){0});
+        snprintf(what, sizeof what, "swiglu, pattern %d", p);
+        assert_state_equal(what);
+        if (p != ZERO)
+            ck_assert_msg(any_nonzero(QP_MAP_X), "swiglu wrote nothing (pattern %d)", p);
+    }
+    free(buf);
+}
+END_TEST
+
+START_TEST(kernels_reject_arguments_outside_the_model)
+{
+    const struct qk_config *c = &plan.cfg;
+    const struct qk_args bad[] = {
+        {.layer = c->n_layers, .mode = QK_MV_QKV, .begin = 0, .end = 4},
+        {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim + 4},
+        {.layer = 0, .mode = QK_MV_O, .begin = 2, .end = 6},
+        {.layer = 0, .mode = 99, .begin = 0, .end = 4},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        qp_err err = {{0}};
+        ck_assert_int_ne(bpf->run(bpf, QP_K_MATVEC, &bad[i], &err), 0);
+        ck_assert_msg(strstr(err.msg, "rejected its arguments"), "%s", err.msg);
+    }
+    qp_err err = {{0}};
+    ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
+                                                                   .end = c->n_heads + 1}, &err), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 600);
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, each_kernel_matches_its_host_twin_on_edge_values);
+    tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
