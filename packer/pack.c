@@ -9,13 +9,16 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bf16.h"
 #include "hf_config.h"
 #include "pack.h"
 #include "q24.h"
@@ -49,7 +52,30 @@ struct packer {
     bool deduped_lm_head;
     bool progress;
     int32_t *chunk;
+    /* the source files' provenance, hashed on a second thread while the
+     * tensors are converted (reading them does not change the output) */
+    pthread_t hasher;
+    bool hasher_running;
+    struct source_hash *hashes;
+    int hash_rc;
+    qp_err hash_err;
 };
+
+/* Drops the pages of [data, data + len) from this process (the bytes stay in
+ * the page cache); the edge pages may hold a neighbour's bytes, which a
+ * read-only private mapping simply refaults. */
+static void release_source(const void *data, uint64_t len)
+{
+    if (!len)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = (uintptr_t)data & ~(page - 1);
+    uintptr_t end = ((uintptr_t)data + len + page - 1) & ~(page - 1);
+    madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
+/* How much of a source the converter reads before handing it back. */
+#define RELEASE_BYTES (8u << 20)
 
 static void usage_pack(FILE *out)
 {
@@ -176,11 +202,19 @@ static int resolve_tie(struct packer *p, qp_err *err)
 {
     const struct st_tensor *embed = st_find(&p->model, "model.embed_tokens.weight");
     const struct st_tensor *head = st_find(&p->model, "lm_head.weight");
-    bool same = embed && head && embed->dtype == head->dtype && embed->nbytes == head->nbytes &&
-                memcmp(embed->data, head->data, embed->nbytes) == 0;
+    bool same = embed && head && embed->dtype == head->dtype && embed->nbytes == head->nbytes;
+    /* compared in pieces, each released once compared, so the two 300 MB
+     * tensors (Qwen3-0.6B) never become resident together */
+    for (uint64_t at = 0; same && at < embed->nbytes; at += RELEASE_BYTES) {
+        uint64_t n = embed->nbytes - at < RELEASE_BYTES ? embed->nbytes - at : RELEASE_BYTES;
+        same = memcmp(embed->data + at, head->data + at, n) == 0;
+        release_source(embed->data + at, n);
+        release_source(head->data + at, n);
+    }
     if (head) {
         st_release(&p->model, head);
-        st_release(&p->model, embed);
+        if (embed)
+            st_release(&p->model, embed);
     }
     if (p->hf.tie_word_embeddings && head && !same)
         return qp_fail(err, "%s: config.json ties the embeddings but lm_head.weight differs from "
@@ -278,49 +312,93 @@ static int value_error(const struct packer *p, const struct planned *pl, uint64_
                    i / pl->t.cols, i % pl->t.cols, v, why);
 }
 
-/* Converts elements [begin, end) of a matrix to Q24 into out. */
-static int convert_q24(const struct packer *p, struct planned *pl, uint64_t begin, uint64_t end, int32_t *out,
-                       qp_err *err)
+/* The checked conversion of one element: fits, and its error noted. */
+static int convert_one(const struct packer *p, struct planned *pl, uint64_t i, int32_t *q, qp_err *err)
 {
     const struct st_tensor *s = pl->src;
-    for (uint64_t i = begin; i < end; i++) {
-        int32_t q;
-        bool ok;
-        if (s->dtype == ST_BF16) {
-            uint16_t bits = (uint16_t)(s->data[2 * i] | s->data[2 * i + 1] << 8);
-            ok = q24_from_bf16(bits, &q);
-        } else {
-            ok = q24_from_float(st_get_f32(s, i), &q);
-        }
-        double v = st_get_f32(s, i);
-        if (!ok)
-            return value_error(p, pl, i, v, "does not fit q24 (needs a finite |v| < 128)", err);
-        out[i - begin] = q;
-        note_error(pl, v, ldexp((double)q, -Q24_FRAC_BITS));
+    bool ok;
+    if (s->dtype == ST_BF16) {
+        uint16_t bits = (uint16_t)(s->data[2 * i] | s->data[2 * i + 1] << 8);
+        ok = q24_from_bf16(bits, q);
+    } else {
+        ok = q24_from_float(st_get_f32(s, i), q);
     }
+    double v = st_get_f32(s, i);
+    if (!ok)
+        return value_error(p, pl, i, v, "does not fit q24 (needs a finite |v| < 128)", err);
+    note_error(pl, v, ldexp((double)*q, -Q24_FRAC_BITS));
     return 0;
 }
 
-/* Row-major rows of one block -> the block's 4-row x 16-column tiles. */
-static void tile_block(const int32_t *rows, uint32_t cols, int32_t *out)
+/* BF16 magnitudes (bits & 0x7fff) in [QUIET_MIN, QUIET_END) are exact in
+ * Q24 (|v| >= 2^-17) and fit (|v| < 128): such an element needs no error
+ * accounting, its |v| ordering is its bits' ordering. Every other pattern
+ * (small, too large, inf, NaN) takes convert_one. Skipping exact elements
+ * leaves the error sums bit for bit what per-element accounting gives: they
+ * would add +0.0, and the rest are still added in index order. */
+#define QUIET_MIN 0x3700u
+#define QUIET_END 0x4300u
+
+/* Converts one block of 4 rows (elements [first, first + 4 * cols)) to Q24,
+ * straight into the block's 4 x 16 tiles in out. Elements are visited in
+ * index order, so the error sums match an element-by-element pass. */
+static int convert_block(const struct packer *p, struct planned *pl, uint64_t first, int32_t *out, qp_err *err)
 {
-    for (uint32_t c0 = 0; c0 < cols; c0 += QPK_Q24_TILE_COLS)
+    const struct st_tensor *s = pl->src;
+    uint32_t cols = pl->t.cols;
+    if (s->dtype == ST_BF16) {
+        const uint8_t *src = s->data + 2 * first;
+        uint16_t max_mag = 0;
         for (uint32_t k = 0; k < QPK_Q24_TILE_ROWS; k++)
-            for (uint32_t j = 0; j < QPK_Q24_TILE_COLS; j++)
-                *out++ = rows[(uint64_t)k * cols + c0 + j];
+            for (uint32_t c0 = 0; c0 < cols; c0 += QPK_Q24_TILE_COLS) {
+                int32_t *dst = out + (uint64_t)c0 * QPK_Q24_TILE_ROWS + k * QPK_Q24_TILE_COLS;
+                uint16_t in[QPK_Q24_TILE_COLS], loud = 0;
+                memcpy(in, src + 2 * ((uint64_t)k * cols + c0), sizeof in);
+                /* branch-free so it vectorizes: a quiet value times 2^24 is
+                 * an integer below 2^31, which the float product holds exactly */
+                for (uint32_t j = 0; j < QPK_Q24_TILE_COLS; j++) {
+                    uint16_t mag = in[j] & 0x7fff;
+                    loud |= (uint16_t)(mag - QUIET_MIN) >= (uint16_t)(QUIET_END - QUIET_MIN);
+                    max_mag = mag > max_mag ? mag : max_mag;
+                    dst[j] = (int32_t)(qp_bf16_to_f32(in[j]) * 0x1p24f);
+                }
+                if (!loud)
+                    continue;
+                /* redone one by one, in index order (so the error sums match) */
+                for (uint32_t j = 0; j < QPK_Q24_TILE_COLS; j++)
+                    if ((uint16_t)((in[j] & 0x7fff) - QUIET_MIN) >= (uint16_t)(QUIET_END - QUIET_MIN) &&
+                        convert_one(p, pl, first + (uint64_t)k * cols + c0 + j, &dst[j], err))
+                        return -1;
+            }
+        double m = (double)qp_bf16_to_f32((uint16_t)max_mag);
+        if (m > pl->max_abs)
+            pl->max_abs = m;
+        return 0;
+    }
+    for (uint32_t k = 0; k < QPK_Q24_TILE_ROWS; k++)
+        for (uint32_t c = 0; c < cols; c++) {
+            int32_t *dst = out + (uint64_t)(c / QPK_Q24_TILE_COLS) * QPK_Q24_TILE_COLS * QPK_Q24_TILE_ROWS +
+                           k * QPK_Q24_TILE_COLS + c % QPK_Q24_TILE_COLS;
+            if (convert_one(p, pl, first + (uint64_t)k * cols + c, dst, err))
+                return -1;
+        }
+    return 0;
 }
 
 static int write_matrix(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
 {
     uint32_t cols = pl->t.cols, blocks = pl->t.rows / QPK_Q24_TILE_ROWS;
     uint64_t block_elems = (uint64_t)cols * QPK_Q24_TILE_ROWS;
+    uint64_t elem = st_dtype_size(pl->src->dtype), released = 0;
     for (uint32_t b = 0; b < blocks; b++) {
-        int32_t *rows = p->chunk + block_elems; /* scratch behind the tile buffer */
-        if (convert_q24(p, pl, b * block_elems, (b + 1) * block_elems, rows, err))
+        if (convert_block(p, pl, b * block_elems, p->chunk, err) ||
+            qpk_writer_write(w, p->chunk, block_elems * 4, err))
             return -1;
-        tile_block(rows, cols, p->chunk);
-        if (qpk_writer_write(w, p->chunk, block_elems * 4, err))
-            return -1;
+        uint64_t done = (b + 1) * block_elems * elem;
+        if (done - released >= RELEASE_BYTES) {
+            release_source(pl->src->data + released, done - released);
+            released = done;
+        }
     }
     return 0;
 }
@@ -390,34 +468,88 @@ static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
     return 0;
 }
 
-static cJSON *source_files_json(const struct packer *p, qp_err *err)
+/* Every file the checkpoint was read from, with its size and XXH3, in a fixed
+ * order: one entry per candidate, present false when an optional one is
+ * absent. */
+static const char *const extra_sources[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                            "model.safetensors.index.json"};
+#define N_EXTRA_SOURCES (sizeof extra_sources / sizeof *extra_sources)
+
+struct source_hash {
+    const char *name;
+    uint64_t size, hash;
+    bool present;
+};
+
+static int hash_sources(const struct packer *p, struct source_hash *out, qp_err *err)
 {
-    cJSON *files = cJSON_CreateArray();
-    static const char *const extra[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
-                                        "model.safetensors.index.json"};
-    for (size_t i = 0; i < sizeof extra / sizeof *extra + p->model.n_files; i++) {
+    for (size_t i = 0; i < N_EXTRA_SOURCES + p->model.n_files; i++) {
         char path[4096];
-        const char *name = i < 4 ? extra[i] : p->model.files[i - 4].name;
-        snprintf(path, sizeof path, "%s/%s", p->opt.src, name);
-        if (i < 4 && access(path, R_OK) != 0)
+        struct source_hash *h = &out[i];
+        h->name = i < N_EXTRA_SOURCES ? extra_sources[i] : p->model.files[i - N_EXTRA_SOURCES].name;
+        snprintf(path, sizeof path, "%s/%s", p->opt.src, h->name);
+        if (i < N_EXTRA_SOURCES && access(path, R_OK) != 0)
             continue;
-        uint64_t size, hash;
-        if (st_file_xxh3(path, &hash, &size, err)) {
-            cJSON_Delete(files);
-            return NULL;
-        }
+        if (st_file_xxh3(path, &h->hash, &h->size, err))
+            return -1;
+        h->present = true;
+    }
+    return 0;
+}
+
+static void *hasher_main(void *arg)
+{
+    struct packer *p = arg;
+    p->hash_rc = hash_sources(p, p->hashes, &p->hash_err);
+    return NULL;
+}
+
+/* Starts hashing the sources beside the conversion (reading the same files
+ * the converter maps; the result does not depend on the timing). Without a
+ * thread the hashes are taken later, in line. */
+static int start_hashing(struct packer *p, qp_err *err)
+{
+    p->hashes = calloc(N_EXTRA_SOURCES + p->model.n_files, sizeof *p->hashes);
+    if (!p->hashes)
+        return qp_fail(err, "out of memory");
+    p->hasher_running = pthread_create(&p->hasher, NULL, hasher_main, p) == 0;
+    return 0;
+}
+
+static void join_hashing(struct packer *p)
+{
+    if (p->hasher_running)
+        pthread_join(p->hasher, NULL);
+    p->hasher_running = false;
+}
+
+static cJSON *source_files_json(struct packer *p, qp_err *err)
+{
+    if (p->hasher_running)
+        join_hashing(p);
+    else
+        p->hash_rc = hash_sources(p, p->hashes, &p->hash_err);
+    if (p->hash_rc) {
+        *err = p->hash_err;
+        return NULL;
+    }
+    cJSON *files = cJSON_CreateArray();
+    for (size_t i = 0; i < N_EXTRA_SOURCES + p->model.n_files; i++) {
+        const struct source_hash *h = &p->hashes[i];
+        if (!h->present)
+            continue;
         char hex[17];
-        snprintf(hex, sizeof hex, "%016" PRIx64, hash);
+        snprintf(hex, sizeof hex, "%016" PRIx64, h->hash);
         cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(f, "name", name);
-        cJSON_AddNumberToObject(f, "size", (double)size);
+        cJSON_AddStringToObject(f, "name", h->name);
+        cJSON_AddNumberToObject(f, "size", (double)h->size);
         cJSON_AddStringToObject(f, "xxh3", hex);
         cJSON_AddItemToArray(files, f);
     }
     return files;
 }
 
-static char *provenance_json(const struct packer *p, qp_err *err)
+static char *provenance_json(struct packer *p, qp_err *err)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "packer", "qpack " QPACK_VERSION);
@@ -533,6 +665,8 @@ static int write_container(struct packer *p, qp_err *err)
 
 static void packer_free(struct packer *p)
 {
+    join_hashing(p); /* before the model it reads goes away */
+    free(p->hashes);
     st_close(&p->model);
     free(p->plan);
     free(p->tokenizer);
@@ -560,16 +694,16 @@ int cmd_pack(int argc, char **argv)
         rc = hf_config_load(config_path, &p.hf, &err);
     if (!rc) {
         fill_config(&p);
-        /* two 4-row blocks of the widest matrix, or a norm vector */
+        /* one 4-row block of the widest matrix, or a norm vector */
         uint64_t widest = p.hf.intermediate_size > p.hf.hidden_size ? p.hf.intermediate_size : p.hf.hidden_size;
         uint64_t qd = (uint64_t)p.hf.num_attention_heads * p.hf.head_dim;
         widest = qd > widest ? qd : widest;
-        p.chunk = malloc(2 * widest * QPK_Q24_TILE_ROWS * 4 + 64);
+        p.chunk = malloc(widest * QPK_Q24_TILE_ROWS * 4 + 64);
         rc = p.chunk ? 0 : qp_fail(&err, "out of memory");
     }
     if (!rc)
-        rc = st_open_dir(&p.model, p.opt.src, &err) || load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) ||
-             plan_tensors(&p, &err);
+        rc = st_open_dir(&p.model, p.opt.src, &err) || start_hashing(&p, &err) ||
+             load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) || plan_tensors(&p, &err);
     if (!rc) {
         warn_unused(&p);
         settle_norm_exponents(&p);
