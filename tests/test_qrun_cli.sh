@@ -364,7 +364,10 @@ lifecycle)
 unprivileged)
     need_root
     command -v setpriv >/dev/null || skip "needs setpriv"
-    cp "$QRUN" "$T/qrun" && chmod 755 "$T" "$T/qrun"
+    # the build tree may sit in a folder only root can enter (a fresh
+    # clone in a mktemp -d): give nobody its own readable copies
+    cp "$QRUN" "$T/qrun" && cp "$M" "$T/M.qpk" && chmod 755 "$T" "$T/qrun" && chmod 644 "$T/M.qpk"
+    M=$T/M.qpk
     nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$@"; }
     nobody "$T/qrun" -m "$M" -p "Hello" -n 4 >"$T/bpf.out" 2>"$T/bpf.err"
     rc=$?
