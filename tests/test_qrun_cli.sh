@@ -366,16 +366,18 @@ unprivileged)
     command -v setpriv >/dev/null || skip "needs setpriv"
     # the build tree may sit in a folder only root can enter (a fresh
     # clone in a mktemp -d): give nobody its own readable copies
-    cp "$QRUN" "$T/qrun" && cp "$M" "$T/M.qpk" && chmod 755 "$T" "$T/qrun" && chmod 644 "$T/M.qpk"
-    M=$T/M.qpk
+    U=$(mktemp -d /tmp/qp-unpriv-XXXXXX) || fail "mktemp"
+    trap 'rm -rf "$U"' EXIT
+    cp "$QRUN" "$U/qrun" && cp "$M" "$U/M.qpk" && chmod 755 "$U" "$U/qrun" && chmod 644 "$U/M.qpk"
+    M=$U/M.qpk
     nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "$@"; }
-    nobody "$T/qrun" -m "$M" -p "Hello" -n 4 >"$T/bpf.out" 2>"$T/bpf.err"
+    nobody "$U/qrun" -m "$M" -p "Hello" -n 4 >"$T/bpf.out" 2>"$T/bpf.err"
     rc=$?
     expect_one_line_error bpf
     grep -q "CAP_BPF" "$T/bpf.err" && grep -q "root" "$T/bpf.err" && grep -q "uid 65534" "$T/bpf.err" ||
         fail "message: $(cat "$T/bpf.err")"
     # the same user can read the model: only the privilege was missing
-    nobody "$T/qrun" -m "$M" -p "Hello" -n 4 --backend emu >"$T/emu.out" 2>"$T/emu.err"
+    nobody "$U/qrun" -m "$M" -p "Hello" -n 4 --backend emu >"$T/emu.out" 2>"$T/emu.err"
     rc=$?
     [ "$rc" = 0 ] || fail "emu as nobody: exit $rc: $(cat "$T/emu.err")"
     ;;
