@@ -1,0 +1,452 @@
+/* test_quant.c - formats/quant.h: the pf16 parameter encoding, the INT4 /
+ * INT8 group quantisers (search never worse than RTN on the reconstructed
+ * values, exact on grids, edge groups), the whole-tensor helpers, and a
+ * measurement over 1M Gaussian weights with outliers (printed). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+static uint64_t rng;
+static uint64_t next_u64(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+static double uniform(void) { return ((next_u64() >> 11) + 0.5) * 0x1p-53; }
+static double gauss(void) { return sqrt(-2 * log(uniform())) * cos(6.283185307179586 * uniform()); }
+static double student_t(int dof)
+{
+    double c = 0;
+    for (int i = 0; i < dof; i++) {
+        double g = gauss();
+        c += g * g;
+    }
+    return gauss() / sqrt(c / dof);
+}
+
+enum { D_NORMAL, D_STUDENT, D_OUTLIER, D_POSITIVE, D_UNIFORM, D_SPARSE, D_KINDS };
+
+static void fill_group(float *x, int n, int kind, double scale)
+{
+    for (int j = 0; j < n; j++) {
+        double v;
+        switch (kind) {
+        case D_STUDENT: v = student_t(2); break;
+        case D_POSITIVE: v = 3 + fabs(gauss()); break;
+        case D_UNIFORM: v = 2 * uniform() - 1; break;
+        case D_SPARSE: v = next_u64() % 4 ? 0 : gauss(); break;
+        default: v = gauss(); break;
+        }
+        x[j] = (float)(v * scale);
+    }
+    if (kind == D_OUTLIER)
+        x[next_u64() % n] = (float)((next_u64() & 1 ? 1 : -1) * scale * (10 + 40 * uniform()));
+}
+
+/* the error of codes + parameters recomputed independently, in long double */
+static long double i4_err(const float *x, const float *w, int n, int E, const uint8_t *q, uint16_t d,
+                          uint16_t m, double *max_err)
+{
+    long double e = 0;
+    *max_err = 0;
+    for (int j = 0; j < n; j++) {
+        ck_assert_uint_le(q[j], 15);
+        long double v = ldexpl((long double)qnt_param_int(d) * q[j] - qnt_param_int(m), -E);
+        long double r = (long double)x[j] - v;
+        e += (w ? w[j] : 1.0L) * r * r;
+        if (fabsl(r) > *max_err)
+            *max_err = (double)fabsl(r);
+    }
+    return e;
+}
+
+static long double i8_err(const float *x, const float *w, int n, int E, const int8_t *q, uint16_t d,
+                          double *max_err)
+{
+    long double e = 0;
+    *max_err = 0;
+    for (int j = 0; j < n; j++) {
+        ck_assert_int_ge(q[j], -127);
+        long double v = ldexpl((long double)qnt_param_int(d) * q[j], -E);
+        long double r = (long double)x[j] - v;
+        e += (w ? w[j] : 1.0L) * r * r;
+        if (fabsl(r) > *max_err)
+            *max_err = (double)fabsl(r);
+    }
+    return e;
+}
+
+static int group_E(const float *x, int n)
+{
+    double a = 0;
+    for (int j = 0; j < n; j++)
+        a = fmax(a, fabs(x[j]));
+    return qnt_tensor_exponent(a);
+}
+
+static void close_enough(double got, long double want)
+{
+    double tol = 1e-9 * (double)want + 1e-300;
+    ck_assert_msg(fabs(got - (double)want) <= tol, "returned error %.17g, recomputed %.17Lg", got, want);
+}
+
+/* ---- pf16 ---- */
+
+START_TEST(pf16_round_trip)
+{
+    for (uint32_t v = 0; v < 65536; v++) {
+        int32_t P = qnt_param_int((uint16_t)v);
+        uint16_t c = qnt_param_encode(P);
+        ck_assert_int_eq(qnt_param_int(c), P);
+        ck_assert_uint_eq(qnt_param_encode(qnt_param_int(c)), c); /* canonical form is a fixed point */
+        int t = (int)(int16_t)(uint16_t)(v << 4) >> 4, s = (int)(v >> 12);
+        ck_assert_int_eq(P, t * (1 << s));
+    }
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(1e30)), QNT_PF16_INT_MAX);
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(-1e30)), -2048 * 32768);
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(0.49)), 0);
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(2047.4)), 2047);
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(2047.6)), 2048);
+    ck_assert_int_eq(qnt_param_int(qnt_param_encode(-2048.4)), -2048);
+    rng = 1;
+    for (int i = 0; i < 200000; i++) {
+        double y = ldexp(2 * uniform() - 1, (int)(next_u64() % 26));
+        uint16_t c = qnt_param_encode(y);
+        int s = c >> 12;
+        double err = fabs(qnt_param_int(c) - y);
+        ck_assert_msg(err <= ldexp(0.5, s), "y %.17g -> %d (shift %d)", y, qnt_param_int(c), s);
+        /* 11 significant bits whenever |y| >= 1024 */
+        if (fabs(y) >= 1024)
+            ck_assert_msg(err <= fabs(y) * 0x1p-11, "y %.17g rel err %g", y, err / fabs(y));
+    }
+}
+END_TEST
+
+START_TEST(tensor_exponent)
+{
+    ck_assert_int_eq(qnt_tensor_exponent(0), 0);
+    for (double a = 1e-44; a < 3e38; a *= 7.3) {
+        int E = qnt_tensor_exponent(a);
+        ck_assert(2 * ldexp(a, E) <= QNT_PF16_INT_MAX);
+        ck_assert(E > QNT_E_MIN && E < QNT_E_MAX);
+        if (E < QNT_E_MAX)
+            ck_assert(2 * ldexp(a, E + 1) > QNT_PF16_INT_MAX);
+    }
+}
+END_TEST
+
+/* ---- groups ---- */
+
+static const int sizes[] = {32, 64, 128, 7};
+
+START_TEST(search_never_worse_i4)
+{
+    rng = 0x1234567ull + (uint64_t)_i;
+    int n = sizes[_i];
+    long double tot_rtn = 0, tot_search = 0;
+    for (int it = 0; it < 3000; it++) {
+        float x[QNT_MAX_GROUP], w[QNT_MAX_GROUP];
+        int kind = it % D_KINDS;
+        double scale = ldexp(1.0, (int)(next_u64() % 40) - 30);
+        fill_group(x, n, kind, scale);
+        int weighted = (it / D_KINDS) % 3 == 1;
+        for (int j = 0; j < n; j++)
+            w[j] = (float)(0.1 + uniform() * uniform() * 4);
+        const float *wp = weighted ? w : NULL;
+        int E = group_E(x, n);
+        uint8_t qr[QNT_MAX_GROUP], qs[QNT_MAX_GROUP], qa[QNT_MAX_GROUP];
+        uint16_t dr, mr, ds, ms, da, ma;
+        double er = qnt_i4_group(x, wp, n, E, QNT_RTN, qr, &dr, &mr);
+        double es = qnt_i4_group(x, wp, n, E, QNT_SEARCH, qs, &ds, &ms);
+        double ea = qnt_i4_group(x, wp, n, E, QNT_ABSMAX, qa, &da, &ma);
+        double mx_r, mx_s, mx_a;
+        long double Er = i4_err(x, wp, n, E, qr, dr, mr, &mx_r);
+        long double Es = i4_err(x, wp, n, E, qs, ds, ms, &mx_s);
+        long double Ea = i4_err(x, wp, n, E, qa, da, ma, &mx_a);
+        close_enough(er, Er);
+        close_enough(es, Es);
+        close_enough(ea, Ea);
+        ck_assert_msg(Es <= Er, "group %d kind %d: search %.9Lg > rtn %.9Lg", it, kind, Es, Er);
+        /* RTN's bound: half a step plus the parameters' rounding */
+        double mn = x[0], mxv = x[0];
+        for (int j = 0; j < n; j++) {
+            mn = fmin(mn, x[j]);
+            mxv = fmax(mxv, x[j]);
+        }
+        double bound = (mxv - mn) / 30 * (1 + 0x1p-9) + fmax(fabs(mn), fabs(mxv)) * 0x1p-10 + ldexp(1, -E);
+        ck_assert_msg(mx_r <= bound, "rtn max err %g > %g", mx_r, bound);
+        if (!weighted) {
+            ck_assert(sqrt((double)Es) <= sqrt((double)Er) * (1 + 1e-12)); /* so max_s <= sqrt(SSE_rtn) */
+            ck_assert(mx_s <= sqrt((double)Er) * (1 + 1e-9) + 1e-300);
+            tot_rtn += Er / (scale * scale);
+            tot_search += Es / (scale * scale);
+        }
+    }
+    printf("INT4 n=%d: search/rtn squared error over random groups %.3f\n", n,
+           (double)(tot_search / tot_rtn));
+}
+END_TEST
+
+START_TEST(search_never_worse_i8)
+{
+    rng = 0x7654321ull + (uint64_t)_i;
+    int n = sizes[_i];
+    for (int it = 0; it < 2000; it++) {
+        float x[QNT_MAX_GROUP], w[QNT_MAX_GROUP];
+        int kind = it % D_KINDS;
+        fill_group(x, n, kind, ldexp(1.0, (int)(next_u64() % 40) - 30));
+        for (int j = 0; j < n; j++)
+            w[j] = (float)(0.1 + uniform() * 3);
+        const float *wp = it % 2 ? w : NULL;
+        int E = group_E(x, n);
+        int8_t qr[QNT_MAX_GROUP], qs[QNT_MAX_GROUP];
+        uint16_t dr, ds;
+        double er = qnt_i8_group(x, wp, n, E, QNT_RTN, qr, &dr);
+        double es = qnt_i8_group(x, wp, n, E, QNT_SEARCH, qs, &ds);
+        double mr, ms;
+        long double Er = i8_err(x, wp, n, E, qr, dr, &mr), Es = i8_err(x, wp, n, E, qs, ds, &ms);
+        close_enough(er, Er);
+        close_enough(es, Es);
+        ck_assert_msg(Es <= Er, "group %d: search %.9Lg > rtn %.9Lg", it, Es, Er);
+        double amax = 0;
+        for (int j = 0; j < n; j++)
+            amax = fmax(amax, fabs(x[j]));
+        ck_assert(mr <= amax / 254 * (1 + 0x1p-9) + ldexp(1, -E));
+    }
+}
+END_TEST
+
+START_TEST(edge_groups)
+{
+    const int n = 32, E = 20;
+    float x[32];
+    uint8_t q[32];
+    int8_t q8[32];
+    uint16_t d, m;
+    for (int method = 0; method < 3; method++) {
+        /* all zero: exact */
+        memset(x, 0, sizeof x);
+        ck_assert(qnt_i4_group(x, NULL, n, 0, method, q, &d, &m) == 0);
+        ck_assert_int_eq(qnt_param_int(d) * 0 + qnt_param_int(m), 0);
+        if (method != QNT_ABSMAX)
+            ck_assert(qnt_i8_group(x, NULL, n, 0, method, q8, &d) == 0);
+        /* constant: within the parameter rounding (2^-11 relative) */
+        for (int j = 0; j < n; j++)
+            x[j] = -0.3f;
+        int Ec = group_E(x, n);
+        double e = qnt_i4_group(x, NULL, n, Ec, method, q, &d, &m);
+        ck_assert_msg(e <= n * pow(0.3 * 0x1p-11, 2), "constant group error %g", e);
+        /* tiny values: the exponent adapts, the relative error is as for normal ones */
+        double big_e = 0, tiny_e = 0;
+        rng = 99;
+        fill_group(x, n, D_NORMAL, 1.0);
+        big_e = qnt_i4_group(x, NULL, n, group_E(x, n), method, q, &d, &m);
+        for (int j = 0; j < n; j++)
+            x[j] = (float)ldexp(x[j], -100);
+        tiny_e = qnt_i4_group(x, NULL, n, group_E(x, n), method, q, &d, &m);
+        ck_assert_msg(fabs(ldexp(tiny_e, 200) - big_e) <= 1e-9 * big_e, "tiny %g big %g", tiny_e, big_e);
+    }
+    /* values on an INT4 grid (both ends used): exact */
+    for (int k = 0; k < 50; k++) {
+        int D = 1 + (int)(next_u64() % 2047), M = (int)(next_u64() % 4001) - 2000;
+        for (int j = 0; j < n; j++) {
+            int qq = j < 16 ? j : (int)(next_u64() % 16);
+            x[j] = (float)ldexp((double)D * qq - M, -E);
+        }
+        for (int method = 0; method < 2; method++) {
+            double e = qnt_i4_group(x, NULL, n, E, method, q, &d, &m);
+            ck_assert_msg(e == 0, "grid D %d M %d method %d: error %g", D, M, method, e);
+            for (int j = 0; j < n; j++)
+                ck_assert(qnt_i4_value(q[j], d, m, E) == x[j]);
+        }
+        /* INT8 grid */
+        for (int j = 0; j < n; j++) {
+            int qq = j == 0 ? 127 : j == 1 ? -127 : (int)(next_u64() % 255) - 127;
+            x[j] = (float)ldexp((double)D * qq, -E);
+        }
+        for (int method = 0; method < 2; method++) {
+            double e = qnt_i8_group(x, NULL, n, E, method, q8, &d);
+            ck_assert_msg(e == 0, "int8 grid D %d method %d: error %g", D, method, e);
+            for (int j = 0; j < n; j++)
+                ck_assert(qnt_i8_value(q8[j], d, E) == x[j]);
+        }
+    }
+    /* a single outlier: search clearly better than RTN */
+    rng = 5;
+    double sr = 0, ss = 0;
+    for (int k = 0; k < 500; k++) {
+        fill_group(x, n, D_OUTLIER, 0.02);
+        int Eg = group_E(x, n);
+        sr += qnt_i4_group(x, NULL, n, Eg, QNT_RTN, q, &d, &m);
+        ss += qnt_i4_group(x, NULL, n, Eg, QNT_SEARCH, q, &d, &m);
+    }
+    printf("INT4 g32 one outlier per group: search/rtn squared error %.3f\n", ss / sr);
+    ck_assert(ss < 0.9 * sr);
+}
+END_TEST
+
+START_TEST(code_sums)
+{
+    uint8_t q[5] = {0, 15, 3, 7, 15};
+    int8_t q8[4] = {-127, 127, -5, 3};
+    ck_assert_uint_eq(qnt_i4_code_sum(q, 5), 40);
+    ck_assert_int_eq(qnt_i8_code_sum(q8, 4), -2);
+    ck_assert(qnt_bits_per_weight(4, 32) == 5.0);
+    ck_assert(qnt_bits_per_weight(4, 128) == 4.25);
+    ck_assert(qnt_bits_per_weight(8, 32) == 8.5);
+}
+END_TEST
+
+/* ---- tensors ---- */
+
+static float *gen_matrix(size_t n, uint64_t seed, int outliers)
+{
+    float *x = malloc(n * sizeof *x);
+    rng = seed;
+    for (size_t i = 0; i < n; i++) {
+        double v = 0.02 * gauss();
+        if (outliers && next_u64() % 500 == 0)
+            v = (next_u64() & 1 ? 1 : -1) * 0.02 * (4 + 12 * uniform());
+        x[i] = (float)v;
+    }
+    return x;
+}
+
+START_TEST(tensor_round_trip)
+{
+    const uint32_t rows = 24, cols = 256;
+    size_t n = (size_t)rows * cols;
+    float *x = gen_matrix(n, 11, 1), *y = malloc(n * sizeof *y);
+    qp_err err;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        for (int g = 32; g <= 128; g *= 2) {
+            qnt_tensor t, t2;
+            qnt_stats st;
+            ck_assert_int_eq(qnt_quantize_tensor(x, NULL, rows, cols, bits, g, QNT_SEARCH, &t, &st, &err), 0);
+            /* deterministic: a second run gives the same bytes */
+            ck_assert_int_eq(qnt_quantize_tensor(x, NULL, rows, cols, bits, g, QNT_SEARCH, &t2, NULL, &err), 0);
+            size_t ng = n / g;
+            ck_assert_int_eq(memcmp(t.codes, t2.codes, n), 0);
+            ck_assert_int_eq(memcmp(t.d, t2.d, ng * 2), 0);
+            if (bits == 4)
+                ck_assert_int_eq(memcmp(t.m, t2.m, ng * 2), 0);
+            else
+                ck_assert_ptr_null(t.m);
+            qnt_dequantize_tensor(&t, y);
+            double sse = 0, mx = 0;
+            for (size_t i = 0; i < n; i++) {
+                double r = fabs((double)x[i] - y[i]);
+                sse += r * r;
+                mx = fmax(mx, r);
+            }
+            ck_assert(fabs(sqrt(sse / n) - st.rms_err) <= 1e-6 * st.rms_err);
+            ck_assert(fabs(mx - st.max_err) <= 1e-6 * st.max_err);
+            ck_assert(st.bits_per_weight == qnt_bits_per_weight(bits, g));
+            /* each group agrees with the group API */
+            int32_t *sums = malloc(ng * sizeof *sums);
+            qnt_tensor_code_sums(&t, sums);
+            for (size_t gi = 0; gi < ng; gi += 7) {
+                uint8_t q[QNT_MAX_GROUP];
+                uint16_t d, m = 0;
+                if (bits == 4)
+                    qnt_i4_group(x + gi * g, NULL, g, t.E, QNT_SEARCH, q, &d, &m);
+                else
+                    qnt_i8_group(x + gi * g, NULL, g, t.E, QNT_SEARCH, (int8_t *)q, &d);
+                ck_assert_int_eq(memcmp(q, t.codes + gi * g, g), 0);
+                ck_assert_uint_eq(d, t.d[gi]);
+                int32_t s = bits == 4 ? (int32_t)qnt_i4_code_sum(q, g) : qnt_i8_code_sum((int8_t *)q, g);
+                ck_assert_int_eq(s, sums[gi]);
+            }
+            free(sums);
+            qnt_tensor_free(&t);
+            qnt_tensor_free(&t2);
+        }
+    }
+    free(x);
+    free(y);
+}
+END_TEST
+
+START_TEST(tensor_errors)
+{
+    float x[64] = {0};
+    qnt_tensor t;
+    qp_err err;
+    ck_assert_int_eq(qnt_quantize_tensor(x, NULL, 2, 32, 5, 32, QNT_RTN, &t, NULL, &err), -1);
+    ck_assert_int_eq(qnt_quantize_tensor(x, NULL, 2, 32, 4, 64, QNT_RTN, &t, NULL, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "group 64"));
+    ck_assert_int_eq(qnt_quantize_tensor(x, NULL, 2, 32, 8, 32, QNT_ABSMAX, &t, NULL, &err), -1);
+    x[37] = NAN;
+    ck_assert_int_eq(qnt_quantize_tensor(x, NULL, 2, 32, 4, 32, QNT_SEARCH, &t, NULL, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "row 1, col 5"));
+    x[37] = 0;
+    ck_assert_int_eq(qnt_quantize_tensor(x, NULL, 2, 32, 4, 32, QNT_SEARCH, &t, NULL, &err), 0);
+    qnt_tensor_free(&t);
+}
+END_TEST
+
+/* 1M Gaussian weights (std 0.02, one in 500 an outlier of 4..16 sigma) */
+START_TEST(measure_1m)
+{
+    const uint32_t rows = 1024, cols = 1024;
+    size_t n = (size_t)rows * cols;
+    float *x = gen_matrix(n, 2024, 1);
+    static const struct { int bits, group; double max_ratio; } cfg[] = {
+        {4, 32, 0.85}, {4, 64, 0.87}, {4, 128, 0.87}, {8, 32, 0.95}};
+    double rms[4][2];
+    qp_err err;
+    printf("1M Gaussian weights (std 0.02, outliers): rms error, rtn vs search\n");
+    for (int c = 0; c < 4; c++) {
+        for (int method = 0; method < 2; method++) {
+            qnt_tensor t;
+            qnt_stats st;
+            ck_assert_int_eq(qnt_quantize_tensor(x, NULL, rows, cols, cfg[c].bits, cfg[c].group, method,
+                                                 &t, &st, &err), 0);
+            rms[c][method] = st.rms_err;
+            qnt_tensor_free(&t);
+        }
+        double ratio = pow(rms[c][1] / rms[c][0], 2);
+        printf("  INT%d g%-3d  %.3f bpw  rtn %.4e  search %.4e  mse ratio %.3f\n", cfg[c].bits, cfg[c].group,
+               qnt_bits_per_weight(cfg[c].bits, cfg[c].group), rms[c][0], rms[c][1], ratio);
+        ck_assert_msg(ratio <= cfg[c].max_ratio, "INT%d g%d: ratio %.3f", cfg[c].bits, cfg[c].group, ratio);
+    }
+    /* INT8 is far more precise than INT4 */
+    ck_assert(rms[3][1] * 8 < rms[0][1]);
+    fflush(stdout);
+    free(x);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("quant");
+    TCase *tc = tcase_create("pf16");
+    tcase_add_test(tc, pf16_round_trip);
+    tcase_add_test(tc, tensor_exponent);
+    tcase_add_test(tc, code_sums);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("groups");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, search_never_worse_i4, 0, 4);
+    tcase_add_loop_test(tc, search_never_worse_i8, 0, 4);
+    tcase_add_test(tc, edge_groups);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tensors");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, tensor_round_trip);
+    tcase_add_test(tc, tensor_errors);
+    tcase_add_test(tc, measure_1m);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
