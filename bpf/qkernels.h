@@ -96,6 +96,43 @@ QK_UNROLL
 /* Folds |v| into *acc by OR: only the bit length of a vector's largest
  * magnitude is ever needed, and the OR of the magnitudes has the same bit
  * length. Branch-free, so unrolled loops stay one verifier path. */
+/* i8g: the same for a block of int8 codes with one int32 scale per group
+ * of `group` columns and row; each group's sum * scale is shifted down
+ * QK_I8_GROUP_SHIFT bits (|sum| < 2^38, |scale| <= 2^20: no overflow). */
+QM_INLINE void qk_dot4_i8(const u8 *blk, const s64 *x, u32 cols, u32 group, u32 group_shift, s64 *acc)
+{
+    const s32 *scale = (const s32 *)(blk + cols * 4);
+    s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (u32 g0 = 0; g0 < cols; g0 += group) {
+        s64 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (u32 c = g0; c < g0 + group; c += 16) {
+            const s8 *p = (const s8 *)(blk + c * 4);
+            const s64 *xp = x + c;
+QK_UNROLL
+            for (int j = 0; j < 16; j++) {
+                s64 xv = xp[j];
+                s0 += p[j] * xv;
+                QK_KEEP(s0);
+                s1 += p[16 + j] * xv;
+                QK_KEEP(s1);
+                s2 += p[32 + j] * xv;
+                QK_KEEP(s2);
+                s3 += p[48 + j] * xv;
+                QK_KEEP(s3);
+            }
+        }
+        const s32 *d = scale + (g0 >> group_shift) * 4;
+        a0 += (s0 * d[0]) >> QK_I8_GROUP_SHIFT;
+        a1 += (s1 * d[1]) >> QK_I8_GROUP_SHIFT;
+        a2 += (s2 * d[2]) >> QK_I8_GROUP_SHIFT;
+        a3 += (s3 * d[3]) >> QK_I8_GROUP_SHIFT;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 QM_INLINE void qk_max_abs(u64 *acc, s64 v)
 {
     s64 sign = v >> 63;
@@ -133,15 +170,26 @@ struct qk_embed_ctx {
 static long qk_embed_cb(u64 i, void *vctx)
 {
     struct qk_embed_ctx *cx = vctx;
-    u32 tile = (u32)i;
-    if (tile >= C.hidden / 16)
+    if (i >= C.hidden / 16)
         return 1;
+    u32 tile = (u32)QK_IDX(i, 1024);   /* hidden <= 16384: at most 1024 tiles */
     const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key) : QK_LOOKUP(w_hid, C.embed_group + cx->token / 4);
     s64 *h = QK_LOOKUP(h, 0);
     if (!blk || !h)
         return 1;
-    const s32 *src = blk + tile * 64 + (cx->token & 3) * 16;
     s64 *dst = h + tile * 16;
+    if (C.w_enc == QK_ENC_I8G) {
+        /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E) */
+        const s8 *q = (const s8 *)blk + tile * 64 + (cx->token & 3) * 16;
+        const s32 *scale = (const s32 *)((const u8 *)blk + C.hidden * 4);
+        s64 d = scale[((tile * 16) >> C.w_group_shift) * 4 + (cx->token & 3)];
+        s32 up = qk_exp_const(C.embed_adj);
+QK_UNROLL
+        for (int j = 0; j < 16; j++)
+            dst[j] = qm_scale_pow2(d * q[j], up);
+        return 0;
+    }
+    const s32 *src = blk + tile * 64 + (cx->token & 3) * 16;
 QK_UNROLL
     for (int j = 0; j < 16; j++)
         dst[j] = (s64)((u64)(s64)src[j] << (QM_RESID_FRAC - 24));
@@ -267,6 +315,8 @@ struct qk_mv_ctx {
     u32 first_row;      /* output row of that group */
     u32 mode;
     s32 x_exp;
+    u32 layer;
+    u32 pad2;
     s64 best;           /* QK_MV_LOGITS: running argmax */
     u32 best_index;
     u32 pad;
@@ -277,12 +327,29 @@ struct qk_mv_ctx {
  * started as and remove the branch it never saw taken (observed here). */
 
 /* Stores or adds the 4 results of a group where its mode sends them. */
+/* The exponent adjustment of row r's tensor: 0 for q24; for i8g,
+ * 24 + QK_I8_GROUP_SHIFT - E (value = acc * 2^(x_exp + shift - E)). */
+QM_INLINE s32 qk_row_adj(u32 mode, u32 layer, u32 r)
+{
+    u32 role;
+    if (mode == QK_MV_LOGITS)
+        return qk_exp_const(C.lm_adj);
+    if (mode == QK_MV_QKV)
+        role = r < C.q_dim ? 0 : r < C.q_dim + C.kv_dim ? 1 : 2;
+    else if (mode == QK_MV_GATE_UP)
+        role = r < C.inter ? 4 : 5;
+    else
+        role = mode == QK_MV_O ? 3 : 6;
+    return qk_exp_const(C.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
+}
+
 QM_INLINE void qk_mv_emit(struct qk_mv_ctx *cx, u32 r, const s64 *acc, bool first)
 {
     s64 v[4];
+    s32 x_exp = cx->x_exp + qk_row_adj(cx->mode, cx->layer, r);
 QK_UNROLL
     for (int k = 0; k < 4; k++)
-        v[k] = qm_acc_to_q32(acc[k], cx->x_exp);
+        v[k] = qm_acc_to_q32(acc[k], x_exp);
     if (cx->mode == QK_MV_QKV) {
         s64 *out = QK_LOOKUP(qkv, 0);
         if (out && r <= C.q_dim + 2 * C.kv_dim - 4)
@@ -324,7 +391,10 @@ QK_UNROLL
         if (!blk || !x || cols > C.act_len)                               \
             return 1;                                                     \
         s64 acc[4];                                                       \
-        qk_dot4(blk, x, cols, acc);                                       \
+        if (C.w_enc == QK_ENC_I8G)                                        \
+            qk_dot4_i8((const u8 *)blk, x, cols, C.w_group, C.w_group_shift, acc); \
+        else                                                              \
+            qk_dot4(blk, x, cols, acc);                                   \
         qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
         return 0;                                                         \
     }
@@ -336,8 +406,10 @@ QK_DEFINE_MV_CB(qk_mv_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV_CB(qk_mv_work_down_cb, work, C.inter)
 
-/* Rows [begin, end) of the mode's range (multiples of 4). */
-QM_INLINE int qk_matvec(const struct qk_args *a)
+/* Rows [begin, end) of the mode's range (multiples of 4). `streamed` is a
+ * compile-time constant: the resident and the --stream kernel are two
+ * programs, each within the verifier's budget on its own. */
+QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed)
 {
     u32 rows, group;
     if (a->layer >= C.n_layers && a->mode != QK_MV_LOGITS)
@@ -358,10 +430,12 @@ QM_INLINE int qk_matvec(const struct qk_args *a)
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
     if (!sc)
         return -1;
-    struct qk_mv_ctx cx = {.first_group = a->streamed ? a->work_key : group + a->begin / 4,
-                           .first_row = a->begin, .mode = a->mode, .x_exp = sc->x_exp};
+    if (a->streamed != streamed)
+        return -1;
+    struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : group + a->begin / 4,
+                           .first_row = a->begin, .mode = a->mode, .x_exp = sc->x_exp, .layer = a->layer};
     u32 n = (a->end - a->begin) / 4;
-    if (a->streamed) {
+    if (streamed) {
         if (a->mode == QK_MV_O)
             QK_LOOP(n, qk_mv_work_o_cb, &cx);
         else if (a->mode == QK_MV_DOWN)
@@ -383,6 +457,16 @@ QM_INLINE int qk_matvec(const struct qk_args *a)
         m->valid = 1;
     }
     return 0;
+}
+
+QM_INLINE int qk_matvec(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, false);
+}
+
+QM_INLINE int qk_matvec_stream(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, true);
 }
 
 /* ---- qk_rope: q/k head norms, RoPE, K and V into the cache ---------- */

@@ -12,6 +12,9 @@
 #define QK_ATTN_CHUNK 256         /* positions per attention task */
 #define QK_MAX_ARGMAX_SLOTS 1024  /* partial argmaxes of one vocabulary pass */
 #define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
+#define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
+#define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
+#define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
 #define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
 
 /* An index already checked against a model size, masked to its table's
@@ -28,7 +31,12 @@ struct qk_config {
     u32 hid_groups_per_layer;   /* 4-row groups of q|k|v|gate|up in w_hid per layer */
     u32 embed_group, lm_group;  /* first w_hid group of the embedding / vocabulary projection */
     u32 act_len;                /* entries of x: max(hidden, q_dim, inter) */
+    u32 w_enc;                  /* matrices: QK_ENC_Q24 or QK_ENC_I8G */
+    u32 w_group;                /* i8g: columns per scale (a power of two) */
+    u32 w_group_shift;          /* log2(w_group): the verifier follows shifts, not divisions */
     u32 pad;
+    s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
+    s32 w_adj[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down (see qk_row_adj) */
     s32 norm_exp[4 * QK_MAX_LAYERS];      /* I32S exponents: attn 2l, mlp 2l+1, final 2L */
     s32 qk_norm_exp[2 * QK_MAX_LAYERS];   /* q_norm 2l, k_norm 2l+1 */
     s32 k_exp[QK_MAX_LAYERS];             /* KV cache exponents per layer */

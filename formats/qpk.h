@@ -33,6 +33,7 @@
 #define QPK_NO_LAYER         0xFFFFu
 #define QPK_Q24_TILE_ROWS    4                 /* rows a kernel step reads together */
 #define QPK_Q24_TILE_COLS    16                /* columns of one tile */
+#define QPK_I8_MAX_SCALE     (1 << 20)         /* |D| bound: D * sum(q x) fits int64 */
 
 enum qpk_section_kind {
     QPK_SEC_CONFIG = 1,            /* struct qpk_config, raw, 128 bytes */
@@ -72,6 +73,11 @@ enum qpk_encoding {
      * scale_exp in [0, 62] chosen so max |q| <= 2^30. Norm scales: holds
      * any magnitude a real checkpoint has (some exceed 128). */
     QPK_ENC_I32S = 2,
+    /* int8 codes q in [-127, 127] with one int32 scale D per group of
+     * group_size columns of a row: value = D * q * 2^-scale_exp. Blocks of
+     * 4 rows: the codes in 4-row x 16-column tiles (64 bytes each), then
+     * the block's scales, for each group the 4 rows' D (QPK.md). */
+    QPK_ENC_I8G = 3,
 };
 
 #define QPK_CONFIG_TIED 1u         /* qpk_config.flags: lm_head is embed_tokens */
@@ -94,7 +100,7 @@ struct qpk_config {
     uint32_t weight_format;   /* enum qpk_weight_format, informational */
 };
 
-enum qpk_weight_format { QPK_FORMAT_Q24 = 1 };
+enum qpk_weight_format { QPK_FORMAT_Q24 = 1, QPK_FORMAT_INT8 = 2 };
 
 struct qpk_section {
     uint32_t kind;            /* enum qpk_section_kind */

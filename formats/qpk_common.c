@@ -23,6 +23,7 @@ const char *qpk_encoding_name(unsigned encoding)
     switch (encoding) {
     case QPK_ENC_Q24: return "q24";
     case QPK_ENC_I32S: return "i32s";
+    case QPK_ENC_I8G: return "i8g";
     default: return "unknown";
     }
 }

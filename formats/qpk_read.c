@@ -133,7 +133,7 @@ static int parse_config(struct qpk_file *f, const char *name, qp_err *err)
     struct qpk_config *q = &f->cfg;
     if (q->flags & ~QPK_CONFIG_TIED)
         return qp_fail(err, "%s: config: unknown flags 0x%x", name, q->flags);
-    if (q->weight_format != QPK_FORMAT_Q24)
+    if (q->weight_format != QPK_FORMAT_Q24 && q->weight_format != QPK_FORMAT_INT8)
         return qp_fail(err, "%s: config: unknown weight format %u", name, q->weight_format);
     struct qwen3_config hf = {
         .hidden_size = q->hidden, .intermediate_size = q->intermediate,
@@ -170,6 +170,16 @@ static int check_tensor_encoding(const struct qpk_tensor *t, const char *name, q
             return qp_fail(err, "%s: tensor %s: i32s needs single rows of %" PRIu64 " bytes", name, t->name,
                            (row_bytes + 7) / 8 * 8);
         break;
+    case QPK_ENC_I8G: {
+        uint32_t g = t->group_size;
+        if (g < QPK_Q24_TILE_COLS || g > 256 || g % QPK_Q24_TILE_COLS || t->cols % g ||
+            t->rows_per_block != QPK_Q24_TILE_ROWS || t->rows % QPK_Q24_TILE_ROWS ||
+            t->scale_exp < -128 || t->scale_exp > 180 ||
+            t->row_stride != (uint64_t)t->cols * QPK_Q24_TILE_ROWS + (uint64_t)(t->cols / g) * 16)
+            return qp_fail(err, "%s: tensor %s: i8g [%u, %u] with groups of %u does not have the i8g layout", name,
+                           t->name, t->rows, t->cols, g);
+        return 0;
+    }
     default:
         return qp_fail(err, "%s: tensor %s has unknown encoding %u (made by a newer qpack?)", name,
                        t->name, t->encoding);
@@ -223,7 +233,9 @@ static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err
                        name, t->name, t->rows, t->cols, rows, cols, qpk_role_name(t->role));
     if (check_tensor_encoding(t, name, err))
         return -1;
-    if (qpk_role_is_norm(t->role) != (t->encoding == QPK_ENC_I32S))
+    bool norm = qpk_role_is_norm(t->role);
+    if (norm != (t->encoding == QPK_ENC_I32S) ||
+        (!norm && (t->encoding == QPK_ENC_I8G) != (f->cfg.weight_format == QPK_FORMAT_INT8)))
         return qp_fail(err, "%s: tensor %s: encoding %s is not allowed for role %s", name, t->name,
                        qpk_encoding_name(t->encoding), qpk_role_name(t->role));
     uint64_t want = (uint64_t)(t->rows / t->rows_per_block) * t->row_stride;

@@ -24,12 +24,16 @@
 #include "q24.h"
 #include "qpk_write.h"
 #include "qwen3_names.h"
+#include "int8.h"
 #include "safetensors.h"
 
 
 struct pack_opts {
     const char *src, *out, *format;
     bool quiet;
+    bool int8;                /* --format int8 */
+    uint32_t group;           /* --group: columns per INT8 group */
+    qnt_method quant;         /* --quant search|rtn */
 };
 
 /* one tensor of the container with its source and what conversion cost */
@@ -79,12 +83,16 @@ static void release_source(const void *data, uint64_t len)
 
 static void usage_pack(FILE *out)
 {
-    fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24] [--quiet]\n"
+    fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8] [--group N] [--quant search|rtn] [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
                  "             model.safetensors.index.json + shards, tokenizer.json,\n"
                  "             tokenizer_config.json (chat template)\n"
                  "  -o OUT     destination; replaced atomically when the pack succeeds\n"
-                 "  --format   q24 (int32 Q24 matrices, I32S norm scales); the default\n"
+                 "  --format   q24: int32 Q24 matrices (the default); int8: every matrix as int8\n"
+                 "             codes with one scale per group of columns. Norm scales stay exact\n"
+                 "  --group N  int8 group size: 32 (default), 64 or 128\n"
+                 "  --quant    int8 quantiser: search (default: per group, the scale with the\n"
+                 "             least reconstruction error) or rtn (absmax round-to-nearest)\n"
                  "  --quiet    no progress line and no summary\n");
 }
 
@@ -92,16 +100,20 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
 {
     static const struct option longs[] = {
         {"output", required_argument, 0, 'o'}, {"format", required_argument, 0, 'f'},
+        {"group", required_argument, 0, 'g'},  {"quant", required_argument, 0, 'Q'},
         {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    *o = (struct pack_opts){.format = "q24"};
+    *o = (struct pack_opts){.format = "q24", .group = 32, .quant = QNT_SEARCH};
+    const char *group = NULL, *quant = NULL;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "o:f:qh", longs, NULL)) != -1) {
         switch (c) {
         case 'o': o->out = optarg; break;
         case 'f': o->format = optarg; break;
+        case 'g': group = optarg; break;
+        case 'Q': quant = optarg; break;
         case 'q': o->quiet = true; break;
         case 'h': usage_pack(stdout); exit(0);
         default: usage_pack(stderr); return -1;
@@ -114,10 +126,27 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
         return -1;
     }
     o->src = argv[optind];
-    if (strcmp(o->format, "q24") != 0) {
-        fprintf(stderr, "qpack pack: unknown format '%s' (this version packs q24)\n", o->format);
+    o->int8 = !strcmp(o->format, "int8");
+    if (!o->int8 && strcmp(o->format, "q24") != 0) {
+        fprintf(stderr, "qpack pack: unknown format '%s' (q24 or int8)\n", o->format);
         return -1;
     }
+    if ((group || quant) && !o->int8) {
+        fprintf(stderr, "qpack pack: --group and --quant apply to --format int8\n");
+        return -1;
+    }
+    if (group && strcmp(group, "32") && strcmp(group, "64") && strcmp(group, "128")) {
+        fprintf(stderr, "qpack pack: --group must be 32, 64 or 128, not '%s'\n", group);
+        return -1;
+    }
+    if (group)
+        o->group = (uint32_t)atoi(group);
+    if (quant && strcmp(quant, "search") && strcmp(quant, "rtn")) {
+        fprintf(stderr, "qpack pack: --quant must be search or rtn, not '%s'\n", quant);
+        return -1;
+    }
+    if (quant && !strcmp(quant, "rtn"))
+        o->quant = QNT_RTN;
     return 0;
 }
 
@@ -251,6 +280,16 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
     if (!norm && (t->rows % QPK_Q24_TILE_ROWS || t->cols % QPK_Q24_TILE_COLS))
         return qp_fail(err, "%s: tensor %s is [%u, %u]; q24 tiles need rows divisible by %u and columns by %u",
                        p->opt.src, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS, QPK_Q24_TILE_COLS);
+    if (!norm && p->opt.int8) {
+        if (t->cols % p->opt.group)
+            return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the int8 group %u", p->opt.src,
+                           t->name, t->cols, p->opt.group);
+        t->encoding = QPK_ENC_I8G;
+        t->group_size = p->opt.group;
+        t->row_stride = i8_block_bytes(t->cols, p->opt.group);
+        t->scale_exp = i8_tensor_exponent(pl->src);  /* a pass over the source, then let it go */
+        st_release(&p->model, pl->src);
+    }
     p->n_plan++;
     return 0;
 }
@@ -360,7 +399,7 @@ static int convert_block(const struct packer *p, struct planned *pl, uint64_t fi
                     uint16_t mag = in[j] & 0x7fff;
                     loud |= (uint16_t)(mag - QUIET_MIN) >= (uint16_t)(QUIET_END - QUIET_MIN);
                     max_mag = mag > max_mag ? mag : max_mag;
-                    dst[j] = (int32_t)(qp_bf16_to_f32(in[j]) * 0x1p24f);
+                    dst[j] = (int32_t)(qp_bf16_to_f32(mag < QUIET_END ? in[j] : 0) * 0x1p24f);
                 }
                 if (!loud)
                     continue;
@@ -451,6 +490,19 @@ static void show_progress(const struct packer *p, uint32_t i)
     fflush(stderr);
 }
 
+static int write_int8(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
+{
+    struct i8_damage d = {0};
+    int rc = i8_write_matrix(w, pl->src, pl->t.rows, pl->t.cols, pl->t.group_size, pl->t.scale_exp, p->opt.quant,
+                             &d, err);
+    pl->max_abs = d.max_abs;
+    pl->max_err = d.max_err;
+    pl->sum_sq_err = d.sum_sq_err;
+    if (rc)
+        return qp_fail(err, "%s: %s", p->opt.src, err->msg);
+    return 0;
+}
+
 static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
 {
     for (uint32_t i = 0; i < p->n_plan; i++) {
@@ -458,7 +510,9 @@ static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
         show_progress(p, i);
         int rc = qpk_writer_begin_tensor(w, i, err);
         if (!rc)
-            rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err) : write_matrix(p, w, pl, err);
+            rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err)
+                 : pl->t.encoding == QPK_ENC_I8G ? write_int8(p, w, pl, err)
+                                                 : write_matrix(p, w, pl, err);
         if (!rc)
             rc = qpk_writer_end_tensor(w, err);
         st_release(&p->model, pl->src);
@@ -555,7 +609,11 @@ static char *provenance_json(struct packer *p, qp_err *err)
     cJSON_AddStringToObject(root, "packer", "qpack " QPACK_VERSION);
     cJSON_AddStringToObject(root, "format", p->opt.format);
     cJSON *settings = cJSON_AddObjectToObject(root, "settings");
-    cJSON_AddStringToObject(settings, "matrices", "q24");
+    cJSON_AddStringToObject(settings, "matrices", p->opt.int8 ? "i8g" : "q24");
+    if (p->opt.int8) {
+        cJSON_AddNumberToObject(settings, "group", p->opt.group);
+        cJSON_AddStringToObject(settings, "quantiser", p->opt.quant == QNT_RTN ? "rtn" : "search");
+    }
     cJSON_AddStringToObject(settings, "norms", "i32s");
     cJSON_AddBoolToObject(settings, "lm_head_deduplicated", p->deduped_lm_head);
     char *dir = strdup(p->opt.src);
@@ -599,14 +657,14 @@ static void print_summary(const struct packer *p, double seconds)
         double n = (double)pl->t.rows * pl->t.cols;
         sum_sq += pl->sum_sq_err;
         n_all += n;
-        bytes += pl->t.rows * pl->t.row_stride;
+        bytes += (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
         if (pl->max_err > worst) {
             worst = pl->max_err;
             worst_name = pl->t.name;
         }
     }
-    fprintf(stderr, "qpack: %s: %u tensors, %.0fM weights, %.2f GB of tensor data (32.00 bits per weight) in %.1f s\n",
-            p->opt.out, p->n_plan, n_all / 1e6, (double)bytes / 1e9, seconds);
+    fprintf(stderr, "qpack: %s: %u tensors, %.0fM weights, %.2f GB of tensor data (%.2f bits per weight) in %.1f s\n",
+            p->opt.out, p->n_plan, n_all / 1e6, (double)bytes / 1e9, 8.0 * (double)bytes / n_all, seconds);
     fprintf(stderr, "qpack: reconstruction error vs the source: rms %.3g, max %.3g (%s)%s\n",
             sqrt(sum_sq / n_all), worst, worst_name[0] ? worst_name : "all exact",
             p->deduped_lm_head ? "; lm_head stored once (tied)" : "");
@@ -627,7 +685,7 @@ static void fill_config(struct packer *p)
         .n_heads = h->num_attention_heads, .n_kv_heads = h->num_key_value_heads, .head_dim = h->head_dim,
         .vocab = h->vocab_size, .max_positions = h->max_position_embeddings, .rope_theta = h->rope_theta,
         .rms_eps = h->rms_norm_eps, .bos_id = h->bos_token_id, .eos_id = h->eos_token_id,
-        .weight_format = QPK_FORMAT_Q24,
+        .weight_format = p->opt.int8 ? QPK_FORMAT_INT8 : QPK_FORMAT_Q24,
     };
 }
 

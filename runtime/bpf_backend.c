@@ -191,7 +191,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     struct bpf_program *progs[QP_K_COUNT] = {
         s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
         s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
-        s->skel->progs.argmax_reduce,
+        s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream,
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = bpf_program__fd(progs[k]);

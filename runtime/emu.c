@@ -76,6 +76,7 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
     case QP_K_ATTN_MERGE: rc = qk_attn_merge(a); break;
     case QP_K_SWIGLU: rc = qk_swiglu(a); break;
     case QP_K_ARGMAX_REDUCE: rc = qk_argmax_reduce(a); break;
+    case QP_K_MATVEC_STREAM: rc = qk_matvec_stream(a); break;
     default: rc = -1;
     }
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
@@ -132,6 +133,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
 const char *qp_kernel_name(enum qp_kernel k)
 {
     static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
-                                                  "attn_merge", "swiglu", "argmax_reduce"};
+                                                  "attn_merge", "swiglu", "argmax_reduce",
+                                                  "matvec_stream"};
     return k < QP_K_COUNT ? names[k] : "unknown";
 }

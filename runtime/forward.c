@@ -202,6 +202,7 @@ static int run_streamed(struct qp_forward *fw, enum qp_map_id map, uint32_t grou
             used += blocks;
         }
         j->n = count;
+        j->kernel = QP_K_MATVEC_STREAM;
         if (run_jobs(fw, err))
             return -1;
         first += count;

@@ -32,23 +32,32 @@ static double i32s_max_abs(const struct qpk_tensor *t)
     return ldexp((double)max, -t->scale_exp);
 }
 
-/* largest Euclidean norm of a row of a Q24 tiled matrix */
-static double q24_max_row_norm(const struct qpk_tensor *t)
+/* value of element (r, c) of a tiled matrix (q24 or i8g) */
+static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+{
+    const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
+    uint64_t at = (uint64_t)(c / QPK_Q24_TILE_COLS) * 64 + (r % 4) * 16 + c % 16;
+    if (t->encoding == QPK_ENC_I8G) {
+        int32_t d;
+        memcpy(&d, blk + (uint64_t)t->cols * 4 + ((uint64_t)(c / t->group_size) * 4 + r % 4) * 4, 4);
+        return ldexp((double)d * (int8_t)blk[at], -t->scale_exp);
+    }
+    int32_t q;
+    memcpy(&q, blk + 4 * at, 4);
+    return ldexp((double)q, -24);
+}
+
+/* largest Euclidean norm of a row of a matrix */
+static double max_row_norm(const struct qpk_tensor *t)
 {
     double best = 0;
-    for (uint32_t b = 0; b < t->rows / QPK_Q24_TILE_ROWS; b++) {
-        const uint8_t *blk = t->data + b * t->row_stride;
-        double ss[QPK_Q24_TILE_ROWS] = {0};
-        for (uint32_t c0 = 0; c0 < t->cols; c0 += QPK_Q24_TILE_COLS)
-            for (uint32_t k = 0; k < QPK_Q24_TILE_ROWS; k++)
-                for (uint32_t j = 0; j < QPK_Q24_TILE_COLS; j++) {
-                    int32_t q;
-                    memcpy(&q, blk + 4 * ((uint64_t)c0 * QPK_Q24_TILE_ROWS + k * QPK_Q24_TILE_COLS + j), 4);
-                    double v = ldexp((double)q, -24);
-                    ss[k] += v * v;
-                }
-        for (uint32_t k = 0; k < QPK_Q24_TILE_ROWS; k++)
-            best = fmax(best, sqrt(ss[k]));
+    for (uint32_t r = 0; r < t->rows; r++) {
+        double ss = 0;
+        for (uint32_t c = 0; c < t->cols; c++) {
+            double v = matrix_value(t, r, c);
+            ss += v * v;
+        }
+        best = fmax(best, sqrt(ss));
     }
     return best;
 }
@@ -70,7 +79,7 @@ static void kv_exponents(struct qp_plan *p, const struct qpk_file *f)
     for (uint32_t l = 0; l < c->n_layers; l++) {
         double gk = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_K_NORM, l));
         double gx = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l));
-        double wv = q24_max_row_norm(qpk_tensor_of(f, QPK_ROLE_V, l));
+        double wv = max_row_norm(qpk_tensor_of(f, QPK_ROLE_V, l));
         c->k_exp[l] = cache_exponent(sqrt((double)c->head_dim) * gk);
         c->v_exp[l] = cache_exponent(wv * sqrt((double)c->hidden) * gx);
     }
@@ -174,6 +183,29 @@ static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *
     return head ? add_seg(p, QP_MAP_W_HID, c->lm_group, head, err) : 0;
 }
 
+/* the adjustment qk_row_adj adds to a product's exponent for a tensor */
+static int32_t row_adj(const struct qpk_tensor *t)
+{
+    return t->encoding == QPK_ENC_I8G ? 24 + QK_I8_GROUP_SHIFT - t->scale_exp : 0;
+}
+
+static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
+{
+    static const unsigned roles[8] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_O,
+                                      QPK_ROLE_GATE, QPK_ROLE_UP, QPK_ROLE_DOWN, 0};
+    const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
+    c->w_enc = embed->encoding;
+    c->w_group = embed->group_size ? embed->group_size : 16;
+    while ((1u << c->w_group_shift) < c->w_group)
+        c->w_group_shift++;
+    c->embed_adj = QM_RESID_FRAC - embed->scale_exp;
+    c->lm_adj = row_adj(head ? head : embed);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < 7; k++)
+            c->w_adj[l * 8 + k] = row_adj(qpk_tensor_of(f, roles[k], l));
+}
+
 static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx)
 {
     const struct qpk_config *q = &f->cfg;
@@ -202,19 +234,28 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
         c->qk_norm_exp[2 * l + 1] = qpk_tensor_of(f, QPK_ROLE_K_NORM, l)->scale_exp;
     }
     c->norm_exp[2 * c->n_layers] = qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER)->scale_exp;
+    fill_matrix_encoding(c, f);
     c->eps = qp_sf_from_double(q->rms_eps);
     c->inv_hidden = qp_sf_from_double(1.0 / c->hidden);
     c->inv_head_dim = qp_sf_from_double(1.0 / c->head_dim);
     c->attn_c = qp_sf_from_double(1.0 / (log(2.0) * sqrt((double)c->head_dim)));
 }
 
+/* bytes of one 4-row block of a matrix with cols columns */
+static uint64_t block_bytes(const struct qk_config *c, uint32_t cols)
+{
+    if (c->w_enc == QK_ENC_I8G)
+        return 4ull * cols + 16ull * (cols / c->w_group);
+    return 16ull * cols;
+}
+
 static void size_maps(struct qp_plan *p, bool tied)
 {
     const struct qk_config *c = &p->cfg;
     uint64_t hid_groups = (uint64_t)c->embed_group + c->vocab / 4 * (tied ? 1 : 2);
-    set_map(p, QP_MAP_W_HID, "w_hid", 16ull * c->hidden, hid_groups);
-    set_map(p, QP_MAP_W_O, "w_o", 16ull * c->q_dim, (uint64_t)c->n_layers * c->hidden / 4);
-    set_map(p, QP_MAP_W_DOWN, "w_down", 16ull * c->inter, (uint64_t)c->n_layers * c->hidden / 4);
+    set_map(p, QP_MAP_W_HID, "w_hid", block_bytes(c, c->hidden), hid_groups);
+    set_map(p, QP_MAP_W_O, "w_o", block_bytes(c, c->q_dim), (uint64_t)c->n_layers * c->hidden / 4);
+    set_map(p, QP_MAP_W_DOWN, "w_down", block_bytes(c, c->inter), (uint64_t)c->n_layers * c->hidden / 4);
     set_map(p, QP_MAP_NORMS, "norms", 4ull * c->hidden, 2ull * c->n_layers + 1);
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
@@ -233,7 +274,7 @@ static void size_maps(struct qp_plan *p, bool tied)
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), 1);
     /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
      * matrices' blocks (so streaming never holds the model), at least 8 */
-    uint64_t widest = 16ull * (c->act_len);
+    uint64_t widest = block_bytes(c, c->act_len);
     uint64_t blocks = p->maps[QP_MAP_W_HID].max_entries + p->maps[QP_MAP_W_O].max_entries +
                       p->maps[QP_MAP_W_DOWN].max_entries;
     uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
@@ -271,6 +312,14 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
     uint64_t value_max = 16ull * (q->intermediate > q->hidden ? q->intermediate : q->hidden);
     if (value_max > (1u << 30) || 8ull * q->vocab > (1u << 30) || 8ull * ctx > (1u << 30))
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
+    const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        if (!qpk_role_is_norm(t->role) && (t->encoding != embed->encoding || t->group_size != embed->group_size ||
+                                           (t->group_size & (t->group_size - 1))))
+            return qp_fail(err, "%s: tensor %s: every matrix must share one encoding and a power-of-two group size", f->path,
+                           t->name);
+    }
     fill_config(p, f, ctx);
     size_maps(p, q->flags & QPK_CONFIG_TIED);
     p->stream = stream;
