@@ -60,6 +60,8 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     double ms = now_ms() - t0;
     pthread_mutex_lock(&fw->stats_mu);
     fw->stats.calls++;
+    fw->stats.kernel_ms[k] += ms;
+    fw->stats.kernel_calls[k]++;
     if (ms > fw->stats.max_call_ms) {
         fw->stats.max_call_ms = ms;
         snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));

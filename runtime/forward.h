@@ -15,6 +15,8 @@ struct qp_forward_stats {
     uint64_t calls;              /* kernel invocations so far */
     double max_call_ms;          /* longest single invocation */
     char max_call_kernel[32];
+    double kernel_ms[QP_K_COUNT];   /* time inside each kernel, summed over threads */
+    uint64_t kernel_calls[QP_K_COUNT];
 };
 
 /* threads: 1 or 2 (the calling thread plus a worker) */

@@ -647,6 +647,14 @@ static void print_stats(const struct run_state *r)
         fprintf(stderr, ", %.0f bpf calls/token, longest call %.2f ms (%s)",
                 n_prompt ? (double)r->calls_prompt / n_prompt : 0, st->max_call_ms, st->max_call_kernel);
     }
+    if (r->s.fw) {
+        const struct qp_forward_stats *st = qp_forward_stats(r->s.fw);
+        fprintf(stderr, "\nqrun: kernel time (all tokens, both threads):");
+        for (int k = 0; k < QP_K_COUNT; k++)
+            if (st->kernel_calls[k])
+                fprintf(stderr, " %s %.0f ms/%llu", qp_kernel_name(k), st->kernel_ms[k],
+                        (unsigned long long)st->kernel_calls[k]);
+    }
     fprintf(stderr, "\nqrun: BPF maps %.1f MB, KV cache %.1f KiB/position, peak RSS %.0f MB\n",
             (double)(r->s.b ? r->s.b->map_bytes : 0) / 1e6, (double)r->s.plan.kv_bytes_per_pos / 1024,
             ru.ru_maxrss / 1024.0);
