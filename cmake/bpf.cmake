@@ -17,6 +17,7 @@ message(STATUS "BPF compiler: ${BPF_CLANG} -mcpu=${BPF_CPU}")
 
 execute_process(COMMAND ${CMAKE_C_COMPILER} -dumpmachine
                 OUTPUT_VARIABLE _bpf_multiarch OUTPUT_STRIP_TRAILING_WHITESPACE)
+string(REGEX REPLACE "-(pc|unknown)-linux" "-linux" _bpf_multiarch "${_bpf_multiarch}")  # clang: x86_64-pc-linux-gnu
 
 set(BPF_SKEL_DIR ${CMAKE_BINARY_DIR}/skel)
 file(MAKE_DIRECTORY ${BPF_SKEL_DIR})
