@@ -1,7 +1,10 @@
 #include "error.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 int qp_fail(qp_err *err, const char *fmt, ...)
 {
@@ -12,4 +15,21 @@ int qp_fail(qp_err *err, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
+}
+
+static char sigbus_message[256];
+
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    ssize_t n = write(STDERR_FILENO, sigbus_message, strlen(sigbus_message));
+    (void)n;
+    _exit(1);
+}
+
+void qp_exit_on_sigbus(const char *message)
+{
+    snprintf(sigbus_message, sizeof sigbus_message, "%s\n", message);
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigaction(SIGBUS, &sa, NULL);
 }

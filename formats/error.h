@@ -17,4 +17,10 @@ typedef struct qp_err {
  * so a failing check reads: `return qp_fail(err, "%s: bad magic", path);` */
 int qp_fail(qp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Files are read through mmap: one truncated by someone else while we read
+ * it raises SIGBUS. This turns that into the given one-line message on
+ * stderr and exit status 1 (the kernel releases every BPF object of the
+ * process on exit). For the command-line front ends. */
+void qp_exit_on_sigbus(const char *message);
+
 #endif

@@ -37,8 +37,8 @@ static int quantise_row(const struct st_tensor *src, uint64_t first, uint32_t k,
         for (uint32_t j = 0; j < group; j++) {
             x[j] = st_get_f32(src, first + g0 + j);
             if (!isfinite(x[j]))
-                return qp_fail(err, "tensor %s[%u, %u] is not finite", src->name, (unsigned)(first / cols),
-                               g0 + j);
+                return qp_fail(err, "tensor %s[%u, %u] = %g does not fit int8 (not finite)", src->name,
+                               (unsigned)(first / cols), g0 + j, (double)x[j]);
         }
         uint16_t d;
         qnt_i8_group(x, NULL, (int)group, E, method, q, &d);

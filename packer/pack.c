@@ -498,9 +498,7 @@ static int write_int8(struct packer *p, struct qpk_writer *w, struct planned *pl
     pl->max_abs = d.max_abs;
     pl->max_err = d.max_err;
     pl->sum_sq_err = d.sum_sq_err;
-    if (rc)
-        return qp_fail(err, "%s: %s", p->opt.src, err->msg);
-    return 0;
+    return rc;
 }
 
 static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)

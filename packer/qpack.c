@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "error.h"
 #include "pack.h"
 
 static void usage(FILE *out)
@@ -24,6 +25,7 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    qp_exit_on_sigbus("qpack: an input file was truncated or changed on disk while qpack was reading it");
     if (argc < 2) {
         usage(stderr);
         return 2;

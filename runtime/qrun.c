@@ -85,7 +85,8 @@ static void usage(FILE *out)
             "      --resident         all weights copied into BPF maps once at start-up (default)\n"
             "      --stream           small-memory mode: matrices stay in the container and are\n"
             "                         copied, unconverted, into a 64 MiB work map per batch of\n"
-            "                         rows (slower; the file must not change while qrun runs)\n"
+            "                         rows (slower; if the file is truncated meanwhile qrun stops\n"
+            "                         with an error)\n"
             "      --temp T           sampling temperature, 0 to 100 (default 0: greedy)\n"
             "      --top-k K          keep the K most likely tokens (default 0: all)\n"
             "      --top-p P          keep the smallest set with probability >= P, in (0, 1]\n"
@@ -754,6 +755,7 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal, .sa_flags = SA_RESETHAND};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    qp_exit_on_sigbus("qrun: the model file was truncated or changed on disk while qrun was reading it");
     struct run_state r = {.o = &o};
     qp_err err = {{0}};
     int rc = run(&r, &err);
