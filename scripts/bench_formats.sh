@@ -1,0 +1,36 @@
+#!/bin/sh
+# bench_formats.sh [BUILD_DIR] - a measurement, not a test: packs the
+# real-shape Qwen3-0.6B random checkpoints (plain and --stress, cached in
+# ${QP_BENCH_DIR:-/tmp/qp-bench}) in every format qpack has, and prints
+# qeval's comparison with the float64 reference for each: file size, bits
+# per weight, KL, top-1 agreement, decode time per token. Packing int8 with
+# the searched quantiser takes minutes; the containers are cached too.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+work=${QP_BENCH_DIR:-/tmp/qp-bench}
+positions=${QP_POSITIONS:-16}
+mkdir -p "$work"
+for kind in plain stress; do
+    src=$work/0.6b-$kind
+    flags=""
+    [ "$kind" = stress ] && flags="--stress"
+    # shellcheck disable=SC2086
+    [ -f "$src/config.json" ] || "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
+    set --
+    for fmt in q24 int8 int8-rtn; do
+        out=$src-$fmt.qpk
+        [ "$fmt" = q24 ] && [ -f "$src.qpk" ] && out=$src.qpk
+        case $fmt in
+        q24) args="--format q24" ;;
+        int8) args="--format int8" ;;
+        int8-rtn) args="--format int8 --quant rtn" ;;
+        esac
+        # shellcheck disable=SC2086
+        [ -f "$out" ] || "$build/packer/qpack" pack "$src" -o "$out" $args --quiet
+        set -- "$@" "$out"
+    done
+    echo "== Qwen3-0.6B shape, $kind random checkpoint, 2 prompts x $positions positions"
+    "$build/runtime/qeval" --ref "$src" "$@" --positions "$positions" --seed 1 2>&1 |
+        sed -n '1,20p'
+done
