@@ -1024,8 +1024,10 @@ static int print_json(struct ctx *x)
 int main(int argc, char **argv)
 {
     struct options o;
-    if (parse_options(&o, argc, argv))
+    if (parse_options(&o, argc, argv)) {
+        free(o.models);
         return 2;
+    }
     struct ctx x = {.o = &o, .ref = {.fd = -1}};
     int rc = 1;
     char path[4096];

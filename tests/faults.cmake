@@ -16,7 +16,7 @@ add_test(NAME faults_corruption
          COMMAND test_corruption $<TARGET_FILE:qpack> $<TARGET_FILE:qrun>
                  $<TARGET_FILE:qp-gen-checkpoint> ${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer
                  ${CMAKE_BINARY_DIR}/faults/corruption)
-set_tests_properties(faults_corruption PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300
+set_tests_properties(faults_corruption PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
                      LABELS "faults;packer;qrun")
 
 set(_faults_cases kill_pack enospc signals memory truncate truncate_stream bad_input load)

@@ -1,0 +1,17 @@
+# The fuzz targets and what each links; shared by tests/fuzz.cmake (replay
+# tests in every build) and tests/fuzz/CMakeLists.txt (libFuzzer, QP_FUZZ).
+set(QP_FUZZ_TARGETS
+    fuzz_qpk
+    fuzz_safetensors
+    fuzz_safetensors_index
+    fuzz_tokenizer_load
+    fuzz_tokenizer_encode
+    fuzz_config)
+set(QP_FUZZ_LIBS_fuzz_qpk qpformats)
+set(QP_FUZZ_LIBS_fuzz_safetensors qpformats)
+set(QP_FUZZ_LIBS_fuzz_safetensors_index qpformats)
+set(QP_FUZZ_LIBS_fuzz_tokenizer_load qptok)
+set(QP_FUZZ_LIBS_fuzz_tokenizer_encode qptok)
+set(QP_FUZZ_LIBS_fuzz_config qpformats)
+set(QP_FUZZ_DEFS
+    QP_FUZZ_TOKENIZER_PATH="${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer/tokenizer.json")
