@@ -509,6 +509,8 @@ static int encode(struct ctx *x, qp_tok *tok, const char *what, const char *text
             int rc = die("%s: token id %d is outside the model's vocabulary (%u)", what, ids.v[i],
                          x->cfg.vocab_size);
             qp_tok_ids_free(&ids);
+            free(*out);
+            *out = NULL;
             return rc;
         }
         (*out)[i] = (uint32_t)ids.v[i];
