@@ -24,25 +24,17 @@ while [ "$i" -lt "$runs" ]; do
         --print-ids --stats 2>>"$out" >/dev/null
     i=$((i + 1))
 done
-# qrun --stats lines: "load L ms, prompt P tokens in T ms (X ms/token)",
-# "generated G tokens, D ms/token, C bpf calls/token, longest call M ms (K)"
-awk -v runs="$runs" '
-    function median(a, n,   i, j, t) {
-        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    /load/ { n++; for (k = 1; k <= NF; k++) { if ($k == "load") load[n] = $(k + 1); if ($k == "(" || $k ~ /^\(/) {} }
-             match($0, /\(([0-9.]+) ms\/token\)/, m); prompt[n] = m[1] }
-    /generated/ { match($0, /, ([0-9.]+) ms\/token/, m); dec[n] = m[1]
-                  match($0, /([0-9.]+) bpf calls/, m); calls[n] = m[1]
-                  match($0, /longest call ([0-9.]+) ms/, m); longest[n] = m[1] }
-    /BPF maps/ { maps = $0 }
-    END {
-        printf "qrun, Qwen3-0.6B shape, q24, %d runs (medians):\n", n
-        printf "  start-up          %8.0f ms   (target <= 3000)\n", median(load, n)
-        printf "  prompt            %8.1f ms/token\n", median(prompt, n)
-        printf "  decode            %8.1f ms/token (target <= 300)\n", median(dec, n)
-        printf "  bpf calls         %8.0f per token\n", median(calls, n)
-        printf "  longest call      %8.2f ms   (target <= 10)\n", median(longest, n)
-        sub(/^qrun: /, "", maps); printf "  %s\n", maps
-    }' "$out"
+# median VALUES...: the middle value (mean of the two middle ones)
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# pick WORDS: the number after WORDS on each --stats line that has them
+pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
+# shellcheck disable=SC2046
+{
+    echo "qrun, Qwen3-0.6B shape, q24, $runs runs (medians):"
+    echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000)"
+    echo "  decode            $(median $(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token (target <= 300)"
+    echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*/\1/p' "$out")) ms/token"
+    echo "  bpf calls         $(median $(sed -n 's/.* \([0-9.]*\) bpf calls\/token.*/\1/p' "$out")) per token"
+    echo "  longest call      $(median $(pick 'longest call')) ms   (target <= 10)"
+    grep 'BPF maps' "$out" | tail -1 | sed 's/^qrun: /  /'
+}
