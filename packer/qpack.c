@@ -12,7 +12,7 @@ static void usage(FILE *out)
             "usage: qpack <command> [options]\n"
             "\n"
             "commands:\n"
-            "  pack SRC -o OUT.qpk [--format q24] [--quiet]\n"
+            "  pack SRC -o OUT.qpk [--format q24|int8] [--group N] [--quant search|rtn] [--quiet]\n"
             "                      convert a Hugging Face Qwen3 folder (config.json, BF16/F16/F32\n"
             "                      safetensors, single or sharded, tokenizer.json) into OUT.qpk;\n"
             "                      written atomically: OUT.qpk appears only when complete\n"

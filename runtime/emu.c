@@ -30,18 +30,7 @@ static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)
         return NULL;
     if (!m->segs)
         return m->base + (uint64_t)key * m->value_size;
-    uint32_t lo = 0, hi = m->n_segs;
-    while (hi - lo > 1) {
-        uint32_t mid = (lo + hi) / 2;
-        if (m->segs[mid].first_key <= key)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    const struct qp_segment *s = &m->segs[lo];
-    if (key < s->first_key || key - s->first_key >= s->n_keys)
-        return NULL;
-    return (void *)(s->data + (uint64_t)(key - s->first_key) * m->value_size);
+    return (void *)qp_segments_find(m->segs, m->n_segs, m->value_size, key);
 }
 
 static long qk_host_loop(uint64_t n, long (*cb)(uint64_t, void *), void *ctx)

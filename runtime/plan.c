@@ -282,20 +282,25 @@ static void size_maps(struct qp_plan *p, bool tied)
     p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
 }
 
-const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key)
+const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, uint32_t value_size, uint32_t key)
 {
-    const struct qp_mapspec *m = &p->maps[id];
-    uint32_t lo = 0, hi = m->n_segs;
+    uint32_t lo = 0, hi = n_segs;
     while (hi - lo > 1) {
         uint32_t mid = (lo + hi) / 2;
-        if (m->segs[mid].first_key <= key)
+        if (segs[mid].first_key <= key)
             lo = mid;
         else
             hi = mid;
     }
-    if (!m->n_segs || key < m->segs[lo].first_key || key - m->segs[lo].first_key >= m->segs[lo].n_keys)
+    if (!n_segs || key < segs[lo].first_key || key - segs[lo].first_key >= segs[lo].n_keys)
         return NULL;
-    return m->segs[lo].data + (uint64_t)(key - m->segs[lo].first_key) * m->value_size;
+    return segs[lo].data + (uint64_t)(key - segs[lo].first_key) * value_size;
+}
+
+const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key)
+{
+    const struct qp_mapspec *m = &p->maps[id];
+    return qp_segments_find(m->segs, m->n_segs, m->value_size, key);
 }
 
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err)

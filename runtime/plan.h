@@ -48,6 +48,9 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
 
 /* The bytes of key `key` of a weight map (NULL when no segment holds it). */
 const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key);
+
+/* The same over any sorted segment list of a map with value_size bytes. */
+const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, uint32_t value_size, uint32_t key);
 void qp_plan_free(struct qp_plan *p);
 
 /* Host-side softfloat of a positive finite double (load-time constants). */
