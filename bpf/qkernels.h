@@ -8,15 +8,18 @@
  * Each kernel reads its arguments (struct qk_args), checks every index it
  * was given against the model's sizes (QK_CFG, constants to the verifier)
  * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
- *   w_hid    4-row Q24 tiles of every matrix with `hidden` columns:
- *            per layer q|k|v|gate|up, then the embedding (and lm_head)
- *   w_o      o_proj tiles, w_down down_proj tiles
+ *   w_hid    4-row blocks (q24 or i8g) of every such matrix with `hidden`
+ *            columns: per layer q|k|v|gate|up, then the embedding (and
+ *            lm_head); where each starts: C.w_key, C.embed_key, C.lm_key
+ *   w_o      o_proj blocks, w_down down_proj blocks
+ *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in)
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
  *   kcache, vcache  int16 [layer * ctx + pos][kv_dim]
  *   h        residual, Q32 [hidden]
  *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
+ *   xq       x quantised to 8-bit blocks for i4g products (QK_XQ_*)
  *   qkv      Q32 q|k|v, then normalised mantissas in place
  *   qrot     rotated query mantissas (exponent per head in scal.q_exp)
  *   gu       Q32 gate|up; SiLU(gate) in place
@@ -133,6 +136,76 @@ QK_UNROLL
     acc[3] = a3;
 }
 
+/* The integer a pf16 parameter encodes (formats/quant.h): t << s with t
+ * the low 12 bits, two's complement, and s the high 4. |result| <= 2^26. */
+QM_INLINE s64 qk_pf16(u16 v)
+{
+    s64 t = (s64)(s16)(u16)(v << 4) >> 4;
+    return (s64)((u64)t << (v >> 12));
+}
+
+/* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
+ * A code word holds 4 columns of the 4 rows, one 16-bit lane per row;
+ * masking column c out of it and multiplying by a_c does four
+ * multiply-adds at once. 16 columns sum to at most 16 * 15 * 128 < 2^15
+ * per lane, so a block's lanes are exact signed 16-bit sums P_b (lanes are
+ * peeled from the bottom: the whole word is the exact sum of L_k 2^16k).
+ * Per group of the row: T = D * SP - M * SA, SP = sum over the group's
+ * blocks of (P_b << QK_XQ_FRAC) >> r_b: |T| < 2^57; T >> QK_I4_GROUP_SHIFT
+ * summed over the row's groups stays below 2^56 for rows up to 2^14 wide. */
+#define QK_NIBBLE_LANES 0x000F000F000F000FULL
+
+QM_INLINE s64 qk_lane(u64 *w)
+{
+    s64 l = (s64)(s16)(u16)*w;
+    *w = (u64)((s64)(*w - (u64)l) >> 16);
+    return l;
+}
+
+QM_INLINE void qk_dot4_i4(const u8 *blk, const u8 *xq, u32 cols, s64 *acc)
+{
+    const s64 *sa = (const s64 *)(xq + QK_XQ_SA_OFF);
+    const s8 *a = (const s8 *)(xq + QK_XQ_A_OFF(C.act_len));
+    const u8 *rel = xq + QK_XQ_R_OFF(C.act_len);
+    const u64 *codes = (const u64 *)blk;
+    const u16 *par = (const u16 *)(blk + 2 * cols);
+    u32 per_group = C.w4_group >> 4;
+    s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (u32 g = 0; g < (cols >> C.w4_group_shift); g++) {
+        s64 p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        for (u32 k = 0; k < per_group; k++) {
+            u32 b = g * per_group + k;
+            const u64 *w = codes + b * 4;
+            const s8 *ab = a + b * 16;
+            u64 s = 0;
+QK_UNROLL
+            for (int j = 0; j < 4; j++) {
+                u64 p = w[j];
+                s += (p & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j];
+                s += ((p >> 4) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 1];
+                s += ((p >> 8) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 2];
+                s += ((p >> 12) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 3];
+                QK_KEEP(s);
+            }
+            u32 r = rel[b] & 31;
+            p0 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
+            p1 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
+            p2 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
+            p3 += ((s64)s * (1 << QK_XQ_FRAC)) >> r;
+        }
+        const u16 *d = par + 8 * g;
+        s64 sg = sa[g];
+        a0 += (qk_pf16(d[0]) * p0 - qk_pf16(d[4]) * sg) >> QK_I4_GROUP_SHIFT;
+        a1 += (qk_pf16(d[1]) * p1 - qk_pf16(d[5]) * sg) >> QK_I4_GROUP_SHIFT;
+        a2 += (qk_pf16(d[2]) * p2 - qk_pf16(d[6]) * sg) >> QK_I4_GROUP_SHIFT;
+        a3 += (qk_pf16(d[3]) * p3 - qk_pf16(d[7]) * sg) >> QK_I4_GROUP_SHIFT;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
 QM_INLINE void qk_max_abs(u64 *acc, s64 v)
 {
     s64 sign = v >> 63;
@@ -173,11 +246,26 @@ static long qk_embed_cb(u64 i, void *vctx)
     if (i >= C.hidden / 16)
         return 1;
     u32 tile = (u32)QK_IDX(i, 1024);   /* hidden <= 16384: at most 1024 tiles */
-    const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key) : QK_LOOKUP(w_hid, C.embed_group + cx->token / 4);
+    u32 key = C.embed_key + cx->token / 4;
+    const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key)
+                     : C.embed_i4 ? QK_LOOKUP(w4_hid, key) : QK_LOOKUP(w_hid, key);
     s64 *h = QK_LOOKUP(h, 0);
     if (!blk || !h)
         return 1;
     s64 *dst = h + tile * 16;
+    if (C.embed_i4) {
+        /* value = (D * q - M) * 2^-E; 16 columns = 4 code words */
+        const u64 *w = (const u64 *)blk + tile * 4;
+        const u16 *par = (const u16 *)((const u8 *)blk + 2 * C.hidden);
+        u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift;
+        const u16 *dm = par + g * 8;
+        s64 d = qk_pf16(dm[k]), m = qk_pf16(dm[4 + k]);
+        s32 up = qk_exp_const(C.embed_adj);
+QK_UNROLL
+        for (int j = 0; j < 16; j++)
+            dst[j] = qm_scale_pow2(d * (s64)((w[j / 4] >> (16 * k + 4 * (j % 4))) & 15) - m, up);
+        return 0;
+    }
     if (C.w_enc == QK_ENC_I8G) {
         /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E) */
         const s8 *q = (const s8 *)blk + tile * 64 + (cx->token & 3) * 16;
@@ -308,6 +396,89 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
     return 0;
 }
 
+/* ---- quant_x: x -> 8-bit blocks for the i4g products (QK_XQ_*) ------- */
+
+struct qk_xq_ctx {
+    u32 sh_max;
+    u32 pad;
+};
+
+/* the shift that brings a block's largest |m| to at most 8 bits */
+QM_INLINE u32 qk_xq_block_shift(const s64 *m)
+{
+    u64 max = 0;
+QK_UNROLL
+    for (int j = 0; j < QK_XQ_BLOCK; j++)
+        qk_max_abs(&max, m[j]);
+    u32 n = qm_bitlen(max);
+    return n > 7 ? n - 7 : 0;
+}
+
+/* pass 1: every block's shift, kept in r for pass 2 */
+static long qk_xq_shift_cb(u64 i, void *vctx)
+{
+    struct qk_xq_ctx *cx = vctx;
+    u32 b = (u32)i;
+    const s64 *x = QK_LOOKUP(x, 0);
+    u8 *xq = QK_LOOKUP(xq, 0);
+    if (!x || !xq || b >= C.act_len / QK_XQ_BLOCK)
+        return 1;
+    u32 sh = qk_xq_block_shift(x + b * QK_XQ_BLOCK);
+    xq[QK_XQ_R_OFF(C.act_len) + b] = (u8)sh;
+    cx->sh_max = sh > cx->sh_max ? sh : cx->sh_max;
+    return 0;
+}
+
+/* pass 2: the 8-bit values, r_b and the group sums */
+static long qk_xq_values_cb(u64 i, void *vctx)
+{
+    struct qk_xq_ctx *cx = vctx;
+    u32 b = (u32)i;
+    const s64 *x = QK_LOOKUP(x, 0);
+    u8 *xq = QK_LOOKUP(xq, 0);
+    if (!x || !xq || b >= C.act_len / QK_XQ_BLOCK)
+        return 1;
+    u8 *rel = xq + QK_XQ_R_OFF(C.act_len) + b;
+    u32 sh = *rel & 63;
+    s8 *a = (s8 *)(xq + QK_XQ_A_OFF(C.act_len)) + b * QK_XQ_BLOCK;
+    const s64 *m = x + b * QK_XQ_BLOCK;
+    s64 sum = 0;
+QK_UNROLL
+    for (int j = 0; j < QK_XQ_BLOCK; j++) {
+        /* |m| < 2^(sh + 7) rounds to at most 128; 127 keeps a lane's
+         * 16 * 15 * |a| inside 15 bits */
+        s64 v = qm_clamp(qm_rshift_round(m[j], sh), -127, 127);
+        a[j] = (s8)v;
+        sum += v;
+    }
+    u32 r = cx->sh_max - sh;
+    r = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
+    *rel = (u8)r;
+    s64 *sa = (s64 *)(xq + QK_XQ_SA_OFF) + (b >> (C.w4_group_shift - 4));
+    s64 part = (sum * (1 << QK_XQ_FRAC)) >> r;
+    if ((b & ((C.w4_group >> 4) - 1)) == 0)
+        *sa = part;
+    else
+        *sa += part;
+    return 0;
+}
+
+/* the act vector of the product a->mode is about to run */
+QM_INLINE int qk_quant_x(const struct qk_args *a)
+{
+    u32 len = a->mode == QK_MV_O ? C.q_dim : a->mode == QK_MV_DOWN ? C.inter : C.hidden;
+    if (a->mode > QK_MV_LOGITS || !C.has_i4)
+        return -1;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!sc)
+        return -1;
+    struct qk_xq_ctx cx = {0};
+    QK_LOOP(len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
+    QK_LOOP(len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
+    sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
+    return 0;
+}
+
 /* ---- matvec: rows of a weight map times x --------------------------- */
 
 struct qk_mv_ctx {
@@ -387,7 +558,7 @@ QK_UNROLL
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
         const s32 *blk = QK_LOOKUP(map, cx->first_group + (u32)i);        \
-        const s64 *x = QK_LOOKUP(x, 0);                               \
+        const s64 *x = QK_LOOKUP(x, 0);                                   \
         if (!blk || !x || cols > C.act_len)                               \
             return 1;                                                     \
         s64 acc[4];                                                       \
@@ -399,49 +570,108 @@ QK_UNROLL
         return 0;                                                         \
     }
 
+/* the same for i4g blocks, against the quantised act vector */
+#define QK_DEFINE_MV4_CB(name, map, cols)                                  \
+    static long name(u64 i, void *vctx)                                   \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        const u8 *blk = QK_LOOKUP(map, cx->first_group + (u32)i);         \
+        const u8 *xq = QK_LOOKUP(xq, 0);                                  \
+        if (!blk || !xq || cols > C.act_len)                              \
+            return 1;                                                     \
+        s64 acc[4];                                                       \
+        qk_dot4_i4(blk, xq, cols, acc);                                   \
+        qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
+        return 0;                                                         \
+    }
+
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
 QK_DEFINE_MV_CB(qk_mv_down_cb, w_down, C.inter)
 QK_DEFINE_MV_CB(qk_mv_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV_CB(qk_mv_work_down_cb, work, C.inter)
+QK_DEFINE_MV4_CB(qk_mv4_hid_cb, w4_hid, C.hidden)
+QK_DEFINE_MV4_CB(qk_mv4_o_cb, w4_o, C.q_dim)
+QK_DEFINE_MV4_CB(qk_mv4_down_cb, w4_down, C.inter)
+QK_DEFINE_MV4_CB(qk_mv4_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV4_CB(qk_mv4_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV4_CB(qk_mv4_work_down_cb, work, C.inter)
 
-/* Rows [begin, end) of the mode's range (multiples of 4). `streamed` is a
- * compile-time constant: the resident and the --stream kernel are two
- * programs, each within the verifier's budget on its own. */
-QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed)
+/* The matrix holding rows [begin, end) of a product: its role (the index
+ * into w_key / w_i4; 7 = the vocabulary projection), its first row in the
+ * product's row space and its row count. */
+struct qk_mv_tensor {
+    u32 role, row0, rows;
+};
+
+QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
 {
-    u32 rows, group;
-    if (a->layer >= C.n_layers && a->mode != QK_MV_LOGITS)
-        return -1;
-    switch (a->mode) {
-    case QK_MV_QKV: rows = C.q_dim + 2 * C.kv_dim; group = a->layer * C.hid_groups_per_layer; break;
+    switch (mode) {
+    case QK_MV_QKV:
+        if (begin < C.q_dim)
+            *t = (struct qk_mv_tensor){0, 0, C.q_dim};
+        else if (begin < C.q_dim + C.kv_dim)
+            *t = (struct qk_mv_tensor){1, C.q_dim, C.kv_dim};
+        else
+            *t = (struct qk_mv_tensor){2, C.q_dim + C.kv_dim, C.kv_dim};
+        return 0;
     case QK_MV_GATE_UP:
-        rows = 2 * C.inter;
-        group = a->layer * C.hid_groups_per_layer + (C.q_dim + 2 * C.kv_dim) / 4;
-        break;
-    case QK_MV_O:
-    case QK_MV_DOWN: rows = C.hidden; group = a->layer * (C.hidden / 4); break;
-    case QK_MV_LOGITS: rows = C.vocab; group = C.lm_group; break;
+        if (begin < C.inter)
+            *t = (struct qk_mv_tensor){4, 0, C.inter};
+        else
+            *t = (struct qk_mv_tensor){5, C.inter, C.inter};
+        return 0;
+    case QK_MV_O: *t = (struct qk_mv_tensor){3, 0, C.hidden}; return 0;
+    case QK_MV_DOWN: *t = (struct qk_mv_tensor){6, 0, C.hidden}; return 0;
+    case QK_MV_LOGITS: *t = (struct qk_mv_tensor){7, 0, C.vocab}; return 0;
     default: return -1;
     }
-    if (a->begin >= a->end || a->end > rows || (a->begin | a->end) & 3)
+}
+
+/* Rows [begin, end) (multiples of 4, inside one matrix) of the mode's
+ * product. `streamed` and `i4` are compile-time constants: resident or
+ * --stream, wide (q24/i8g) or i4g matrices are four programs, each within
+ * the verifier's budget on its own; a program refuses a matrix of the
+ * other kind. */
+QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const bool i4)
+{
+    struct qk_mv_tensor t;
+    if ((a->layer >= C.n_layers && a->mode != QK_MV_LOGITS) || qk_mv_tensor_of(a->mode, a->begin, &t))
         return -1;
+    if (a->begin >= a->end || a->end > t.row0 + t.rows || (a->begin | a->end) & 3)
+        return -1;
+    u32 slot = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
+    u32 key = t.role == 7 ? C.lm_key : C.w_key[slot];
+    bool is_i4 = t.role == 7 ? C.lm_i4 != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc)
+    if (!sc || is_i4 != i4 || a->streamed != streamed)
         return -1;
-    if (a->streamed != streamed)
-        return -1;
-    struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : group + a->begin / 4,
-                           .first_row = a->begin, .mode = a->mode, .x_exp = sc->x_exp, .layer = a->layer};
+    struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : key + (a->begin - t.row0) / 4,
+                           .first_row = a->begin, .mode = a->mode, .x_exp = i4 ? sc->xq_exp : sc->x_exp,
+                           .layer = a->layer};
     u32 n = (a->end - a->begin) / 4;
-    if (streamed) {
+    if (streamed && i4) {
+        if (a->mode == QK_MV_O)
+            QK_LOOP(n, qk_mv4_work_o_cb, &cx);
+        else if (a->mode == QK_MV_DOWN)
+            QK_LOOP(n, qk_mv4_work_down_cb, &cx);
+        else
+            QK_LOOP(n, qk_mv4_work_hid_cb, &cx);
+    } else if (streamed) {
         if (a->mode == QK_MV_O)
             QK_LOOP(n, qk_mv_work_o_cb, &cx);
         else if (a->mode == QK_MV_DOWN)
             QK_LOOP(n, qk_mv_work_down_cb, &cx);
         else
             QK_LOOP(n, qk_mv_work_hid_cb, &cx);
+    } else if (i4) {
+        if (a->mode == QK_MV_O)
+            QK_LOOP(n, qk_mv4_o_cb, &cx);
+        else if (a->mode == QK_MV_DOWN)
+            QK_LOOP(n, qk_mv4_down_cb, &cx);
+        else
+            QK_LOOP(n, qk_mv4_hid_cb, &cx);
     } else if (a->mode == QK_MV_O)
         QK_LOOP(n, qk_mv_o_cb, &cx);
     else if (a->mode == QK_MV_DOWN)
@@ -461,12 +691,22 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed)
 
 QM_INLINE int qk_matvec(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, false);
+    return qk_matvec_impl(a, false, false);
 }
 
 QM_INLINE int qk_matvec_stream(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, true);
+    return qk_matvec_impl(a, true, false);
+}
+
+QM_INLINE int qk_matvec4(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, false, true);
+}
+
+QM_INLINE int qk_matvec4_stream(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, true, true);
 }
 
 /* ---- qk_rope: q/k head norms, RoPE, K and V into the cache ---------- */

@@ -26,6 +26,9 @@ const volatile struct qk_config CFG = {0};
 QK_MAP(w_hid);
 QK_MAP(w_o);
 QK_MAP(w_down);
+QK_MAP(w4_hid);
+QK_MAP(w4_o);
+QK_MAP(w4_down);
 QK_MAP(norms);
 QK_MAP(qk_norms);
 QK_MAP(rope);
@@ -34,6 +37,7 @@ QK_MAP(kcache);
 QK_MAP(vcache);
 QK_MAP(h);
 QK_MAP(x);
+QK_MAP(xq);
 QK_MAP(qkv);
 QK_MAP(qrot);
 QK_MAP(gu);
@@ -71,5 +75,8 @@ QK_PROGRAM(attention, qk_attention)
 QK_PROGRAM(attn_merge, qk_attn_merge)
 QK_PROGRAM(swiglu, qk_swiglu)
 QK_PROGRAM(argmax_reduce, qk_argmax_reduce)
+QK_PROGRAM(quant_x, qk_quant_x)
+QK_PROGRAM(matvec4, qk_matvec4)
+QK_PROGRAM(matvec4_stream, qk_matvec4_stream)
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -14,7 +14,12 @@
 #define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
 #define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
 #define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
+#define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
+#define QK_XQ_BLOCK 16            /* i4g: act values per 8-bit block (one SWAR drain) */
+#define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
+#define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
+#define QK_XQ_MAX_REL 31          /* i4g: blocks further below the largest are dropped */
 #define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
 
 /* An index already checked against a model size, masked to its table's
@@ -28,13 +33,17 @@
 struct qk_config {
     u32 hidden, inter, q_dim, kv_dim, head_dim, n_heads, n_kv_heads, vocab, n_layers, ctx;
     u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
-    u32 hid_groups_per_layer;   /* 4-row groups of q|k|v|gate|up in w_hid per layer */
-    u32 embed_group, lm_group;  /* first w_hid group of the embedding / vocabulary projection */
+    u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
+    u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
     u32 act_len;                /* entries of x: max(hidden, q_dim, inter) */
-    u32 w_enc;                  /* matrices: QK_ENC_Q24 or QK_ENC_I8G */
+    u32 w_enc;                  /* wide matrices (w_hid, w_o, w_down): QK_ENC_Q24 or QK_ENC_I8G */
     u32 w_group;                /* i8g: columns per scale (a power of two) */
     u32 w_group_shift;          /* log2(w_group): the verifier follows shifts, not divisions */
+    u32 w4_group, w4_group_shift; /* i4g: columns per (d, m) pair, a power of two >= 16 */
+    u32 has_i4;                 /* any i4g matrix: the act vector is quantised (quant_x) */
     u32 pad;
+    u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
+    u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
     s32 w_adj[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down (see qk_row_adj) */
     s32 norm_exp[4 * QK_MAX_LAYERS];      /* I32S exponents: attn 2l, mlp 2l+1, final 2L */
@@ -74,6 +83,18 @@ enum qk_norm_target {
     QK_NORM_FINAL = 2,  /* h -> x with model.norm */
 };
 
+/* The quantised act vector (map `xq`, one value) for i4g products, made
+ * by quant_x from `x`: x_j ~ a_j * 2^(sh_b + x_exp) per 16-entry block b.
+ *   s64 sa[act_len / 16]  per weight group: sum over its blocks of
+ *                         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
+ *   s8  a[act_len]        the 8-bit values, |a_j| <= 128
+ *   u8  r[act_len / 16]   per block: r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
+#define QK_XQ_SA_OFF 0
+#define QK_XQ_A_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
+#define QK_XQ_R_OFF(act_len) (QK_XQ_A_OFF(act_len) + (act_len))
+#define QK_XQ_BYTES(act_len) (QK_XQ_R_OFF(act_len) + (act_len) / QK_XQ_BLOCK)
+
 /* one (head, chunk) attention partial: scores relative to max_score */
 struct qk_attn_part {
     s64 max_score;      /* largest raw q.k in the chunk */
@@ -91,7 +112,7 @@ struct qk_argmax {
 /* scalars the kernels pass each other (one map value) */
 struct qk_scalars {
     s32 x_exp;                    /* exponent of the act vector in `x` */
-    s32 pad;
+    s32 xq_exp;                   /* exponent of the quantised act vector in `xq` (i4g) */
     s32 q_exp[QK_MAX_HEADS];      /* exponent of each rotated query head */
     u32 argmax_index;             /* result of argmax_reduce */
     s32 pad2;

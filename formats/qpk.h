@@ -34,6 +34,10 @@
 #define QPK_Q24_TILE_ROWS    4                 /* rows a kernel step reads together */
 #define QPK_Q24_TILE_COLS    16                /* columns of one tile */
 #define QPK_I8_MAX_SCALE     (1 << 20)         /* |D| bound: D * sum(q x) fits int64 */
+#define QPK_GROUP_MIN        16                /* i8g/i4g group sizes: powers of two in */
+#define QPK_GROUP_MAX        256               /*   16..256 (QNT_MAX_GROUP) */
+#define QPK_SCALE_EXP_MIN    (-128)            /* i8g/i4g scale_exp range: the quantiser's */
+#define QPK_SCALE_EXP_MAX    180               /*   QNT_E_MIN..QNT_E_MAX (formats/quant.h) */
 
 enum qpk_section_kind {
     QPK_SEC_CONFIG = 1,            /* struct qpk_config, raw, 128 bytes */
@@ -78,6 +82,13 @@ enum qpk_encoding {
      * 4 rows: the codes in 4-row x 16-column tiles (64 bytes each), then
      * the block's scales, for each group the 4 rows' D (QPK.md). */
     QPK_ENC_I8G = 3,
+    /* 4-bit codes q in 0..15 with two pf16 parameters d, m (formats/quant.h)
+     * per group of group_size columns of a row: value = (D * q - M) *
+     * 2^-scale_exp, D = qnt_param_int(d), M = qnt_param_int(m). Blocks of 4
+     * rows: cols/4 little-endian u64 words, word w holding columns 4w..4w+3
+     * of the 4 rows (bits 16k + 4c: row k, column 4w + c), then per group the
+     * 4 rows' d, then their m (QPK.md, "Layout of i4g"). */
+    QPK_ENC_I4G = 4,
 };
 
 #define QPK_CONFIG_TIED 1u         /* qpk_config.flags: lm_head is embed_tokens */
@@ -100,7 +111,10 @@ struct qpk_config {
     uint32_t weight_format;   /* enum qpk_weight_format, informational */
 };
 
-enum qpk_weight_format { QPK_FORMAT_Q24 = 1, QPK_FORMAT_INT8 = 2 };
+/* Which matrix encodings a container may hold: q24 only Q24, int8 only I8G,
+ * int4 I4G and/or I8G (mixed precision). Each encoding has one group size
+ * per container. */
+enum qpk_weight_format { QPK_FORMAT_Q24 = 1, QPK_FORMAT_INT8 = 2, QPK_FORMAT_INT4 = 3 };
 
 struct qpk_section {
     uint32_t kind;            /* enum qpk_section_kind */
@@ -120,7 +134,7 @@ struct qpk_tensor {
     uint32_t rows, cols;      /* logical shape; a vector has rows == 1 */
     int32_t scale_exp;        /* value = q * 2^-scale_exp */
     uint32_t group_size;      /* 0: no groups */
-    uint32_t rows_per_block;  /* rows interleaved per block: 4 for Q24, 1 for I32S */
+    uint32_t rows_per_block;  /* rows interleaved per block: 4 for Q24, I8G, I4G; 1 for I32S */
     uint64_t row_stride;      /* bytes from one row block to the next */
     uint64_t offset;          /* absolute, QPK_DATA_ALIGN-aligned */
     uint64_t nbytes;          /* = (rows / rows_per_block) * row_stride */
@@ -179,6 +193,10 @@ int qpk_read_section(const struct qpk_file *f, unsigned kind, char **out, size_t
 const char *qpk_role_name(unsigned role);
 const char *qpk_encoding_name(unsigned encoding);
 const char *qpk_section_name(unsigned kind);
+const char *qpk_format_name(unsigned weight_format);
+
+/* Bytes of one 4-row block of an i4g matrix: 2 * cols of codes, 16 per group. */
+uint64_t qpk_i4g_block_bytes(uint32_t cols, uint32_t group);
 
 /* Expected logical shape of a role under cfg; false for unknown roles. */
 bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows, uint32_t *cols);

@@ -24,8 +24,24 @@ const char *qpk_encoding_name(unsigned encoding)
     case QPK_ENC_Q24: return "q24";
     case QPK_ENC_I32S: return "i32s";
     case QPK_ENC_I8G: return "i8g";
+    case QPK_ENC_I4G: return "i4g";
     default: return "unknown";
     }
+}
+
+const char *qpk_format_name(unsigned weight_format)
+{
+    switch (weight_format) {
+    case QPK_FORMAT_Q24: return "q24";
+    case QPK_FORMAT_INT8: return "int8";
+    case QPK_FORMAT_INT4: return "int4";
+    default: return "unknown";
+    }
+}
+
+uint64_t qpk_i4g_block_bytes(uint32_t cols, uint32_t group)
+{
+    return (uint64_t)cols * 2 + (uint64_t)(cols / group) * 16;
 }
 
 const char *qpk_section_name(unsigned kind)

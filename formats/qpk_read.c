@@ -18,6 +18,11 @@
 
 #include "hf_config.h"
 #include "le.h"
+#include "quant.h"
+
+_Static_assert(QPK_SCALE_EXP_MIN == QNT_E_MIN && QPK_SCALE_EXP_MAX == QNT_E_MAX,
+               "the reader accepts every exponent the quantiser picks, and no other");
+_Static_assert(QPK_GROUP_MAX == QNT_MAX_GROUP, "group sizes the quantiser handles");
 
 /* a byte range of the file that one thing owns, for the overlap check */
 struct region {
@@ -133,7 +138,8 @@ static int parse_config(struct qpk_file *f, const char *name, qp_err *err)
     struct qpk_config *q = &f->cfg;
     if (q->flags & ~QPK_CONFIG_TIED)
         return qp_fail(err, "%s: config: unknown flags 0x%x", name, q->flags);
-    if (q->weight_format != QPK_FORMAT_Q24 && q->weight_format != QPK_FORMAT_INT8)
+    if (q->weight_format != QPK_FORMAT_Q24 && q->weight_format != QPK_FORMAT_INT8 &&
+        q->weight_format != QPK_FORMAT_INT4)
         return qp_fail(err, "%s: config: unknown weight format %u", name, q->weight_format);
     struct qwen3_config hf = {
         .hidden_size = q->hidden, .intermediate_size = q->intermediate,
@@ -149,44 +155,78 @@ static int parse_config(struct qpk_file *f, const char *name, qp_err *err)
     return hf_config_validate(&hf, what, err);
 }
 
+static int check_q24(const struct qpk_tensor *t, const char *name, qp_err *err)
+{
+    uint64_t block = (uint64_t)t->cols * 4 * QPK_Q24_TILE_ROWS;
+    if (t->scale_exp != 24)
+        return qp_fail(err, "%s: tensor %s: q24 needs scale_exp 24, has %d", name, t->name, t->scale_exp);
+    if (t->rows_per_block != QPK_Q24_TILE_ROWS || t->rows % QPK_Q24_TILE_ROWS ||
+        t->cols % QPK_Q24_TILE_COLS || t->row_stride != block)
+        return qp_fail(err, "%s: tensor %s: q24 [%u, %u] needs %u-row blocks of %" PRIu64
+                       " bytes and sizes that are multiples of %u x %u",
+                       name, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS, block, QPK_Q24_TILE_ROWS,
+                       QPK_Q24_TILE_COLS);
+    return 0;
+}
+
+static int check_i32s(const struct qpk_tensor *t, const char *name, qp_err *err)
+{
+    uint64_t row = ((uint64_t)t->cols * 4 + 7) / 8 * 8;
+    if (t->scale_exp < 0 || t->scale_exp > 62)
+        return qp_fail(err, "%s: tensor %s: scale_exp %d outside 0..62", name, t->name, t->scale_exp);
+    if (t->rows_per_block != 1 || t->row_stride != row)
+        return qp_fail(err, "%s: tensor %s: i32s needs single rows of %" PRIu64 " bytes", name, t->name, row);
+    return 0;
+}
+
+/* i8g and i4g: 4-row blocks of codes then per-group parameters */
+static int check_grouped(const struct qpk_tensor *t, const char *name, qp_err *err)
+{
+    const char *enc = qpk_encoding_name(t->encoding);
+    uint32_t g = t->group_size;
+    if (g < QPK_GROUP_MIN || g > QPK_GROUP_MAX || (g & (g - 1)) || t->cols % g)
+        return qp_fail(err, "%s: tensor %s: %s group size %u is not a power of two in %d..%d dividing its %u columns",
+                       name, t->name, enc, g, QPK_GROUP_MIN, QPK_GROUP_MAX, t->cols);
+    if (t->scale_exp < QPK_SCALE_EXP_MIN || t->scale_exp > QPK_SCALE_EXP_MAX)
+        return qp_fail(err, "%s: tensor %s: %s scale_exp %d outside %d..%d", name, t->name, enc, t->scale_exp,
+                       QPK_SCALE_EXP_MIN, QPK_SCALE_EXP_MAX);
+    uint64_t block = t->encoding == QPK_ENC_I4G ? qpk_i4g_block_bytes(t->cols, g)
+                                                : (uint64_t)t->cols * 4 + (uint64_t)(t->cols / g) * 16;
+    if (t->rows_per_block != 4 || t->rows % 4 || t->row_stride != block)
+        return qp_fail(err, "%s: tensor %s: %s [%u, %u] with groups of %u needs 4-row blocks of %" PRIu64
+                       " bytes (has rows_per_block %u, row_stride %" PRIu64 ")",
+                       name, t->name, enc, t->rows, t->cols, g, block, t->rows_per_block, t->row_stride);
+    return 0;
+}
+
 static int check_tensor_encoding(const struct qpk_tensor *t, const char *name, qp_err *err)
 {
-    uint64_t row_bytes = (uint64_t)t->cols * 4;
+    int rc;
     switch (t->encoding) {
-    case QPK_ENC_Q24:
-        if (t->scale_exp != 24)
-            return qp_fail(err, "%s: tensor %s: q24 needs scale_exp 24, has %d", name, t->name, t->scale_exp);
-        if (t->rows_per_block != QPK_Q24_TILE_ROWS || t->rows % QPK_Q24_TILE_ROWS ||
-            t->cols % QPK_Q24_TILE_COLS || t->row_stride != row_bytes * QPK_Q24_TILE_ROWS)
-            return qp_fail(err, "%s: tensor %s: q24 [%u, %u] needs %u-row blocks of %" PRIu64
-                           " bytes and sizes that are multiples of %u x %u",
-                           name, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS, row_bytes * QPK_Q24_TILE_ROWS,
-                           QPK_Q24_TILE_ROWS, QPK_Q24_TILE_COLS);
-        break;
-    case QPK_ENC_I32S:
-        if (t->scale_exp < 0 || t->scale_exp > 62)
-            return qp_fail(err, "%s: tensor %s: scale_exp %d outside 0..62", name, t->name, t->scale_exp);
-        if (t->rows_per_block != 1 || t->row_stride != (row_bytes + 7) / 8 * 8)
-            return qp_fail(err, "%s: tensor %s: i32s needs single rows of %" PRIu64 " bytes", name, t->name,
-                           (row_bytes + 7) / 8 * 8);
-        break;
-    case QPK_ENC_I8G: {
-        uint32_t g = t->group_size;
-        if (g < QPK_Q24_TILE_COLS || g > 256 || g % QPK_Q24_TILE_COLS || t->cols % g ||
-            t->rows_per_block != QPK_Q24_TILE_ROWS || t->rows % QPK_Q24_TILE_ROWS ||
-            t->scale_exp < -128 || t->scale_exp > 180 ||
-            t->row_stride != (uint64_t)t->cols * QPK_Q24_TILE_ROWS + (uint64_t)(t->cols / g) * 16)
-            return qp_fail(err, "%s: tensor %s: i8g [%u, %u] with groups of %u does not have the i8g layout", name,
-                           t->name, t->rows, t->cols, g);
-        return 0;
-    }
+    case QPK_ENC_Q24: rc = check_q24(t, name, err); break;
+    case QPK_ENC_I32S: rc = check_i32s(t, name, err); break;
+    case QPK_ENC_I8G:
+    case QPK_ENC_I4G: return check_grouped(t, name, err);
     default:
         return qp_fail(err, "%s: tensor %s has unknown encoding %u (made by a newer qpack?)", name,
                        t->name, t->encoding);
     }
-    if (t->group_size != 0)
+    if (!rc && t->group_size != 0)
         return qp_fail(err, "%s: tensor %s: %s has no groups", name, t->name, qpk_encoding_name(t->encoding));
-    return 0;
+    return rc;
+}
+
+/* Norms are i32s; matrices take the encodings the container's format allows. */
+static bool encoding_allowed(unsigned weight_format, unsigned role, unsigned encoding)
+{
+    if (qpk_role_is_norm(role))
+        return encoding == QPK_ENC_I32S;
+    switch (weight_format) {
+    case QPK_FORMAT_Q24: return encoding == QPK_ENC_Q24;
+    case QPK_FORMAT_INT8: return encoding == QPK_ENC_I8G;
+    case QPK_FORMAT_INT4: return encoding == QPK_ENC_I4G || encoding == QPK_ENC_I8G;
+    default: return false;
+    }
 }
 
 static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err *err)
@@ -233,11 +273,10 @@ static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err
                        name, t->name, t->rows, t->cols, rows, cols, qpk_role_name(t->role));
     if (check_tensor_encoding(t, name, err))
         return -1;
-    bool norm = qpk_role_is_norm(t->role);
-    if (norm != (t->encoding == QPK_ENC_I32S) ||
-        (!norm && (t->encoding == QPK_ENC_I8G) != (f->cfg.weight_format == QPK_FORMAT_INT8)))
-        return qp_fail(err, "%s: tensor %s: encoding %s is not allowed for role %s", name, t->name,
-                       qpk_encoding_name(t->encoding), qpk_role_name(t->role));
+    if (!encoding_allowed(f->cfg.weight_format, t->role, t->encoding))
+        return qp_fail(err, "%s: tensor %s: encoding %s is not allowed for role %s in %s containers", name,
+                       t->name, qpk_encoding_name(t->encoding), qpk_role_name(t->role),
+                       qpk_format_name(f->cfg.weight_format));
     uint64_t want = (uint64_t)(t->rows / t->rows_per_block) * t->row_stride;
     if (t->nbytes != want)
         return qp_fail(err, "%s: tensor %s: %" PRIu64 " bytes, its shape needs %" PRIu64, name, t->name,
@@ -272,6 +311,26 @@ static int check_complete(const struct qpk_file *f, const char *name, qp_err *er
         } else if (!qpk_tensor_of(f, role, QPK_NO_LAYER)) {
             return qp_fail(err, "%s: no %s tensor", name, qpk_role_name(role));
         }
+    }
+    return 0;
+}
+
+/* The kernels keep one group size per encoding: every i8g tensor of a
+ * container has the same one, and every i4g tensor. */
+static int check_groups(const struct qpk_file *f, const char *name, qp_err *err)
+{
+    const struct qpk_tensor *first[QPK_ENC_I4G + 1] = {0};
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        if (t->encoding != QPK_ENC_I8G && t->encoding != QPK_ENC_I4G)
+            continue;
+        const struct qpk_tensor *ref = first[t->encoding];
+        if (!ref)
+            first[t->encoding] = t;
+        else if (t->group_size != ref->group_size)
+            return qp_fail(err, "%s: tensor %s: %s group size %u differs from the %u of %s (one group size per "
+                           "encoding)", name, t->name, qpk_encoding_name(t->encoding), t->group_size,
+                           ref->group_size, ref->name);
     }
     return 0;
 }
@@ -326,7 +385,7 @@ static int validate(struct qpk_file *f, const char *name, unsigned flags, qp_err
     for (uint32_t i = 0; i < f->n_tensors; i++)
         if (parse_tensor(f, i, name, err))
             return -1;
-    if (check_complete(f, name, err) || check_overlaps(f, name, err))
+    if (check_complete(f, name, err) || check_groups(f, name, err) || check_overlaps(f, name, err))
         return -1;
     if ((flags & QPK_VERIFY) && qpk_verify_all(f, err))
         return -1;

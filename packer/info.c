@@ -72,6 +72,7 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
     char ver[32], hex[17];
     snprintf(ver, sizeof ver, "%u.%u", f->version_major, f->version_minor);
     cJSON_AddStringToObject(root, "format_version", ver);
+    cJSON_AddStringToObject(root, "weight_format", qpk_format_name(f->cfg.weight_format));
     cJSON_AddItemToObject(root, "config", config_json(&f->cfg));
     cJSON *secs = cJSON_AddArrayToObject(root, "sections");
     for (uint32_t i = 0; i < f->n_sections; i++) {
@@ -95,6 +96,7 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
         if (t->layer != QPK_NO_LAYER)
             cJSON_AddNumberToObject(j, "layer", t->layer);
         cJSON_AddStringToObject(j, "encoding", qpk_encoding_name(t->encoding));
+        cJSON_AddNumberToObject(j, "group", t->group_size);
         cJSON *shape = cJSON_AddArrayToObject(j, "shape");
         cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->rows));
         cJSON_AddItemToArray(shape, cJSON_CreateNumber(t->cols));
@@ -121,6 +123,27 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
     return text ? 0 : 1;
 }
 
+/* "int4: 12 i4g g32, 3 i8g g128, 9 i32s": the container's format and its
+ * tensors by encoding (each encoding has one group size per container) */
+static void print_encodings(const struct qpk_file *f)
+{
+    printf("encodings   %s:", qpk_format_name(f->cfg.weight_format));
+    const char *sep = " ";
+    for (unsigned enc = QPK_ENC_Q24; enc <= QPK_ENC_I4G; enc++) {
+        uint32_t n = 0, group = 0;
+        for (uint32_t i = 0; i < f->n_tensors; i++)
+            if (f->tensors[i].encoding == enc) {
+                n++;
+                group = f->tensors[i].group_size;
+            }
+        if (!n)
+            continue;
+        printf(group ? "%s%u %s g%u" : "%s%u %s", sep, n, qpk_encoding_name(enc), group);
+        sep = ", ";
+    }
+    printf("\n");
+}
+
 static void print_text(const struct qpk_file *f, const cJSON *prov)
 {
     const struct qpk_config *c = &f->cfg;
@@ -138,6 +161,7 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
            c->bos_id, c->eos_id);
     printf("weights     %.1fM in %u tensors, %.2f GB, %.2f bits per weight\n", (double)params / 1e6,
            f->n_tensors, (double)tensor_bytes / 1e9, 8.0 * (double)tensor_bytes / (double)params);
+    print_encodings(f);
     if (prov)
         printf("packed by   %s from %s, format %s\n", string_of(prov, "packer"), string_of(prov, "source"),
                string_of(prov, "format"));
@@ -151,17 +175,20 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
         printf("%-20s %-6s %-13" PRIu64 " %-12" PRIu64 " %-12" PRIu64 " %016" PRIx64 "\n", qpk_section_name(s->kind),
                s->codec == QPK_CODEC_ZSTD ? "zstd" : "raw", s->offset, s->stored_size, s->raw_size, s->xxh3);
     }
-    printf("\n%-48s %-10s %-5s %-5s %-14s %-6s %-12s %-11s %-16s %-10s %s\n", "tensor", "role", "layer",
-           "enc", "shape", "stride", "offset", "bytes", "xxh3", "max err", "rms err");
+    printf("\n%-48s %-10s %-5s %-5s %-5s %-14s %-6s %-12s %-11s %-16s %-10s %s\n", "tensor", "role", "layer",
+           "enc", "group", "shape", "stride", "offset", "bytes", "xxh3", "max err", "rms err");
     for (uint32_t i = 0; i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
-        char shape[32], layer[8] = "-";
+        char shape[32], layer[8] = "-", group[12] = "-";
         snprintf(shape, sizeof shape, "%ux%u", t->rows, t->cols);
         if (t->layer != QPK_NO_LAYER)
             snprintf(layer, sizeof layer, "%u", t->layer);
+        if (t->group_size)
+            snprintf(group, sizeof group, "%u", t->group_size);
         const cJSON *p = provenance_of(prov, t->name);
-        printf("%-48s %-10s %-5s %-5s %-14s %-6" PRIu64 " %-12" PRIu64 " %-11" PRIu64 " %016" PRIx64 " %-10.3g %.3g\n",
-               t->name, qpk_role_name(t->role), layer, qpk_encoding_name(t->encoding), shape, t->row_stride,
+        printf("%-48s %-10s %-5s %-5s %-5s %-14s %-6" PRIu64 " %-12" PRIu64 " %-11" PRIu64 " %016" PRIx64
+               " %-10.3g %.3g\n",
+               t->name, qpk_role_name(t->role), layer, qpk_encoding_name(t->encoding), group, shape, t->row_stride,
                t->offset, t->nbytes, t->xxh3, p ? number_of(p, "max_error") : -1,
                p ? number_of(p, "rms_error") : -1);
     }

@@ -1,7 +1,7 @@
 /* pack.c - `qpack pack`: streams a Hugging Face Qwen3 checkpoint, tensor by
- * tensor, into a .qpk. Matrices become Q24, norm scales I32S; every value is
- * converted exactly once, here, and a value that does not fit is an error
- * naming the tensor and index. */
+ * tensor, into a .qpk. Matrices become Q24, I8G or I4G (precision.h decides
+ * which), norm scales I32S; every value is converted exactly once, here, and
+ * a value that does not fit is an error naming the tensor and index. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -24,15 +24,16 @@
 #include "q24.h"
 #include "qpk_write.h"
 #include "qwen3_names.h"
+#include "int4.h"
 #include "int8.h"
+#include "precision.h"
 #include "safetensors.h"
 
-
 struct pack_opts {
-    const char *src, *out, *format;
+    const char *src, *out;
     bool quiet;
-    bool int8;                /* --format int8 */
-    uint32_t group;           /* --group: columns per INT8 group */
+    struct precision prec;    /* --format and --keep */
+    uint32_t group;           /* --group: columns per group of the format's main encoding */
     qnt_method quant;         /* --quant search|rtn */
 };
 
@@ -56,6 +57,7 @@ struct packer {
     bool deduped_lm_head;
     bool progress;
     int32_t *chunk;
+    uint32_t i8_group;        /* the group of every i8g matrix */
     /* the source files' provenance, hashed on a second thread while the
      * tensors are converted (reading them does not change the output) */
     pthread_t hasher;
@@ -78,61 +80,52 @@ static void release_source(const void *data, uint64_t len)
     madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 /* How much of a source the converter reads before handing it back. */
 #define RELEASE_BYTES (8u << 20)
 
 static void usage_pack(FILE *out)
 {
-    fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8] [--group N] [--quant search|rtn] [--quiet]\n"
+    fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8|int4|int4-pure] [--group N]\n"
+                 "                  [--quant search|rtn] [--keep PATTERN=FMT]... [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
                  "             model.safetensors.index.json + shards, tokenizer.json,\n"
                  "             tokenizer_config.json (chat template)\n"
                  "  -o OUT     destination; replaced atomically when the pack succeeds\n"
-                 "  --format   q24: int32 Q24 matrices (the default); int8: every matrix as int8\n"
-                 "             codes with one scale per group of columns. Norm scales stay exact\n"
-                 "  --group N  int8 group size: 32 (default), 64 or 128\n"
-                 "  --quant    int8 quantiser: search (default: per group, the scale with the\n"
-                 "             least reconstruction error) or rtn (absmax round-to-nearest)\n"
-                 "  --quiet    no progress line and no summary\n");
+                 "  --format   q24: int32 Q24 matrices (the default, exact for BF16);\n"
+                 "             int8: every matrix as int8 codes, one scale per group of columns;\n"
+                 "             int4: mixed, after llama.cpp's Q4_K_M: int4 codes (two 16-bit\n"
+                 "             parameters per group) for every matrix except the embedding\n"
+                 "             (and lm_head), and v_proj and down_proj of the first and last\n"
+                 "             eighth of the layers, which stay int8 with groups of 128:\n"
+                 "             the matrices whose error costs the most (Qwen3-0.6B: 0.45 GB);\n"
+                 "             int4-pure: every matrix int4 (0.37 GB).\n"
+                 "             Norm scales stay exact\n"
+                 "  --group N  group size of the int8 (int8) or int4 (int4, int4-pure) matrices:\n"
+                 "             32 (default), 64 or 128\n"
+                 "  --quant    quantiser: search (default: per group, the parameters with the\n"
+                 "             least reconstruction error) or rtn (round-to-nearest: absmax\n"
+                 "             scale for int8, min/max range for int4)\n"
+                 "  --keep PATTERN=FMT   int4 and int4-pure: every matrix whose Hugging Face\n"
+                 "             name matches the glob PATTERN is stored as FMT, int8 (groups of\n"
+                 "             128) or int4 (--group); repeatable, later ones win. E.g.\n"
+                 "             --keep 'model.layers.*.mlp.down_proj.weight=int8'\n"
+                 "  --quiet    no progress line, no per-tensor errors, no summary\n");
 }
 
-static int parse_args(struct pack_opts *o, int argc, char **argv)
+/* --group, --quant and --keep against the format; fills o. */
+static int check_quant_args(struct pack_opts *o, const char *group, const char *quant, bool keep)
 {
-    static const struct option longs[] = {
-        {"output", required_argument, 0, 'o'}, {"format", required_argument, 0, 'f'},
-        {"group", required_argument, 0, 'g'},  {"quant", required_argument, 0, 'Q'},
-        {"quiet", no_argument, 0, 'q'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    *o = (struct pack_opts){.format = "q24", .group = 32, .quant = QNT_SEARCH};
-    const char *group = NULL, *quant = NULL;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:f:qh", longs, NULL)) != -1) {
-        switch (c) {
-        case 'o': o->out = optarg; break;
-        case 'f': o->format = optarg; break;
-        case 'g': group = optarg; break;
-        case 'Q': quant = optarg; break;
-        case 'q': o->quiet = true; break;
-        case 'h': usage_pack(stdout); exit(0);
-        default: usage_pack(stderr); return -1;
-        }
-    }
-    if (optind + 1 != argc || !o->out) {
-        fprintf(stderr, "qpack pack: %s\n", optind + 1 < argc ? "one source folder expected"
-                                                               : "need SRC and -o OUT.qpk");
-        usage_pack(stderr);
+    enum pack_format f = o->prec.format;
+    if ((group || quant) && !precision_quantised(f)) {
+        fprintf(stderr, "qpack pack: --group and --quant apply to --format int8, int4 and int4-pure\n");
         return -1;
     }
-    o->src = argv[optind];
-    o->int8 = !strcmp(o->format, "int8");
-    if (!o->int8 && strcmp(o->format, "q24") != 0) {
-        fprintf(stderr, "qpack pack: unknown format '%s' (q24 or int8)\n", o->format);
-        return -1;
-    }
-    if ((group || quant) && !o->int8) {
-        fprintf(stderr, "qpack pack: --group and --quant apply to --format int8\n");
+    if (keep && f != PACK_INT4 && f != PACK_INT4_PURE) {
+        fprintf(stderr, "qpack pack: --keep applies to --format int4 and int4-pure, not %s\n",
+                precision_format_name(f));
         return -1;
     }
     if (group && strcmp(group, "32") && strcmp(group, "64") && strcmp(group, "128")) {
@@ -148,6 +141,50 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
     if (quant && !strcmp(quant, "rtn"))
         o->quant = QNT_RTN;
     return 0;
+}
+
+static int parse_args(struct pack_opts *o, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"output", required_argument, 0, 'o'}, {"format", required_argument, 0, 'f'},
+        {"group", required_argument, 0, 'g'},  {"quant", required_argument, 0, 'Q'},
+        {"keep", required_argument, 0, 'k'},   {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+    };
+    *o = (struct pack_opts){.group = 32, .quant = QNT_SEARCH};
+    const char *group = NULL, *quant = NULL, *format = "q24";
+    qp_err err = {{0}};
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:f:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'f': format = optarg; break;
+        case 'g': group = optarg; break;
+        case 'Q': quant = optarg; break;
+        case 'k':
+            if (precision_add_keep(&o->prec, optarg, &err)) {
+                fprintf(stderr, "qpack pack: %s\n", err.msg);
+                return -1;
+            }
+            break;
+        case 'q': o->quiet = true; break;
+        case 'h': usage_pack(stdout); exit(0);
+        default: usage_pack(stderr); return -1;
+        }
+    }
+    if (optind + 1 != argc || !o->out) {
+        fprintf(stderr, "qpack pack: %s\n", optind + 1 < argc ? "one source folder expected"
+                                                               : "need SRC and -o OUT.qpk");
+        usage_pack(stderr);
+        return -1;
+    }
+    o->src = argv[optind];
+    if (precision_parse_format(format, &o->prec.format)) {
+        fprintf(stderr, "qpack pack: unknown format '%s' (q24, int8, int4 or int4-pure)\n", format);
+        return -1;
+    }
+    return check_quant_args(o, group, quant, o->prec.n_keep > 0);
 }
 
 /* Reads dir/name whole; a missing optional file leaves *buf NULL. */
@@ -273,24 +310,64 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
     bool norm = qpk_role_is_norm(role);
     if (check_source(p, pl->src, t->rows, t->cols, norm, err))
         return -1;
-    t->encoding = norm ? QPK_ENC_I32S : QPK_ENC_Q24;
+    /* quantised matrices get their group, stride and exponent in settle_matrices() */
+    t->encoding = norm ? QPK_ENC_I32S : precision_encoding(&p->opt.prec, t->name, role, layer, p->cfg.n_layers);
     t->scale_exp = Q24_FRAC_BITS; /* norms: set from their values when written */
     t->rows_per_block = norm ? 1 : QPK_Q24_TILE_ROWS;
     t->row_stride = norm ? ((uint64_t)t->cols * 4 + 7) / 8 * 8 : (uint64_t)t->cols * 4 * QPK_Q24_TILE_ROWS;
     if (!norm && (t->rows % QPK_Q24_TILE_ROWS || t->cols % QPK_Q24_TILE_COLS))
-        return qp_fail(err, "%s: tensor %s is [%u, %u]; q24 tiles need rows divisible by %u and columns by %u",
-                       p->opt.src, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS, QPK_Q24_TILE_COLS);
-    if (!norm && p->opt.int8) {
-        if (t->cols % p->opt.group)
-            return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the int8 group %u", p->opt.src,
-                           t->name, t->cols, p->opt.group);
-        t->encoding = QPK_ENC_I8G;
-        t->group_size = p->opt.group;
-        t->row_stride = i8_block_bytes(t->cols, p->opt.group);
-        t->scale_exp = i8_tensor_exponent(pl->src);  /* a pass over the source, then let it go */
-        st_release(&p->model, pl->src);
-    }
+        return qp_fail(err, "%s: tensor %s is [%u, %u]; the kernels' %u-row blocks need rows divisible by %u "
+                       "and columns by %u", p->opt.src, t->name, t->rows, t->cols, QPK_Q24_TILE_ROWS,
+                       QPK_Q24_TILE_ROWS, QPK_Q24_TILE_COLS);
     p->n_plan++;
+    return 0;
+}
+
+/* The group of every i8g matrix: --group for --format int8; in an int4
+ * container PRECISION_INT8_GROUP, halved while it does not divide some
+ * int8 matrix's columns (small test models; every matrix's columns are a
+ * multiple of 16, so it stops at QPK_GROUP_MIN at the latest). */
+static uint32_t choose_int8_group(const struct packer *p)
+{
+    if (p->opt.prec.format == PACK_INT8)
+        return p->opt.group;
+    uint32_t g = PRECISION_INT8_GROUP;
+    for (uint32_t i = 0; i < p->n_plan; i++)
+        while (p->plan[i].t.encoding == QPK_ENC_I8G && g > QPK_GROUP_MIN && p->plan[i].t.cols % g)
+            g /= 2;
+    return g;
+}
+
+/* Group, stride and exponent of one quantised matrix (the exponent takes a
+ * pass over the source, which is then let go until it is written). */
+static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
+{
+    struct qpk_tensor *t = &pl->t;
+    bool int8 = t->encoding == QPK_ENC_I8G;
+    t->group_size = int8 ? p->i8_group : p->opt.group;
+    if (t->cols % t->group_size)
+        return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the %s group %u", p->opt.src, t->name,
+                       t->cols, int8 ? "int8" : "int4", t->group_size);
+    t->row_stride = int8 ? i8_block_bytes(t->cols, t->group_size) : i4_block_bytes(t->cols, t->group_size);
+    t->scale_exp = quant_tensor_exponent(pl->src);
+    st_release(&p->model, pl->src);
+    return 0;
+}
+
+/* After planning: every --keep rule matched, and every quantised matrix
+ * has its layout. */
+static int settle_matrices(struct packer *p, qp_err *err)
+{
+    const struct keep_rule *unmatched = precision_unmatched(&p->opt.prec);
+    if (unmatched)
+        return qp_fail(err, "%s: --keep '%s': no matrix matches '%s'", p->opt.src, unmatched->arg,
+                       unmatched->pattern);
+    p->i8_group = choose_int8_group(p);
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        unsigned enc = p->plan[i].t.encoding;
+        if ((enc == QPK_ENC_I8G || enc == QPK_ENC_I4G) && settle_quantised(p, &p->plan[i], err))
+            return -1;
+    }
     return 0;
 }
 
@@ -490,11 +567,12 @@ static void show_progress(const struct packer *p, uint32_t i)
     fflush(stderr);
 }
 
-static int write_int8(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
+static int write_quantised(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
 {
-    struct i8_damage d = {0};
-    int rc = i8_write_matrix(w, pl->src, pl->t.rows, pl->t.cols, pl->t.group_size, pl->t.scale_exp, p->opt.quant,
-                             &d, err);
+    struct quant_damage d = {0};
+    struct quant_matrix m = {.src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols, .group = pl->t.group_size,
+                             .E = pl->t.scale_exp, .method = p->opt.quant};
+    int rc = pl->t.encoding == QPK_ENC_I4G ? i4_write_matrix(w, &m, &d, err) : i8_write_matrix(w, &m, &d, err);
     pl->max_abs = d.max_abs;
     pl->max_err = d.max_err;
     pl->sum_sq_err = d.sum_sq_err;
@@ -509,8 +587,8 @@ static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
         int rc = qpk_writer_begin_tensor(w, i, err);
         if (!rc)
             rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err)
-                 : pl->t.encoding == QPK_ENC_I8G ? write_int8(p, w, pl, err)
-                                                 : write_matrix(p, w, pl, err);
+                 : pl->t.encoding == QPK_ENC_Q24 ? write_matrix(p, w, pl, err)
+                                                 : write_quantised(p, w, pl, err);
         if (!rc)
             rc = qpk_writer_end_tensor(w, err);
         st_release(&p->model, pl->src);
@@ -601,17 +679,44 @@ static cJSON *source_files_json(struct packer *p, qp_err *err)
     return files;
 }
 
+/* "q24", "i8g", "i4g" or "i4g+i8g": the matrix encodings the plan uses */
+static const char *matrix_encodings(const struct packer *p)
+{
+    bool i4 = false, i8 = false;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        i4 |= p->plan[i].t.encoding == QPK_ENC_I4G;
+        i8 |= p->plan[i].t.encoding == QPK_ENC_I8G;
+    }
+    return i4 && i8 ? "i4g+i8g" : i4 ? "i4g" : i8 ? "i8g" : "q24";
+}
+
+/* The settings a quantised format was packed with: groups, quantiser, and
+ * for int4 the preset and the --keep rules in order. */
+static void quant_settings_json(const struct packer *p, cJSON *settings)
+{
+    enum pack_format f = p->opt.prec.format;
+    if (f == PACK_INT4 || f == PACK_INT4_PURE)
+        cJSON_AddStringToObject(settings, "preset", precision_format_name(f));
+    cJSON_AddNumberToObject(settings, "group", p->opt.group);
+    if (f != PACK_INT8)
+        cJSON_AddNumberToObject(settings, "int8_group", p->i8_group);
+    cJSON_AddStringToObject(settings, "quantiser", p->opt.quant == QNT_RTN ? "rtn" : "search");
+    if (f == PACK_INT8)
+        return;
+    cJSON *keep = cJSON_AddArrayToObject(settings, "keep");
+    for (unsigned i = 0; i < p->opt.prec.n_keep; i++)
+        cJSON_AddItemToArray(keep, cJSON_CreateString(p->opt.prec.keep[i].arg));
+}
+
 static char *provenance_json(struct packer *p, qp_err *err)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "packer", "qpack " QPACK_VERSION);
-    cJSON_AddStringToObject(root, "format", p->opt.format);
+    cJSON_AddStringToObject(root, "format", precision_format_name(p->opt.prec.format));
     cJSON *settings = cJSON_AddObjectToObject(root, "settings");
-    cJSON_AddStringToObject(settings, "matrices", p->opt.int8 ? "i8g" : "q24");
-    if (p->opt.int8) {
-        cJSON_AddNumberToObject(settings, "group", p->opt.group);
-        cJSON_AddStringToObject(settings, "quantiser", p->opt.quant == QNT_RTN ? "rtn" : "search");
-    }
+    cJSON_AddStringToObject(settings, "matrices", matrix_encodings(p));
+    if (precision_quantised(p->opt.prec.format))
+        quant_settings_json(p, settings);
     cJSON_AddStringToObject(settings, "norms", "i32s");
     cJSON_AddBoolToObject(settings, "lm_head_deduplicated", p->deduped_lm_head);
     char *dir = strdup(p->opt.src);
@@ -631,6 +736,8 @@ static char *provenance_json(struct packer *p, qp_err *err)
         cJSON_AddStringToObject(t, "name", pl->t.name);
         cJSON_AddStringToObject(t, "source_dtype", st_dtype_name(pl->src->dtype));
         cJSON_AddStringToObject(t, "encoding", qpk_encoding_name(pl->t.encoding));
+        if (pl->t.group_size)
+            cJSON_AddNumberToObject(t, "group", pl->t.group_size);
         cJSON_AddNumberToObject(t, "max_abs", pl->max_abs);
         cJSON_AddNumberToObject(t, "max_error", pl->max_err);
         cJSON_AddNumberToObject(t, "rms_error", sqrt(pl->sum_sq_err / (double)n));
@@ -643,6 +750,54 @@ static char *provenance_json(struct packer *p, qp_err *err)
     return text;
 }
 
+static uint64_t planned_bytes(const struct planned *pl)
+{
+    return (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
+}
+
+/* One line per tensor, for the quantised formats: where the error is. */
+static void print_tensor_errors(const struct packer *p)
+{
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        const struct planned *pl = &p->plan[i];
+        double n = (double)pl->t.rows * pl->t.cols;
+        char enc[16];
+        snprintf(enc, sizeof enc, pl->t.group_size ? "%s g%u" : "%s", qpk_encoding_name(pl->t.encoding),
+                 pl->t.group_size);
+        fprintf(stderr, "qpack:   %-46s %-8s %6.3f bpw  rms %-9.3g max %.3g\n", pl->t.name, enc,
+                8.0 * (double)planned_bytes(pl) / n, sqrt(pl->sum_sq_err / n), pl->max_err);
+    }
+}
+
+/* "12 i4g (groups of 32), 3 i8g (groups of 128)": a quantised pack's matrices */
+static void print_matrix_mix(const struct packer *p)
+{
+    uint32_t n4 = 0, n8 = 0;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        n4 += p->plan[i].t.encoding == QPK_ENC_I4G;
+        n8 += p->plan[i].t.encoding == QPK_ENC_I8G;
+    }
+    fprintf(stderr, "qpack: matrices:");
+    if (n4)
+        fprintf(stderr, " %u i4g (groups of %u)%s", n4, p->opt.group, n8 ? "," : "");
+    if (n8)
+        fprintf(stderr, " %u i8g (groups of %u%s)", n8, p->i8_group,
+                p->opt.prec.format != PACK_INT8 && p->i8_group != PRECISION_INT8_GROUP
+                    ? ": " STR(PRECISION_INT8_GROUP) " does not divide their columns" : "");
+    fprintf(stderr, "\n");
+}
+
+/* "123.4 kB", "45.6 MB", "0.45 GB" */
+static void format_size(char *out, size_t n, double bytes)
+{
+    if (bytes < 1e6)
+        snprintf(out, n, "%.1f kB", bytes / 1e3);
+    else if (bytes < 1e9)
+        snprintf(out, n, "%.1f MB", bytes / 1e6);
+    else
+        snprintf(out, n, "%.2f GB", bytes / 1e9);
+}
+
 static void print_summary(const struct packer *p, double seconds)
 {
     if (p->opt.quiet)
@@ -652,17 +807,25 @@ static void print_summary(const struct packer *p, double seconds)
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < p->n_plan; i++) {
         const struct planned *pl = &p->plan[i];
-        double n = (double)pl->t.rows * pl->t.cols;
         sum_sq += pl->sum_sq_err;
-        n_all += n;
-        bytes += (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
+        n_all += (double)pl->t.rows * pl->t.cols;
+        bytes += planned_bytes(pl);
         if (pl->max_err > worst) {
             worst = pl->max_err;
             worst_name = pl->t.name;
         }
     }
-    fprintf(stderr, "qpack: %s: %u tensors, %.0fM weights, %.2f GB of tensor data (%.2f bits per weight) in %.1f s\n",
-            p->opt.out, p->n_plan, n_all / 1e6, (double)bytes / 1e9, 8.0 * (double)bytes / n_all, seconds);
+    if (precision_quantised(p->opt.prec.format)) {
+        print_tensor_errors(p);
+        print_matrix_mix(p);
+    }
+    struct stat st;
+    char file_size[32], data_size[32];
+    format_size(file_size, sizeof file_size, stat(p->opt.out, &st) == 0 ? (double)st.st_size : 0);
+    format_size(data_size, sizeof data_size, (double)bytes);
+    fprintf(stderr, "qpack: %s: %s, %u tensors, %.2fM weights, %s of tensor data, %.3f bits per weight, "
+                    "in %.1f s\n",
+            p->opt.out, file_size, p->n_plan, n_all / 1e6, data_size, 8.0 * (double)bytes / n_all, seconds);
     fprintf(stderr, "qpack: reconstruction error vs the source: rms %.3g, max %.3g (%s)%s\n",
             sqrt(sum_sq / n_all), worst, worst_name[0] ? worst_name : "all exact",
             p->deduped_lm_head ? "; lm_head stored once (tied)" : "");
@@ -683,7 +846,7 @@ static void fill_config(struct packer *p)
         .n_heads = h->num_attention_heads, .n_kv_heads = h->num_key_value_heads, .head_dim = h->head_dim,
         .vocab = h->vocab_size, .max_positions = h->max_position_embeddings, .rope_theta = h->rope_theta,
         .rms_eps = h->rms_norm_eps, .bos_id = h->bos_token_id, .eos_id = h->eos_token_id,
-        .weight_format = p->opt.int8 ? QPK_FORMAT_INT8 : QPK_FORMAT_Q24,
+        .weight_format = precision_weight_format(p->opt.prec.format),
     };
 }
 
@@ -759,7 +922,8 @@ int cmd_pack(int argc, char **argv)
     }
     if (!rc)
         rc = st_open_dir(&p.model, p.opt.src, &err) || start_hashing(&p, &err) ||
-             load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) || plan_tensors(&p, &err);
+             load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) || plan_tensors(&p, &err) ||
+             settle_matrices(&p, &err);
     if (!rc) {
         warn_unused(&p);
         settle_norm_exponents(&p);

@@ -42,8 +42,9 @@ static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list
 static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
 {
     struct bpf_map *maps[QP_MAP_COUNT] = {
-        s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_norms, s->maps.m_qk_norms,
-        s->maps.m_rope, s->maps.m_kboost, s->maps.m_kcache, s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_qkv,
+        s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_w4_hid, s->maps.m_w4_o, s->maps.m_w4_down,
+        s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_kboost, s->maps.m_kcache,
+        s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_xq, s->maps.m_qkv,
         s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
         s->maps.m_amax, s->maps.m_scal, s->maps.m_work,
     };
@@ -85,7 +86,7 @@ static void bpfb_destroy(struct qp_backend *b)
 /* --stream: the matrix maps exist (the programs name them) but hold nothing */
 static bool streamed_matrix(const struct qp_plan *plan, int id)
 {
-    return plan->stream && (id == QP_MAP_W_HID || id == QP_MAP_W_O || id == QP_MAP_W_DOWN);
+    return plan->stream && qp_map_is_matrix(id);
 }
 
 static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
@@ -191,7 +192,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     struct bpf_program *progs[QP_K_COUNT] = {
         s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
         s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
-        s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream,
+        s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream, s->skel->progs.quant_x,
+        s->skel->progs.matvec4, s->skel->progs.matvec4_stream,
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = bpf_program__fd(progs[k]);

@@ -15,8 +15,8 @@ struct qk_hmap {
 };
 
 struct qk_host_maps {
-    struct qk_hmap w_hid, w_o, w_down, norms, qk_norms, rope, kboost, kcache, vcache, h, x, qkv, qrot, gu, scores,
-        parts, logits, amax, scal, work;
+    struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, kboost, kcache, vcache, h, x,
+        xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work;
 };
 
 /* the model the kernels run on; one emu model per process at a time */
@@ -66,6 +66,9 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
     case QP_K_SWIGLU: rc = qk_swiglu(a); break;
     case QP_K_ARGMAX_REDUCE: rc = qk_argmax_reduce(a); break;
     case QP_K_MATVEC_STREAM: rc = qk_matvec_stream(a); break;
+    case QP_K_QUANT_X: rc = qk_quant_x(a); break;
+    case QP_K_MATVEC4: rc = qk_matvec4(a); break;
+    case QP_K_MATVEC4_STREAM: rc = qk_matvec4_stream(a); break;
     default: rc = -1;
     }
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
@@ -123,6 +126,7 @@ const char *qp_kernel_name(enum qp_kernel k)
 {
     static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
                                                   "attn_merge", "swiglu", "argmax_reduce",
-                                                  "matvec_stream"};
+                                                  "matvec_stream", "quant_x", "matvec4",
+                                                  "matvec4_stream"};
     return k < QP_K_COUNT ? names[k] : "unknown";
 }

@@ -18,7 +18,7 @@
 #define MAX_JOBS 4096
 
 struct job_list {
-    enum qp_kernel kernel;
+    enum qp_kernel kernel[MAX_JOBS];
     struct qk_args args[MAX_JOBS];
     uint32_t n;
     atomic_uint next;           /* next job to take */
@@ -32,6 +32,7 @@ struct qp_forward {
     const struct qp_plan *plan;
     const struct qk_config *cfg;
     struct qk_args pending[MAX_JOBS];   /* --stream: the whole list, run in batches */
+    enum qp_kernel pending_kernel[MAX_JOBS];
     unsigned threads;
     pthread_t worker;
     pthread_mutex_t mu;
@@ -79,7 +80,7 @@ static void drain(struct qp_forward *fw)
         if (i >= j->n)
             return;
         qp_err err;
-        if (!atomic_load(&j->failed) && call(fw, j->kernel, &j->args[i], &err) != 0 &&
+        if (!atomic_load(&j->failed) && call(fw, j->kernel[i], &j->args[i], &err) != 0 &&
             atomic_exchange(&j->failed, 1) == 0)
             j->err = err;
         atomic_fetch_add(&j->done, 1);
@@ -136,22 +137,6 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
     return 0;
 }
 
-/* The weight map and first 4-row group of a matrix product's rows. */
-static void matvec_source(const struct qk_config *c, uint32_t layer, uint32_t mode, enum qp_map_id *map,
-                          uint32_t *group)
-{
-    switch (mode) {
-    case QK_MV_QKV: *map = QP_MAP_W_HID; *group = layer * c->hid_groups_per_layer; break;
-    case QK_MV_GATE_UP:
-        *map = QP_MAP_W_HID;
-        *group = layer * c->hid_groups_per_layer + (c->q_dim + 2 * c->kv_dim) / 4;
-        break;
-    case QK_MV_O: *map = QP_MAP_W_O; *group = layer * (c->hidden / 4); break;
-    case QK_MV_DOWN: *map = QP_MAP_W_DOWN; *group = layer * (c->hidden / 4); break;
-    default: *map = QP_MAP_W_HID; *group = c->lm_group; break;
-    }
-}
-
 /* Drops a range of the mapped container from this process's resident
  * memory once staged: --stream is for hosts without room for the model. */
 static void release(const uint8_t *begin, const uint8_t *end)
@@ -185,7 +170,7 @@ static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint
 }
 
 /* --stream: runs fw->pending[0, n) in batches that fit the work map. */
-static int run_streamed(struct qp_forward *fw, enum qp_map_id map, uint32_t group0, uint32_t n, qp_err *err)
+static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
     uint32_t capacity = fw->plan->maps[QP_MAP_WORK].max_entries;
@@ -198,18 +183,57 @@ static int run_streamed(struct qp_forward *fw, enum qp_map_id map, uint32_t grou
                 break;
             a.streamed = 1;
             a.work_key = used;
-            if (stage(fw, map, group0 + a.begin / 4, blocks, used, err))
+            enum qp_map_id map;
+            uint32_t key;
+            qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &map, &key);
+            if (stage(fw, map, key, blocks, used, err))
                 return -1;
+            j->kernel[count] = fw->pending_kernel[first + count] == QP_K_MATVEC4 ? QP_K_MATVEC4_STREAM
+                                                                                 : QP_K_MATVEC_STREAM;
             j->args[count++] = a;
             used += blocks;
         }
         j->n = count;
-        j->kernel = QP_K_MATVEC_STREAM;
         if (run_jobs(fw, err))
             return -1;
         first += count;
     }
     return 0;
+}
+
+/* The row ranges of a product's matrices: a job never spans two (they
+ * may differ in encoding and map). */
+static uint32_t matrix_bounds(const struct qk_config *c, uint32_t mode, uint32_t rows, uint32_t *ends)
+{
+    if (mode == QK_MV_QKV) {
+        ends[0] = c->q_dim, ends[1] = c->q_dim + c->kv_dim, ends[2] = rows;
+        return 3;
+    }
+    if (mode == QK_MV_GATE_UP) {
+        ends[0] = c->inter, ends[1] = rows;
+        return 2;
+    }
+    ends[0] = rows;
+    return 1;
+}
+
+/* is the matrix holding row r of the product i4g? */
+static bool is_i4(const struct qk_config *c, uint32_t layer, uint32_t mode, uint32_t r)
+{
+    uint32_t role = mode == QK_MV_QKV ? (r < c->q_dim ? 0 : r < c->q_dim + c->kv_dim ? 1 : 2)
+                    : mode == QK_MV_GATE_UP ? (r < c->inter ? 4 : 5)
+                    : mode == QK_MV_O ? 3 : 6;
+    return mode == QK_MV_LOGITS ? c->lm_i4 : (c->w_i4[layer] >> role) & 1;
+}
+
+/* does the product read an i4g matrix (and so the quantised act vector)? */
+static bool reads_i4(const struct qk_config *c, uint32_t layer, uint32_t mode)
+{
+    static const uint32_t roles[] = {[QK_MV_QKV] = 0x7, [QK_MV_O] = 0x8, [QK_MV_GATE_UP] = 0x30,
+                                     [QK_MV_DOWN] = 0x40};
+    if (mode == QK_MV_LOGITS)
+        return c->lm_i4;
+    return (c->w_i4[layer] & roles[mode]) != 0;
 }
 
 /* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work. */
@@ -223,24 +247,26 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
         uint32_t fit = fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4; /* two jobs per batch at least */
         step = step > fit ? fit : step;
     }
-    struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
-    j->kernel = QP_K_MATVEC;
-    uint32_t n = 0;
-    for (uint32_t r = 0; r < rows; r += step) {
-        if (n == MAX_JOBS || n == QK_MAX_ARGMAX_SLOTS)
-            return qp_fail(err, "internal: too many jobs for one matrix");
-        list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                   .end = r + step < rows ? r + step : rows, .slot = n};
-        n++;
+    if (reads_i4(fw->cfg, layer, mode)) {
+        struct qk_args q = {.layer = layer, .mode = mode};
+        if (call(fw, QP_K_QUANT_X, &q, err))
+            return -1;
     }
+    struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
+    enum qp_kernel *kernels = fw->plan->stream ? fw->pending_kernel : j->kernel;
+    uint32_t n = 0, ends[3], n_mats = matrix_bounds(fw->cfg, mode, rows, ends);
+    for (uint32_t m = 0, first = 0; m < n_mats; first = ends[m++])
+        for (uint32_t r = first; r < ends[m]; r += step) {
+            if (n == MAX_JOBS || n == QK_MAX_ARGMAX_SLOTS)
+                return qp_fail(err, "internal: too many jobs for one matrix");
+            list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
+                                       .end = r + step < ends[m] ? r + step : ends[m], .slot = n};
+            kernels[n++] = is_i4(fw->cfg, layer, mode, r) ? QP_K_MATVEC4 : QP_K_MATVEC;
+        }
     if (slots)
         *slots = n;
-    if (fw->plan->stream) {
-        enum qp_map_id map;
-        uint32_t group;
-        matvec_source(fw->cfg, layer, mode, &map, &group);
-        return run_streamed(fw, map, group, n, err);
-    }
+    if (fw->plan->stream)
+        return run_streamed(fw, n, err);
     j->n = n;
     return run_jobs(fw, err);
 }
@@ -257,11 +283,12 @@ static int attention(struct qp_forward *fw, uint32_t layer, uint32_t pos, qp_err
     if (step > (tasks + parts - 1) / parts)
         step = (tasks + parts - 1) / parts;
     struct job_list *j = &fw->jobs;
-    j->kernel = QP_K_ATTENTION;
     j->n = 0;
-    for (uint32_t t = 0; t < tasks; t += step)
+    for (uint32_t t = 0; t < tasks; t += step) {
+        j->kernel[j->n] = QP_K_ATTENTION;
         j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos, .begin = t,
                                            .end = t + step < tasks ? t + step : tasks};
+    }
     if (run_jobs(fw, err))
         return -1;
     struct qk_args a = {.layer = layer, .pos = pos, .begin = 0, .end = c->n_heads};
@@ -296,7 +323,7 @@ int qp_forward_token(struct qp_forward *fw, uint32_t token, uint32_t pos, bool l
     struct qk_args embed = {.token = token};
     if (fw->plan->stream) {
         embed.streamed = 1;
-        if (stage(fw, QP_MAP_W_HID, c->embed_group + token / 4, 1, 0, err))
+        if (stage(fw, c->embed_i4 ? QP_MAP_W4_HID : QP_MAP_W_HID, c->embed_key + token / 4, 1, 0, err))
             return -1;
     }
     if (call(fw, QP_K_EMBED, &embed, err))

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant.h"
+
 /* bounds on the KV cache get this much slack for rounding in the kernels */
 #define KV_BOUND_MARGIN 1.01
 
@@ -32,10 +34,18 @@ static double i32s_max_abs(const struct qpk_tensor *t)
     return ldexp((double)max, -t->scale_exp);
 }
 
-/* value of element (r, c) of a tiled matrix (q24 or i8g) */
+/* value of element (r, c) of a blocked matrix (q24, i8g or i4g) */
 static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
     const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
+    if (t->encoding == QPK_ENC_I4G) {
+        uint64_t word = 0;
+        memcpy(&word, blk + 8 * (uint64_t)(c / 4), 8);   /* little-endian host */
+        unsigned q = (unsigned)(word >> (16 * (r % 4) + 4 * (c % 4))) & 15;
+        uint16_t dm[8];
+        memcpy(dm, blk + 2 * (uint64_t)t->cols + 16 * (uint64_t)(c / t->group_size), 16);
+        return ldexp((double)qnt_param_int(dm[r % 4]) * q - (double)qnt_param_int(dm[4 + r % 4]), -t->scale_exp);
+    }
     uint64_t at = (uint64_t)(c / QPK_Q24_TILE_COLS) * 64 + (r % 4) * 16 + c % 16;
     if (t->encoding == QPK_ENC_I8G) {
         int32_t d;
@@ -157,53 +167,162 @@ static int add_seg(struct qp_plan *p, enum qp_map_id id, uint32_t key, const str
     return 0;
 }
 
+/* the maps a matrix of this role can be in: [wide, i4g] */
+static const enum qp_map_id hid_maps[2] = {QP_MAP_W_HID, QP_MAP_W4_HID};
+static const enum qp_map_id o_maps[2] = {QP_MAP_W_O, QP_MAP_W4_O};
+static const enum qp_map_id down_maps[2] = {QP_MAP_W_DOWN, QP_MAP_W4_DOWN};
+
+/* the 7 matrices of a layer in w_key order: q k v o gate up down */
+static const unsigned layer_matrix_roles[7] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_O,
+                                               QPK_ROLE_GATE, QPK_ROLE_UP, QPK_ROLE_DOWN};
+
+static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
+{
+    int i4 = t->encoding == QPK_ENC_I4G;
+    return role == QPK_ROLE_O ? o_maps[i4] : role == QPK_ROLE_DOWN ? down_maps[i4] : hid_maps[i4];
+}
+
+/* Gives every matrix its first key in its map, in file order per map;
+ * counts[] receives each map's number of blocks. */
+static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t counts[QP_MAP_COUNT])
+{
+    struct qk_config *c = &p->cfg;
+    memset(counts, 0, QP_MAP_COUNT * sizeof counts[0]);
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < 7; k++) {
+            const struct qpk_tensor *t = qpk_tensor_of(f, layer_matrix_roles[k], l);
+            enum qp_map_id m = matrix_map(layer_matrix_roles[k], t);
+            c->w_key[l * 8 + k] = counts[m];
+            c->w_i4[l] |= (uint32_t)(t->encoding == QPK_ENC_I4G) << k;
+            counts[m] += t->rows / QPK_Q24_TILE_ROWS;
+        }
+    const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
+    enum qp_map_id m = matrix_map(QPK_ROLE_EMBED, embed);
+    c->embed_key = c->lm_key = counts[m];
+    c->embed_i4 = c->lm_i4 = embed->encoding == QPK_ENC_I4G;
+    counts[m] += embed->rows / QPK_Q24_TILE_ROWS;
+    if (head) {
+        m = matrix_map(QPK_ROLE_LM_HEAD, head);
+        c->lm_key = counts[m];
+        c->lm_i4 = head->encoding == QPK_ENC_I4G;
+        counts[m] += head->rows / QPK_Q24_TILE_ROWS;
+    }
+}
+
 static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
 {
     const struct qk_config *c = &p->cfg;
-    static const unsigned hid_roles[] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_GATE, QPK_ROLE_UP};
     int rc = 0;
     for (uint32_t l = 0; l < c->n_layers && !rc; l++) {
-        uint32_t key = l * c->hid_groups_per_layer;
-        for (size_t r = 0; r < 5 && !rc; r++) {
-            const struct qpk_tensor *t = qpk_tensor_of(f, hid_roles[r], l);
-            rc = add_seg(p, QP_MAP_W_HID, key, t, err);
-            key += t->rows / QPK_Q24_TILE_ROWS;
+        for (int k = 0; k < 7 && !rc; k++) {
+            const struct qpk_tensor *t = qpk_tensor_of(f, layer_matrix_roles[k], l);
+            rc = add_seg(p, matrix_map(layer_matrix_roles[k], t), c->w_key[l * 8 + k], t, err);
         }
-        rc = rc || add_seg(p, QP_MAP_W_O, l * (c->hidden / 4), qpk_tensor_of(f, QPK_ROLE_O, l), err) ||
-             add_seg(p, QP_MAP_W_DOWN, l * (c->hidden / 4), qpk_tensor_of(f, QPK_ROLE_DOWN, l), err) ||
-             add_seg(p, QP_MAP_NORMS, 2 * l, qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l), err) ||
+        rc = rc || add_seg(p, QP_MAP_NORMS, 2 * l, qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l), err) ||
              add_seg(p, QP_MAP_NORMS, 2 * l + 1, qpk_tensor_of(f, QPK_ROLE_MLP_NORM, l), err) ||
              add_seg(p, QP_MAP_QK_NORMS, 2 * l, qpk_tensor_of(f, QPK_ROLE_Q_NORM, l), err) ||
              add_seg(p, QP_MAP_QK_NORMS, 2 * l + 1, qpk_tensor_of(f, QPK_ROLE_K_NORM, l), err);
     }
-    if (rc || add_seg(p, QP_MAP_W_HID, c->embed_group, qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER), err) ||
+    const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    if (rc || add_seg(p, matrix_map(QPK_ROLE_EMBED, embed), c->embed_key, embed, err) ||
         add_seg(p, QP_MAP_NORMS, 2 * c->n_layers, qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER), err))
         return -1;
     const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
-    return head ? add_seg(p, QP_MAP_W_HID, c->lm_group, head, err) : 0;
+    return head ? add_seg(p, matrix_map(QPK_ROLE_LM_HEAD, head), c->lm_key, head, err) : 0;
+}
+
+bool qp_map_is_matrix(enum qp_map_id id)
+{
+    return id <= QP_MAP_W4_DOWN;
+}
+
+void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
+                           enum qp_map_id *map, uint32_t *key)
+{
+    const struct qk_config *c = &p->cfg;
+    uint32_t role = 0, row0 = 0;
+    switch (mode) {
+    case QK_MV_QKV:
+        role = begin < c->q_dim ? 0 : begin < c->q_dim + c->kv_dim ? 1 : 2;
+        row0 = role == 0 ? 0 : role == 1 ? c->q_dim : c->q_dim + c->kv_dim;
+        break;
+    case QK_MV_GATE_UP:
+        role = begin < c->inter ? 4 : 5;
+        row0 = role == 4 ? 0 : c->inter;
+        break;
+    case QK_MV_O: role = 3; break;
+    case QK_MV_DOWN: role = 6; break;
+    default: role = 7; break;
+    }
+    int i4 = role == 7 ? (int)c->lm_i4 : (int)((c->w_i4[layer] >> role) & 1);
+    *map = role == 3 ? o_maps[i4] : role == 6 ? down_maps[i4] : hid_maps[i4];
+    *key = (role == 7 ? c->lm_key : c->w_key[layer * 8 + role]) + (begin - row0) / 4;
 }
 
 /* the adjustment qk_row_adj adds to a product's exponent for a tensor */
 static int32_t row_adj(const struct qpk_tensor *t)
 {
+    if (t->encoding == QPK_ENC_I4G)
+        return 24 + QK_I4_GROUP_SHIFT - t->scale_exp;
     return t->encoding == QPK_ENC_I8G ? 24 + QK_I8_GROUP_SHIFT - t->scale_exp : 0;
 }
 
+static uint32_t log2_u32(uint32_t v)
+{
+    uint32_t s = 0;
+    while ((1u << s) < v)
+        s++;
+    return s;
+}
+
+/* the wide encoding and the group sizes (the plan checked they are one each) */
 static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
 {
-    static const unsigned roles[8] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_O,
-                                      QPK_ROLE_GATE, QPK_ROLE_UP, QPK_ROLE_DOWN, 0};
     const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
     const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
-    c->w_enc = embed->encoding;
-    c->w_group = embed->group_size ? embed->group_size : 16;
-    while ((1u << c->w_group_shift) < c->w_group)
-        c->w_group_shift++;
+    c->w_enc = QK_ENC_Q24;
+    c->w_group = c->w4_group = 16;
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        if (t->encoding == QPK_ENC_I4G) {
+            c->has_i4 = 1;
+            c->w4_group = t->group_size;
+        } else if (!qpk_role_is_norm(t->role)) {
+            c->w_enc = t->encoding;
+            if (t->group_size)
+                c->w_group = t->group_size;
+        }
+    }
+    c->w_group_shift = log2_u32(c->w_group);
+    c->w4_group_shift = log2_u32(c->w4_group);
     c->embed_adj = QM_RESID_FRAC - embed->scale_exp;
     c->lm_adj = row_adj(head ? head : embed);
     for (uint32_t l = 0; l < c->n_layers; l++)
         for (int k = 0; k < 7; k++)
-            c->w_adj[l * 8 + k] = row_adj(qpk_tensor_of(f, roles[k], l));
+            c->w_adj[l * 8 + k] = row_adj(qpk_tensor_of(f, layer_matrix_roles[k], l));
+}
+
+/* Every wide matrix shares one encoding and every grouped encoding one
+ * power-of-two group size (i4g: at least one 16-entry act block). */
+static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
+{
+    const struct qpk_tensor *wide = NULL, *i4 = NULL;
+    for (uint32_t i = 0; i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        if (qpk_role_is_norm(t->role))
+            continue;
+        const struct qpk_tensor **first = t->encoding == QPK_ENC_I4G ? &i4 : &wide;
+        if (!*first)
+            *first = t;
+        bool bad = t->encoding != (*first)->encoding || t->group_size != (*first)->group_size ||
+                   (t->group_size & (t->group_size - 1)) ||
+                   (t->encoding == QPK_ENC_I4G && (t->group_size < QK_XQ_BLOCK || t->group_size > 1024));
+        if (bad)
+            return qp_fail(err, "%s: tensor %s: the kernels need one encoding for the q24/int8 matrices and one "
+                           "power-of-two group size per encoding", f->path, t->name);
+    }
+    return 0;
 }
 
 static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx)
@@ -222,9 +341,6 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     c->n_layers = q->n_layers;
     c->ctx = ctx;
     c->max_chunks = (ctx + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
-    c->hid_groups_per_layer = (c->q_dim + 2 * c->kv_dim + 2 * c->inter) / 4;
-    c->embed_group = c->n_layers * c->hid_groups_per_layer;
-    c->lm_group = (q->flags & QPK_CONFIG_TIED) ? c->embed_group : c->embed_group + c->vocab / 4;
     c->act_len = c->hidden > c->q_dim ? c->hidden : c->q_dim;
     c->act_len = c->inter > c->act_len ? c->inter : c->act_len;
     for (uint32_t l = 0; l < c->n_layers; l++) {
@@ -242,20 +358,32 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
 }
 
 /* bytes of one 4-row block of a matrix with cols columns */
-static uint64_t block_bytes(const struct qk_config *c, uint32_t cols)
+static uint64_t block_bytes(uint32_t enc, uint32_t group, uint32_t cols)
 {
-    if (c->w_enc == QK_ENC_I8G)
-        return 4ull * cols + 16ull * (cols / c->w_group);
+    if (enc == QK_ENC_I4G)
+        return 2ull * cols + 16ull * (cols / group);
+    if (enc == QK_ENC_I8G)
+        return 4ull * cols + 16ull * (cols / group);
     return 16ull * cols;
 }
 
-static void size_maps(struct qp_plan *p, bool tied)
+/* a matrix map of n blocks; an unused one keeps one block, so the
+ * kernel code that reads it still verifies */
+static void set_matrix_map(struct qp_plan *p, enum qp_map_id id, const char *name, uint32_t enc, uint32_t group,
+                           uint32_t cols, uint32_t n)
+{
+    set_map(p, id, name, block_bytes(enc, group, cols), n ? n : 1);
+}
+
+static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
 {
     const struct qk_config *c = &p->cfg;
-    uint64_t hid_groups = (uint64_t)c->embed_group + c->vocab / 4 * (tied ? 1 : 2);
-    set_map(p, QP_MAP_W_HID, "w_hid", block_bytes(c, c->hidden), hid_groups);
-    set_map(p, QP_MAP_W_O, "w_o", block_bytes(c, c->q_dim), (uint64_t)c->n_layers * c->hidden / 4);
-    set_map(p, QP_MAP_W_DOWN, "w_down", block_bytes(c, c->inter), (uint64_t)c->n_layers * c->hidden / 4);
+    set_matrix_map(p, QP_MAP_W_HID, "w_hid", c->w_enc, c->w_group, c->hidden, counts[QP_MAP_W_HID]);
+    set_matrix_map(p, QP_MAP_W_O, "w_o", c->w_enc, c->w_group, c->q_dim, counts[QP_MAP_W_O]);
+    set_matrix_map(p, QP_MAP_W_DOWN, "w_down", c->w_enc, c->w_group, c->inter, counts[QP_MAP_W_DOWN]);
+    set_matrix_map(p, QP_MAP_W4_HID, "w4_hid", QK_ENC_I4G, c->w4_group, c->hidden, counts[QP_MAP_W4_HID]);
+    set_matrix_map(p, QP_MAP_W4_O, "w4_o", QK_ENC_I4G, c->w4_group, c->q_dim, counts[QP_MAP_W4_O]);
+    set_matrix_map(p, QP_MAP_W4_DOWN, "w4_down", QK_ENC_I4G, c->w4_group, c->inter, counts[QP_MAP_W4_DOWN]);
     set_map(p, QP_MAP_NORMS, "norms", 4ull * c->hidden, 2ull * c->n_layers + 1);
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
@@ -264,6 +392,7 @@ static void size_maps(struct qp_plan *p, bool tied)
     set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
     set_map(p, QP_MAP_H, "h", 8ull * c->hidden, 1);
     set_map(p, QP_MAP_X, "x", 8ull * c->act_len, 1);
+    set_map(p, QP_MAP_XQ, "xq", QK_XQ_BYTES(c->act_len), 1);
     set_map(p, QP_MAP_QKV, "qkv", 8ull * (c->q_dim + 2 * c->kv_dim), 1);
     set_map(p, QP_MAP_QROT, "qrot", 8ull * c->q_dim, 1);
     set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, 1);
@@ -274,9 +403,12 @@ static void size_maps(struct qp_plan *p, bool tied)
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), 1);
     /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
      * matrices' blocks (so streaming never holds the model), at least 8 */
-    uint64_t widest = block_bytes(c, c->act_len);
-    uint64_t blocks = p->maps[QP_MAP_W_HID].max_entries + p->maps[QP_MAP_W_O].max_entries +
-                      p->maps[QP_MAP_W_DOWN].max_entries;
+    uint64_t widest = block_bytes(c->w_enc, c->w_group, c->act_len);
+    if (c->has_i4 && block_bytes(QK_ENC_I4G, c->w4_group, c->act_len) > widest)
+        widest = block_bytes(QK_ENC_I4G, c->w4_group, c->act_len);
+    uint64_t blocks = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        blocks += qp_map_is_matrix(i) ? counts[i] : 0;
     uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
     set_map(p, QP_MAP_WORK, "work", widest, work > 8 ? work : 8);
     p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
@@ -317,24 +449,19 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
     uint64_t value_max = 16ull * (q->intermediate > q->hidden ? q->intermediate : q->hidden);
     if (value_max > (1u << 30) || 8ull * q->vocab > (1u << 30) || 8ull * ctx > (1u << 30))
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
-    const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
-    for (uint32_t i = 0; i < f->n_tensors; i++) {
-        const struct qpk_tensor *t = &f->tensors[i];
-        if (!qpk_role_is_norm(t->role) && (t->encoding != embed->encoding || t->group_size != embed->group_size ||
-                                           (t->group_size & (t->group_size - 1))))
-            return qp_fail(err, "%s: tensor %s: every matrix must share one encoding and a power-of-two group size", f->path,
-                           t->name);
-    }
+    if (check_matrix_encodings(f, err))
+        return -1;
     fill_config(p, f, ctx);
-    size_maps(p, q->flags & QPK_CONFIG_TIED);
+    uint32_t counts[QP_MAP_COUNT];
+    assign_keys(p, f, counts);
+    size_maps(p, counts);
     p->stream = stream;
     if (!stream)
         p->maps[QP_MAP_WORK].max_entries = 1;
     kv_exponents(p, f);
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         uint64_t bytes = (uint64_t)p->maps[i].value_size * p->maps[i].max_entries;
-        bool matrix = i == QP_MAP_W_HID || i == QP_MAP_W_O || i == QP_MAP_W_DOWN;
-        if (stream && matrix)
+        if (stream && qp_map_is_matrix(i))
             continue;
         if (i <= QP_MAP_QK_NORMS)
             p->weight_bytes += bytes;

@@ -10,8 +10,8 @@
 #include "qrun_abi.h"
 
 enum qp_map_id {
-    QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_NORMS, QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KBOOST,
-    QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
+    QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_W4_HID, QP_MAP_W4_O, QP_MAP_W4_DOWN, QP_MAP_NORMS,
+    QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KBOOST, QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_XQ, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
     QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_COUNT,
 };
 
@@ -45,6 +45,15 @@ struct qp_plan {
 /* Builds the plan for a context of ctx positions (1..max_positions); with
  * stream, the matrices are not resident but staged through `work`. */
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err);
+
+/* true for the maps that hold matrices (w_*, w4_*) */
+bool qp_map_is_matrix(enum qp_map_id id);
+
+/* The map and key of the block of a product's rows that starts at row
+ * `begin` (a multiple of 4) of `mode`'s row space (the kernels' rule,
+ * qk_mv_tensor_of). */
+void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
+                           enum qp_map_id *map, uint32_t *key);
 
 /* The bytes of key `key` of a weight map (NULL when no segment holds it). */
 const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key);

@@ -61,6 +61,10 @@ cp "$trimmed" "$tmp/tok/tokenizer.json"
 "$gen" "$tmp/mini" --hidden 16 --intermediate 16 --layers 1 --heads 1 --kv-heads 1 \
     --head-dim 16 --vocab 16 --max-pos 16 --untied --dtype f32 --seed 7 --shards 2 >/dev/null
 "$qpack" pack "$tmp/small" -o "$corpus/fuzz_qpk/small_tokenizer.qpk" --quiet
+# an int4 container: i4g matrices (groups of 32) and the preset's i8g ones
+"$gen" "$tmp/int4" --hidden 32 --intermediate 64 --layers 1 --heads 2 --kv-heads 1 \
+    --head-dim 16 --vocab 32 --max-pos 16 --seed 9 >/dev/null
+"$qpack" pack "$tmp/int4" -o "$corpus/fuzz_qpk/int4_mixed.qpk" --format int4 --quiet
 "$qpack" pack "$tmp/mini" -o "$tmp/mini.qpk" --quiet
 cp "$tmp/mini.qpk" "$corpus/fuzz_qpk/mini_untied.qpk"
 head -c 128 "$tmp/mini.qpk" > "$corpus/fuzz_qpk/header_only.qpk"

@@ -1,7 +1,7 @@
 # The .qpk container end to end: the q24 table, `qpack pack` against an
 # independent reference conversion, sharding invariance, `qpack verify` on
 # corrupted files, the reader's structural checks, atomic writes, `qpack info`.
-qp_add_check_test(test_qpk SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qpk.c
+qp_add_check_test(test_qpk SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qpk.c ${CMAKE_CURRENT_LIST_DIR}/qpk_test_util.c
                   LIBS qpformats LABELS formats packer)
 add_dependencies(test_qpk qp-gen-checkpoint qpack)
 target_compile_definitions(test_qpk PRIVATE

@@ -21,102 +21,17 @@
 #include <xxhash.h>
 
 #include "le.h"
+#include "qpk_test_util.h"
 #include "q24.h"
 #include "qpk.h"
 #include "safetensors.h"
 
 /* ----------------------------------------------------------------- helpers */
 
-static char dir[64];
-
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/qp_qpk_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void remove_dir(void)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* dir/name, in one of 8 rotating buffers */
-static const char *path_of(const char *fmt, ...)
-{
-    static char buf[8][256];
-    static int next;
-    char *p = buf[next++ % 8], name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc((size_t)n + 1, 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
-}
-
-static void spit(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    ck_assert_msg(f != NULL, "cannot create %s", path);
-    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
-/* Output (stdout + stderr) of the last run(), NUL-terminated. */
-static char *out_text;
-
-/* Runs a shell command (printf-style), output in out_text; returns the exit status. */
-static int run(const char *fmt, ...)
-{
-    char cmd[2048], full[2400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(full, sizeof full, "%s >%s/run.out 2>&1", cmd, dir);
-    int status = system(full);
-    free(out_text);
-    out_text = slurp(path_of("run.out"), NULL);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static void gen(const char *out, const char *args)
-{
-    int rc = run("%s %s %s", QP_GEN_CHECKPOINT, path_of("%s", out), args);
-    ck_assert_msg(rc == 0, "qp-gen-checkpoint %s failed: %s", args, out_text);
-}
-
 static void pack(const char *src, const char *out)
 {
     int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("%s", src), path_of("%s", out));
     ck_assert_msg(rc == 0, "qpack pack %s failed: %s", src, out_text);
-}
-
-static void assert_out_has(const char *needle)
-{
-    ck_assert_msg(strstr(out_text, needle) != NULL, "expected '%s' in: %s", needle, out_text);
 }
 
 /* Independent reference: BF16 bits -> float -> round(v * 2^24), ties to even. */
@@ -636,7 +551,7 @@ static bool has_partial(const char *base)
 {
     char prefix[128];
     snprintf(prefix, sizeof prefix, ".%s.partial-", base);
-    DIR *d = opendir(dir);
+    DIR *d = opendir(test_dir);
     ck_assert_ptr_nonnull(d);
     bool found = false;
     struct dirent *e;

@@ -1,0 +1,110 @@
+/* precision.c - the --format presets and --keep overrides.
+ *
+ * The int4 preset follows llama.cpp's Q4_K_M rule: the tensors whose error
+ * costs the most keep more bits (Q4_K_M: token_embd/output at 6 bits, and
+ * attn_v and ffn_down in the first and last eighth of the layers and every
+ * third layer between). At 8 bits instead of 6 that would not fit a 0.45 GB
+ * budget on Qwen3-0.6B (every v_proj and the outer down_proj: 0.456e9 bytes),
+ * so the rule is trimmed: the embedding (and lm_head), and v_proj and
+ * down_proj of the first and last eighth of the layers are i8g with groups
+ * of 128 (8.25 bits per weight), everything else i4g with --group (5 bits at
+ * g32): 0.447e9 bytes of tensor data. */
+#include "precision.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qpk.h"
+
+static const char *const format_names[] = {
+    [PACK_Q24] = "q24", [PACK_INT8] = "int8", [PACK_INT4] = "int4", [PACK_INT4_PURE] = "int4-pure",
+};
+
+int precision_parse_format(const char *name, enum pack_format *format)
+{
+    for (unsigned f = 0; f < sizeof format_names / sizeof *format_names; f++)
+        if (!strcmp(name, format_names[f])) {
+            *format = (enum pack_format)f;
+            return 0;
+        }
+    return -1;
+}
+
+const char *precision_format_name(enum pack_format format) { return format_names[format]; }
+
+unsigned precision_weight_format(enum pack_format format)
+{
+    return format == PACK_Q24 ? QPK_FORMAT_Q24 : format == PACK_INT8 ? QPK_FORMAT_INT8 : QPK_FORMAT_INT4;
+}
+
+int precision_quantised(enum pack_format format) { return format != PACK_Q24; }
+
+int precision_add_keep(struct precision *p, const char *arg, qp_err *err)
+{
+    const char *eq = strrchr(arg, '=');
+    if (p->n_keep == PRECISION_MAX_KEEP)
+        return qp_fail(err, "--keep '%s': too many --keep options (at most %d)", arg, PRECISION_MAX_KEEP);
+    if (eq && (size_t)(eq - arg) >= sizeof p->keep[0].pattern)
+        return qp_fail(err, "--keep '%.40s...': the pattern is longer than %zu bytes", arg,
+                       sizeof p->keep[0].pattern - 1);
+    if (!eq || eq == arg)
+        return qp_fail(err, "--keep '%s': expected PATTERN=FMT, e.g. 'model.layers.*.mlp.down_proj.weight=int8'",
+                       arg);
+    struct keep_rule *r = &p->keep[p->n_keep];
+    if (!strcmp(eq + 1, "int8"))
+        r->encoding = QPK_ENC_I8G;
+    else if (!strcmp(eq + 1, "int4"))
+        r->encoding = QPK_ENC_I4G;
+    else
+        return qp_fail(err, "--keep '%s': unknown format '%s' (int8 or int4)", arg, eq + 1);
+    r->arg = arg;
+    memcpy(r->pattern, arg, (size_t)(eq - arg));
+    r->pattern[eq - arg] = 0;
+    r->matched = 0;
+    p->n_keep++;
+    return 0;
+}
+
+/* The mixed int4 preset: which matrices stay int8. */
+static bool int4_keeps_int8(unsigned role, unsigned layer, unsigned n_layers)
+{
+    unsigned eighth = n_layers / 8;
+    switch (role) {
+    case QPK_ROLE_EMBED:
+    case QPK_ROLE_LM_HEAD: return true;
+    case QPK_ROLE_V:
+    case QPK_ROLE_DOWN: return layer < eighth || layer >= n_layers - eighth;
+    default: return false;
+    }
+}
+
+static unsigned preset_encoding(enum pack_format format, unsigned role, unsigned layer, unsigned n_layers)
+{
+    switch (format) {
+    case PACK_Q24: return QPK_ENC_Q24;
+    case PACK_INT8: return QPK_ENC_I8G;
+    case PACK_INT4: return int4_keeps_int8(role, layer, n_layers) ? QPK_ENC_I8G : QPK_ENC_I4G;
+    default: return QPK_ENC_I4G;
+    }
+}
+
+unsigned precision_encoding(struct precision *p, const char *name, unsigned role, unsigned layer,
+                            unsigned n_layers)
+{
+    unsigned enc = preset_encoding(p->format, role, layer, n_layers);
+    for (unsigned i = 0; i < p->n_keep; i++)
+        if (fnmatch(p->keep[i].pattern, name, 0) == 0) {
+            enc = p->keep[i].encoding;
+            p->keep[i].matched++;
+        }
+    return enc;
+}
+
+const struct keep_rule *precision_unmatched(const struct precision *p)
+{
+    for (unsigned i = 0; i < p->n_keep; i++)
+        if (!p->keep[i].matched)
+            return &p->keep[i];
+    return NULL;
+}

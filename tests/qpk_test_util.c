@@ -1,0 +1,92 @@
+/* qpk_test_util.c - see qpk_test_util.h. */
+#include "qpk_test_util.h"
+
+#include <check.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+char test_dir[64];
+char *out_text;
+
+static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+void make_dir(void)
+{
+    strcpy(test_dir, "/tmp/qp_qpk_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(test_dir));
+}
+
+void remove_dir(void)
+{
+    nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+const char *path_of(const char *fmt, ...)
+{
+    static char buf[8][256];
+    static int next;
+    char *p = buf[next++ % 8], name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof(name), fmt, ap);
+    va_end(ap);
+    snprintf(p, 256, "%s/%s", test_dir, name);
+    return p;
+}
+
+char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = calloc((size_t)n + 1, 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return buf;
+}
+
+void spit(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", path);
+    ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+int run(const char *fmt, ...)
+{
+    char cmd[2048], full[2400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "%s >%s/run.out 2>&1", cmd, test_dir);
+    int status = system(full);
+    free(out_text);
+    out_text = slurp(path_of("run.out"), NULL);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void gen(const char *out, const char *args)
+{
+    int rc = run("%s %s %s", QP_GEN_CHECKPOINT, path_of("%s", out), args);
+    ck_assert_msg(rc == 0, "qp-gen-checkpoint %s failed: %s", args, out_text);
+}
+
+void assert_out_has(const char *needle)
+{
+    ck_assert_msg(strstr(out_text, needle) != NULL, "expected '%s' in: %s", needle, out_text);
+}

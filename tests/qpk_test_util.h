@@ -1,0 +1,33 @@
+/* qpk_test_util.h - shared helpers of the container and packer tests: a
+ * scratch folder per test, files, and running qpack / qp-gen-checkpoint as
+ * programs (paths from the build: QP_QPACK, QP_GEN_CHECKPOINT). Every
+ * helper aborts the test on failure. */
+#ifndef QP_QPK_TEST_UTIL_H
+#define QP_QPK_TEST_UTIL_H
+
+#include <stddef.h>
+
+/* The scratch folder of the running test (make_dir() .. remove_dir()). */
+extern char test_dir[64];
+void make_dir(void);
+void remove_dir(void);
+
+/* test_dir/name (printf-style), in one of 8 rotating buffers. */
+const char *path_of(const char *fmt, ...);
+
+/* A whole file, NUL-terminated (free() it); *len its size when len != NULL. */
+char *slurp(const char *path, size_t *len);
+void spit(const char *path, const void *data, size_t len);
+
+/* Output (stdout + stderr) of the last run(), NUL-terminated. */
+extern char *out_text;
+
+/* Runs a shell command (printf-style), output in out_text; returns the exit status. */
+int run(const char *fmt, ...);
+
+/* qp-gen-checkpoint test_dir/out args; fails the test when it fails. */
+void gen(const char *out, const char *args);
+
+void assert_out_has(const char *needle);
+
+#endif
