@@ -145,65 +145,69 @@ QM_INLINE s64 qk_pf16(u16 v)
 }
 
 /* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
- * A code word holds 4 columns of the 4 rows, one 16-bit lane per row;
- * masking column c out of it and multiplying by a_c does four
- * multiply-adds at once. 16 columns sum to at most 16 * 15 * 128 < 2^15
- * per lane, so a block's lanes are exact signed 16-bit sums P_b (lanes are
- * peeled from the bottom: the whole word is the exact sum of L_k 2^16k).
- * Per group of the row: T = D * SP - M * SA, SP = sum over the group's
- * blocks of (P_b << QK_XQ_FRAC) >> r_b: |T| < 2^57; T >> QK_I4_GROUP_SHIFT
- * summed over the row's groups stays below 2^56 for rows up to 2^14 wide. */
+ * A code word holds 16 columns of one row; (w >> 4j) & QK_NIBBLE_LANES puts
+ * columns j, j+4, j+8, j+12 into 16-bit lanes 0..3, and the act word pk[j]
+ * holds the same columns' a in lanes 3..0. Their 64-bit product has the
+ * 4-term dot product as the coefficient of 2^48 (lanes i and 3 - i meet
+ * there; higher coefficients fall off the top). Over the 4 words:
+ * |coefficient of 2^48| <= 16 * 15 * 127 < 2^15 and the lower
+ * coefficients sum to less than 2^47 in magnitude, so with 2^47 added the
+ * top 16 bits are the 16 columns' dot product exactly: four multiplies for
+ * 16 multiply-adds. Per act block b of the row: P_b, the sum of its two
+ * chunks; per group: T = D * SP - M * SA with SP = sum over the group's
+ * blocks of (P_b << QK_XQ_FRAC) >> r_b: |T| < 2^58; T >> QK_I4_GROUP_SHIFT
+ * summed over the row's groups stays below 2^57 for rows up to 2^14 wide. */
 #define QK_NIBBLE_LANES 0x000F000F000F000FULL
+#define QK_XQ_BIAS (1ULL << 47)
 
-QM_INLINE s64 qk_lane(u64 *w)
+QM_INLINE s64 qk_dot_i4_chunk(u64 w, const u64 *pk)
 {
-    s64 l = (s64)(s16)(u16)*w;
-    *w = (u64)((s64)(*w - (u64)l) >> 16);
-    return l;
+    u64 s = QK_XQ_BIAS;
+    s += (w & QK_NIBBLE_LANES) * pk[0];
+    s += ((w >> 4) & QK_NIBBLE_LANES) * pk[1];
+    s += ((w >> 8) & QK_NIBBLE_LANES) * pk[2];
+    s += ((w >> 12) & QK_NIBBLE_LANES) * pk[3];
+    return (s64)s >> 48;
+}
+
+/* row k of a block: codes[4t + k] is its chunk t */
+QM_INLINE s64 qk_dot_i4_row(const u64 *codes, const u8 *xq, const u16 *par, u32 k, u32 cols)
+{
+    const s64 *sa = (const s64 *)(xq + QK_XQ_SA_OFF);
+    const u64 *pk = (const u64 *)(xq + QK_XQ_PK_OFF(C.act_len));
+    const u8 *rel = xq + QK_XQ_R_OFF(C.act_len);
+    u32 blocks_per_group = C.w4_group >> 5;
+    s64 row = 0;
+    if (blocks_per_group == 1) {
+        /* groups of 32 (the default): one act block per group, no inner loop */
+        for (u32 g = 0; g < cols / QK_XQ_BLOCK; g++) {
+            const u64 *pg = pk + g * 8;
+            s64 pb = qk_dot_i4_chunk(codes[g * 8 + k], pg) + qk_dot_i4_chunk(codes[g * 8 + 4 + k], pg + 4);
+            s64 p = (pb * (1 << QK_XQ_FRAC)) >> (rel[g] & 31);
+            const u16 *d = par + 8 * g;
+            row += (qk_pf16(d[k]) * p - qk_pf16(d[4 + k]) * sa[g]) >> QK_I4_GROUP_SHIFT;
+        }
+        return row;
+    }
+    for (u32 g = 0; g < (cols >> C.w4_group_shift); g++) {
+        s64 p = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            u32 b = g * blocks_per_group + h;
+            s64 pb = qk_dot_i4_chunk(codes[b * 8 + k], pk + b * 8) + qk_dot_i4_chunk(codes[b * 8 + 4 + k], pk + b * 8 + 4);
+            p += (pb * (1 << QK_XQ_FRAC)) >> (rel[b] & 31);
+        }
+        const u16 *d = par + 8 * g;
+        row += (qk_pf16(d[k]) * p - qk_pf16(d[4 + k]) * sa[g]) >> QK_I4_GROUP_SHIFT;
+    }
+    return row;
 }
 
 QM_INLINE void qk_dot4_i4(const u8 *blk, const u8 *xq, u32 cols, s64 *acc)
 {
-    const s64 *sa = (const s64 *)(xq + QK_XQ_SA_OFF);
-    const s8 *a = (const s8 *)(xq + QK_XQ_A_OFF(C.act_len));
-    const u8 *rel = xq + QK_XQ_R_OFF(C.act_len);
     const u64 *codes = (const u64 *)blk;
     const u16 *par = (const u16 *)(blk + 2 * cols);
-    u32 per_group = C.w4_group >> 4;
-    s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (u32 g = 0; g < (cols >> C.w4_group_shift); g++) {
-        s64 p0 = 0, p1 = 0, p2 = 0, p3 = 0;
-        for (u32 k = 0; k < per_group; k++) {
-            u32 b = g * per_group + k;
-            const u64 *w = codes + b * 4;
-            const s8 *ab = a + b * 16;
-            u64 s = 0;
-QK_UNROLL
-            for (int j = 0; j < 4; j++) {
-                u64 p = w[j];
-                s += (p & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j];
-                s += ((p >> 4) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 1];
-                s += ((p >> 8) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 2];
-                s += ((p >> 12) & QK_NIBBLE_LANES) * (u64)(s64)ab[4 * j + 3];
-                QK_KEEP(s);
-            }
-            u32 r = rel[b] & 31;
-            p0 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
-            p1 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
-            p2 += (qk_lane(&s) * (1 << QK_XQ_FRAC)) >> r;
-            p3 += ((s64)s * (1 << QK_XQ_FRAC)) >> r;
-        }
-        const u16 *d = par + 8 * g;
-        s64 sg = sa[g];
-        a0 += (qk_pf16(d[0]) * p0 - qk_pf16(d[4]) * sg) >> QK_I4_GROUP_SHIFT;
-        a1 += (qk_pf16(d[1]) * p1 - qk_pf16(d[5]) * sg) >> QK_I4_GROUP_SHIFT;
-        a2 += (qk_pf16(d[2]) * p2 - qk_pf16(d[6]) * sg) >> QK_I4_GROUP_SHIFT;
-        a3 += (qk_pf16(d[3]) * p3 - qk_pf16(d[7]) * sg) >> QK_I4_GROUP_SHIFT;
-    }
-    acc[0] = a0;
-    acc[1] = a1;
-    acc[2] = a2;
-    acc[3] = a3;
+    for (u32 k = 0; k < 4; k++)
+        acc[k] = qk_dot_i4_row(codes, xq, par, k, cols);
 }
 
 QM_INLINE void qk_max_abs(u64 *acc, s64 v)
@@ -254,8 +258,8 @@ static long qk_embed_cb(u64 i, void *vctx)
         return 1;
     s64 *dst = h + tile * 16;
     if (C.embed_i4) {
-        /* value = (D * q - M) * 2^-E; 16 columns = 4 code words */
-        const u64 *w = (const u64 *)blk + tile * 4;
+        /* value = (D * q - M) * 2^-E; 16 columns of row k = one code word */
+        u64 w = ((const u64 *)blk)[tile * 4 + (cx->token & 3)];
         const u16 *par = (const u16 *)((const u8 *)blk + 2 * C.hidden);
         u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift;
         const u16 *dm = par + g * 8;
@@ -263,7 +267,7 @@ static long qk_embed_cb(u64 i, void *vctx)
         s32 up = qk_exp_const(C.embed_adj);
 QK_UNROLL
         for (int j = 0; j < 16; j++)
-            dst[j] = qm_scale_pow2(d * (s64)((w[j / 4] >> (16 * k + 4 * (j % 4))) & 15) - m, up);
+            dst[j] = qm_scale_pow2(d * (s64)((w >> (4 * j)) & 15) - m, up);
         return 0;
     }
     if (C.w_enc == QK_ENC_I8G) {
@@ -418,10 +422,10 @@ QK_UNROLL
 static long qk_xq_shift_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)i;
+    u32 b = (u32)QK_IDX(i, 512);    /* act_len <= 16384: at most 512 blocks */
     const s64 *x = QK_LOOKUP(x, 0);
     u8 *xq = QK_LOOKUP(xq, 0);
-    if (!x || !xq || b >= C.act_len / QK_XQ_BLOCK)
+    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
     u32 sh = qk_xq_block_shift(x + b * QK_XQ_BLOCK);
     xq[QK_XQ_R_OFF(C.act_len) + b] = (u8)sh;
@@ -433,30 +437,34 @@ static long qk_xq_shift_cb(u64 i, void *vctx)
 static long qk_xq_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)i;
+    u32 b = (u32)QK_IDX(i, 512);    /* act_len <= 16384: at most 512 blocks */
     const s64 *x = QK_LOOKUP(x, 0);
     u8 *xq = QK_LOOKUP(xq, 0);
-    if (!x || !xq || b >= C.act_len / QK_XQ_BLOCK)
+    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
     u8 *rel = xq + QK_XQ_R_OFF(C.act_len) + b;
     u32 sh = *rel & 63;
-    s8 *a = (s8 *)(xq + QK_XQ_A_OFF(C.act_len)) + b * QK_XQ_BLOCK;
+    u64 *pk = (u64 *)(xq + QK_XQ_PK_OFF(C.act_len)) + b * 8;
     const s64 *m = x + b * QK_XQ_BLOCK;
     s64 sum = 0;
+    u64 w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 QK_UNROLL
     for (int j = 0; j < QK_XQ_BLOCK; j++) {
-        /* |m| < 2^(sh + 7) rounds to at most 128; 127 keeps a lane's
-         * 16 * 15 * |a| inside 15 bits */
+        /* |m| < 2^(sh + 7) rounds to at most 128; 127 keeps the dot
+         * product of 16 columns inside 15 bits (qk_dot_i4_chunk) */
         s64 v = qm_clamp(qm_rshift_round(m[j], sh), -127, 127);
-        a[j] = (s8)v;
+        w[(j / 16) * 4 + j % 4] += (u64)v << (16 * (3 - (j % 16) / 4));
         sum += v;
     }
+QK_UNROLL
+    for (int j = 0; j < 8; j++)
+        pk[j] = w[j];
     u32 r = cx->sh_max - sh;
     r = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
     *rel = (u8)r;
-    s64 *sa = (s64 *)(xq + QK_XQ_SA_OFF) + (b >> (C.w4_group_shift - 4));
+    s64 *sa = (s64 *)(xq + QK_XQ_SA_OFF) + (b >> (C.w4_group_shift - 5));
     s64 part = (sum * (1 << QK_XQ_FRAC)) >> r;
-    if ((b & ((C.w4_group >> 4) - 1)) == 0)
+    if ((b & ((C.w4_group >> 5) - 1)) == 0)
         *sa = part;
     else
         *sa += part;

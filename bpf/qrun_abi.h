@@ -16,7 +16,7 @@
 #define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
 #define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
-#define QK_XQ_BLOCK 16            /* i4g: act values per 8-bit block (one SWAR drain) */
+#define QK_XQ_BLOCK 32            /* i4g: act values per 8-bit block (the smallest group) */
 #define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
 #define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
 #define QK_XQ_MAX_REL 31          /* i4g: blocks further below the largest are dropped */
@@ -84,15 +84,19 @@ enum qk_norm_target {
 };
 
 /* The quantised act vector (map `xq`, one value) for i4g products, made
- * by quant_x from `x`: x_j ~ a_j * 2^(sh_b + x_exp) per 16-entry block b.
- *   s64 sa[act_len / 16]  per weight group: sum over its blocks of
- *                         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
- *   s8  a[act_len]        the 8-bit values, |a_j| <= 128
- *   u8  r[act_len / 16]   per block: r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ * by quant_x from `x`: x_j ~ a_j * 2^(sh_b + x_exp) per 32-entry block b,
+ * |a_j| <= 127.
+ *   s64 sa[act_len / 32]     per weight group: sum over its blocks of
+ *                            (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
+ *   u64 pk[act_len / 16][4]  per 16-entry chunk t, word j packs a_(16t + 4L + j)
+ *                            for L = 0..3 into 16-bit lane 3 - L (two's
+ *                            complement lanes: the word is the integer
+ *                            sum of a * 2^(16 (3 - L)))
+ *   u8  r[act_len / 32]      per block: r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
  * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
 #define QK_XQ_SA_OFF 0
-#define QK_XQ_A_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
-#define QK_XQ_R_OFF(act_len) (QK_XQ_A_OFF(act_len) + (act_len))
+#define QK_XQ_PK_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
+#define QK_XQ_R_OFF(act_len) (QK_XQ_PK_OFF(act_len) + 2 * (act_len))
 #define QK_XQ_BYTES(act_len) (QK_XQ_R_OFF(act_len) + (act_len) / QK_XQ_BLOCK)
 
 /* one (head, chunk) attention partial: scores relative to max_score */

@@ -7,7 +7,7 @@
 
 #include "le.h"
 
-#define COLS_PER_WORD 4   /* a u64 word: 4 columns x 4 rows x 4 bits */
+#define COLS_PER_WORD 16  /* a u64 word: 16 columns of one row x 4 bits */
 #define GROUP_BYTES 16    /* per group: u16 d[4], u16 m[4] */
 
 uint64_t i4_block_bytes(uint32_t cols, uint32_t group)
@@ -15,13 +15,13 @@ uint64_t i4_block_bytes(uint32_t cols, uint32_t group)
     return qpk_i4g_block_bytes(cols, group);
 }
 
-/* Code q of block row k, column c, into the block's zeroed code words: bits
- * [16k + 4(c % 4), +4) of little-endian word c / 4, i.e. the byte of that
- * bit offset, low or high nibble. */
+/* Code q of block row k, column c, into the block's zeroed code words:
+ * bits [4(c % 16), +4) of little-endian word 4 (c / 16) + k, i.e. byte
+ * (c % 16) / 2 of it, the low nibble for even c. */
 static void put_code(uint8_t *codes, uint32_t k, uint32_t c, uint8_t q)
 {
-    unsigned bit = 16 * k + 4 * (c % COLS_PER_WORD);
-    codes[(uint64_t)(c / COLS_PER_WORD) * 8 + bit / 8] |= (uint8_t)(q << (bit % 8));
+    uint64_t word = (uint64_t)(c / COLS_PER_WORD) * 4 + k;
+    codes[word * 8 + (c % COLS_PER_WORD) / 2] |= (uint8_t)(q << (4 * (c % 2)));
 }
 
 /* one row (k of the block): quantise its groups, place codes and parameters */

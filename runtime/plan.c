@@ -40,8 +40,8 @@ static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
     const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
     if (t->encoding == QPK_ENC_I4G) {
         uint64_t word = 0;
-        memcpy(&word, blk + 8 * (uint64_t)(c / 4), 8);   /* little-endian host */
-        unsigned q = (unsigned)(word >> (16 * (r % 4) + 4 * (c % 4))) & 15;
+        memcpy(&word, blk + 8 * ((uint64_t)(c / 16) * 4 + r % 4), 8);   /* little-endian host */
+        unsigned q = (unsigned)(word >> (4 * (c % 16))) & 15;
         uint16_t dm[8];
         memcpy(dm, blk + 2 * (uint64_t)t->cols + 16 * (uint64_t)(c / t->group_size), 16);
         return ldexp((double)qnt_param_int(dm[r % 4]) * q - (double)qnt_param_int(dm[4 + r % 4]), -t->scale_exp);
@@ -282,7 +282,8 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
     const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
     const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
     c->w_enc = QK_ENC_Q24;
-    c->w_group = c->w4_group = 16;
+    c->w_group = 16;
+    c->w4_group = QK_XQ_BLOCK;
     for (uint32_t i = 0; i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
         if (t->encoding == QPK_ENC_I4G) {
@@ -304,7 +305,7 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
 }
 
 /* Every wide matrix shares one encoding and every grouped encoding one
- * power-of-two group size (i4g: at least one 16-entry act block). */
+ * power-of-two group size (i4g: at least one 32-entry act block). */
 static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
 {
     const struct qpk_tensor *wide = NULL, *i4 = NULL;
@@ -315,9 +316,11 @@ static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
         const struct qpk_tensor **first = t->encoding == QPK_ENC_I4G ? &i4 : &wide;
         if (!*first)
             *first = t;
+        if (t->encoding == QPK_ENC_I4G && t->group_size < QK_XQ_BLOCK)
+            return qp_fail(err, "%s: tensor %s: the kernels need i4g groups of at least %d columns (has %u)",
+                           f->path, t->name, QK_XQ_BLOCK, t->group_size);
         bool bad = t->encoding != (*first)->encoding || t->group_size != (*first)->group_size ||
-                   (t->group_size & (t->group_size - 1)) ||
-                   (t->encoding == QPK_ENC_I4G && (t->group_size < QK_XQ_BLOCK || t->group_size > 1024));
+                   (t->group_size & (t->group_size - 1));
         if (bad)
             return qp_fail(err, "%s: tensor %s: the kernels need one encoding for the q24/int8 matrices and one "
                            "power-of-two group size per encoding", f->path, t->name);

@@ -53,8 +53,8 @@ static int64_t pf16_value(uint16_t v)
 /* i4g, from the bytes (QPK.md): the code of (r, c) and its group's d or m */
 static unsigned i4_code(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
-    uint64_t word = le64(t->data + (uint64_t)(r / 4) * t->row_stride + 8 * (uint64_t)(c / 4));
-    return (unsigned)(word >> (16 * (r % 4) + 4 * (c % 4))) & 0xf;
+    uint64_t word = le64(t->data + (uint64_t)(r / 4) * t->row_stride + 8 * ((uint64_t)(c / 16) * 4 + r % 4));
+    return (unsigned)(word >> (4 * (c % 16))) & 0xf;
 }
 
 static uint16_t i4_param(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m)
