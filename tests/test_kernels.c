@@ -2,7 +2,8 @@
  * bit, on state filled with edge values: zeros, all-negative, the largest
  * magnitudes the formats are specified for, a single massive channel, and
  * random mixtures. Runs on a stress checkpoint (norm scales in the
- * hundreds). Needs root. */
+ * hundreds), packed as q24 and as the mixed int4 preset (i4g products with
+ * their 8-bit act blocks, next to i8g ones). Needs root. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,20 +27,31 @@ static uint64_t next_u64(void)
     return rng;
 }
 
-static void setup(void)
+static void setup_packed(const char *pack_flags)
 {
     snprintf(dir, sizeof dir, "/tmp/qp-kernels-XXXXXX");
     ck_assert(mkdtemp(dir));
     char cmd[512];
     snprintf(qpk_path, sizeof qpk_path, "%s/m.qpk", dir);
-    snprintf(cmd, sizeof cmd, "%s %s/m --preset tiny --seed 5 --stress >/dev/null && %s pack %s/m -o %s --quiet",
-             QP_GEN_CHECKPOINT, dir, QP_QPACK, dir, qpk_path);
+    snprintf(cmd, sizeof cmd, "%s %s/m --preset tiny --seed 5 --stress >/dev/null && %s pack %s/m -o %s --quiet %s",
+             QP_GEN_CHECKPOINT, dir, QP_QPACK, dir, qpk_path, pack_flags);
     ck_assert(system(cmd) == 0);
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_plan_build(&plan, &file, 600, false, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_bpf_create(&bpf, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_emu_create(&emu, &plan, &err) == 0, "%s", err.msg);
+}
+
+static void setup_q24(void)
+{
+    setup_packed("");
+}
+
+/* v_proj of layer 0 kept int8: the QKV product mixes i4g and i8g */
+static void setup_int4(void)
+{
+    setup_packed("--format int4 --keep 'model.layers.0.self_attn.v_proj.weight=int8'");
 }
 
 static void teardown(void)
@@ -83,11 +95,41 @@ static void fill(int64_t *v, size_t n, enum pattern p, int64_t limit)
     }
 }
 
-static void run_both(enum qp_kernel k, const struct qk_args *a)
+static int run_both(enum qp_kernel k, const struct qk_args *a)
 {
     qp_err e1 = {{0}}, e2 = {{0}};
     int r1 = bpf->run(bpf, k, a, &e1), r2 = emu->run(emu, k, a, &e2);
     ck_assert_msg(r1 == r2, "%s: bpf returned %d (%s), emu %d (%s)", qp_kernel_name(k), r1, e1.msg, r2, e2.msg);
+    return r1;
+}
+
+/* the same, for arguments the kernel must accept */
+static void run_ok(enum qp_kernel k, const struct qk_args *a)
+{
+    ck_assert_msg(run_both(k, a) == 0, "%s rejected valid arguments", qp_kernel_name(k));
+}
+
+/* is the matrix holding row r of a product i4g? (forward.c's rule) */
+static bool row_is_i4(uint32_t layer, uint32_t mode, uint32_t r)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t role = mode == QK_MV_QKV ? (r < c->q_dim ? 0 : r < c->q_dim + c->kv_dim ? 1 : 2)
+                    : mode == QK_MV_GATE_UP ? (r < c->inter ? 4 : 5)
+                    : mode == QK_MV_O ? 3 : 6;
+    return (c->w_i4[layer] >> role) & 1;
+}
+
+/* rows [begin, end) of one matrix, on both backends: the i4g kernel after
+ * quant_x, or the wide one */
+static void run_rows(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
+{
+    struct qk_args a = {.layer = layer, .mode = mode, .begin = begin, .end = end};
+    if (row_is_i4(layer, mode, begin)) {
+        run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode});
+        run_ok(QP_K_MATVEC4, &a);
+    } else {
+        run_ok(QP_K_MATVEC, &a);
+    }
 }
 
 static bool any_nonzero(enum qp_map_id id)
@@ -131,11 +173,18 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
 
         fill(buf, map_len(QP_MAP_X) / 8, p, 1ll << 24);
         set_state(QP_MAP_X, buf);
-        struct qk_args mv = {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim};
-        run_both(QP_K_MATVEC, &mv);
-        struct qk_args down = {.layer = 1, .mode = QK_MV_DOWN, .begin = 4, .end = c->hidden};
-        run_both(QP_K_MATVEC, &down);
+        run_rows(0, QK_MV_QKV, 0, c->q_dim);
+        run_rows(0, QK_MV_QKV, c->q_dim, c->q_dim + c->kv_dim);
+        run_rows(0, QK_MV_QKV, c->q_dim + c->kv_dim, c->q_dim + 2 * c->kv_dim);
+        run_rows(1, QK_MV_GATE_UP, 4, c->inter);
         snprintf(what, sizeof what, "matvec, pattern %d", p);
+        assert_state_equal(what);
+        if (p != ZERO)
+            ck_assert_msg(any_nonzero(QP_MAP_QKV), "matvec wrote nothing (pattern %d)", p);
+        fill(buf, map_len(QP_MAP_X) / 8, p, 1ll << 24);
+        set_state(QP_MAP_X, buf);
+        run_rows(1, QK_MV_DOWN, 4, c->hidden);
+        snprintf(what, sizeof what, "matvec down, pattern %d", p);
         assert_state_equal(what);
 
         fill(buf, map_len(QP_MAP_QKV) / 8, p, 1ll << 40);
@@ -170,13 +219,19 @@ START_TEST(kernels_reject_arguments_outside_the_model)
         {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim + 4},
         {.layer = 0, .mode = QK_MV_O, .begin = 2, .end = 6},
         {.layer = 0, .mode = 99, .begin = 0, .end = 4},
+        /* a job spans two matrices (q and k): never one kernel's */
+        {.layer = 0, .mode = QK_MV_QKV, .begin = c->q_dim - 4, .end = c->q_dim + 4},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         qp_err err = {{0}};
         ck_assert_int_ne(bpf->run(bpf, QP_K_MATVEC, &bad[i], &err), 0);
         ck_assert_msg(strstr(err.msg, "rejected its arguments"), "%s", err.msg);
     }
+    /* each product kernel refuses the other encoding's matrices */
     qp_err err = {{0}};
+    enum qp_kernel other = row_is_i4(0, QK_MV_O, 0) ? QP_K_MATVEC : QP_K_MATVEC4;
+    ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4},
+                              &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab}, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx}, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
@@ -187,12 +242,16 @@ END_TEST
 int main(void)
 {
     Suite *s = suite_create("kernels");
-    TCase *tc = tcase_create("kernels");
-    tcase_set_timeout(tc, 600);
-    tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, each_kernel_matches_its_host_twin_on_edge_values);
-    tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
-    suite_add_tcase(s, tc);
+    void (*setups[2])(void) = {setup_q24, setup_int4};
+    const char *names[2] = {"q24", "int4"};
+    for (int k = 0; k < 2; k++) {
+        TCase *tc = tcase_create(names[k]);
+        tcase_set_timeout(tc, 600);
+        tcase_add_unchecked_fixture(tc, setups[k], teardown);
+        tcase_add_test(tc, each_kernel_matches_its_host_twin_on_edge_values);
+        tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
+        suite_add_tcase(s, tc);
+    }
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
