@@ -314,14 +314,17 @@ static double i4_search(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
             }
         }
     }
-    /* never worse than RTN on the reconstructed values */
-    uint16_t rd, rm;
-    double re = i4_rtn(g, T, &rd, &rm);
-    if (re <= be) {
-        be = re;
-        bd = rd;
-        bm = rm;
-        memcpy(q, T, (size_t)g->n);
+    /* never worse than either round-to-nearest (min/max, absmax) on the
+     * reconstructed values */
+    for (int k = 0; k < 2; k++) {
+        uint16_t rd, rm;
+        double re = k == 0 ? i4_rtn(g, T, &rd, &rm) : i4_absmax(g, T, &rd, &rm);
+        if (re <= be) {
+            be = re;
+            bd = rd;
+            bm = rm;
+            memcpy(q, T, (size_t)g->n);
+        }
     }
     *d = bd;
     *m = bm;

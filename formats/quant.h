@@ -70,22 +70,24 @@
  *
  * ---- Quantisers ---------------------------------------------------------
  *
- * QNT_RTN: the classic naive baseline, round to nearest with min/max range:
- *   INT4: d = (max - min) / 15, m = -min (asymmetric, the same storage as the
- *   search, so the comparison is of quantisers only); INT8: d = absmax / 127.
- * QNT_ABSMAX (INT4 only, for reference): symmetric absmax RTN as llama.cpp
- *   Q4_0: w = D (q - 8), D = -max_signed / 8 (the largest-magnitude value
- *   lands exactly on code 0; D may be negative), stored as M = 8 D. The
- *   variant known to break small Qwen models.
+ * QNT_RTN: round to nearest with min/max range: INT4: d = (max - min) / 15,
+ *   m = -min (asymmetric, the same storage as the search, so the comparison
+ *   is of quantisers only); INT8: d = absmax / 127. (`qpack --quant minmax`;
+ *   for INT8 it is also `--quant rtn`.)
+ * QNT_ABSMAX (INT4 only): the naive baseline, symmetric absmax RTN as
+ *   llama.cpp Q4_0: w = D (q - 8), D = -max_signed / 8 (the largest-magnitude
+ *   value lands exactly on code 0; D may be negative), stored as M = 8 D. The
+ *   variant known to break small Qwen models (`qpack --quant rtn`).
  * QNT_SEARCH: minimises the (weighted) squared reconstruction error
  *   Σ w_j (x_j - ŵ_j)^2 per group: candidate scales around the min/max one
  *   (llama.cpp make_qkx2-style, with both ends of the range moved), each
  *   followed by a weighted least-squares refit of (scale, offset) to the
  *   codes and alternating code/parameter refinement; then the parameters are
  *   rounded to pf16, the codes re-assigned to the rounded parameters and the
- *   refinement repeated in the integer domain. Finally the RTN solution is
- *   evaluated the same way and kept if it is not worse, so
- *   err(SEARCH) <= err(RTN) on every group, on the reconstructed values.
+ *   refinement repeated in the integer domain. Finally the RTN solutions
+ *   (INT4: min/max and absmax) are evaluated the same way and kept if not
+ *   worse, so err(SEARCH) <= err(RTN), err(ABSMAX) on every group, on the
+ *   reconstructed values.
  *   Measured (scripts/bench_quant.c, tests/test_quant.c), 1M Gaussian
  *   weights std 0.02 with 0.2 % outliers, MSE search / RTN: INT4 g32 0.78,
  *   g64 0.82, g128 0.83; INT8 g32 0.86. Symmetric absmax RTN is 1.70-1.81x

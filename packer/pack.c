@@ -34,7 +34,7 @@ struct pack_opts {
     bool quiet;
     struct precision prec;    /* --format and --keep */
     uint32_t group;           /* --group: columns per group of the format's main encoding */
-    qnt_method quant;         /* --quant search|rtn */
+    qnt_method quant;         /* --quant: QNT_SEARCH, QNT_ABSMAX (rtn) or QNT_RTN (minmax) */
 };
 
 /* one tensor of the container with its source and what conversion cost */
@@ -89,7 +89,7 @@ static void release_source(const void *data, uint64_t len)
 static void usage_pack(FILE *out)
 {
     fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8|int4|int4-pure] [--group N]\n"
-                 "                  [--quant search|rtn] [--keep PATTERN=FMT]... [--quiet]\n"
+                 "                  [--quant search|rtn|minmax] [--keep PATTERN=FMT]... [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
                  "             model.safetensors.index.json + shards, tokenizer.json,\n"
                  "             tokenizer_config.json (chat template)\n"
@@ -106,8 +106,9 @@ static void usage_pack(FILE *out)
                  "  --group N  group size of the int8 (int8) or int4 (int4, int4-pure) matrices:\n"
                  "             32 (default), 64 or 128\n"
                  "  --quant    quantiser: search (default: per group, the parameters with the\n"
-                 "             least reconstruction error) or rtn (round-to-nearest: absmax\n"
-                 "             scale for int8, min/max range for int4)\n"
+                 "             least reconstruction error), rtn (the naive baseline: absmax\n"
+                 "             round-to-nearest, symmetric, for int8 and int4) or minmax\n"
+                 "             (int4: round-to-nearest over the group's min..max; int8: = rtn)\n"
                  "  --keep PATTERN=FMT   int4 and int4-pure: every matrix whose Hugging Face\n"
                  "             name matches the glob PATTERN is stored as FMT, int8 (groups of\n"
                  "             128) or int4 (--group); repeatable, later ones win. E.g.\n"
@@ -134,11 +135,13 @@ static int check_quant_args(struct pack_opts *o, const char *group, const char *
     }
     if (group)
         o->group = (uint32_t)atoi(group);
-    if (quant && strcmp(quant, "search") && strcmp(quant, "rtn")) {
-        fprintf(stderr, "qpack pack: --quant must be search or rtn, not '%s'\n", quant);
+    if (quant && strcmp(quant, "search") && strcmp(quant, "rtn") && strcmp(quant, "minmax")) {
+        fprintf(stderr, "qpack pack: --quant must be search, rtn or minmax, not '%s'\n", quant);
         return -1;
     }
     if (quant && !strcmp(quant, "rtn"))
+        o->quant = QNT_ABSMAX;
+    if (quant && !strcmp(quant, "minmax"))
         o->quant = QNT_RTN;
     return 0;
 }
@@ -567,11 +570,23 @@ static void show_progress(const struct packer *p, uint32_t i)
     fflush(stderr);
 }
 
+/* The quantiser of one matrix: int8 is symmetric, so its absmax
+ * round-to-nearest is formats/quant.h's QNT_RTN (min/max is the same). */
+static qnt_method method_for(qnt_method opt, unsigned encoding)
+{
+    return encoding == QPK_ENC_I8G && opt == QNT_ABSMAX ? QNT_RTN : opt;
+}
+
+static const char *quantiser_name(qnt_method opt)
+{
+    return opt == QNT_SEARCH ? "search" : opt == QNT_ABSMAX ? "rtn" : "minmax";
+}
+
 static int write_quantised(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
 {
     struct quant_damage d = {0};
     struct quant_matrix m = {.src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols, .group = pl->t.group_size,
-                             .E = pl->t.scale_exp, .method = p->opt.quant};
+                             .E = pl->t.scale_exp, .method = method_for(p->opt.quant, pl->t.encoding)};
     int rc = pl->t.encoding == QPK_ENC_I4G ? i4_write_matrix(w, &m, &d, err) : i8_write_matrix(w, &m, &d, err);
     pl->max_abs = d.max_abs;
     pl->max_err = d.max_err;
@@ -700,7 +715,7 @@ static void quant_settings_json(const struct packer *p, cJSON *settings)
     cJSON_AddNumberToObject(settings, "group", p->opt.group);
     if (f != PACK_INT8)
         cJSON_AddNumberToObject(settings, "int8_group", p->i8_group);
-    cJSON_AddStringToObject(settings, "quantiser", p->opt.quant == QNT_RTN ? "rtn" : "search");
+    cJSON_AddStringToObject(settings, "quantiser", quantiser_name(p->opt.quant));
     if (f == PACK_INT8)
         return;
     cJSON *keep = cJSON_AddArrayToObject(settings, "keep");

@@ -3,8 +3,10 @@
 # real-shape Qwen3-0.6B random checkpoints (plain and --stress, cached in
 # ${QP_BENCH_DIR:-/tmp/qp-bench}) in every format qpack has, and prints
 # qeval's comparison with the float64 reference for each: file size, bits
-# per weight, KL, top-1 agreement, decode time per token. Packing int8 with
-# the searched quantiser takes minutes; the containers are cached too.
+# per weight, KL, top-1 agreement, decode time per token. Packing int8 and
+# int4 with the searched quantiser takes minutes; the containers are cached
+# too (repacked when qpack is newer). QP_FORMATS picks formats (default:
+# q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -18,16 +20,16 @@ for kind in plain stress; do
     # shellcheck disable=SC2086
     [ -f "$src/config.json" ] || "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
     set --
-    for fmt in q24 int8 int8-rtn; do
+    for fmt in ${QP_FORMATS:-q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn}; do
         out=$src-$fmt.qpk
         [ "$fmt" = q24 ] && [ -f "$src.qpk" ] && out=$src.qpk
         case $fmt in
-        q24) args="--format q24" ;;
-        int8) args="--format int8" ;;
-        int8-rtn) args="--format int8 --quant rtn" ;;
+        *-rtn) args="--format ${fmt%-rtn} --quant rtn" ;;
+        *) args="--format $fmt" ;;
         esac
+        # a container older than the packer may hold an older layout: repack
         # shellcheck disable=SC2086
-        [ -f "$out" ] || "$build/packer/qpack" pack "$src" -o "$out" $args --quiet
+        [ "$out" -nt "$build/packer/qpack" ] || "$build/packer/qpack" pack "$src" -o "$out" $args --quiet
         set -- "$@" "$out"
     done
     echo "== Qwen3-0.6B shape, $kind random checkpoint, 2 prompts x $positions positions"

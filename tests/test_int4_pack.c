@@ -203,12 +203,15 @@ START_TEST(int4_pure_matches_quantiser_search_g32)
 }
 END_TEST
 
+/* --quant rtn is the naive baseline, symmetric absmax; minmax the range one */
 START_TEST(int4_pure_matches_quantiser_rtn_g64)
 {
     make_dir();
     gen("ck", WIDE " --seed 72");
     pack_with("ck", "out.qpk", "--format int4-pure --group 64 --quant rtn --quiet");
-    check_i4_against_quantiser("ck", "out.qpk", 64, QNT_RTN);
+    check_i4_against_quantiser("ck", "out.qpk", 64, QNT_ABSMAX);
+    pack_with("ck", "mm.qpk", "--format int4-pure --group 64 --quant minmax --quiet");
+    check_i4_against_quantiser("ck", "mm.qpk", 64, QNT_RTN);
     remove_dir();
 }
 END_TEST
