@@ -1,7 +1,8 @@
 # faults: qpack and qrun under damage and stress (issue 6). faults_corruption
 # (tests/test_corruption.c) flips every header and directory byte and a
-# sample of every section and tensor of a tiny container and expects both
-# qpack verify and qrun to refuse each copy with one line. The other cases
+# sample of every section and tensor of a tiny container (q24; and int4,
+# faults_corruption_int4) and expects both qpack verify and qrun to refuse
+# each copy with one line. The other cases
 # are tests/test_faults.sh CASE, one ctest test each, every case with its own
 # tiny checkpoints: kill -9 during pack, a full file system, signals to qrun,
 # a memory cgroup too small for --resident, the container truncated while
@@ -17,6 +18,14 @@ add_test(NAME faults_corruption
                  $<TARGET_FILE:qp-gen-checkpoint> ${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer
                  ${CMAKE_BINARY_DIR}/faults/corruption)
 set_tests_properties(faults_corruption PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
+                     LABELS "faults;packer;qrun")
+# the same sweep over a mixed int4 container (i4g and i8g matrices)
+add_test(NAME faults_corruption_int4
+         COMMAND test_corruption $<TARGET_FILE:qpack> $<TARGET_FILE:qrun>
+                 $<TARGET_FILE:qp-gen-checkpoint> ${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer
+                 ${CMAKE_BINARY_DIR}/faults/corruption_int4
+                 "--format int4 --keep model.layers.0.self_attn.v_proj.weight=int8")
+set_tests_properties(faults_corruption_int4 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
                      LABELS "faults;packer;qrun")
 
 set(_faults_cases kill_pack enospc signals memory truncate truncate_stream bad_input load)

@@ -214,11 +214,12 @@ static int sweep(int worker, int nworkers, const char *qpack, const char *qrun, 
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: test_corruption QPACK QRUN QP_GEN TOKENIZER_DIR WORK_DIR\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: test_corruption QPACK QRUN QP_GEN TOKENIZER_DIR WORK_DIR [PACK_FLAGS]\n");
         return 2;
     }
     const char *qpack = argv[1], *qrun = argv[2], *gen = argv[3], *tokdir = argv[4], *work = argv[5];
+    const char *pack_flags = argc == 7 ? argv[6] : "";
     char path[4096], ckpt[4096], model[4096], cmd[16384];
     snprintf(path, sizeof path, "%s/tokenizer.json", tokdir);
     if (access(path, R_OK) != 0) {
@@ -237,8 +238,8 @@ int main(int argc, char **argv)
     snprintf(model, sizeof model, "%s/M.qpk", work);
     snprintf(cmd, sizeof cmd,
              "'%s' '%s' --preset tiny --layers 1 --seed 5 --tokenizer-dir '%s' >/dev/null && "
-             "'%s' pack '%s' -o '%s' --quiet",
-             gen, ckpt, tokdir, qpack, ckpt, model);
+             "'%s' pack '%s' -o '%s' --quiet %s",
+             gen, ckpt, tokdir, qpack, ckpt, model, pack_flags);
     if (system(cmd) != 0)
         die("generating or packing the checkpoint failed: %s", cmd);
 
