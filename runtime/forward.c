@@ -242,6 +242,8 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
 {
     struct job_list *j = &fw->jobs;
     uint32_t step = MACS_PER_CALL / cols / 4 * 4;
+    uint32_t half = (rows / fw->threads + 3) / 4 * 4;   /* every thread gets a job */
+    step = step > half ? half : step;
     step = step < 4 ? 4 : step;
     if (fw->plan->stream) {
         uint32_t fit = fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4; /* two jobs per batch at least */

@@ -32,7 +32,7 @@ for kind in plain stress; do
         [ "$out" -nt "$build/packer/qpack" ] || "$build/packer/qpack" pack "$src" -o "$out" $args --quiet
         set -- "$@" "$out"
     done
-    echo "== Qwen3-0.6B shape, $kind random checkpoint, 2 prompts x $positions positions"
+    echo "== Qwen3-0.6B shape, $kind random checkpoint"
     "$build/runtime/qeval" --ref "$src" "$@" --positions "$positions" --seed 1 2>&1 |
-        sed -n '1,20p'
+        sed -n '1,40p'
 done
