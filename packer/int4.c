@@ -35,7 +35,7 @@ static int quantise_row(const struct quant_matrix *m, uint32_t r, uint32_t k, ui
         if (quant_load_group(m, r, g0, x, "int4", err))
             return -1;
         uint16_t d, mn;
-        qnt_i4_group(x, NULL, (int)m->group, m->E, m->method, q, &d, &mn);
+        qnt_i4_group(x, m->importance ? m->importance + g0 : NULL, (int)m->group, m->E, m->method, q, &d, &mn);
         uint8_t *gp = params + (uint64_t)(g0 / m->group) * GROUP_BYTES;
         put16(gp + 2 * k, d);
         put16(gp + 8 + 2 * k, mn);

@@ -24,7 +24,7 @@ static int quantise_row(const struct quant_matrix *m, uint32_t r, uint32_t k, ui
         if (quant_load_group(m, r, g0, x, "int8", err))
             return -1;
         uint16_t d;
-        qnt_i8_group(x, NULL, (int)m->group, m->E, m->method, q, &d);
+        qnt_i8_group(x, m->importance ? m->importance + g0 : NULL, (int)m->group, m->E, m->method, q, &d);
         put32(scales + ((g0 / m->group) * QUANT_BLOCK_ROWS + k) * 4, (uint32_t)qnt_param_int(d));
         for (uint32_t j = 0; j < m->group; j++) {
             uint32_t c = g0 + j;

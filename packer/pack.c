@@ -582,12 +582,59 @@ static const char *quantiser_name(qnt_method opt)
     return opt == QNT_SEARCH ? "search" : opt == QNT_ABSMAX ? "rtn" : "minmax";
 }
 
+/* The RMSNorm whose output a matrix multiplies, if any: its gains scale
+ * the matrix's input columns, and so the error of each column. */
+static const struct st_tensor *input_norm(const struct packer *p, const struct qpk_tensor *t)
+{
+    unsigned role = t->role == QPK_ROLE_Q || t->role == QPK_ROLE_K || t->role == QPK_ROLE_V ? QPK_ROLE_ATTN_NORM
+                    : t->role == QPK_ROLE_GATE || t->role == QPK_ROLE_UP                  ? QPK_ROLE_MLP_NORM
+                    : t->role == QPK_ROLE_LM_HEAD || t->role == QPK_ROLE_EMBED            ? QPK_ROLE_FINAL_NORM
+                                                                                          : 0;
+    unsigned layer = role == QPK_ROLE_FINAL_NORM ? QPK_NO_LAYER : t->layer;
+    if (!role || (t->role == QPK_ROLE_EMBED && !(p->cfg.flags & QPK_CONFIG_TIED)))
+        return NULL;
+    for (uint32_t i = 0; i < p->n_plan; i++)
+        if (p->plan[i].t.role == role && p->plan[i].t.layer == layer)
+            return p->plan[i].src;
+    return NULL;
+}
+
+/* The searched quantiser's weight of each input column: the squared gain of
+ * the norm feeding the matrix (a column amplified 300x by its norm costs
+ * 300x the logit error), so groups spend their precision where it counts.
+ * The tied embedding is also looked up, where every column counts alike:
+ * 1 + g^2 / mean(g^2). NULL (uniform) for o_proj, down_proj, an untied
+ * embedding, and the round-to-nearest quantisers. */
+static float *column_importance(const struct packer *p, const struct planned *pl)
+{
+    const struct st_tensor *g = p->opt.quant == QNT_SEARCH ? input_norm(p, &pl->t) : NULL;
+    float *w = g ? malloc(sizeof(float) * pl->t.cols) : NULL;
+    if (!w)
+        return NULL;
+    double sum = 0;
+    for (uint32_t j = 0; j < pl->t.cols; j++) {
+        double v = st_get_f32(g, j);
+        w[j] = isfinite(v) ? (float)(v * v) : 0.0f;
+        sum += w[j];
+    }
+    /* a column no input reaches still gets a little weight: a group of
+     * zero gains stays an ordinary least-squares fit */
+    float floor = (float)(1e-4 * sum / pl->t.cols);
+    for (uint32_t j = 0; j < pl->t.cols; j++)
+        w[j] = pl->t.role == QPK_ROLE_EMBED ? 1.0f + (sum > 0 ? (float)(w[j] * pl->t.cols / sum) : 0.0f)
+                                             : fmaxf(w[j], floor) + (sum > 0 ? 0.0f : 1.0f);
+    return w;
+}
+
 static int write_quantised(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
 {
     struct quant_damage d = {0};
+    float *importance = column_importance(p, pl);
     struct quant_matrix m = {.src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols, .group = pl->t.group_size,
-                             .E = pl->t.scale_exp, .method = method_for(p->opt.quant, pl->t.encoding)};
+                             .E = pl->t.scale_exp, .method = method_for(p->opt.quant, pl->t.encoding),
+                             .importance = importance};
     int rc = pl->t.encoding == QPK_ENC_I4G ? i4_write_matrix(w, &m, &d, err) : i8_write_matrix(w, &m, &d, err);
+    free(importance);
     pl->max_abs = d.max_abs;
     pl->max_err = d.max_err;
     pl->sum_sq_err = d.sum_sq_err;

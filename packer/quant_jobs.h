@@ -24,6 +24,7 @@ struct quant_matrix {
     uint32_t group;               /* columns per group; divides cols */
     int E;                        /* value = ... * 2^-E */
     qnt_method method;
+    const float *importance;      /* cols weights of the search's error, or NULL */
 };
 
 /* Fills block b (rows 4b..4b+3) of m into out (block_bytes, zeroed). */

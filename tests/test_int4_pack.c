@@ -137,6 +137,42 @@ static double printed_bits_per_weight(void)
 
 /* ------------------------------------- 1. int4-pure against the quantiser */
 
+/* The searched quantiser's column weights, restated from QPK.md / pack.c:
+ * the squared gain of the norm feeding the matrix (floored at 1e-4 of the
+ * mean), 1 + g^2 / mean(g^2) of the final norm for a tied embedding, none
+ * for o_proj, down_proj, an untied embedding and round-to-nearest. As a
+ * [rows x cols] matrix for qnt_quantize_tensor, or NULL. */
+static float *importance_of(struct st_model *m, const struct qpk_tensor *t, bool tied, qnt_method method)
+{
+    char name[128];
+    if (method != QNT_SEARCH)
+        return NULL;
+    if (t->role == QPK_ROLE_Q || t->role == QPK_ROLE_K || t->role == QPK_ROLE_V)
+        snprintf(name, sizeof name, "model.layers.%u.input_layernorm.weight", t->layer);
+    else if (t->role == QPK_ROLE_GATE || t->role == QPK_ROLE_UP)
+        snprintf(name, sizeof name, "model.layers.%u.post_attention_layernorm.weight", t->layer);
+    else if (t->role == QPK_ROLE_LM_HEAD || (t->role == QPK_ROLE_EMBED && tied))
+        snprintf(name, sizeof name, "model.norm.weight");
+    else
+        return NULL;
+    float *g = source_values(m, name, t->cols);
+    double sum = 0;
+    for (uint32_t j = 0; j < t->cols; j++) {
+        g[j] = g[j] * g[j];
+        sum += g[j];
+    }
+    float floor = (float)(1e-4 * sum / t->cols);
+    float *w = malloc(sizeof(float) * t->rows * t->cols);
+    ck_assert_ptr_nonnull(w);
+    for (uint32_t j = 0; j < t->cols; j++) {
+        float wj = t->role == QPK_ROLE_EMBED ? 1.0f + (float)(g[j] * t->cols / sum) : fmaxf(g[j], floor);
+        for (uint32_t r = 0; r < t->rows; r++)
+            w[(uint64_t)r * t->cols + j] = wj;
+    }
+    free(g);
+    return w;
+}
+
 /* Every matrix of qpk against qnt_quantize_tensor on the source: the same
  * exponent, codes and parameters, and the decoded values' error is what
  * qnt_tensor_stats (and the provenance) report. */
@@ -160,10 +196,12 @@ static void check_i4_against_quantiser(const char *ck, const char *qpk, uint32_t
         ck_assert_uint_eq(t->row_stride, 2 * (uint64_t)t->cols + 16 * (uint64_t)(t->cols / group));
         uint64_t n = (uint64_t)t->rows * t->cols;
         float *x = source_values(&m, t->name, n);
+        float *w = importance_of(&m, t, f.cfg.flags & QPK_CONFIG_TIED, method);
         qnt_tensor ref;
         qnt_stats st;
-        ck_assert_msg(qnt_quantize_tensor(x, NULL, t->rows, t->cols, 4, (int)group, method, &ref, &st, &err) == 0,
+        ck_assert_msg(qnt_quantize_tensor(x, w, t->rows, t->cols, 4, (int)group, method, &ref, &st, &err) == 0,
                       "%s", err.msg);
+        free(w);
         ck_assert_int_eq(t->scale_exp, ref.E);
         double sse = 0, max_err = 0;
         for (uint32_t r = 0; r < t->rows; r++)
@@ -210,6 +248,14 @@ START_TEST(int4_pure_matches_quantiser_rtn_g64)
     gen("ck", WIDE " --seed 72");
     pack_with("ck", "out.qpk", "--format int4-pure --group 64 --quant rtn --quiet");
     check_i4_against_quantiser("ck", "out.qpk", 64, QNT_ABSMAX);
+    remove_dir();
+}
+END_TEST
+
+START_TEST(int4_pure_matches_quantiser_minmax_g64)
+{
+    make_dir();
+    gen("ck", WIDE " --seed 72");
     pack_with("ck", "mm.qpk", "--format int4-pure --group 64 --quant minmax --quiet");
     check_i4_against_quantiser("ck", "mm.qpk", 64, QNT_RTN);
     remove_dir();
@@ -700,6 +746,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("int4_pure");
     tcase_add_test(tc, int4_pure_matches_quantiser_search_g32);
     tcase_add_test(tc, int4_pure_matches_quantiser_rtn_g64);
+    tcase_add_test(tc, int4_pure_matches_quantiser_minmax_g64);
     tcase_add_test(tc, int4_pure_matches_quantiser_on_stress_values_g128);
     tcase_add_test(tc, int4_pack_is_deterministic);
     suite_add_tcase(s, tc);
