@@ -88,6 +88,13 @@ static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
     return id < QP_MAP_COUNT ? m[id].base : NULL;
 }
 
+/* a state map's share of the one allocation, rounded up so that every map
+ * starts 8-byte aligned as an array map's value does */
+static uint64_t state_bytes(const struct qp_mapspec *s)
+{
+    return ((uint64_t)s->value_size * s->max_entries + 7) / 8 * 8;
+}
+
 int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     struct emu *e = calloc(1, sizeof *e);
@@ -98,7 +105,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     uint64_t state = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (!plan->maps[i].segs)
-            state += (uint64_t)plan->maps[i].value_size * plan->maps[i].max_entries;
+            state += state_bytes(&plan->maps[i]);
     e->state = calloc(1, state);
     if (!e->state) {
         free(e);
@@ -111,7 +118,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
                                 .max_entries = s->max_entries};
         if (!s->segs) {
             m[i].base = e->state + at;
-            at += (uint64_t)s->value_size * s->max_entries;
+            at += state_bytes(s);
         }
     }
     e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,

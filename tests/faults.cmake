@@ -17,7 +17,7 @@ add_test(NAME faults_corruption
          COMMAND test_corruption $<TARGET_FILE:qpack> $<TARGET_FILE:qrun>
                  $<TARGET_FILE:qp-gen-checkpoint> ${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer
                  ${CMAKE_BINARY_DIR}/faults/corruption)
-set_tests_properties(faults_corruption PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
+set_tests_properties(faults_corruption PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 2400
                      LABELS "faults;packer;qrun")
 # the same sweep over a mixed int4 container (i4g and i8g matrices)
 add_test(NAME faults_corruption_int4
@@ -25,7 +25,7 @@ add_test(NAME faults_corruption_int4
                  $<TARGET_FILE:qp-gen-checkpoint> ${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer
                  ${CMAKE_BINARY_DIR}/faults/corruption_int4
                  "--format int4 --keep model.layers.0.self_attn.v_proj.weight=int8")
-set_tests_properties(faults_corruption_int4 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 1200
+set_tests_properties(faults_corruption_int4 PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 2400
                      LABELS "faults;packer;qrun")
 
 set(_faults_cases kill_pack enospc signals memory truncate truncate_stream bad_input load)
