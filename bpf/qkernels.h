@@ -249,7 +249,7 @@ static long qk_embed_cb(u64 i, void *vctx)
     struct qk_embed_ctx *cx = vctx;
     if (i >= C.hidden / 16)
         return 1;
-    u32 tile = (u32)QK_IDX(i, 1024);   /* hidden <= 16384: at most 1024 tiles */
+    u32 tile = (u32)QK_IDX(i, QK_MAX_HIDDEN / 16);
     u32 key = C.embed_key + cx->token / 4;
     const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key)
                      : C.embed_i4 ? QK_LOOKUP(w4_hid, key) : QK_LOOKUP(w_hid, key);
@@ -422,7 +422,7 @@ QK_UNROLL
 static long qk_xq_shift_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, 512);    /* act_len <= 16384: at most 512 blocks */
+    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     const s64 *x = QK_LOOKUP(x, 0);
     u8 *xq = QK_LOOKUP(xq, 0);
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
@@ -437,7 +437,7 @@ static long qk_xq_shift_cb(u64 i, void *vctx)
 static long qk_xq_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, 512);    /* act_len <= 16384: at most 512 blocks */
+    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     const s64 *x = QK_LOOKUP(x, 0);
     u8 *xq = QK_LOOKUP(xq, 0);
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)

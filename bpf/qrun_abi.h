@@ -16,6 +16,8 @@
 #define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
 #define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
+#define QK_MAX_HIDDEN 16384       /* hidden size the kernels' index masks allow */
+#define QK_MAX_ACT 32768          /* act vector length (max of hidden, q_dim, inter) */
 #define QK_XQ_BLOCK 32            /* i4g: act values per 8-bit block (the smallest group) */
 #define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
 #define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */

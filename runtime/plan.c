@@ -446,9 +446,11 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
         return qp_fail(err, "context %u outside 1..%u (the model's max_position_embeddings)", ctx,
                        q->max_positions);
     if (q->n_layers > QK_MAX_LAYERS || q->n_heads > QK_MAX_HEADS || q->hidden % 16 || q->intermediate % 16 ||
-        q->head_dim % 16 || (q->n_kv_heads * q->head_dim) % 16 || q->vocab % 4)
+        q->head_dim % 16 || (q->n_kv_heads * q->head_dim) % 16 || q->vocab % 4 || q->hidden > QK_MAX_HIDDEN ||
+        q->intermediate > QK_MAX_ACT || (uint64_t)q->n_heads * q->head_dim > QK_MAX_ACT)
         return qp_fail(err, "%s: this model's shape is outside what the kernels support (sizes must be "
-                       "multiples of 16, vocabulary of 4)", f->path);
+                       "multiples of 16, vocabulary of 4; hidden at most %d, other widths at most %d)",
+                       f->path, QK_MAX_HIDDEN, QK_MAX_ACT);
     uint64_t value_max = 16ull * (q->intermediate > q->hidden ? q->intermediate : q->hidden);
     if (value_max > (1u << 30) || 8ull * q->vocab > (1u << 30) || 8ull * ctx > (1u << 30))
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
