@@ -36,16 +36,7 @@ static int quantise_row(const struct quant_matrix *m, uint32_t r, uint32_t k, ui
     return 0;
 }
 
-static int fill_block(const struct quant_matrix *m, uint32_t b, uint8_t *out, struct quant_damage *dmg,
-                      qp_err *err)
-{
-    for (uint32_t k = 0; k < QUANT_BLOCK_ROWS; k++)
-        if (quantise_row(m, b * QUANT_BLOCK_ROWS + k, k, out, dmg, err))
-            return -1;
-    return 0;
-}
-
 int i8_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, struct quant_damage *dmg, qp_err *err)
 {
-    return quant_write_matrix(w, m, i8_block_bytes(m->cols, m->group), fill_block, dmg, err);
+    return quant_write_matrix(w, m, i8_block_bytes(m->cols, m->group), quantise_row, dmg, err);
 }

@@ -39,7 +39,7 @@ void quant_damage_note(struct quant_damage *dmg, double x, double back)
 /* half of a tensor's blocks, quantised by one thread */
 struct quant_job {
     const struct quant_matrix *m;
-    quant_block_fn fill;
+    quant_row_fn fill;
     uint32_t first_block, n_blocks;
     uint64_t block_bytes;
     uint8_t *out;             /* n_blocks blocks */
@@ -52,7 +52,9 @@ static void *quant_job_run(void *arg)
 {
     struct quant_job *j = arg;
     for (uint32_t b = 0; b < j->n_blocks && !j->rc; b++)
-        j->rc = j->fill(j->m, j->first_block + b, j->out + b * j->block_bytes, &j->dmg, &j->err);
+        for (uint32_t k = 0; k < QUANT_BLOCK_ROWS && !j->rc; k++)
+            j->rc = j->fill(j->m, (j->first_block + b) * QUANT_BLOCK_ROWS + k, k, j->out + b * j->block_bytes,
+                            &j->dmg, &j->err);
     return NULL;
 }
 
@@ -60,7 +62,7 @@ static void *quant_job_run(void *arg)
  * two threads, each half of its blocks into memory, then written in order.
  * The split is fixed, so the bytes and the error sums are the same every run. */
 int quant_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, uint64_t block_bytes,
-                       quant_block_fn fill, struct quant_damage *dmg, qp_err *err)
+                       quant_row_fn fill, struct quant_damage *dmg, qp_err *err)
 {
     uint32_t blocks = m->rows / QUANT_BLOCK_ROWS, half = blocks / 2;
     uint8_t *buf = calloc(blocks ? blocks : 1, block_bytes);

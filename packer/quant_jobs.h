@@ -27,9 +27,10 @@ struct quant_matrix {
     const float *importance;      /* cols weights of the search's error, or NULL */
 };
 
-/* Fills block b (rows 4b..4b+3) of m into out (block_bytes, zeroed). */
-typedef int (*quant_block_fn)(const struct quant_matrix *m, uint32_t b, uint8_t *out,
-                              struct quant_damage *dmg, qp_err *err);
+/* Quantises row r of m, row k of its block, into block (block_bytes,
+ * zeroed). */
+typedef int (*quant_row_fn)(const struct quant_matrix *m, uint32_t r, uint32_t k, uint8_t *block,
+                            struct quant_damage *dmg, qp_err *err);
 
 /* The tensor's exponent: the one formats/quant.h picks for its largest
  * magnitude, which keeps every parameter in pf16 (and |D| <= QPK_I8_MAX_SCALE). */
@@ -46,6 +47,6 @@ void quant_damage_note(struct quant_damage *dmg, double x, double back);
 /* Quantises every block of m with fill (two threads, each half of the
  * blocks) and writes them in order through w; dmg accumulates. */
 int quant_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, uint64_t block_bytes,
-                       quant_block_fn fill, struct quant_damage *dmg, qp_err *err);
+                       quant_row_fn fill, struct quant_damage *dmg, qp_err *err);
 
 #endif
