@@ -201,39 +201,16 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
     return 0;
 }
 
-/* The row ranges of a product's matrices: a job never spans two (they
- * may differ in encoding and map). */
-static uint32_t matrix_bounds(const struct qk_config *c, uint32_t mode, uint32_t rows, uint32_t *ends)
-{
-    if (mode == QK_MV_QKV) {
-        ends[0] = c->q_dim, ends[1] = c->q_dim + c->kv_dim, ends[2] = rows;
-        return 3;
-    }
-    if (mode == QK_MV_GATE_UP) {
-        ends[0] = c->inter, ends[1] = rows;
-        return 2;
-    }
-    ends[0] = rows;
-    return 1;
-}
-
-/* is the matrix holding row r of the product i4g? */
-static bool is_i4(const struct qk_config *c, uint32_t layer, uint32_t mode, uint32_t r)
-{
-    uint32_t role = mode == QK_MV_QKV ? (r < c->q_dim ? 0 : r < c->q_dim + c->kv_dim ? 1 : 2)
-                    : mode == QK_MV_GATE_UP ? (r < c->inter ? 4 : 5)
-                    : mode == QK_MV_O ? 3 : 6;
-    return mode == QK_MV_LOGITS ? c->lm_i4 : (c->w_i4[layer] >> role) & 1;
-}
-
 /* does the product read an i4g matrix (and so the quantised act vector)? */
-static bool reads_i4(const struct qk_config *c, uint32_t layer, uint32_t mode)
+static bool reads_i4(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t rows)
 {
-    static const uint32_t roles[] = {[QK_MV_QKV] = 0x7, [QK_MV_O] = 0x8, [QK_MV_GATE_UP] = 0x30,
-                                     [QK_MV_DOWN] = 0x40};
-    if (mode == QK_MV_LOGITS)
-        return c->lm_i4;
-    return (c->w_i4[layer] & roles[mode]) != 0;
+    for (uint32_t r = 0; r < rows;) {
+        struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, r);
+        if (m.i4)
+            return true;
+        r = m.row0 + m.rows;
+    }
+    return false;
 }
 
 /* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work. */
@@ -249,22 +226,26 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
         uint32_t fit = fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4; /* two jobs per batch at least */
         step = step > fit ? fit : step;
     }
-    if (reads_i4(fw->cfg, layer, mode)) {
+    if (reads_i4(fw->plan, layer, mode, rows)) {
         struct qk_args q = {.layer = layer, .mode = mode};
         if (call(fw, QP_K_QUANT_X, &q, err))
             return -1;
     }
     struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
     enum qp_kernel *kernels = fw->plan->stream ? fw->pending_kernel : j->kernel;
-    uint32_t n = 0, ends[3], n_mats = matrix_bounds(fw->cfg, mode, rows, ends);
-    for (uint32_t m = 0, first = 0; m < n_mats; first = ends[m++])
-        for (uint32_t r = first; r < ends[m]; r += step) {
+    uint32_t n = 0;
+    for (uint32_t first = 0; first < rows;) {   /* a job never spans two matrices */
+        struct qp_matrix_rows m = qp_plan_matrix_of(fw->plan, layer, mode, first);
+        uint32_t end = m.row0 + m.rows;
+        for (uint32_t r = first; r < end; r += step) {
             if (n == MAX_JOBS || n == QK_MAX_ARGMAX_SLOTS)
                 return qp_fail(err, "internal: too many jobs for one matrix");
             list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                       .end = r + step < ends[m] ? r + step : ends[m], .slot = n};
-            kernels[n++] = is_i4(fw->cfg, layer, mode, r) ? QP_K_MATVEC4 : QP_K_MATVEC;
+                                       .end = r + step < end ? r + step : end, .slot = n};
+            kernels[n++] = m.i4 ? QP_K_MATVEC4 : QP_K_MATVEC;
         }
+        first = end;
+    }
     if (slots)
         *slots = n;
     if (fw->plan->stream)

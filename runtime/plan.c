@@ -237,27 +237,37 @@ bool qp_map_is_matrix(enum qp_map_id id)
     return id <= QP_MAP_W4_DOWN;
 }
 
+struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r)
+{
+    const struct qk_config *c = &p->cfg;
+    struct qp_matrix_rows m;
+    switch (mode) {
+    case QK_MV_QKV:
+        if (r < c->q_dim)
+            m = (struct qp_matrix_rows){0, 0, c->q_dim, false};
+        else if (r < c->q_dim + c->kv_dim)
+            m = (struct qp_matrix_rows){1, c->q_dim, c->kv_dim, false};
+        else
+            m = (struct qp_matrix_rows){2, c->q_dim + c->kv_dim, c->kv_dim, false};
+        break;
+    case QK_MV_GATE_UP:
+        m = r < c->inter ? (struct qp_matrix_rows){4, 0, c->inter, false}
+                         : (struct qp_matrix_rows){5, c->inter, c->inter, false};
+        break;
+    case QK_MV_O: m = (struct qp_matrix_rows){3, 0, c->hidden, false}; break;
+    case QK_MV_DOWN: m = (struct qp_matrix_rows){6, 0, c->hidden, false}; break;
+    default: m = (struct qp_matrix_rows){7, 0, c->vocab, false}; break;
+    }
+    m.i4 = m.role == 7 ? c->lm_i4 != 0 : ((c->w_i4[layer] >> m.role) & 1) != 0;
+    return m;
+}
+
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
                            enum qp_map_id *map, uint32_t *key)
 {
-    const struct qk_config *c = &p->cfg;
-    uint32_t role = 0, row0 = 0;
-    switch (mode) {
-    case QK_MV_QKV:
-        role = begin < c->q_dim ? 0 : begin < c->q_dim + c->kv_dim ? 1 : 2;
-        row0 = role == 0 ? 0 : role == 1 ? c->q_dim : c->q_dim + c->kv_dim;
-        break;
-    case QK_MV_GATE_UP:
-        role = begin < c->inter ? 4 : 5;
-        row0 = role == 4 ? 0 : c->inter;
-        break;
-    case QK_MV_O: role = 3; break;
-    case QK_MV_DOWN: role = 6; break;
-    default: role = 7; break;
-    }
-    int i4 = role == 7 ? (int)c->lm_i4 : (int)((c->w_i4[layer] >> role) & 1);
-    *map = role == 3 ? o_maps[i4] : role == 6 ? down_maps[i4] : hid_maps[i4];
-    *key = (role == 7 ? c->lm_key : c->w_key[layer * 8 + role]) + (begin - row0) / 4;
+    struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, begin);
+    *map = m.role == 3 ? o_maps[m.i4] : m.role == 6 ? down_maps[m.i4] : hid_maps[m.i4];
+    *key = (m.role == 7 ? p->cfg.lm_key : p->cfg.w_key[layer * 8 + m.role]) + (begin - m.row0) / 4;
 }
 
 /* the adjustment qk_row_adj adds to a product's exponent for a tensor */

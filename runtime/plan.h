@@ -49,9 +49,17 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
 /* true for the maps that hold matrices (w_*, w4_*) */
 bool qp_map_is_matrix(enum qp_map_id id);
 
+/* The matrix holding row r of product `mode`'s row space (the kernels'
+ * rule, qk_mv_tensor_of): its index in w_key / w_i4 order (7: the
+ * vocabulary projection), its first row and row count, and its encoding. */
+struct qp_matrix_rows {
+    uint32_t role, row0, rows;
+    bool i4;
+};
+struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r);
+
 /* The map and key of the block of a product's rows that starts at row
- * `begin` (a multiple of 4) of `mode`'s row space (the kernels' rule,
- * qk_mv_tensor_of). */
+ * `begin` (a multiple of 4). */
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
                            enum qp_map_id *map, uint32_t *key);
 

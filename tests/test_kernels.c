@@ -109,14 +109,9 @@ static void run_ok(enum qp_kernel k, const struct qk_args *a)
     ck_assert_msg(run_both(k, a) == 0, "%s rejected valid arguments", qp_kernel_name(k));
 }
 
-/* is the matrix holding row r of a product i4g? (forward.c's rule) */
 static bool row_is_i4(uint32_t layer, uint32_t mode, uint32_t r)
 {
-    const struct qk_config *c = &plan.cfg;
-    uint32_t role = mode == QK_MV_QKV ? (r < c->q_dim ? 0 : r < c->q_dim + c->kv_dim ? 1 : 2)
-                    : mode == QK_MV_GATE_UP ? (r < c->inter ? 4 : 5)
-                    : mode == QK_MV_O ? 3 : 6;
-    return (c->w_i4[layer] >> role) & 1;
+    return qp_plan_matrix_of(&plan, layer, mode, r).i4;
 }
 
 /* rows [begin, end) of one matrix, on both backends: the i4g kernel after
