@@ -202,10 +202,10 @@ QM_INLINE s64 qk_dot_i4_row(const u64 *codes, const u8 *xq, const u16 *par, u32 
     return row;
 }
 
-QM_INLINE void qk_dot4_i4(const u8 *blk, const u8 *xq, u32 cols, s64 *acc)
+QM_INLINE void qk_dot4_i4(const void *blk, const void *xq, u32 cols, s64 *acc)
 {
     const u64 *codes = (const u64 *)blk;
-    const u16 *par = (const u16 *)(blk + 2 * cols);
+    const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols);
     for (u32 k = 0; k < 4; k++)
         acc[k] = qk_dot_i4_row(codes, xq, par, k, cols);
 }
@@ -561,37 +561,32 @@ QK_UNROLL
     }
 }
 
-#define QK_DEFINE_MV_CB(name, map, cols)                                   \
-    static long name(u64 i, void *vctx)                                   \
-    {                                                                     \
-        struct qk_mv_ctx *cx = vctx;                                      \
-        const s32 *blk = QK_LOOKUP(map, cx->first_group + (u32)i);        \
-        const s64 *x = QK_LOOKUP(x, 0);                                   \
-        if (!blk || !x || cols > C.act_len)                               \
-            return 1;                                                     \
-        s64 acc[4];                                                       \
-        if (C.w_enc == QK_ENC_I8G)                                        \
-            qk_dot4_i8((const u8 *)blk, x, cols, C.w_group, C.w_group_shift, acc); \
-        else                                                              \
-            qk_dot4(blk, x, cols, acc);                                   \
-        qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
-        return 0;                                                         \
-    }
+/* a wide (q24 or i8g) block times the act vector */
+QM_INLINE void qk_dot4_wide(const void *blk, const void *x, u32 cols, s64 *acc)
+{
+    if (C.w_enc == QK_ENC_I8G)
+        qk_dot4_i8((const u8 *)blk, (const s64 *)x, cols, C.w_group, C.w_group_shift, acc);
+    else
+        qk_dot4((const s32 *)blk, (const s64 *)x, cols, acc);
+}
 
-/* the same for i4g blocks, against the quantised act vector */
-#define QK_DEFINE_MV4_CB(name, map, cols)                                  \
+/* A bpf_loop callback over 4-row blocks of `map` with `cols` columns: `dot`
+ * multiplies a block by the value of map `input` (x, or xq for i4g). */
+#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot)                    \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
-        const u8 *blk = QK_LOOKUP(map, cx->first_group + (u32)i);         \
-        const u8 *xq = QK_LOOKUP(xq, 0);                                  \
-        if (!blk || !xq || cols > C.act_len)                              \
+        const void *blk = QK_LOOKUP(map, cx->first_group + (u32)i);       \
+        const void *in = QK_LOOKUP(input, 0);                             \
+        if (!blk || !in || cols > C.act_len)                              \
             return 1;                                                     \
         s64 acc[4];                                                       \
-        qk_dot4_i4(blk, xq, cols, acc);                                   \
+        dot(blk, in, cols, acc);                                          \
         qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
         return 0;                                                         \
     }
+#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_wide)
+#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4)
 
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
