@@ -1,10 +1,13 @@
 /* bpf_backend.c - loads bpf/qrun.bpf.c: sizes every map from the plan,
  * sets the model constants as read-only data, loads (the verifier checks
  * every kernel against those sizes), then copies the weights into the
- * mmapped maps once. A kernel invocation is one bpf_prog_test_run. */
+ * maps once. A kernel invocation is one bpf_prog_test_run. */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,31 +113,114 @@ static const char *load_hint(int e)
     return NULL;
 }
 
-/* Copies each segment's bytes into the map, then unmaps weight maps (their
- * memory stays in the kernel); state maps stay mapped for reading. */
+/* The weights go in through BPF_MAP_UPDATE_BATCH, not the maps' user
+ * mappings: the kernel writes them through the address the kernels read
+ * them from. On a host that builds page tables lazily (this VM: ~2 s per GB
+ * for the first touch of each mapping) that first touch is then paid once,
+ * at load, on both cores, instead of once through a user mapping and again
+ * in the first token's kernel calls (up to 120 ms per call). */
+#define COPY_KEYS 256           /* keys per batch: 4 MiB of 0.6B q24 blocks */
+#define COPY_THREADS 2
+
+struct copy_batch {
+    int fd;
+    uint32_t first_key, n_keys;
+    const uint8_t *data;
+};
+
+struct copy_job {
+    struct copy_batch *batches;
+    uint32_t n_batches;
+    _Atomic uint32_t next;
+    _Atomic int failed_errno;
+    const char *failed_map;
+    const char **batch_map;     /* map name of each batch, for the error */
+};
+
+static void *copy_worker(void *arg)
+{
+    struct copy_job *j = arg;
+    uint32_t keys[COPY_KEYS];
+    for (;;) {
+        uint32_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_batches || atomic_load(&j->failed_errno))
+            return NULL;
+        const struct copy_batch *b = &j->batches[i];
+        for (uint32_t k = 0; k < b->n_keys; k++)
+            keys[k] = b->first_key + k;
+        __u32 count = b->n_keys;
+        if (bpf_map_update_batch(b->fd, keys, b->data, &count, NULL) || count != b->n_keys) {
+            int e = errno ? errno : EIO, zero = 0;
+            if (atomic_compare_exchange_strong(&j->failed_errno, &zero, e))
+                j->failed_map = j->batch_map[i];
+        }
+    }
+}
+
+static uint32_t count_batches(const struct qp_plan *plan)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        for (uint32_t k = 0; !streamed_matrix(plan, i) && k < plan->maps[i].n_segs; k++)
+            n += (plan->maps[i].segs[k].n_keys + COPY_KEYS - 1) / COPY_KEYS;
+    return n;
+}
+
+/* Copies every segment of every resident map, split into batches that
+ * COPY_THREADS threads take in turn. */
+static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    struct copy_job j = {.n_batches = count_batches(plan)};
+    j.batches = calloc(j.n_batches + 1, sizeof *j.batches);
+    j.batch_map = calloc(j.n_batches + 1, sizeof *j.batch_map);
+    if (!j.batches || !j.batch_map) {
+        free(j.batches);
+        free(j.batch_map);
+        return qp_fail(err, "out of memory");
+    }
+    uint32_t n = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *spec = &plan->maps[i];
+        for (uint32_t k = 0; !streamed_matrix(plan, i) && k < spec->n_segs; k++) {
+            const struct qp_segment *seg = &spec->segs[k];
+            for (uint32_t at = 0; at < seg->n_keys; at += COPY_KEYS, n++) {
+                uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
+                j.batches[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
+                                                   seg->data + (size_t)at * spec->value_size};
+                j.batch_map[n] = spec->name;
+            }
+        }
+    }
+    pthread_t helper;
+    bool helped = COPY_THREADS > 1 && pthread_create(&helper, NULL, copy_worker, &j) == 0;
+    copy_worker(&j);
+    if (helped)
+        pthread_join(helper, NULL);
+    int e = atomic_load(&j.failed_errno);
+    int rc = e ? qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
+                         e == ENOMEM ? "; try --stream or a smaller format" : "")
+               : 0;
+    free(j.batches);
+    free(j.batch_map);
+    return rc;
+}
+
+/* Fills the maps that hold data from the container (segments) and maps the
+ * state maps for reading; the weight maps are never mapped in user space. */
 static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         const struct qp_mapspec *spec = &plan->maps[i];
-        if (streamed_matrix(plan, i))
+        if (spec->segs || streamed_matrix(plan, i))
             continue;
         size_t len = map_bytes(spec);
         void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, i)), 0);
         if (p == MAP_FAILED)
             return qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", spec->name, len, strerror(errno));
-        for (uint32_t k = 0; k < spec->n_segs; k++) {
-            const struct qp_segment *seg = &spec->segs[k];
-            memcpy((uint8_t *)p + (size_t)seg->first_key * spec->value_size, seg->data,
-                   (size_t)seg->n_keys * spec->value_size);
-        }
-        if (spec->segs) {
-            munmap(p, len);
-        } else {
-            s->mapped[i] = p;
-            s->mapped_len[i] = len;
-        }
+        s->mapped[i] = p;
+        s->mapped_len[i] = len;
     }
-    return 0;
+    return copy_segments(s, plan, err);
 }
 
 static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
