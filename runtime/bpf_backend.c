@@ -197,9 +197,10 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     if (helped)
         pthread_join(helper, NULL);
     int e = atomic_load(&j.failed_errno);
-    int rc = e ? qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
-                         e == ENOMEM ? "; try --stream or a smaller format" : "")
-               : 0;
+    const char *hint = e == ENOMEM ? "; try --stream or a smaller format"
+                       : e == EFAULT ? " (did the container shrink while loading?)"
+                                     : "";
+    int rc = e ? qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e), hint) : 0;
     free(j.batches);
     free(j.batch_map);
     return rc;
