@@ -197,10 +197,13 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     if (helped)
         pthread_join(helper, NULL);
     int e = atomic_load(&j.failed_errno);
-    const char *hint = e == ENOMEM ? "; try --stream or a smaller format"
-                       : e == EFAULT ? " (did the container shrink while loading?)"
-                                     : "";
-    int rc = e ? qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e), hint) : 0;
+    int rc = 0;
+    if (e == EFAULT)    /* the source is the mapped container */
+        rc = qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
+                     j.failed_map);
+    else if (e)
+        rc = qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
+                     e == ENOMEM ? "; try --stream or a smaller format" : "");
     free(j.batches);
     free(j.batch_map);
     return rc;
