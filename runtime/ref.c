@@ -22,6 +22,8 @@ struct ref_model {
     struct qwen3_config cfg;
     struct st_model st;
     uint32_t ctx;
+    int k_bits, v_bits;          /* ref_round_kv; 0: exact */
+    enum ref_k_scale k_scale;
     const struct st_tensor *embed, *lm_head, *final_norm;
     struct ref_layer *layers;
     /* state */
@@ -138,6 +140,69 @@ static void attention(struct ref_model *m, uint32_t l, uint32_t pos)
     }
 }
 
+/* ---- cache rounding (ref_round_kv): a measurement ------------------- */
+
+static double gain_of_pair(const struct st_tensor *g, uint32_t i, uint32_t half)
+{
+    return fmax(fabs(elem(g, i)), fabs(elem(g, i + half)));
+}
+
+/* v[0..d) to a block float of bits bits; scale[i] multiplies entry i first */
+static void round_block(double *v, const double *scale, uint32_t d, int bits)
+{
+    double max = 0;
+    for (uint32_t i = 0; i < d; i++)
+        max = fmax(max, fabs(v[i] * scale[i]));
+    if (max == 0)
+        return;
+    int e;
+    frexp(max, &e);
+    double step = ldexp(1.0, e - (bits - 1));
+    for (uint32_t i = 0; i < d; i++)
+        v[i] = nearbyint(v[i] * scale[i] / step) * step / scale[i];
+}
+
+/* Variable width: pair i keeps k_bits + log2(gk_i gq_i) - mean of that over
+ * the pairs (at least 2), each on a fixed grid over its static bound
+ * |k| <= gk_i sqrt(head_dim) -- where the bits of a K cache do the most. */
+static void round_k_importance(const struct ref_model *m, const struct ref_layer *L, double *k, uint32_t d)
+{
+    uint32_t half = d / 2;
+    double mean = 0;
+    for (uint32_t i = 0; i < half; i++)
+        mean += log2(gain_of_pair(L->k_norm, i, half) * gain_of_pair(L->q_norm, i, half)) / half;
+    for (uint32_t i = 0; i < half; i++) {
+        double gk = gain_of_pair(L->k_norm, i, half), gq = gain_of_pair(L->q_norm, i, half);
+        long bits = lround(m->k_bits + log2(gk * gq) - mean);
+        double step = gk * sqrt((double)d) * ldexp(1.0, -(int)((bits < 2 ? 2 : bits) - 1));
+        k[i] = nearbyint(k[i] / step) * step;
+        k[i + half] = nearbyint(k[i + half] / step) * step;
+    }
+}
+
+static void round_kv_head(const struct ref_model *m, const struct ref_layer *L, double *k, double *v, uint32_t d)
+{
+    double scale[QWEN3_MAX_HEAD_DIM], ones[QWEN3_MAX_HEAD_DIM];
+    for (uint32_t i = 0; i < d; i++)
+        scale[i] = ones[i] = 1;
+    if (m->k_bits && m->k_scale == REF_K_IMPORTANCE)
+        round_k_importance(m, L, k, d);
+    else if (m->k_bits) {
+        for (uint32_t i = 0; m->k_scale == REF_K_NORM && i < d / 2; i++)
+            scale[i] = scale[i + d / 2] = 1 / exp2(floor(log2(gain_of_pair(L->k_norm, i, d / 2))));
+        round_block(k, scale, d, m->k_bits);
+    }
+    if (m->v_bits)
+        round_block(v, ones, d, m->v_bits);
+}
+
+void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale k_scale)
+{
+    m->k_bits = k_bits;
+    m->v_bits = v_bits;
+    m->k_scale = k_scale;
+}
+
 static void layer_forward(struct ref_model *m, uint32_t l, uint32_t pos)
 {
     const struct qwen3_config *c = &m->cfg;
@@ -158,6 +223,8 @@ static void layer_forward(struct ref_model *m, uint32_t l, uint32_t pos)
         rope(kc + h * d, d, pos, m->rope_inv_freq);
     }
     memcpy(vc, m->v, kv_dim * sizeof *vc);
+    for (uint32_t h = 0; (m->k_bits || m->v_bits) && h < c->num_key_value_heads; h++)
+        round_kv_head(m, L, kc + h * d, vc + h * d, d);
     attention(m, l, pos);
     matvec(L->o, m->att, m->o);
     for (uint32_t i = 0; i < n; i++)

@@ -21,6 +21,18 @@ const struct qwen3_config *ref_config(const struct ref_model *m);
  * pos 0 starts over) and writes vocab logits. */
 int ref_forward(struct ref_model *m, uint32_t token, uint32_t pos, double *logits, qp_err *err);
 
+/* A measurement, never used by qrun: rounds every K and V head vector the
+ * reference caches to `bits` bits (sign included; 0 keeps float64), as a
+ * block float with one exponent per head vector, so qp-accuracy can show
+ * what a cache of that width costs with no other error. K channel pairs are
+ * first scaled as k_scale says. */
+enum ref_k_scale {
+    REF_K_FLAT,         /* as they are */
+    REF_K_NORM,         /* by the power of two of their k_norm gain (qrun's kboost) */
+    REF_K_IMPORTANCE,   /* variable width: pair i gets k_bits + log2(gk_i gq_i / geomean) */
+};
+void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale k_scale);
+
 /* After ref_forward: the residual stream after layer l (hidden doubles),
  * l = n_layers meaning after the final norm. */
 const double *ref_hidden_after(const struct ref_model *m, uint32_t layer);

@@ -6,12 +6,18 @@
  *
  *   qp-accuracy --ref DIR MODEL.qpk [--backend bpf|emu] [--prompts K]
  *               [--positions N] [--seed S]
+ *   qp-accuracy --ref DIR --kv-bits K:V [--k-scale flat|norm|importance] ...
+ *
+ * The second form measures a floor instead of a container: the reference
+ * itself with its K and V cache rounded to K and V bits (ref_round_kv), the
+ * error any cache of that width brings before any other approximation.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref.h"
 #include "session.h"
 
 struct totals {
@@ -68,6 +74,8 @@ int main(int argc, char **argv)
     enum qp_backend_kind backend = QP_BACKEND_BPF;
     uint32_t prompts = 4, positions = 16;
     uint64_t seed = 1;
+    int k_bits = -1, v_bits = -1;
+    enum ref_k_scale k_scale = REF_K_NORM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ref") && i + 1 < argc)
             ref_dir = argv[++i];
@@ -77,25 +85,45 @@ int main(int argc, char **argv)
             prompts = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--positions") && i + 1 < argc)
             positions = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-bits") && i + 1 < argc && sscanf(argv[i + 1], "%d:%d", &k_bits, &v_bits) == 2 &&
+                 k_bits >= 0 && k_bits <= 52 && v_bits >= 0 && v_bits <= 52)
+            i++;
+        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "flat"))
+            k_scale = REF_K_FLAT, i++;
+        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "norm"))
+            k_scale = REF_K_NORM, i++;
+        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "importance"))
+            k_scale = REF_K_IMPORTANCE, i++;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (argv[i][0] != '-' && !model)
             model = argv[i];
         else {
             fprintf(stderr, "usage: qp-accuracy --ref DIR MODEL.qpk [--backend bpf|emu] [--prompts K] "
-                            "[--positions N] [--seed S]\n");
+                            "[--positions N] [--seed S]\n"
+                            "       qp-accuracy --ref DIR --kv-bits K:V [--k-scale flat|norm|importance] ...\n");
             return 2;
         }
     }
-    if (!ref_dir || !model || !prompts || !positions) {
-        fprintf(stderr, "qp-accuracy: need --ref DIR and MODEL.qpk\n");
+    bool floor_only = k_bits >= 0;
+    if (!ref_dir || !prompts || !positions || (!model && !floor_only) || (model && floor_only)) {
+        fprintf(stderr, "qp-accuracy: need --ref DIR and either MODEL.qpk or --kv-bits\n");
         return 2;
     }
     struct qp_session ours, ref;
     qp_err err = {{0}};
     struct qp_session_opts o = {.model = model, .backend = backend, .ctx = positions, .threads = 2};
+    char label[128];
+    if (floor_only) {
+        o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
+        snprintf(label, sizeof label, "K %d bits (%s), V %d bits", k_bits,
+                 k_scale == REF_K_FLAT ? "flat" : k_scale == REF_K_NORM ? "norm" : "importance", v_bits);
+        model = label;
+    }
     if (qp_session_open(&ours, &o, &err))
         return fail(model, &err);
+    if (floor_only)
+        ref_round_kv(ours.ref, k_bits, v_bits, k_scale);
     o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
     if (qp_session_open(&ref, &o, &err))
         return fail(ref_dir, &err);
@@ -112,8 +140,8 @@ int main(int argc, char **argv)
             add_position(&t, ref.logits, ours.logits, ours.vocab, b, a);
         }
     }
-    printf("%s (%s) vs float64 reference, %u prompts x %u positions:\n", model, qp_backend_kind_name(backend),
-           prompts, positions);
+    const char *kind = floor_only ? "rounded float64 reference" : qp_backend_kind_name(backend);
+    printf("%s (%s) vs float64 reference, %u prompts x %u positions:\n", model, kind, prompts, positions);
     printf("  max logit error %.3g, rms %.3g\n", t.max_err, sqrt(t.sum_sq_err / (double)t.logits));
     printf("  KL divergence mean %.3g, max %.3g\n", t.sum_kl / (double)t.positions, t.max_kl);
     printf("  top-1 agreement %llu/%llu\n", (unsigned long long)t.top1, (unsigned long long)t.positions);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ref.h"
 #include "session.h"
 
 /* A tiny random model's logits are O(1): 1e-3 is ~50x the error measured
@@ -317,6 +318,51 @@ START_TEST(position_past_context_is_an_error)
 }
 END_TEST
 
+/* max |logit - exact| over n positions of the reference with its K/V cache
+ * rounded to k:v bits (qp-accuracy --kv-bits) */
+static double rounded_reference_error(const char *ckpt, int k_bits, int v_bits, enum ref_k_scale k_scale, uint32_t n)
+{
+    struct qp_session exact, rounded;
+    open_session(&exact, ckpt, QP_BACKEND_REF, n);
+    open_session(&rounded, ckpt, QP_BACKEND_REF, n);
+    ref_round_kv(rounded.ref, k_bits, v_bits, k_scale);
+    double worst = 0;
+    uint32_t tok = 3;
+    for (uint32_t pos = 0; pos < n; pos++) {
+        qp_err err = {{0}};
+        ck_assert_msg(qp_session_step(&exact, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&rounded, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
+        for (uint32_t i = 0; i < exact.vocab; i++)
+            worst = fmax(worst, fabs(exact.logits[i] - rounded.logits[i]));
+        tok = (tok * 1103515245u + 12345u) % exact.vocab;
+    }
+    qp_session_close(&exact);
+    qp_session_close(&rounded);
+    return worst;
+}
+
+/* The measuring knob behind qp-accuracy --kv-bits: a wide cache changes
+ * nothing, a narrow one changes the logits, and the error falls with the
+ * width roughly as 2^-bits (12 more bits: 4096x; asked: 100x). */
+START_TEST(reference_cache_rounding_costs_what_its_width_allows)
+{
+    char ckpt[256], qpk[256];
+    make_model("r", "--preset tiny --seed 12", ckpt, qpk);
+    const enum ref_k_scale scales[] = {REF_K_FLAT, REF_K_NORM, REF_K_IMPORTANCE};
+    for (int i = 0; i < 4; i++) {   /* K alone with each k_scale, then V alone */
+        enum ref_k_scale sc = scales[i < 3 ? i : 0];
+        int k = i < 3, v = i == 3;
+        double wide = rounded_reference_error(ckpt, 44 * k, 44 * v, sc, 12);
+        double e12 = rounded_reference_error(ckpt, 12 * k, 12 * v, sc, 12);
+        double e24 = rounded_reference_error(ckpt, 24 * k, 24 * v, sc, 12);
+        fprintf(stderr, "cache rounding case %d: 44 bits %g, 12 bits %g, 24 bits %g\n", i, wide, e12, e24);
+        ck_assert_msg(wide < 1e-9, "case %d: a 44-bit cache moved a logit by %g", i, wide);
+        ck_assert_msg(e12 > 1e-6, "case %d: a 12-bit cache changed nothing (%g)", i, e12);
+        ck_assert_msg(e24 < e12 / 100, "case %d: 24 bits %g, 12 bits %g", i, e24, e12);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("forward");
@@ -327,6 +373,7 @@ int main(void)
     tcase_add_test(tc, stress_model_bpf_equals_emu_and_follows_reference);
     tcase_add_test(tc, generation_with_cache_equals_recomputation);
     tcase_add_test(tc, position_past_context_is_an_error);
+    tcase_add_test(tc, reference_cache_rounding_costs_what_its_width_allows);
     tcase_add_test(tc, stream_mode_equals_resident_mode);
     tcase_add_test(tc, real_widths_0_6b_and_1_7b_run_exactly);
     tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
