@@ -120,7 +120,7 @@ static const char *load_hint(int e)
  * at load, on both cores, instead of once through a user mapping and again
  * in the first token's kernel calls (up to 120 ms per call). */
 #define COPY_KEYS 256           /* keys per batch: 4 MiB of 0.6B q24 blocks */
-#define COPY_THREADS 2
+#define COPY_THREADS 2          /* 4 copy no faster here (the cost is page-table faults) */
 
 struct copy_batch {
     int fd;
@@ -191,11 +191,13 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
             }
         }
     }
-    pthread_t helper;
-    bool helped = COPY_THREADS > 1 && pthread_create(&helper, NULL, copy_worker, &j) == 0;
+    pthread_t helpers[COPY_THREADS - 1];
+    int n_helpers = 0;
+    while (n_helpers < COPY_THREADS - 1 && pthread_create(&helpers[n_helpers], NULL, copy_worker, &j) == 0)
+        n_helpers++;
     copy_worker(&j);
-    if (helped)
-        pthread_join(helper, NULL);
+    while (n_helpers > 0)
+        pthread_join(helpers[--n_helpers], NULL);
     int e = atomic_load(&j.failed_errno);
     int rc = 0;
     if (e == EFAULT)    /* the source is the mapped container */
