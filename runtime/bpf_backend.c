@@ -126,6 +126,7 @@ struct copy_batch {
     int fd;
     uint32_t first_key, n_keys;
     const uint8_t *data;
+    const char *map;            /* for the error */
 };
 
 struct copy_job {
@@ -134,7 +135,6 @@ struct copy_job {
     _Atomic uint32_t next;
     _Atomic int failed_errno;
     const char *failed_map;
-    const char **batch_map;     /* map name of each batch, for the error */
 };
 
 static void *copy_worker(void *arg)
@@ -152,32 +152,15 @@ static void *copy_worker(void *arg)
         if (bpf_map_update_batch(b->fd, keys, b->data, &count, NULL) || count != b->n_keys) {
             int e = errno ? errno : EIO, zero = 0;
             if (atomic_compare_exchange_strong(&j->failed_errno, &zero, e))
-                j->failed_map = j->batch_map[i];
+                j->failed_map = b->map;
         }
     }
 }
 
-static uint32_t count_batches(const struct qp_plan *plan)
+/* Splits every segment of every resident map into batches of COPY_KEYS
+ * keys, written to out when it is not NULL; returns how many. */
+static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, struct copy_batch *out)
 {
-    uint32_t n = 0;
-    for (int i = 0; i < QP_MAP_COUNT; i++)
-        for (uint32_t k = 0; !streamed_matrix(plan, i) && k < plan->maps[i].n_segs; k++)
-            n += (plan->maps[i].segs[k].n_keys + COPY_KEYS - 1) / COPY_KEYS;
-    return n;
-}
-
-/* Copies every segment of every resident map, split into batches that
- * COPY_THREADS threads take in turn. */
-static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
-{
-    struct copy_job j = {.n_batches = count_batches(plan)};
-    j.batches = calloc(j.n_batches + 1, sizeof *j.batches);
-    j.batch_map = calloc(j.n_batches + 1, sizeof *j.batch_map);
-    if (!j.batches || !j.batch_map) {
-        free(j.batches);
-        free(j.batch_map);
-        return qp_fail(err, "out of memory");
-    }
     uint32_t n = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         const struct qp_mapspec *spec = &plan->maps[i];
@@ -185,12 +168,24 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
             const struct qp_segment *seg = &spec->segs[k];
             for (uint32_t at = 0; at < seg->n_keys; at += COPY_KEYS, n++) {
                 uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
-                j.batches[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
-                                                   seg->data + (size_t)at * spec->value_size};
-                j.batch_map[n] = spec->name;
+                if (out)
+                    out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
+                                                 seg->data + (size_t)at * spec->value_size, spec->name};
             }
         }
     }
+    return n;
+}
+
+/* Copies every segment of every resident map; COPY_THREADS threads take
+ * the batches in turn. */
+static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    struct copy_job j = {.n_batches = list_batches(s, plan, NULL)};
+    j.batches = calloc(j.n_batches + 1, sizeof *j.batches);
+    if (!j.batches)
+        return qp_fail(err, "out of memory");
+    list_batches(s, plan, j.batches);
     pthread_t helpers[COPY_THREADS - 1];
     int n_helpers = 0;
     while (n_helpers < COPY_THREADS - 1 && pthread_create(&helpers[n_helpers], NULL, copy_worker, &j) == 0)
@@ -198,17 +193,15 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     copy_worker(&j);
     while (n_helpers > 0)
         pthread_join(helpers[--n_helpers], NULL);
-    int e = atomic_load(&j.failed_errno);
-    int rc = 0;
-    if (e == EFAULT)    /* the source is the mapped container */
-        rc = qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
-                     j.failed_map);
-    else if (e)
-        rc = qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
-                     e == ENOMEM ? "; try --stream or a smaller format" : "");
     free(j.batches);
-    free(j.batch_map);
-    return rc;
+    int e = atomic_load(&j.failed_errno);
+    if (e == EFAULT)    /* the source is the mapped container */
+        return qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
+                       j.failed_map);
+    if (e)
+        return qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
+                       e == ENOMEM ? "; try --stream or a smaller format" : "");
+    return 0;
 }
 
 /* Fills the maps that hold data from the container (segments) and maps the

@@ -147,19 +147,22 @@ static double gain_of_pair(const struct st_tensor *g, uint32_t i, uint32_t half)
     return fmax(fabs(elem(g, i)), fabs(elem(g, i + half)));
 }
 
-/* v[0..d) to a block float of bits bits; scale[i] multiplies entry i first */
+/* v[0..d) to a block float of bits bits; scale[i] (when given) multiplies
+ * entry i first */
 static void round_block(double *v, const double *scale, uint32_t d, int bits)
 {
     double max = 0;
     for (uint32_t i = 0; i < d; i++)
-        max = fmax(max, fabs(v[i] * scale[i]));
+        max = fmax(max, fabs(v[i] * (scale ? scale[i] : 1)));
     if (max == 0)
         return;
     int e;
     frexp(max, &e);
     double step = ldexp(1.0, e - (bits - 1));
-    for (uint32_t i = 0; i < d; i++)
-        v[i] = nearbyint(v[i] * scale[i] / step) * step / scale[i];
+    for (uint32_t i = 0; i < d; i++) {
+        double sc = scale ? scale[i] : 1;
+        v[i] = nearbyint(v[i] * sc / step) * step / sc;
+    }
 }
 
 /* Variable width: pair i keeps k_bits + log2(gk_i gq_i) - mean of that over
@@ -182,18 +185,15 @@ static void round_k_importance(const struct ref_model *m, const struct ref_layer
 
 static void round_kv_head(const struct ref_model *m, const struct ref_layer *L, double *k, double *v, uint32_t d)
 {
-    double scale[QWEN3_MAX_HEAD_DIM], ones[QWEN3_MAX_HEAD_DIM];
-    for (uint32_t i = 0; i < d; i++)
-        scale[i] = ones[i] = 1;
+    double scale[QWEN3_MAX_HEAD_DIM];
+    for (uint32_t i = 0; m->k_scale == REF_K_NORM && i < d / 2; i++)
+        scale[i] = scale[i + d / 2] = 1 / exp2(floor(log2(gain_of_pair(L->k_norm, i, d / 2))));
     if (m->k_bits && m->k_scale == REF_K_IMPORTANCE)
         round_k_importance(m, L, k, d);
-    else if (m->k_bits) {
-        for (uint32_t i = 0; m->k_scale == REF_K_NORM && i < d / 2; i++)
-            scale[i] = scale[i + d / 2] = 1 / exp2(floor(log2(gain_of_pair(L->k_norm, i, d / 2))));
-        round_block(k, scale, d, m->k_bits);
-    }
+    else if (m->k_bits)
+        round_block(k, m->k_scale == REF_K_NORM ? scale : NULL, d, m->k_bits);
     if (m->v_bits)
-        round_block(v, ones, d, m->v_bits);
+        round_block(v, NULL, d, m->v_bits);
 }
 
 void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale k_scale)

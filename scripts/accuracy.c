@@ -62,6 +62,18 @@ static void add_position(struct totals *t, const double *ref, const double *ours
     t->top1 += ref_top == our_top;
 }
 
+static const char *const k_scale_names[] = {[REF_K_FLAT] = "flat", [REF_K_NORM] = "norm",
+                                             [REF_K_IMPORTANCE] = "importance"};
+
+/* --k-scale NAME: the enum ref_k_scale, or -1 */
+static int k_scale_of(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof k_scale_names / sizeof *k_scale_names); i++)
+        if (!strcmp(name, k_scale_names[i]))
+            return i;
+    return -1;
+}
+
 static int fail(const char *what, const qp_err *err)
 {
     fprintf(stderr, "qp-accuracy: %s: %s\n", what, err->msg);
@@ -75,7 +87,7 @@ int main(int argc, char **argv)
     uint32_t prompts = 4, positions = 16;
     uint64_t seed = 1;
     int k_bits = -1, v_bits = -1;
-    enum ref_k_scale k_scale = REF_K_NORM;
+    int k_scale = REF_K_NORM;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ref") && i + 1 < argc)
             ref_dir = argv[++i];
@@ -88,12 +100,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--kv-bits") && i + 1 < argc && sscanf(argv[i + 1], "%d:%d", &k_bits, &v_bits) == 2 &&
                  k_bits >= 0 && k_bits <= 52 && v_bits >= 0 && v_bits <= 52)
             i++;
-        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "flat"))
-            k_scale = REF_K_FLAT, i++;
-        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "norm"))
-            k_scale = REF_K_NORM, i++;
-        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && !strcmp(argv[i + 1], "importance"))
-            k_scale = REF_K_IMPORTANCE, i++;
+        else if (!strcmp(argv[i], "--k-scale") && i + 1 < argc && (k_scale = k_scale_of(argv[i + 1])) >= 0)
+            i++;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else if (argv[i][0] != '-' && !model)
@@ -116,14 +124,13 @@ int main(int argc, char **argv)
     char label[128];
     if (floor_only) {
         o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
-        snprintf(label, sizeof label, "K %d bits (%s), V %d bits", k_bits,
-                 k_scale == REF_K_FLAT ? "flat" : k_scale == REF_K_NORM ? "norm" : "importance", v_bits);
+        snprintf(label, sizeof label, "K %d bits (%s), V %d bits", k_bits, k_scale_names[k_scale], v_bits);
         model = label;
     }
     if (qp_session_open(&ours, &o, &err))
         return fail(model, &err);
     if (floor_only)
-        ref_round_kv(ours.ref, k_bits, v_bits, k_scale);
+        ref_round_kv(ours.ref, k_bits, v_bits, (enum ref_k_scale)k_scale);
     o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
     if (qp_session_open(&ref, &o, &err))
         return fail(ref_dir, &err);
