@@ -16,12 +16,14 @@
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
- *   kcache, vcache  int16 [layer * ctx + pos][kv_dim]
+ *   kcache, vcache  int16 [layer * ctx + pos][kv_dim]; K laid out by klayout
  *   h        residual, Q32 [hidden]
  *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
  *   xq       x quantised to 8-bit blocks for i4g products (QK_XQ_*)
  *   qkv      Q32 q|k|v, then normalised mantissas in place
- *   qrot     rotated query mantissas (exponent per head in scal.q_exp)
+ *   klayout  per layer: K channel boosts and extension bits (qrun_abi.h)
+ *   qrot     rotated query mantissas (exponent per head in scal.q_exp), then
+ *            per head the donor corrections of the K extension bits
  *   gu       Q32 gate|up; SiLU(gate) in place
  *   scores   raw q.k per head [n_heads][ctx]
  *   parts    attention partial per (head, chunk)
@@ -718,8 +720,9 @@ struct qk_rope_ctx {
     u32 layer, pos;
 };
 
-/* RMSNorm of one head of qkv in place, as mantissas; returns the exponent. */
-QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp)
+/* RMSNorm of one head of qkv in place, as mantissas of at most out_bits
+ * bits; returns the exponent. */
+QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
 {
     u64 max = 0, sumsq = 0;
     for (u32 i = 0; i < C.head_dim; i++)
@@ -733,7 +736,7 @@ QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp)
     u64 zmax = 0;
     for (u32 i = 0; i < C.head_dim; i++)
         qk_max_abs(&zmax, qk_rms_z(v[i], inv, g[i]));
-    u32 out_shift = qm_act_shift(zmax);
+    u32 n = qm_bitlen(zmax), out_shift = n > out_bits ? n - out_bits : 0;
     for (u32 i = 0; i < C.head_dim; i++)
         v[i] = qm_rshift_round(qk_rms_z(v[i], inv, g[i]), out_shift);
     return qk_rms_exp(inv, g_exp, out_shift);
@@ -748,50 +751,79 @@ QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi
     *hi = qm_rshift_round(m[i + half] * c + m[i] * s, 30);
 }
 
-static long qk_rope_head_cb(u64 i, void *vctx)
+/* The query's share of the donors' lowest bits (qrun_abi.h, klayout):
+ * corr[e] = round(q_d / 2^(x_d - j)) - q_e for donor e of channel d. */
+QM_INLINE void qk_query_corrections(const s64 *q, const s32 *ext, s64 *corr)
 {
-    struct qk_rope_ctx *cx = vctx;
-    u32 head = (u32)i, half = C.head_dim / 2, layer = cx->layer, pos = cx->pos;
-    s64 *qkv = QK_LOOKUP(qkv, 0);
-    const s32 *cs = QK_LOOKUP(rope, pos);
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!qkv || !cs || !sc || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
-        head >= C.n_heads + C.n_kv_heads || head >= QK_MAX_HEADS)
-        return 1;
-    u32 norm = 2 * layer + (head < C.n_heads ? 0 : 1);
-    const s32 *g = QK_LOOKUP(qk_norms, norm);
-    if (!g || norm >= 2 * QK_MAX_LAYERS)
-        return 1;
-    const s32 *boost = QK_LOOKUP(kboost, layer);   /* per RoPE pair, plan.c */
-    if (!boost)
-        return 1;
-    s64 *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
-    s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]));
-    if (head < C.n_heads) {
-        s64 *q = QK_LOOKUP(qrot, 0);
-        if (!q)
-            return 1;
-        q += head * C.head_dim;
-        for (u32 k = 0; k < half; k++) {
-            s64 lo, hi;
-            u32 up = (u32)(QK_KBOOST_MAX - boost[k]) & 15;
-            qk_rope_pair(v, cs, k, &lo, &hi);
-            q[k] = (s64)((u64)lo << up);
-            q[k + half] = (s64)((u64)hi << up);
-        }
-        sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
-        return 0;
+    for (u32 k = 0; k < C.head_dim; k++) {
+        u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
+        corr[k] = 0;
+        if (!QK_KEXT_DONOR(e) || d >= C.head_dim)
+            continue;
+        u32 x = QK_KEXT_BITS(ext[d]), j = QK_KEXT_BIT(e);
+        corr[k] = qm_rshift_round(q[d], (x - j) & 31) - q[k];
     }
-    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + pos);
-    if (!kc)
+}
+
+static int qk_rotate_query(u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
+{
+    u32 half = C.head_dim / 2;
+    s64 *q = QK_LOOKUP(qrot, 0);
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (!q || !sc || head >= C.n_heads || head >= QK_MAX_HEADS)
         return 1;
-    kc += (head - C.n_heads) * C.head_dim;
-    /* rotate into qrot's slot of this head as scratch... K heads have none,
-     * so rotate in place: pairs (k, k + half) are read before written */
+    q += head * C.head_dim;
+    for (u32 k = 0; k < half; k++) {
+        s64 lo, hi;
+        u32 up = (u32)(QK_KBOOST_MAX - kl[k]) & 15;
+        qk_rope_pair(v, cs, k, &lo, &hi);
+        q[k] = (s64)((u64)lo << up);
+        q[k + half] = (s64)((u64)hi << up);
+    }
+    if (kl[QK_KL_DONORS(C.head_dim)])
+        qk_query_corrections(q, kl + QK_KL_EXT(C.head_dim), q + C.q_dim);
+    sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
+    return 0;
+}
+
+/* K channel k at 2^x finer steps than the vector's (m_exp: the mantissa's
+ * exponent, c_exp: the vector's step), |result| <= 32767 * 2^x */
+QM_INLINE s64 qk_k_fine(s64 m, s32 m_exp, s32 c_exp, u32 x)
+{
+    u32 l, r;
+    qm_cache_shifts(m_exp, c_exp - (s32)x, &l, &r);
+    s64 lim = (s64)32767 << x;
+    return qm_clamp(qm_rshift_round((s64)((u64)m << (l & 63)), r), -lim, lim);
+}
+
+/* one int16 entry of a K vector under the layer's klayout */
+QM_INLINE s16 qk_k_entry(const s64 *v, const s32 *ext, u32 k, s32 m_exp, s32 c_exp)
+{
+    u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
+    if (QK_KEXT_DONOR(e) && d < C.head_dim) {
+        s64 even = qk_k_fine(v[k], m_exp, c_exp + 1, 0);   /* at 2 steps: its lowest bit is lent */
+        even = qm_clamp(even, -16383, 16383);
+        u32 x = QK_KEXT_BITS(ext[d]) & 15;
+        s64 bit = (qk_k_fine(v[d], m_exp, c_exp, x) >> (QK_KEXT_BIT(e) & 15)) & 1;
+        return (s16)(even * 2 + bit);
+    }
+    u32 x = QK_KEXT_BITS(e) & 15;
+    return (s16)(qk_k_fine(v[k], m_exp, c_exp, x) >> x);   /* floor: the low x bits lie in donors */
+}
+
+static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
+{
+    u32 half = C.head_dim / 2;
+    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + pos);
+    if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
+        return 1;
+    kc += kv_head * C.head_dim;
+    /* K heads have no qrot slot: rotate in place, pairs (k, k + half) are
+     * read before written */
     u64 max = 0;
     for (u32 k = 0; k < half; k++) {
         s64 lo, hi;
-        u32 up = (u32)boost[k] & 15;
+        u32 up = (u32)kl[k] & 15;
         qk_rope_pair(v, cs, k, &lo, &hi);
         lo = (s64)((u64)lo << up);
         hi = (s64)((u64)hi << up);
@@ -801,14 +833,36 @@ static long qk_rope_head_cb(u64 i, void *vctx)
         qk_max_abs(&max, hi);
     }
     s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
-    u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
-    qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
+    u32 sh = qm_cache_vector_shift(max, e, c_exp);
+    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
     for (u32 k = 0; k < C.head_dim; k++)
-        kc[k] = qm_to_cache16(v[k], l, r);
+        kc[k] = qk_k_entry(v, ext, k, e, c_exp - (s32)sh);
 QK_UNROLL
     for (u32 k = 0; k < 4; k++)
         kc[k] = qm_cache_tag(kc[k], k, sh);
     return 0;
+}
+
+static long qk_rope_head_cb(u64 i, void *vctx)
+{
+    struct qk_rope_ctx *cx = vctx;
+    u32 head = (u32)i, layer = cx->layer;
+    s64 *qkv = QK_LOOKUP(qkv, 0);
+    const s32 *cs = QK_LOOKUP(rope, cx->pos);
+    const s32 *kl = QK_LOOKUP(klayout, layer);   /* plan.c fill_klayout */
+    if (!qkv || !cs || !kl || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
+        head >= C.n_heads + C.n_kv_heads || head >= QK_MAX_HEADS)
+        return 1;
+    u32 is_k = head < C.n_heads ? 0 : 1, norm = 2 * layer + is_k;
+    const s32 *g = QK_LOOKUP(qk_norms, norm);
+    if (!g || norm >= 2 * QK_MAX_LAYERS)
+        return 1;
+    s64 *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
+    s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
+                         is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
+    if (!is_k)
+        return qk_rotate_query(head, v, cs, kl, e);
+    return qk_store_k(layer, cx->pos, head - C.n_heads, v, cs, kl, e);
 }
 
 /* V of one KV head into the cache, with its own exponent shift (qmath.h) */
@@ -854,7 +908,7 @@ struct qk_attn_ctx {
     s64 max_score;
     u64 sum;
     s32 score_exp;
-    s32 pad;
+    u32 has_ext;        /* the layer's K has extension bits (klayout) */
 };
 
 static long qk_attn_score_cb(u64 i, void *vctx)
@@ -874,6 +928,16 @@ QK_UNROLL
         for (int t = 0; t < 16; t++) {
             s += q[d + t] * k[d + t];
             QK_KEEP(s);
+        }
+    }
+    if (cx->has_ext) {
+        const s64 *corr = q + C.q_dim;   /* qk_query_corrections */
+        for (u32 d = 0; d < C.head_dim; d += 16) {
+QK_UNROLL
+            for (int t = 0; t < 16; t++) {
+                s += corr[d + t] * (k[d + t] & 1);
+                QK_KEEP(s);
+            }
         }
     }
     s = qm_rshift_round(s, qm_cache_untag(k));   /* to the layer's K exponent */
@@ -913,7 +977,8 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     struct qk_attn_ctx *cx = vctx;
     u32 task = cx->first_task + (u32)i, layer = cx->layer, n_chunks = cx->n_chunks;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc || n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    const s32 *kl = QK_LOOKUP(klayout, layer);
+    if (!sc || !kl || n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
     u32 head = task / n_chunks, chunk = task % n_chunks;
     if (head >= C.n_heads || head >= QK_MAX_HEADS || chunk >= C.max_chunks)
@@ -930,6 +995,7 @@ static long qk_attn_task_cb(u64 i, void *vctx)
                   QK_KBOOST_MAX;
     t.max_score = 0;
     t.sum = 0;
+    t.has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
     s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
     if (!part)
         return 1;

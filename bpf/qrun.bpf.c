@@ -32,7 +32,7 @@ QK_MAP(w4_down);
 QK_MAP(norms);
 QK_MAP(qk_norms);
 QK_MAP(rope);
-QK_MAP(kboost);
+QK_MAP(klayout);
 QK_MAP(kcache);
 QK_MAP(vcache);
 QK_MAP(h);

@@ -23,6 +23,9 @@
 #define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
 #define QK_XQ_MAX_REL 31          /* i4g: blocks further below the largest are dropped */
 #define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
+#define QK_KEXT_MAX 15            /* K cache: extension bits of one channel at most */
+#define QK_K_ACT_BITS 31          /* K head mantissas before the cache: |m| <= 2^31 */
+#define QK_Q_ACT_BITS 29          /* query mantissas: q.k stays below 2^29+10+15+7 < 2^63 */
 
 /* An index already checked against a model size, masked to its table's
  * power-of-two length so the verifier sees the bound on all 64 bits (a
@@ -100,6 +103,26 @@ enum qk_norm_target {
 #define QK_XQ_PK_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
 #define QK_XQ_R_OFF(act_len) (QK_XQ_PK_OFF(act_len) + 2 * (act_len))
 #define QK_XQ_BYTES(act_len) (QK_XQ_R_OFF(act_len) + (act_len) / QK_XQ_BLOCK)
+
+/* The K cache layout of one layer (map `klayout`, one value per layer,
+ * plan.c fill_klayout), s32 entries:
+ *   boost[head_dim / 2]  per RoPE pair: K is stored * 2^boost, the query
+ *                        * 2^(QK_KBOOST_MAX - boost)
+ *   ext[head_dim]        per channel: QK_KEXT_* fields
+ *   n_donors             channels that lend their lowest bit (0: plain int16)
+ * A channel the query weighs heavily (a large q_norm scale) gets x extra
+ * bits: its int16 entry holds floor(w / 2^x) of its value w at 2^x finer
+ * steps, and the x bits below lie in the lowest bit of x donor channels,
+ * whose own values are rounded to even steps. The score then reads
+ * sum q_k k16_k + sum over donors (k16_e & 1) * (round(q_d / 2^(x - j)) - q_e). */
+#define QK_KL_EXT(head_dim) ((head_dim) / 2)
+#define QK_KL_DONORS(head_dim) ((head_dim) / 2 + (head_dim))
+#define QK_KL_LEN(head_dim) ((head_dim) / 2 + (head_dim) + 1)
+#define QK_KEXT_BITS(e) ((u32)(e) & 31)           /* x: extension bits of this channel */
+#define QK_KEXT_DONOR(e) (((u32)(e) >> 5) & 1)    /* lends its lowest bit ... */
+#define QK_KEXT_BIT(e) (((u32)(e) >> 8) & 31)     /* ... as bit j of the extension ... */
+#define QK_KEXT_PARTNER(e) (((u32)(e) >> 16) & 1023) /* ... of this channel */
+#define QK_KEXT_MAKE_DONOR(partner, j) (s32)(1u << 5 | (u32)(j) << 8 | (u32)(partner) << 16)
 
 /* one (head, chunk) attention partial: scores relative to max_score */
 struct qk_attn_part {

@@ -46,7 +46,7 @@ static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
 {
     struct bpf_map *maps[QP_MAP_COUNT] = {
         s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_w4_hid, s->maps.m_w4_o, s->maps.m_w4_down,
-        s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_kboost, s->maps.m_kcache,
+        s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_klayout, s->maps.m_kcache,
         s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_xq, s->maps.m_qkv,
         s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
         s->maps.m_amax, s->maps.m_scal, s->maps.m_work,

@@ -15,7 +15,7 @@ struct qk_hmap {
 };
 
 struct qk_host_maps {
-    struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, kboost, kcache, vcache, h, x,
+    struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, klayout, kcache, vcache, h, x,
         xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work;
 };
 

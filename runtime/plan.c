@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_config.h"
 #include "quant.h"
 
 /* bounds on the KV cache get this much slack for rounding in the kernels */
@@ -23,14 +24,18 @@ double qp_sf_to_double(struct qm_sf v)
     return ldexp((double)v.m, v.e);
 }
 
+static int64_t i32s_abs(const struct qpk_tensor *t, uint32_t i)
+{
+    int32_t q;
+    memcpy(&q, t->data + 4 * (uint64_t)i, 4);
+    return llabs((long long)q);
+}
+
 static double i32s_max_abs(const struct qpk_tensor *t)
 {
     int64_t max = 0;
-    for (uint32_t i = 0; i < t->cols; i++) {
-        int32_t q;
-        memcpy(&q, t->data + 4 * (uint64_t)i, 4);
-        max = llabs((long long)q) > max ? llabs((long long)q) : max;
-    }
+    for (uint32_t i = 0; i < t->cols; i++)
+        max = i32s_abs(t, i) > max ? i32s_abs(t, i) : max;
     return ldexp((double)max, -t->scale_exp);
 }
 
@@ -95,37 +100,84 @@ static void kv_exponents(struct qp_plan *p, const struct qpk_file *f)
     }
 }
 
+/* the larger |g| of RoPE pair i (channels i and i + half) */
+static int64_t pair_gain(const struct qpk_tensor *g, uint32_t i, uint32_t half)
+{
+    int64_t a = i32s_abs(g, i), b = i32s_abs(g, i + half);
+    return a > b ? a : b;
+}
+
 /* K channel boosts. q_norm/k_norm scales in the hundreds on a few channels
  * would leave the other channels of an int16 K vector with few bits. Each
  * RoPE channel pair i of layer l is stored as k * 2^b_i, with b_i the most
  * (up to QK_KBOOST_MAX) that keeps it under the vector's static bound:
  * 2^b_i <= max|g| / max(|g_i|, |g_i+half|). The query is scaled by
  * 2^(QK_KBOOST_MAX - b_i), so q.k gains the constant 2^QK_KBOOST_MAX. */
-static int fill_kboost(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
+static void fill_boosts(int32_t *boost, const struct qpk_tensor *g, uint32_t head_dim)
+{
+    uint32_t half = head_dim / 2;
+    int64_t gmax = 0;
+    for (uint32_t i = 0; i < head_dim; i++)
+        gmax = i32s_abs(g, i) > gmax ? i32s_abs(g, i) : gmax;
+    for (uint32_t i = 0; i < half; i++) {
+        int64_t pair = pair_gain(g, i, half);
+        int32_t b = 0;
+        while (b < QK_KBOOST_MAX && (pair << (b + 1)) <= gmax)
+            b++;
+        boost[i] = b;
+    }
+}
+
+/* K extension bits (qrun_abi.h, klayout). A rounding step of K channel i
+ * moves a score by about |q_i| * step_i, so channel i weighs
+ * w_i = gq_i * 2^-b_i (q_norm gain of its pair, its boost). Each step
+ * halves the heaviest channel's error by lending it the lowest bit of the
+ * lightest channel left, which doubles that one's: worth it while the
+ * heavy weight is more than twice the light one (the sum of squared
+ * errors falls). Channels 0..3 carry the vector's exponent tag. Returns
+ * the number of donors; equal gains (a plain checkpoint) give none. */
+static int32_t fill_extensions(int32_t *ext, const int32_t *boost, const struct qpk_tensor *gq, uint32_t head_dim)
+{
+    uint32_t half = head_dim / 2;
+    double w[QWEN3_MAX_HEAD_DIM];
+    for (uint32_t i = 0; i < head_dim; i++) {
+        w[i] = ldexp((double)pair_gain(gq, i % half, half), -boost[i % half]);
+        ext[i] = 0;
+    }
+    int32_t n_donors = 0;
+    for (;;) {
+        int heavy = -1, light = -1;
+        for (uint32_t i = 4; i < head_dim; i++) {
+            if (QK_KEXT_DONOR(ext[i]))
+                continue;
+            uint32_t x = QK_KEXT_BITS(ext[i]);
+            if (x < QK_KEXT_MAX && (heavy < 0 || ldexp(w[i], -(int)x) > ldexp(w[heavy], -(int)QK_KEXT_BITS(ext[heavy]))))
+                heavy = (int)i;
+        }
+        for (uint32_t i = 4; i < head_dim; i++)
+            if (ext[i] == 0 && (int)i != heavy && (light < 0 || w[i] < w[light]))
+                light = (int)i;
+        if (heavy < 0 || light < 0 || ldexp(w[heavy], -(int)QK_KEXT_BITS(ext[heavy])) <= 2 * w[light])
+            return n_donors;
+        ext[light] = QK_KEXT_MAKE_DONOR(heavy, QK_KEXT_BITS(ext[heavy]));
+        ext[heavy]++;
+        n_donors++;
+    }
+}
+
+/* the klayout map: per layer, boosts, extensions and the donor count */
+static int fill_klayout(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
 {
     const struct qk_config *c = &p->cfg;
-    uint32_t half = c->head_dim / 2;
-    p->kboost_table = calloc((uint64_t)c->n_layers * half, sizeof(int32_t));
-    if (!p->kboost_table)
+    uint32_t len = QK_KL_LEN(c->head_dim);
+    p->klayout_table = calloc((uint64_t)c->n_layers * len, sizeof(int32_t));
+    if (!p->klayout_table)
         return qp_fail(err, "out of memory");
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        const struct qpk_tensor *g = qpk_tensor_of(f, QPK_ROLE_K_NORM, l);
-        int64_t gmax = 0;
-        for (uint32_t i = 0; i < c->head_dim; i++) {
-            int32_t q;
-            memcpy(&q, g->data + 4 * (uint64_t)i, 4);
-            gmax = llabs((long long)q) > gmax ? llabs((long long)q) : gmax;
-        }
-        for (uint32_t i = 0; i < half; i++) {
-            int32_t a, b;
-            memcpy(&a, g->data + 4 * (uint64_t)i, 4);
-            memcpy(&b, g->data + 4 * (uint64_t)(i + half), 4);
-            int64_t pair = llabs((long long)a) > llabs((long long)b) ? llabs((long long)a) : llabs((long long)b);
-            int32_t boost = 0;
-            while (boost < QK_KBOOST_MAX && (pair << (boost + 1)) <= gmax)
-                boost++;
-            p->kboost_table[(uint64_t)l * half + i] = boost;
-        }
+        int32_t *t = p->klayout_table + (uint64_t)l * len;
+        fill_boosts(t, qpk_tensor_of(f, QPK_ROLE_K_NORM, l), c->head_dim);
+        t[QK_KL_DONORS(c->head_dim)] =
+            fill_extensions(t + QK_KL_EXT(c->head_dim), t, qpk_tensor_of(f, QPK_ROLE_Q_NORM, l), c->head_dim);
     }
     return 0;
 }
@@ -400,14 +452,14 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_NORMS, "norms", 4ull * c->hidden, 2ull * c->n_layers + 1);
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
-    set_map(p, QP_MAP_KBOOST, "kboost", 2ull * c->head_dim, c->n_layers);
+    set_map(p, QP_MAP_KLAYOUT, "klayout", 4ull * QK_KL_LEN(c->head_dim), c->n_layers);
     set_map(p, QP_MAP_KCACHE, "kcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
     set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
     set_map(p, QP_MAP_H, "h", 8ull * c->hidden, 1);
     set_map(p, QP_MAP_X, "x", 8ull * c->act_len, 1);
     set_map(p, QP_MAP_XQ, "xq", QK_XQ_BYTES(c->act_len), 1);
     set_map(p, QP_MAP_QKV, "qkv", 8ull * (c->q_dim + 2 * c->kv_dim), 1);
-    set_map(p, QP_MAP_QROT, "qrot", 8ull * c->q_dim, 1);
+    set_map(p, QP_MAP_QROT, "qrot", 16ull * c->q_dim, 1);   /* q | corrections */
     set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, 1);
     set_map(p, QP_MAP_SCORES, "scores", 8ull * c->ctx, c->n_heads);
     set_map(p, QP_MAP_PARTS, "parts", 16 + 8ull * c->head_dim, (uint64_t)c->n_heads * c->max_chunks);
@@ -483,7 +535,7 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
         else
             p->state_bytes += bytes;
     }
-    if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_kboost(p, f, err)) {
+    if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_klayout(p, f, err)) {
         qp_plan_free(p);
         return -1;
     }
@@ -500,9 +552,9 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
         qp_plan_free(p);
         return qp_fail(err, "out of memory");
     }
-    *kb = (struct qp_segment){0, q->n_layers, (const uint8_t *)p->kboost_table};
-    p->maps[QP_MAP_KBOOST].segs = kb;
-    p->maps[QP_MAP_KBOOST].n_segs = 1;
+    *kb = (struct qp_segment){0, q->n_layers, (const uint8_t *)p->klayout_table};
+    p->maps[QP_MAP_KLAYOUT].segs = kb;
+    p->maps[QP_MAP_KLAYOUT].n_segs = 1;
     return 0;
 }
 
@@ -511,6 +563,6 @@ void qp_plan_free(struct qp_plan *p)
     for (int i = 0; i < QP_MAP_COUNT; i++)
         free(p->maps[i].segs);
     free(p->rope_table);
-    free(p->kboost_table);
+    free(p->klayout_table);
     memset(p, 0, sizeof *p);
 }

@@ -11,7 +11,7 @@
 
 enum qp_map_id {
     QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_W4_HID, QP_MAP_W4_O, QP_MAP_W4_DOWN, QP_MAP_NORMS,
-    QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KBOOST, QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_XQ, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
+    QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KLAYOUT, QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_XQ, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
     QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_COUNT,
 };
 
@@ -32,7 +32,7 @@ struct qp_plan {
     struct qk_config cfg;
     struct qp_mapspec maps[QP_MAP_COUNT];
     int32_t *rope_table;        /* [ctx][head_dim / 2][cos, sin] Q30 */
-    int32_t *kboost_table;      /* [layer][head_dim / 2] K channel boosts */
+    int32_t *klayout_table;     /* [layer][QK_KL_LEN(head_dim)] K cache layout (qrun_abi.h) */
     uint64_t weight_bytes;      /* bytes of weight maps (w_*, norms) */
     uint64_t state_bytes;       /* every other map */
     uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers */

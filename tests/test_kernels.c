@@ -5,6 +5,7 @@
  * hundreds), packed as q24 and as the mixed int4 preset (i4g products with
  * their 8-bit act blocks, next to i8g ones). Needs root. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +207,67 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
 }
 END_TEST
 
+/* K channel i of the vector at `kc`, in its own cache units, decoded by
+ * the klayout rules of qrun_abi.h (the tag bits of channels 0..3 and a
+ * donor's lent bit are not part of their values) */
+static double decode_k(const int16_t *kc, const int32_t *ext, uint32_t i, uint32_t head_dim)
+{
+    uint32_t e = (uint32_t)ext[i], x = QK_KEXT_BITS(e);
+    if (i < 4 || QK_KEXT_DONOR(e))
+        return kc[i] & ~1;
+    double low = 0;
+    for (uint32_t k = 4; k < head_dim; k++)
+        if (QK_KEXT_DONOR(ext[k]) && QK_KEXT_PARTNER(ext[k]) == i)
+            low += ldexp(kc[k] & 1, (int)QK_KEXT_BIT(ext[k]) - (int)x);
+    return kc[i] + low;
+}
+
+/* The K cache layout against a float64 model of it: at position 0 (where
+ * RoPE is the identity), each stored channel of RMSNorm(k) * k_norm * 2^boost
+ * lies within half its step of the exact value, where the step is the
+ * vector's (its exponent tag) / 2^x for a channel with x extension bits,
+ * 2 steps for a donor and 1.5 for a tag channel; plus 2^-13 steps for the
+ * kernel's own fixed point (31-bit mantissas). Layer 1 of the stress
+ * checkpoint has extended channels: the heavy ones get steps of 2^-6 and finer. */
+START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t d = c->head_dim, half = d / 2, layer = 1;
+    const int32_t *kl = plan.klayout_table + layer * QK_KL_LEN(d), *ext = kl + QK_KL_EXT(d);
+    ck_assert_int_gt(kl[QK_KL_DONORS(d)], 0);
+    int64_t *qkv = calloc(1, map_len(QP_MAP_QKV));
+    ck_assert(qkv);
+    int64_t *k = qkv + c->q_dim;   /* K head 0, Q32 */
+    double sumsq = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        k[i] = (int64_t)(next_u64() % (1ull << 37)) - (1ll << 36);
+        sumsq += ldexp((double)k[i], -32) * ldexp((double)k[i], -32);
+    }
+    set_state(QP_MAP_QKV, qkv);
+    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
+    assert_state_equal("rope_store at position 0");
+    const int16_t *kc = (const int16_t *)emu->state(emu, QP_MAP_KCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
+    uint32_t sh = (kc[0] & 1) | (kc[1] & 1) << 1 | (kc[2] & 1) << 2 | (kc[3] & 1) << 3;
+    double unit = ldexp(1.0, c->k_exp[layer] - (int)sh), inv_rms = 1 / sqrt(sumsq / d + file.cfg.rms_eps);
+    const struct qpk_tensor *g = qpk_tensor_of(&file, QPK_ROLE_K_NORM, layer);
+    uint32_t finest = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        int32_t gq;
+        memcpy(&gq, g->data + 4 * (uint64_t)i, 4);
+        double exact = ldexp((double)k[i], -32) * inv_rms * ldexp(gq, -g->scale_exp) *
+                       ldexp(1.0, kl[i % half]) / unit;
+        uint32_t x = QK_KEXT_BITS(ext[i]);
+        double step = i < 4 ? 3 : QK_KEXT_DONOR(ext[i]) ? 2 : ldexp(1.0, -(int)x);
+        double err = fabs(decode_k(kc, ext, i, d) - exact);
+        ck_assert_msg(err <= step / 2 + 0x1p-13, "channel %u (x %u): error %g steps of the vector, bound %g", i,
+                      x, err, step / 2 + 0x1p-13);
+        finest = x > finest ? x : finest;
+    }
+    ck_assert_uint_ge(finest, 6);
+    free(qkv);
+}
+END_TEST
+
 START_TEST(kernels_reject_arguments_outside_the_model)
 {
     const struct qk_config *c = &plan.cfg;
@@ -245,6 +307,7 @@ int main(void)
         tcase_add_unchecked_fixture(tc, setups[k], teardown);
         tcase_add_test(tc, each_kernel_matches_its_host_twin_on_edge_values);
         tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
+        tcase_add_test(tc, k_cache_extension_bits_narrow_the_heavy_channels);
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);
