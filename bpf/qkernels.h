@@ -751,21 +751,32 @@ QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi
     *hi = qm_rshift_round(m[i + half] * c + m[i] * s, 30);
 }
 
+struct qk_kext_ctx {
+    u32 layer, pos, head;       /* head: query head, or K head (0..n_kv_heads) */
+    s32 m_exp, c_exp;           /* K: the mantissas' exponent, the vector's step */
+};
+
 /* The query's share of the donors' lowest bits (qrun_abi.h, klayout):
  * corr[e] = round(q_d / 2^(x_d - j)) - q_e for donor e of channel d. */
-QM_INLINE void qk_query_corrections(const s64 *q, const s32 *ext, s64 *corr)
+static long qk_query_corr_cb(u64 i, void *vctx)
 {
-    for (u32 k = 0; k < C.head_dim; k++) {
-        u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
-        corr[k] = 0;
-        if (!QK_KEXT_DONOR(e) || d >= C.head_dim)
-            continue;
-        u32 x = QK_KEXT_BITS(ext[d]), j = QK_KEXT_BIT(e);
-        corr[k] = qm_rshift_round(q[d], (x - j) & 31) - q[k];
-    }
+    struct qk_kext_ctx *cx = vctx;
+    u32 k = (u32)i, head = cx->head;
+    s64 *q = QK_LOOKUP(qrot, 0);
+    const s32 *kl = QK_LOOKUP(klayout, cx->layer);
+    if (!q || !kl || k >= C.head_dim || head >= C.n_heads)
+        return 1;
+    q += head * C.head_dim;
+    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
+    u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
+    s64 corr = 0;
+    if (QK_KEXT_DONOR(e) && d < C.head_dim)
+        corr = qm_rshift_round(q[d], (QK_KEXT_BITS(ext[d]) - QK_KEXT_BIT(e)) & 31) - q[k];
+    q[C.q_dim + k] = corr;
+    return 0;
 }
 
-static int qk_rotate_query(u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
+static int qk_rotate_query(u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
     u32 half = C.head_dim / 2;
     s64 *q = QK_LOOKUP(qrot, 0);
@@ -780,9 +791,11 @@ static int qk_rotate_query(u32 head, const s64 *v, const s32 *cs, const s32 *kl,
         q[k] = (s64)((u64)lo << up);
         q[k + half] = (s64)((u64)hi << up);
     }
-    if (kl[QK_KL_DONORS(C.head_dim)])
-        qk_query_corrections(q, kl + QK_KL_EXT(C.head_dim), q + C.q_dim);
     sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
+    if (kl[QK_KL_DONORS(C.head_dim)]) {
+        struct qk_kext_ctx x = {.layer = layer, .head = head};
+        QK_LOOP(C.head_dim, qk_query_corr_cb, &x);
+    }
     return 0;
 }
 
@@ -796,19 +809,30 @@ QM_INLINE s64 qk_k_fine(s64 m, s32 m_exp, s32 c_exp, u32 x)
     return qm_clamp(qm_rshift_round((s64)((u64)m << (l & 63)), r), -lim, lim);
 }
 
-/* one int16 entry of a K vector under the layer's klayout */
-QM_INLINE s16 qk_k_entry(const s64 *v, const s32 *ext, u32 k, s32 m_exp, s32 c_exp)
+/* one int16 entry of a K vector on a layer with extension bits */
+static long qk_k_entry_cb(u64 i, void *vctx)
 {
+    struct qk_kext_ctx *cx = vctx;
+    u32 k = (u32)i, layer = cx->layer;
+    const s64 *v = QK_LOOKUP(qkv, 0);
+    const s32 *kl = QK_LOOKUP(klayout, layer);
+    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + cx->pos);
+    if (!v || !kl || !kc || k >= C.head_dim || cx->head >= C.n_kv_heads)
+        return 1;
+    v += (C.n_heads + cx->head) * C.head_dim;
+    kc += cx->head * C.head_dim;
+    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
     u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
     if (QK_KEXT_DONOR(e) && d < C.head_dim) {
-        s64 even = qk_k_fine(v[k], m_exp, c_exp + 1, 0);   /* at 2 steps: its lowest bit is lent */
-        even = qm_clamp(even, -16383, 16383);
+        s64 even = qk_k_fine(v[k], cx->m_exp, cx->c_exp + 1, 0);   /* at 2 steps: its lowest bit is lent */
         u32 x = QK_KEXT_BITS(ext[d]) & 15;
-        s64 bit = (qk_k_fine(v[d], m_exp, c_exp, x) >> (QK_KEXT_BIT(e) & 15)) & 1;
-        return (s16)(even * 2 + bit);
+        s64 bit = (qk_k_fine(v[d], cx->m_exp, cx->c_exp, x) >> (QK_KEXT_BIT(e) & 15)) & 1;
+        kc[k] = (s16)(qm_clamp(even, -16383, 16383) * 2 + bit);
+        return 0;
     }
     u32 x = QK_KEXT_BITS(e) & 15;
-    return (s16)(qk_k_fine(v[k], m_exp, c_exp, x) >> x);   /* floor: the low x bits lie in donors */
+    kc[k] = (s16)(qk_k_fine(v[k], cx->m_exp, cx->c_exp, x) >> x);   /* floor: the low x bits lie in donors */
+    return 0;
 }
 
 static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
@@ -833,10 +857,15 @@ static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, co
         qk_max_abs(&max, hi);
     }
     s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
-    u32 sh = qm_cache_vector_shift(max, e, c_exp);
-    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
-    for (u32 k = 0; k < C.head_dim; k++)
-        kc[k] = qk_k_entry(v, ext, k, e, c_exp - (s32)sh);
+    u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
+    if (kl[QK_KL_DONORS(C.head_dim)]) {
+        struct qk_kext_ctx x = {.layer = layer, .pos = pos, .head = kv_head, .m_exp = e, .c_exp = c_exp - (s32)sh};
+        QK_LOOP(C.head_dim, qk_k_entry_cb, &x);
+    } else {
+        qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
+        for (u32 k = 0; k < C.head_dim; k++)
+            kc[k] = qm_to_cache16(v[k], l, r);
+    }
 QK_UNROLL
     for (u32 k = 0; k < 4; k++)
         kc[k] = qm_cache_tag(kc[k], k, sh);
@@ -861,7 +890,7 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
                          is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
     if (!is_k)
-        return qk_rotate_query(head, v, cs, kl, e);
+        return qk_rotate_query(layer, head, v, cs, kl, e);
     return qk_store_k(layer, cx->pos, head - C.n_heads, v, cs, kl, e);
 }
 
@@ -931,7 +960,7 @@ QK_UNROLL
         }
     }
     if (cx->has_ext) {
-        const s64 *corr = q + C.q_dim;   /* qk_query_corrections */
+        const s64 *corr = q + C.q_dim;   /* qk_query_corr_cb */
         for (u32 d = 0; d < C.head_dim; d += 16) {
 QK_UNROLL
             for (int t = 0; t < 16; t++) {
