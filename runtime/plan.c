@@ -128,6 +128,34 @@ static void fill_boosts(int32_t *boost, const struct qpk_tensor *g, uint32_t hea
     }
 }
 
+/* channel i's weight once its extension bits are counted */
+static double weight_left(const double *w, const int32_t *ext, int i)
+{
+    return ldexp(w[i], -(int)QK_KEXT_BITS(ext[i]));
+}
+
+/* the heaviest channel that may still take a bit (not a tag, not a donor,
+ * under QK_KEXT_MAX), and the lightest that may still lend one (neither
+ * extended nor a donor, not `heavy`); -1 when none */
+static int heaviest_open(const double *w, const int32_t *ext, uint32_t head_dim)
+{
+    int heavy = -1;
+    for (uint32_t i = 4; i < head_dim; i++)
+        if (!QK_KEXT_DONOR(ext[i]) && QK_KEXT_BITS(ext[i]) < QK_KEXT_MAX &&
+            (heavy < 0 || weight_left(w, ext, (int)i) > weight_left(w, ext, heavy)))
+            heavy = (int)i;
+    return heavy;
+}
+
+static int lightest_open(const double *w, const int32_t *ext, uint32_t head_dim, int heavy)
+{
+    int light = -1;
+    for (uint32_t i = 4; i < head_dim; i++)
+        if (ext[i] == 0 && (int)i != heavy && (light < 0 || w[i] < w[light]))
+            light = (int)i;
+    return light;
+}
+
 /* K extension bits (qrun_abi.h, klayout). A rounding step of K channel i
  * moves a score by about |q_i| * step_i, so channel i weighs
  * w_i = gq_i * 2^-b_i (q_norm gain of its pair, its boost). Each step
@@ -146,18 +174,9 @@ static int32_t fill_extensions(int32_t *ext, const int32_t *boost, const struct 
     }
     int32_t n_donors = 0;
     for (;;) {
-        int heavy = -1, light = -1;
-        for (uint32_t i = 4; i < head_dim; i++) {
-            if (QK_KEXT_DONOR(ext[i]))
-                continue;
-            uint32_t x = QK_KEXT_BITS(ext[i]);
-            if (x < QK_KEXT_MAX && (heavy < 0 || ldexp(w[i], -(int)x) > ldexp(w[heavy], -(int)QK_KEXT_BITS(ext[heavy]))))
-                heavy = (int)i;
-        }
-        for (uint32_t i = 4; i < head_dim; i++)
-            if (ext[i] == 0 && (int)i != heavy && (light < 0 || w[i] < w[light]))
-                light = (int)i;
-        if (heavy < 0 || light < 0 || ldexp(w[heavy], -(int)QK_KEXT_BITS(ext[heavy])) <= 2 * w[light])
+        int heavy = heaviest_open(w, ext, head_dim);
+        int light = heavy < 0 ? -1 : lightest_open(w, ext, head_dim, heavy);
+        if (light < 0 || weight_left(w, ext, heavy) <= 2 * w[light])
             return n_donors;
         ext[light] = QK_KEXT_MAKE_DONOR(heavy, QK_KEXT_BITS(ext[heavy]));
         ext[heavy]++;

@@ -222,6 +222,25 @@ static double decode_k(const int16_t *kc, const int32_t *ext, uint32_t i, uint32
     return kc[i] + low;
 }
 
+/* what the kernels rely on in every layer's klayout: each extended channel
+ * has exactly one donor per extension bit, none of them a tag channel */
+static void assert_klayout_consistent(const int32_t *kl, uint32_t d)
+{
+    const int32_t *ext = kl + QK_KL_EXT(d);
+    int32_t donors = 0;
+    for (uint32_t i = 0; i < d; i++) {
+        uint32_t x = QK_KEXT_BITS(ext[i]), seen = 0;
+        for (uint32_t k = 0; k < d; k++)
+            if (QK_KEXT_DONOR(ext[k]) && QK_KEXT_PARTNER(ext[k]) == i)
+                seen |= 1u << QK_KEXT_BIT(ext[k]);
+        ck_assert_msg(seen == (x && !QK_KEXT_DONOR(ext[i]) ? (1u << x) - 1 : 0), "channel %u: x %u, bits lent %#x", i,
+                      x, seen);
+        ck_assert(i >= 4 || ext[i] == 0);
+        donors += (int32_t)QK_KEXT_DONOR(ext[i]);
+    }
+    ck_assert_int_eq(donors, kl[QK_KL_DONORS(d)]);
+}
+
 /* The K cache layout against a float64 model of it: at position 0 (where
  * RoPE is the identity), each stored channel of RMSNorm(k) * k_norm * 2^boost
  * lies within half its step of the exact value, where the step is the
@@ -233,6 +252,8 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
 {
     const struct qk_config *c = &plan.cfg;
     uint32_t d = c->head_dim, half = d / 2, layer = 1;
+    for (uint32_t l = 0; l < c->n_layers; l++)
+        assert_klayout_consistent(plan.klayout_table + l * QK_KL_LEN(d), d);
     const int32_t *kl = plan.klayout_table + layer * QK_KL_LEN(d), *ext = kl + QK_KL_EXT(d);
     ck_assert_int_gt(kl[QK_KL_DONORS(d)], 0);
     int64_t *qkv = calloc(1, map_len(QP_MAP_QKV));
