@@ -736,7 +736,7 @@ QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
     u64 zmax = 0;
     for (u32 i = 0; i < C.head_dim; i++)
         qk_max_abs(&zmax, qk_rms_z(v[i], inv, g[i]));
-    u32 n = qm_bitlen(zmax), out_shift = n > out_bits ? n - out_bits : 0;
+    u32 out_shift = qm_shift_to_bits(zmax, out_bits);
     for (u32 i = 0; i < C.head_dim; i++)
         v[i] = qm_rshift_round(qk_rms_z(v[i], inv, g[i]), out_shift);
     return qk_rms_exp(inv, g_exp, out_shift);
@@ -805,8 +805,7 @@ QM_INLINE s64 qk_k_fine(s64 m, s32 m_exp, s32 c_exp, u32 x)
 {
     u32 l, r;
     qm_cache_shifts(m_exp, c_exp - (s32)x, &l, &r);
-    s64 lim = (s64)32767 << x;
-    return qm_clamp(qm_rshift_round((s64)((u64)m << (l & 63)), r), -lim, lim);
+    return qm_to_cache_wide(m, l, r, x);
 }
 
 /* one int16 entry of a K vector on a layer with extension bits */

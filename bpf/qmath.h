@@ -267,11 +267,17 @@ QM_INLINE u32 qm_sigmoid_q30(s64 x_q32)
 /* ---- activation vectors ---------------------------------------------- */
 
 /* The shift that brings a vector whose largest magnitude is max_abs to
- * mantissas of at most QM_ACT_BITS bits. */
-QM_INLINE u32 qm_act_shift(u64 max_abs)
+ * mantissas of at most `bits` bits. */
+QM_INLINE u32 qm_shift_to_bits(u64 max_abs, u32 bits)
 {
     u32 n = qm_bitlen(max_abs);
-    return n > QM_ACT_BITS ? n - QM_ACT_BITS : 0;
+    return n > bits ? n - bits : 0;
+}
+
+/* ... of at most QM_ACT_BITS bits, the act vectors' width */
+QM_INLINE u32 qm_act_shift(u64 max_abs)
+{
+    return qm_shift_to_bits(max_abs, QM_ACT_BITS);
 }
 
 /* Matrix-product accumulator -> Q32, for weights Q24 and an act vector
@@ -300,12 +306,19 @@ QM_INLINE void qm_cache_shifts(s32 m_exp, s32 c_exp, u32 *l, u32 *r)
     *r = d < 0 ? (u32)(-d > 63 ? 63 : -d) : 0;
 }
 
-/* int16 cache entry, saturating (the load-time bounds make saturation
+/* cache value m * 2^l / 2^r rounded, saturating at 32767 * 2^x (x extra
+ * fraction bits, qrun_abi.h klayout; the load-time bounds make saturation
  * unreachable); branch-free for the verifier */
+QM_INLINE s64 qm_to_cache_wide(s64 m, u32 l, u32 r, u32 x)
+{
+    s64 v = qm_rshift_round((s64)((u64)m << (l & 63)), r), lim = (s64)32767 << (x & 31);
+    return qm_clamp(v, -lim, lim);
+}
+
+/* int16 cache entry */
 QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r)
 {
-    s64 v = qm_rshift_round((s64)((u64)m << (l & 63)), r);
-    return (s16)qm_clamp(v, -32767, 32767);
+    return (s16)qm_to_cache_wide(m, l, r, 0);
 }
 
 /* ---- per-vector exponents inside an int16 cache vector -------------- */

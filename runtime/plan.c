@@ -31,12 +31,17 @@ static int64_t i32s_abs(const struct qpk_tensor *t, uint32_t i)
     return llabs((long long)q);
 }
 
-static double i32s_max_abs(const struct qpk_tensor *t)
+static int64_t i32s_max_q(const struct qpk_tensor *t)
 {
     int64_t max = 0;
     for (uint32_t i = 0; i < t->cols; i++)
         max = i32s_abs(t, i) > max ? i32s_abs(t, i) : max;
-    return ldexp((double)max, -t->scale_exp);
+    return max;
+}
+
+static double i32s_max_abs(const struct qpk_tensor *t)
+{
+    return ldexp((double)i32s_max_q(t), -t->scale_exp);
 }
 
 /* value of element (r, c) of a blocked matrix (q24, i8g or i4g) */
@@ -116,9 +121,7 @@ static int64_t pair_gain(const struct qpk_tensor *g, uint32_t i, uint32_t half)
 static void fill_boosts(int32_t *boost, const struct qpk_tensor *g, uint32_t head_dim)
 {
     uint32_t half = head_dim / 2;
-    int64_t gmax = 0;
-    for (uint32_t i = 0; i < head_dim; i++)
-        gmax = i32s_abs(g, i) > gmax ? i32s_abs(g, i) : gmax;
+    int64_t gmax = i32s_max_q(g);
     for (uint32_t i = 0; i < half; i++) {
         int64_t pair = pair_gain(g, i, half);
         int32_t b = 0;

@@ -268,7 +268,7 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
     run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
     assert_state_equal("rope_store at position 0");
     const int16_t *kc = (const int16_t *)emu->state(emu, QP_MAP_KCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
-    uint32_t sh = (kc[0] & 1) | (kc[1] & 1) << 1 | (kc[2] & 1) << 2 | (kc[3] & 1) << 3;
+    uint32_t sh = qm_cache_untag(kc);
     double unit = ldexp(1.0, c->k_exp[layer] - (int)sh), inv_rms = 1 / sqrt(sumsq / d + file.cfg.rms_eps);
     const struct qpk_tensor *g = qpk_tensor_of(&file, QPK_ROLE_K_NORM, layer);
     uint32_t finest = 0;
