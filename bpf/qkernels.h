@@ -26,7 +26,7 @@
  *            per head the donor corrections of the K extension bits
  *   gu       Q32 gate|up; SiLU(gate) in place
  *   scores   raw q.k per head [n_heads][ctx]
- *   parts    attention partial per (head, chunk)
+ *   parts    attention partial per (head, chunk) (struct qk_attn_part)
  *   logits   Q32 [vocab]; amax: argmax partial per slot; scal: scalars
  *   work     --stream: the 4-row tile blocks of the running job, staged by
  *            the host from the container (value = the widest block)
@@ -893,7 +893,8 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     return qk_store_k(layer, cx->pos, head - C.n_heads, v, cs, kl, e);
 }
 
-/* V of one KV head into the cache, with its own exponent shift (qmath.h) */
+/* V of one KV head into the cache, with its own exponent shift and
+ * stretch (qmath.h) */
 static long qk_store_v_cb(u64 i, void *vctx)
 {
     struct qk_rope_ctx *cx = vctx;
@@ -904,17 +905,22 @@ static long qk_store_v_cb(u64 i, void *vctx)
         return 1;
     const s64 *src = qkv + C.q_dim + C.kv_dim + head * C.head_dim;
     s16 *dst = vc + head * C.head_dim;
-    u64 max = 0;
-    for (u32 d = 0; d < C.head_dim; d++)
-        qk_max_abs(&max, src[d]);
+    u64 max = 0;        /* the true largest magnitude: the stretch needs more than its bit length */
+    for (u32 d = 0; d < C.head_dim; d++) {
+        u64 m = qm_abs(src[d]);
+        max = m > max ? m : max;
+    }
     s32 c_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, -QM_RESID_FRAC, c_exp), l, r;
     qm_cache_shifts(-QM_RESID_FRAC, c_exp - (s32)sh, &l, &r);
+    u32 st = qm_v_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
     for (u32 d = 0; d < C.head_dim; d++)
-        dst[d] = qm_to_cache16(src[d], l, r);
+        dst[d] = qm_to_cache16_stretched(src[d], l, r, st);
 QK_UNROLL
-    for (u32 k = 0; k < 4; k++)
+    for (u32 k = 0; k < 4; k++) {
         dst[k] = qm_cache_tag(dst[k], k, sh);
+        dst[4 + k] = qm_cache_tag(dst[4 + k], k, st);
+    }
     return 0;
 }
 
@@ -933,6 +939,7 @@ QM_INLINE int qk_rope_store(const struct qk_args *a)
 struct qk_attn_ctx {
     u32 layer, pos, n_chunks, first_task;
     u32 head, kv_head, chunk, first, count;
+    u32 min_shift;      /* smallest V vector shift read (qk_attn_part) */
     s64 max_score;
     u64 sum;
     s32 score_exp;
@@ -991,11 +998,13 @@ static long qk_attn_value_cb(u64 i, void *vctx)
         return 0;
     v += kv_head * C.head_dim;
     u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
-    s64 *acc = part + 2;
+    if (sh < cx->min_shift)
+        cx->min_shift = sh;
+    s64 w = qm_v_weight(p, qm_cache_untag(v + 4)), *acc = part + QK_PART_ACC;
     for (u32 d = 0; d < C.head_dim; d += 16) {
 QK_UNROLL
         for (int t = 0; t < 16; t++)
-            acc[d + t] += qm_rshift_round((s64)p * v[d + t], sh);
+            acc[d + t] += qm_rshift_round(w * v[d + t], sh + QM_V_WEIGHT_FRAC);
     }
     return 0;
 }
@@ -1024,15 +1033,17 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     t.max_score = 0;
     t.sum = 0;
     t.has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
+    t.min_shift = QM_CACHE_SH_MAX;
     s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
     if (!part)
         return 1;
     for (u32 d = 0; d < C.head_dim; d++)
-        part[2 + d] = 0;
+        part[QK_PART_ACC + d] = 0;
     QK_LOOP(t.count, qk_attn_score_cb, &t);
     QK_LOOP(t.count, qk_attn_value_cb, &t);
     part[0] = t.max_score;
     part[1] = (s64)t.sum;
+    part[2] = t.min_shift;
     return 0;
 }
 
@@ -1058,7 +1069,7 @@ struct qk_merge_ctx {
     s32 score_exp;
     u32 shift;          /* sum normalisation */
     s32 up;             /* 1: shift left */
-    s32 pad;
+    u32 min_shift;      /* smallest V vector shift over all partials */
 };
 
 static long qk_merge_max_cb(u64 i, void *vctx)
@@ -1069,6 +1080,21 @@ static long qk_merge_max_cb(u64 i, void *vctx)
         return 1;
     if (i == 0 || part[0] > cx->max_score)
         cx->max_score = part[0];
+    return 0;
+}
+
+/* The output's exponent follows the largest V vector any head read, not
+ * the layer's static bound, which sits ~2^9 above it on a stress model:
+ * every partial of every head (the same on both threads) bounds it. */
+static long qk_merge_bound_cb(u64 i, void *vctx)
+{
+    struct qk_merge_ctx *cx = vctx;
+    u32 head = (u32)i / cx->n_chunks, chunk = (u32)i % cx->n_chunks;
+    const s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
+    if (!part)
+        return 1;
+    if ((u64)part[2] < cx->min_shift)
+        cx->min_shift = (u32)part[2];
     return 0;
 }
 
@@ -1084,8 +1110,8 @@ static long qk_merge_add_cb(u64 i, void *vctx)
     u32 f = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
     cx->sum += (u64)qm_mul_q30(part[1], f);
     for (u32 d = 0; d < C.head_dim; d++) {
-        s64 v = qm_mul_q30(part[2 + d], f);
-        base[2 + d] = i == 0 ? v : base[2 + d] + v;
+        s64 v = qm_mul_q30(part[QK_PART_ACC + d], f);
+        base[QK_PART_ACC + d] = i == 0 ? v : base[QK_PART_ACC + d] + v;
     }
     return 0;
 }
@@ -1109,12 +1135,13 @@ static long qk_merge_head_cb(u64 i, void *vctx)
     const s64 *acc = QK_LOOKUP(parts, head * C.max_chunks);
     if (!acc || m.sum == 0)
         return 1;
-    acc += 2;
+    acc += QK_PART_ACC;
     /* o = acc / sum with the sum brought to [2^38, 2^39): |acc| <= sum *
-     * 2^15, so acc << 8 stays below 2^62 and o below 2^23 */
+     * 2^(15 - min_shift), so acc << (8 + min_shift) stays below 2^62 and o
+     * below 2^23 */
     u32 n = qm_bitlen(m.sum);
     u64 sum = n > 39 ? m.sum >> (n - 39) : m.sum << (39 - n);
-    s32 sh = 39 - (s32)n + 8;
+    s32 sh = 39 - (s32)n + 8 + (s32)m.min_shift;
     for (u32 d = 0; d < C.head_dim; d++) {
         s64 v = qm_scale_pow2(acc[d], sh);
         u64 mag = qm_abs(v);
@@ -1131,9 +1158,11 @@ QM_INLINE int qk_attn_merge(const struct qk_args *a)
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
     if (!sc)
         return -1;
-    struct qk_merge_ctx cx = {.layer = a->layer, .n_chunks = a->pos / QK_ATTN_CHUNK + 1, .first = a->begin};
+    struct qk_merge_ctx cx = {.layer = a->layer, .n_chunks = a->pos / QK_ATTN_CHUNK + 1, .first = a->begin,
+                              .min_shift = QM_CACHE_SH_MAX};
+    QK_LOOP(C.n_heads * cx.n_chunks, qk_merge_bound_cb, &cx);
     QK_LOOP(a->end - a->begin, qk_merge_head_cb, &cx);
-    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(a->layer, QK_MAX_LAYERS)]) - 8;
+    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(a->layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;
     return 0;
 }
 

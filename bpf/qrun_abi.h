@@ -128,8 +128,10 @@ enum qk_norm_target {
 struct qk_attn_part {
     s64 max_score;      /* largest raw q.k in the chunk */
     u64 sum;            /* sum of 2^-u, Q30 */
+    s64 min_shift;      /* smallest V vector shift it read: |acc| <= sum 2^(15 - min_shift) */
     s64 acc[];          /* head_dim sums of p * v16 */
 };
+#define QK_PART_ACC 3   /* acc's index in the map value (s64 entries) */
 
 /* an argmax partial: the largest logit of a row range, lowest index on ties */
 struct qk_argmax {

@@ -484,7 +484,7 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_QROT, "qrot", 16ull * c->q_dim, 1);   /* q | corrections */
     set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, 1);
     set_map(p, QP_MAP_SCORES, "scores", 8ull * c->ctx, c->n_heads);
-    set_map(p, QP_MAP_PARTS, "parts", 16 + 8ull * c->head_dim, (uint64_t)c->n_heads * c->max_chunks);
+    set_map(p, QP_MAP_PARTS, "parts", 8ull * (QK_PART_ACC + c->head_dim), (uint64_t)c->n_heads * c->max_chunks);
     set_map(p, QP_MAP_LOGITS, "logits", 8ull * c->vocab, 1);
     set_map(p, QP_MAP_AMAX, "amax", sizeof(struct qk_argmax), QK_MAX_ARGMAX_SLOTS);
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), 1);

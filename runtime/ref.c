@@ -165,6 +165,27 @@ static void round_block(double *v, const double *scale, uint32_t d, int bits)
     }
 }
 
+/* v[0..d) as the kernels store V (qmath.h qm_v_stretch): a block float of
+ * bits bits, stretched by (16 + st) / 16, st in 0..15 the most that keeps
+ * the largest entry in range */
+static void round_block_stretched(double *v, uint32_t d, int bits)
+{
+    double max = 0;
+    for (uint32_t i = 0; i < d; i++)
+        max = fmax(max, fabs(v[i]));
+    if (max == 0)
+        return;
+    int e;
+    frexp(max, &e);
+    double top = ldexp(1.0, bits - 1) - 1, step = ldexp(1.0, e - (bits - 1));
+    int st = 15;
+    while (st > 0 && max / step * (16 + st) / 16 > top)
+        st--;
+    step = step * 16 / (16 + st);
+    for (uint32_t i = 0; i < d; i++)
+        v[i] = nearbyint(v[i] / step) * step;
+}
+
 /* Variable width: pair i keeps k_bits + log2(gk_i gq_i) - mean of that over
  * the pairs (at least 2), each on a fixed grid over its static bound
  * |k| <= gk_i sqrt(head_dim) -- where the bits of a K cache do the most. */
@@ -193,7 +214,7 @@ static void round_kv_head(const struct ref_model *m, const struct ref_layer *L, 
     else if (m->k_bits)
         round_block(k, m->k_scale == REF_K_NORM ? scale : NULL, d, m->k_bits);
     if (m->v_bits)
-        round_block(v, NULL, d, m->v_bits);
+        round_block_stretched(v, d, m->v_bits);
 }
 
 void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale k_scale)

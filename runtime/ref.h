@@ -25,7 +25,8 @@ int ref_forward(struct ref_model *m, uint32_t token, uint32_t pos, double *logit
  * reference caches to `bits` bits (sign included; 0 keeps float64), as a
  * block float with one exponent per head vector, so qp-accuracy can show
  * what a cache of that width costs with no other error. K channel pairs are
- * first scaled as k_scale says. */
+ * first scaled as k_scale says; V vectors are also stretched as qrun's are
+ * (qmath.h qm_v_stretch). */
 enum ref_k_scale {
     REF_K_FLAT,         /* as they are */
     REF_K_NORM,         /* by the power of two of their k_norm gain (qrun's kboost) */

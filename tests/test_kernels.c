@@ -289,6 +289,51 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
 }
 END_TEST
 
+/* The V cache layout against a float64 model of it: at position 0, each
+ * stored entry of random V heads lies within half its step of the exact
+ * value, the step being the vector's (its shift, entries 0..3) over its
+ * stretch (16 + st) / 16 (entries 4..7); entries 0..7 give their lowest
+ * bit to those tags, so 1.5 steps there. And the stretch is the largest
+ * that fits: the largest entry reaches 32767 (16 + st) / (17 + st), less
+ * the rounding of qm_v_stretch, unless st is already 15. */
+START_TEST(v_cache_vectors_fill_their_int16_range)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t d = c->head_dim, layer = 0;
+    int64_t *qkv = calloc(1, map_len(QP_MAP_QKV));
+    ck_assert(qkv);
+    uint32_t stretches = 0;
+    for (int trial = 0; trial < 24; trial++) {
+        int64_t *v = qkv + c->q_dim + c->kv_dim;   /* V heads, Q32 */
+        uint32_t bits = 20 + (uint32_t)trial % 12; /* magnitudes 2^-13 .. 2^-1 */
+        for (uint32_t i = 0; i < c->kv_dim; i++)
+            v[i] = (int64_t)(next_u64() % (1ull << bits)) - (1ll << (bits - 1));
+        set_state(QP_MAP_QKV, qkv);
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
+        assert_state_equal("rope_store of V at position 0");
+        const int16_t *vc = (const int16_t *)emu->state(emu, QP_MAP_VCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
+        for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+            const int16_t *e = vc + h * d;
+            uint32_t sh = qm_cache_untag(e), st = qm_cache_untag(e + 4);
+            double unit = ldexp(1.0, c->v_exp[layer] - (int)sh) * 16 / (16 + st);
+            int largest = 0;
+            for (uint32_t i = 0; i < d; i++) {
+                double exact = ldexp((double)v[h * d + i], -32) / unit, err = fabs(e[i] - exact);
+                double bound = (i < 8 ? 1.5 : 0.5) + 1e-9;
+                ck_assert_msg(err <= bound, "head %u entry %u (shift %u, stretch %u): error %g steps, bound %g", h, i,
+                              sh, st, err, bound);
+                largest = abs(e[i]) > largest ? abs(e[i]) : largest;
+            }
+            ck_assert_msg(st == 15 || sh == QM_CACHE_SH_MAX || largest >= 32767.0 * (16 + st) / (17 + st) - 3,
+                          "head %u: stretch %u leaves the largest entry at %d", h, st, largest);
+            stretches += st > 0;
+        }
+    }
+    ck_assert_uint_gt(stretches, 0);
+    free(qkv);
+}
+END_TEST
+
 START_TEST(kernels_reject_arguments_outside_the_model)
 {
     const struct qk_config *c = &plan.cfg;
@@ -329,6 +374,7 @@ int main(void)
         tcase_add_test(tc, each_kernel_matches_its_host_twin_on_edge_values);
         tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
         tcase_add_test(tc, k_cache_extension_bits_narrow_the_heavy_channels);
+        tcase_add_test(tc, v_cache_vectors_fill_their_int16_range);
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);

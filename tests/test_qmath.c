@@ -87,9 +87,16 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
             c[i].b = (int64_t)(next_u64() % 60) - 40;
             break;
         case QMT_CACHE16:
+        case QMT_CACHE16_STRETCHED:
             c[i].a = a >> 30;
             c[i].b = (int64_t)(next_u64() % 60) - 40;
             c[i].c = (int64_t)(next_u64() % 60) - 40;
+            c[i].d = (int64_t)(next_u64() % 16);
+            break;
+        case QMT_V_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
+        case QMT_V_WEIGHT:
+            c[i].a = (int64_t)(next_u64() % ((1ull << 30) + 1));
+            c[i].b = (int64_t)(next_u64() % 16);
             break;
         default: break;
         }
@@ -113,6 +120,32 @@ START_TEST(every_function_matches_its_host_build)
                               (long long)io[i].r0, (long long)io[i].r1);
             }
         }
+    }
+}
+END_TEST
+
+/* A stretched cache entry is the value times (16 + st) / 16 at the cache
+ * exponent, rounded once, saturating at 32767; the stretch qm_v_stretch
+ * picks is the largest that keeps every value up to max16 + 1 in range
+ * (none at all for max16 = 32767, which the shift never leaves). */
+START_TEST(v_stretch_is_exact)
+{
+    for (int i = 0; i < 200000; i++) {
+        int64_t m = (int64_t)(next_u64() % (1ull << 40)) - (1ll << 39);
+        int32_t m_exp = -(int32_t)(next_u64() % 40), c_exp = m_exp + (int32_t)(next_u64() % 40) - 10;
+        uint32_t st = (uint32_t)(next_u64() % 16), l, r;
+        qm_cache_shifts(m_exp, c_exp, &l, &r);
+        double want = nearbyint(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16);
+        if (fabs(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16 - trunc(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16)) == 0.5)
+            continue;   /* ties: the kernels round half up, nearbyint to even */
+        want = fmax(-32767, fmin(32767, want));
+        ck_assert_msg(qm_to_cache16_stretched(m, l, r, st) == want, "m %lld at 2^%d to 2^%d, st %u: %d, want %g",
+                      (long long)m, m_exp, c_exp, st, qm_to_cache16_stretched(m, l, r, st), want);
+    }
+    for (uint64_t max16 = 0; max16 < (1u << 15); max16++) {
+        uint32_t st = qm_v_stretch(max16);
+        ck_assert(st == 0 || (max16 + 1) * (16 + st) <= 32767u * 16);
+        ck_assert(st == 15 || (max16 + 1) * (17 + st) > 32767u * 16);
     }
 }
 END_TEST
@@ -171,6 +204,7 @@ int main(void)
     tcase_add_test(bpf, every_function_matches_its_host_build);
     suite_add_tcase(s, bpf);
     TCase *acc = tcase_create("accuracy");
+    tcase_add_test(acc, v_stretch_is_exact);
     tcase_add_test(acc, exp2_neg_is_accurate);
     tcase_add_test(acc, rsqrt_is_accurate);
     tcase_add_test(acc, sigmoid_is_accurate);
