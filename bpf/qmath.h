@@ -306,19 +306,24 @@ QM_INLINE void qm_cache_shifts(s32 m_exp, s32 c_exp, u32 *l, u32 *r)
     *r = d < 0 ? (u32)(-d > 63 ? 63 : -d) : 0;
 }
 
-/* cache value m * 2^l / 2^r rounded, saturating at 32767 * 2^x (x extra
- * fraction bits, qrun_abi.h klayout; the load-time bounds make saturation
- * unreachable); branch-free for the verifier */
-QM_INLINE s64 qm_to_cache_wide(s64 m, u32 l, u32 r, u32 x)
+/* cache value m * 2^l / 2^r * (16 + st) / 16 (st: the vector's stretch,
+ * below; 0 for none) rounded once (twice only for r > 40, which no model
+ * reaches), saturating at 32767 * 2^x (x extra fraction bits, qrun_abi.h
+ * klayout; the load-time bounds make saturation unreachable); branch-free
+ * for the verifier, wrapping arithmetic */
+QM_INLINE s64 qm_to_cache_wide(s64 m, u32 l, u32 r, u32 x, u32 st)
 {
-    s64 v = qm_rshift_round((s64)((u64)m << (l & 63)), r), lim = (s64)32767 << (x & 31);
-    return qm_clamp(v, -lim, lim);
+    s64 t = (s64)((u64)m << (l & 63)), lim = (s64)32767 << (x & 31);
+    u32 pre = r > 40 ? r - 40 : 0;
+    t = qm_rshift_round(t, pre);
+    t = qm_rshift_round((s64)((u64)t * (16 + (st & 15))), r - pre + 4);
+    return qm_clamp(t, -lim, lim);
 }
 
-/* int16 cache entry */
+/* int16 cache entry, unstretched */
 QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r)
 {
-    return (s16)qm_to_cache_wide(m, l, r, 0);
+    return (s16)qm_to_cache_wide(m, l, r, 0, 0);
 }
 
 /* ---- per-vector exponents inside an int16 cache vector -------------- */
@@ -350,42 +355,47 @@ QM_INLINE u32 qm_cache_untag(const s16 *v)
     return (u32)((v[0] & 1) | (v[1] & 1) << 1 | (v[2] & 1) << 2 | (v[3] & 1) << 3);
 }
 
-/* ---- V vectors: a stretch on top of the exponent --------------------- */
+/* ---- a stretch on top of the exponent -------------------------------- */
 
 /* A power-of-two shift leaves a vector's largest entry anywhere in
- * [2^14, 2^15): half a bit unused on average. A V vector is also stored
- * times (16 + st) / 16, st in 0..15 the most that keeps that entry within
- * int16; st rides in the lowest bit of entries 4..7 (qm_cache_tag, read
- * with qm_cache_untag(v + 4)). Measured on the stress checkpoint's float64
- * reference, it halves the mean KL a 16-bit V cache costs. */
+ * [2^14, 2^15): half a bit unused on average. K and V vectors are also
+ * stored times (16 + st) / 16, st in 0..15 the most that keeps that entry
+ * within int16; st rides in the lowest bit of entries 4..7 (qm_cache_tag,
+ * read with qm_cache_untag(v + 4)). Measured on the stress checkpoint, V's
+ * stretch alone took qrun's mean KL from 1.4e-3 to 1.1e-4. */
+#define QM_CACHE_TAG_ENTRIES 8  /* entries whose lowest bit is the shift and the stretch */
 #define QM_V_WEIGHT_FRAC 8      /* extra fraction bits of qm_v_weight */
 
 /* st for a vector whose largest entry, at the vector's shift and rounded,
  * is max16: (max16 + 1) (16 + st) <= 32767 * 16, so even the unrounded
  * entry stays within int16 */
-QM_INLINE u32 qm_v_stretch(u64 max16)
+QM_INLINE u32 qm_cache_stretch(u64 max16)
 {
     u64 s = (u64)32767 * 16 / (max16 + 1);
     return s < 16 ? 0 : s > 31 ? 15 : (u32)(s - 16);
 }
 
-/* int16 entry of m * 2^l / 2^r * (16 + st) / 16, rounded once (twice only
- * for r > 40, which no model reaches), saturating; wrapping arithmetic */
+/* int16 entry of m * 2^l / 2^r * (16 + st) / 16 */
 QM_INLINE s16 qm_to_cache16_stretched(s64 m, u32 l, u32 r, u32 st)
 {
-    s64 t = (s64)((u64)m << (l & 63));
-    u32 pre = r > 40 ? r - 40 : 0;
-    t = qm_rshift_round(t, pre);
-    t = qm_rshift_round((s64)((u64)t * (16 + (st & 15))), r - pre + 4);
-    return (s16)qm_clamp(t, -32767, 32767);
+    return (s16)qm_to_cache_wide(m, l, r, 0, st);
 }
 
-/* attention weight p (Q30) undoing a vector's stretch: p * 16 / (16 + st)
+/* attention weight p (Q30) undoing a V vector's stretch: p * 16 / (16 + st)
  * with QM_V_WEIGHT_FRAC more fraction bits, rounded */
 QM_INLINE s64 qm_v_weight(u64 p, u32 st)
 {
     u64 d = 16 + (st & 15);
     return (s64)(((p << (4 + QM_V_WEIGHT_FRAC)) + d / 2) / d);
+}
+
+/* a score against a K vector, undoing its stretch: s * 16 / (16 + st),
+ * rounded half away from zero, exact for any |s| < 2^62 */
+QM_INLINE s64 qm_k_unstretch(s64 s, u32 st)
+{
+    u64 d = 16 + (st & 15), mag = qm_abs(s), q = mag / d;
+    u64 r = q * 16 + ((mag - q * d) * 16 + d / 2) / d;
+    return s < 0 ? -(s64)r : (s64)r;
 }
 
 #endif
