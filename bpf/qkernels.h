@@ -866,7 +866,7 @@ static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, co
         QK_LOOP(C.head_dim, qk_k_entry_cb, &x);
     } else {
         for (u32 k = 0; k < C.head_dim; k++)
-            kc[k] = qm_to_cache16_stretched(v[k], l, r, st);
+            kc[k] = qm_to_cache16(v[k], l, r, st);
     }
 QK_UNROLL
     for (u32 k = 0; k < 4; k++) {
@@ -920,7 +920,7 @@ static long qk_store_v_cb(u64 i, void *vctx)
     qm_cache_shifts(-QM_RESID_FRAC, c_exp - (s32)sh, &l, &r);
     u32 st = qm_cache_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
     for (u32 d = 0; d < C.head_dim; d++)
-        dst[d] = qm_to_cache16_stretched(src[d], l, r, st);
+        dst[d] = qm_to_cache16(src[d], l, r, st);
 QK_UNROLL
     for (u32 k = 0; k < 4; k++) {
         dst[k] = qm_cache_tag(dst[k], k, sh);

@@ -320,10 +320,10 @@ QM_INLINE s64 qm_to_cache_wide(s64 m, u32 l, u32 r, u32 x, u32 st)
     return qm_clamp(t, -lim, lim);
 }
 
-/* int16 cache entry, unstretched */
-QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r)
+/* int16 cache entry of m * 2^l / 2^r * (16 + st) / 16 */
+QM_INLINE s16 qm_to_cache16(s64 m, u32 l, u32 r, u32 st)
 {
-    return (s16)qm_to_cache_wide(m, l, r, 0, 0);
+    return (s16)qm_to_cache_wide(m, l, r, 0, st);
 }
 
 /* ---- per-vector exponents inside an int16 cache vector -------------- */
@@ -373,12 +373,6 @@ QM_INLINE u32 qm_cache_stretch(u64 max16)
 {
     u64 s = (u64)32767 * 16 / (max16 + 1);
     return s < 16 ? 0 : s > 31 ? 15 : (u32)(s - 16);
-}
-
-/* int16 entry of m * 2^l / 2^r * (16 + st) / 16 */
-QM_INLINE s16 qm_to_cache16_stretched(s64 m, u32 l, u32 r, u32 st)
-{
-    return (s16)qm_to_cache_wide(m, l, r, 0, st);
 }
 
 /* attention weight p (Q30) undoing a V vector's stretch: p * 16 / (16 + st)

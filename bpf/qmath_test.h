@@ -11,7 +11,7 @@
 enum qmt_fn {
     QMT_RSHIFT_ROUND, QMT_SCALE_POW2, QMT_BITLEN, QMT_MUL_Q30, QMT_SF_MAKE, QMT_SF_MUL, QMT_SF_ADD,
     QMT_SF_RSQRT, QMT_EXP2_NEG, QMT_LOG2_ARG, QMT_SIGMOID, QMT_ACT_SHIFT, QMT_ACC_TO_Q32, QMT_CACHE16,
-    QMT_V_STRETCH, QMT_CACHE16_STRETCHED, QMT_V_WEIGHT, QMT_K_UNSTRETCH,
+    QMT_CACHE_STRETCH, QMT_V_WEIGHT, QMT_K_UNSTRETCH,
     QMT_COUNT,
 };
 
@@ -40,16 +40,10 @@ QM_INLINE void qmt_eval(u32 fn, struct qmt_case *c)
     case QMT_CACHE16: {
         u32 l, r2;
         qm_cache_shifts((s32)c->b, (s32)c->c, &l, &r2);
-        c->r0 = qm_to_cache16(c->a, l, r2);
+        c->r0 = qm_to_cache16(c->a, l, r2, (u32)c->d);
         break;
     }
-    case QMT_V_STRETCH: c->r0 = qm_cache_stretch((u64)c->a); break;
-    case QMT_CACHE16_STRETCHED: {
-        u32 l, r2;
-        qm_cache_shifts((s32)c->b, (s32)c->c, &l, &r2);
-        c->r0 = qm_to_cache16_stretched(c->a, l, r2, (u32)c->d);
-        break;
-    }
+    case QMT_CACHE_STRETCH: c->r0 = qm_cache_stretch((u64)c->a); break;
     case QMT_V_WEIGHT: c->r0 = qm_v_weight((u64)c->a, (u32)c->b); break;
     case QMT_K_UNSTRETCH: c->r0 = qm_k_unstretch(c->a, (u32)c->b); break;
     default: break;

@@ -87,13 +87,12 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
             c[i].b = (int64_t)(next_u64() % 60) - 40;
             break;
         case QMT_CACHE16:
-        case QMT_CACHE16_STRETCHED:
             c[i].a = a >> 30;
             c[i].b = (int64_t)(next_u64() % 60) - 40;
             c[i].c = (int64_t)(next_u64() % 60) - 40;
             c[i].d = (int64_t)(next_u64() % 16);
             break;
-        case QMT_V_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
+        case QMT_CACHE_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
         case QMT_K_UNSTRETCH:
             c[i].a = a >> 2;   /* |s| < 2^62 */
             c[i].b = (int64_t)(next_u64() % 16);
@@ -144,8 +143,8 @@ START_TEST(v_stretch_is_exact)
         if (fabs(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16 - trunc(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16)) == 0.5)
             continue;   /* ties: the kernels round half up, nearbyint to even */
         want = fmax(-32767, fmin(32767, want));
-        ck_assert_msg(qm_to_cache16_stretched(m, l, r, st) == want, "m %lld at 2^%d to 2^%d, st %u: %d, want %g",
-                      (long long)m, m_exp, c_exp, st, qm_to_cache16_stretched(m, l, r, st), want);
+        ck_assert_msg(qm_to_cache16(m, l, r, st) == want, "m %lld at 2^%d to 2^%d, st %u: %d, want %g",
+                      (long long)m, m_exp, c_exp, st, qm_to_cache16(m, l, r, st), want);
     }
     for (int i = 0; i < 200000; i++) {
         int64_t sc = (int64_t)(next_u64() >> (2 + next_u64() % 62)) * (next_u64() & 1 ? -1 : 1);
