@@ -754,7 +754,6 @@ QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi
 struct qk_kext_ctx {
     u32 layer, pos, head;       /* head: query head, or K head (0..n_kv_heads) */
     s32 m_exp, c_exp;           /* K: the mantissas' exponent, the vector's step */
-    u32 st;                     /* K: the vector's stretch (qmath.h) */
 };
 
 /* The query's share of the donors' lowest bits (qrun_abi.h, klayout):
@@ -801,12 +800,12 @@ static int qk_rotate_query(u32 layer, u32 head, const s64 *v, const s32 *cs, con
 }
 
 /* K channel k at 2^x finer steps than the vector's (m_exp: the mantissa's
- * exponent, c_exp: the vector's step, st: its stretch), |result| <= 32767 * 2^x */
-QM_INLINE s64 qk_k_fine(s64 m, s32 m_exp, s32 c_exp, u32 x, u32 st)
+ * exponent, c_exp: the vector's step), |result| <= 32767 * 2^x */
+QM_INLINE s64 qk_k_fine(s64 m, s32 m_exp, s32 c_exp, u32 x)
 {
     u32 l, r;
     qm_cache_shifts(m_exp, c_exp - (s32)x, &l, &r);
-    return qm_to_cache_wide(m, l, r, x, st);
+    return qm_to_cache_wide(m, l, r, x, 0);
 }
 
 /* one int16 entry of a K vector on a layer with extension bits */
@@ -824,14 +823,14 @@ static long qk_k_entry_cb(u64 i, void *vctx)
     const s32 *ext = kl + QK_KL_EXT(C.head_dim);
     u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
     if (QK_KEXT_DONOR(e) && d < C.head_dim) {
-        s64 even = qk_k_fine(v[k], cx->m_exp, cx->c_exp + 1, 0, cx->st);   /* at 2 steps: its lowest bit is lent */
+        s64 even = qk_k_fine(v[k], cx->m_exp, cx->c_exp + 1, 0);   /* at 2 steps: its lowest bit is lent */
         u32 x = QK_KEXT_BITS(ext[d]) & 15;
-        s64 bit = (qk_k_fine(v[d], cx->m_exp, cx->c_exp, x, cx->st) >> (QK_KEXT_BIT(e) & 15)) & 1;
+        s64 bit = (qk_k_fine(v[d], cx->m_exp, cx->c_exp, x) >> (QK_KEXT_BIT(e) & 15)) & 1;
         kc[k] = (s16)(qm_clamp(even, -16383, 16383) * 2 + bit);
         return 0;
     }
     u32 x = QK_KEXT_BITS(e) & 15;
-    kc[k] = (s16)(qk_k_fine(v[k], cx->m_exp, cx->c_exp, x, cx->st) >> x);   /* floor: the low x bits lie in donors */
+    kc[k] = (s16)(qk_k_fine(v[k], cx->m_exp, cx->c_exp, x) >> x);   /* floor: the low x bits lie in donors */
     return 0;
 }
 
@@ -853,26 +852,22 @@ static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, co
         hi = (s64)((u64)hi << up);
         v[k] = lo;
         v[k + half] = hi;
-        max = qm_abs(lo) > max ? qm_abs(lo) : max;
-        max = qm_abs(hi) > max ? qm_abs(hi) : max;
+        qk_max_abs(&max, lo);
+        qk_max_abs(&max, hi);
     }
     s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
-    qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
-    u32 st = qm_cache_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
     if (kl[QK_KL_DONORS(C.head_dim)]) {
-        struct qk_kext_ctx x = {.layer = layer, .pos = pos, .head = kv_head, .m_exp = e, .c_exp = c_exp - (s32)sh,
-                                .st = st};
+        struct qk_kext_ctx x = {.layer = layer, .pos = pos, .head = kv_head, .m_exp = e, .c_exp = c_exp - (s32)sh};
         QK_LOOP(C.head_dim, qk_k_entry_cb, &x);
     } else {
+        qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
         for (u32 k = 0; k < C.head_dim; k++)
-            kc[k] = qm_to_cache16(v[k], l, r, st);
+            kc[k] = qm_to_cache16(v[k], l, r, 0);
     }
 QK_UNROLL
-    for (u32 k = 0; k < 4; k++) {
+    for (u32 k = 0; k < 4; k++)
         kc[k] = qm_cache_tag(kc[k], k, sh);
-        kc[4 + k] = qm_cache_tag(kc[4 + k], k, st);
-    }
     return 0;
 }
 
@@ -918,7 +913,7 @@ static long qk_store_v_cb(u64 i, void *vctx)
     s32 c_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, -QM_RESID_FRAC, c_exp), l, r;
     qm_cache_shifts(-QM_RESID_FRAC, c_exp - (s32)sh, &l, &r);
-    u32 st = qm_cache_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
+    u32 st = qm_v_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
     for (u32 d = 0; d < C.head_dim; d++)
         dst[d] = qm_to_cache16(src[d], l, r, st);
 QK_UNROLL
@@ -980,7 +975,7 @@ QK_UNROLL
             }
         }
     }
-    s = qm_rshift_round(qm_k_unstretch(s, qm_cache_untag(k + 4)), qm_cache_untag(k));   /* to the layer's K exponent */
+    s = qm_rshift_round(s, qm_cache_untag(k));   /* to the layer's K exponent */
     sc[j] = s;
     if (i == 0 || s > cx->max_score)
         cx->max_score = s;

@@ -11,7 +11,7 @@
 enum qmt_fn {
     QMT_RSHIFT_ROUND, QMT_SCALE_POW2, QMT_BITLEN, QMT_MUL_Q30, QMT_SF_MAKE, QMT_SF_MUL, QMT_SF_ADD,
     QMT_SF_RSQRT, QMT_EXP2_NEG, QMT_LOG2_ARG, QMT_SIGMOID, QMT_ACT_SHIFT, QMT_ACC_TO_Q32, QMT_CACHE16,
-    QMT_CACHE_STRETCH, QMT_V_WEIGHT, QMT_K_UNSTRETCH,
+    QMT_V_STRETCH, QMT_V_WEIGHT,
     QMT_COUNT,
 };
 
@@ -43,9 +43,8 @@ QM_INLINE void qmt_eval(u32 fn, struct qmt_case *c)
         c->r0 = qm_to_cache16(c->a, l, r2, (u32)c->d);
         break;
     }
-    case QMT_CACHE_STRETCH: c->r0 = qm_cache_stretch((u64)c->a); break;
+    case QMT_V_STRETCH: c->r0 = qm_v_stretch((u64)c->a); break;
     case QMT_V_WEIGHT: c->r0 = qm_v_weight((u64)c->a, (u32)c->b); break;
-    case QMT_K_UNSTRETCH: c->r0 = qm_k_unstretch(c->a, (u32)c->b); break;
     default: break;
     }
 }

@@ -143,7 +143,7 @@ static double weight_left(const double *w, const int32_t *ext, int i)
 static int heaviest_open(const double *w, const int32_t *ext, uint32_t head_dim)
 {
     int heavy = -1;
-    for (uint32_t i = QM_CACHE_TAG_ENTRIES; i < head_dim; i++)
+    for (uint32_t i = 4; i < head_dim; i++)
         if (!QK_KEXT_DONOR(ext[i]) && QK_KEXT_BITS(ext[i]) < QK_KEXT_MAX &&
             (heavy < 0 || weight_left(w, ext, (int)i) > weight_left(w, ext, heavy)))
             heavy = (int)i;
@@ -153,7 +153,7 @@ static int heaviest_open(const double *w, const int32_t *ext, uint32_t head_dim)
 static int lightest_open(const double *w, const int32_t *ext, uint32_t head_dim, int heavy)
 {
     int light = -1;
-    for (uint32_t i = QM_CACHE_TAG_ENTRIES; i < head_dim; i++)
+    for (uint32_t i = 4; i < head_dim; i++)
         if (ext[i] == 0 && (int)i != heavy && (light < 0 || w[i] < w[light]))
             light = (int)i;
     return light;
@@ -165,7 +165,7 @@ static int lightest_open(const double *w, const int32_t *ext, uint32_t head_dim,
  * halves the heaviest channel's error by lending it the lowest bit of the
  * lightest channel left, which doubles that one's: worth it while the
  * heavy weight is more than twice the light one (the sum of squared
- * errors falls). Channels 0..7 carry the vector's shift and stretch. Returns
+ * errors falls). Channels 0..3 carry the vector's exponent tag. Returns
  * the number of donors; equal gains (a plain checkpoint) give none. */
 static int32_t fill_extensions(int32_t *ext, const int32_t *boost, const struct qpk_tensor *gq, uint32_t head_dim)
 {

@@ -165,7 +165,7 @@ static void round_block(double *v, const double *scale, uint32_t d, int bits)
     }
 }
 
-/* v[0..d) as the kernels store V (qmath.h qm_cache_stretch): a block float of
+/* v[0..d) as the kernels store V (qmath.h qm_v_stretch): a block float of
  * bits bits, stretched by (16 + st) / 16, st in 0..15 the most that keeps
  * the largest entry in range */
 static void round_block_stretched(double *v, uint32_t d, int bits)

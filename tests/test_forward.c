@@ -116,15 +116,10 @@ START_TEST(stress_model_bpf_equals_emu_and_follows_reference)
     uint32_t agree;
     /* Stress logits are ~15, norm scales in the hundreds, attention scores
      * in the thousands: a near-tie between two positions can flip on a
-     * rounding of the int16 KV cache, and this one sequence's worst
-     * position is such a tie. Measured: max 0.238 over 300 positions with
-     * the K stretch (0.163 before it, 0.12 before the K extension bits),
-     * while over 1024 positions of this model (qp-accuracy --prompts 16
-     * --positions 64, seeds 3 5 9) the stretch took the max from 2.11,
-     * 1.2, 3.56 to 0.56, 0.31, 3.35 and the mean KL from 2.2e-4, 1.1e-4,
-     * 1.0e-3 to 3.3e-5, 1.0e-5, 1.05e-3. The bound is that worst tie's,
-     * with a margin for the next change of rounding to move it. */
-    compare_backends("--preset tiny --seed 8 --stress", 300, 0.3, &worst, &agree);
+     * rounding of the int16 KV cache. Measured: max 0.163 over 300 positions
+     * (0.12 before the K extension bits, which a head_dim of 16 barely
+     * uses: a near-tie moved); the bound leaves room for machines, not bugs. */
+    compare_backends("--preset tiny --seed 8 --stress", 300, 0.2, &worst, &agree);
     printf("stress: max |logit - reference| over 300 positions: %.3g, top-1 agreement %u/300\n", worst, agree);
 }
 END_TEST

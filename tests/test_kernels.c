@@ -213,10 +213,10 @@ END_TEST
 static double decode_k(const int16_t *kc, const int32_t *ext, uint32_t i, uint32_t head_dim)
 {
     uint32_t e = (uint32_t)ext[i], x = QK_KEXT_BITS(e);
-    if (i < QM_CACHE_TAG_ENTRIES || QK_KEXT_DONOR(e))
+    if (i < 4 || QK_KEXT_DONOR(e))
         return kc[i] & ~1;
     double low = 0;
-    for (uint32_t k = QM_CACHE_TAG_ENTRIES; k < head_dim; k++)
+    for (uint32_t k = 4; k < head_dim; k++)
         if (QK_KEXT_DONOR(ext[k]) && QK_KEXT_PARTNER(ext[k]) == i)
             low += ldexp(kc[k] & 1, (int)QK_KEXT_BIT(ext[k]) - (int)x);
     return kc[i] + low;
@@ -235,7 +235,7 @@ static void assert_klayout_consistent(const int32_t *kl, uint32_t d)
                 seen |= 1u << QK_KEXT_BIT(ext[k]);
         ck_assert_msg(seen == (x && !QK_KEXT_DONOR(ext[i]) ? (1u << x) - 1 : 0), "channel %u: x %u, bits lent %#x", i,
                       x, seen);
-        ck_assert(i >= QM_CACHE_TAG_ENTRIES || ext[i] == 0);
+        ck_assert(i >= 4 || ext[i] == 0);
         donors += (int32_t)QK_KEXT_DONOR(ext[i]);
     }
     ck_assert_int_eq(donors, kl[QK_KL_DONORS(d)]);
@@ -244,9 +244,8 @@ static void assert_klayout_consistent(const int32_t *kl, uint32_t d)
 /* The K cache layout against a float64 model of it: at position 0 (where
  * RoPE is the identity), each stored channel of RMSNorm(k) * k_norm * 2^boost
  * lies within half its step of the exact value, where the step is the
- * vector's (its shift over its stretch, the tags of entries 0..7) / 2^x for
- * a channel with x extension bits, 2 steps for a donor and 3 for a tag
- * entry (its lowest bit is the tag); plus 2^-13 steps for the
+ * vector's (its exponent tag) / 2^x for a channel with x extension bits,
+ * 2 steps for a donor and 1.5 for a tag channel; plus 2^-13 steps for the
  * kernel's own fixed point (31-bit mantissas). Layer 1 of the stress
  * checkpoint has extended channels: the heavy ones get steps of 2^-6 and finer. */
 START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
@@ -269,8 +268,8 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
     run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
     assert_state_equal("rope_store at position 0");
     const int16_t *kc = (const int16_t *)emu->state(emu, QP_MAP_KCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
-    uint32_t sh = qm_cache_untag(kc), st = qm_cache_untag(kc + 4);
-    double unit = ldexp(1.0, c->k_exp[layer] - (int)sh) * 16 / (16 + st), inv_rms = 1 / sqrt(sumsq / d + file.cfg.rms_eps);
+    uint32_t sh = qm_cache_untag(kc);
+    double unit = ldexp(1.0, c->k_exp[layer] - (int)sh), inv_rms = 1 / sqrt(sumsq / d + file.cfg.rms_eps);
     const struct qpk_tensor *g = qpk_tensor_of(&file, QPK_ROLE_K_NORM, layer);
     uint32_t finest = 0;
     for (uint32_t i = 0; i < d; i++) {
@@ -279,7 +278,7 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
         double exact = ldexp((double)k[i], -32) * inv_rms * ldexp(gq, -g->scale_exp) *
                        ldexp(1.0, kl[i % half]) / unit;
         uint32_t x = QK_KEXT_BITS(ext[i]);
-        double step = i < QM_CACHE_TAG_ENTRIES ? 3 : QK_KEXT_DONOR(ext[i]) ? 2 : ldexp(1.0, -(int)x);
+        double step = i < 4 ? 3 : QK_KEXT_DONOR(ext[i]) ? 2 : ldexp(1.0, -(int)x);
         double err = fabs(decode_k(kc, ext, i, d) - exact);
         ck_assert_msg(err <= step / 2 + 0x1p-13, "channel %u (x %u): error %g steps of the vector, bound %g", i,
                       x, err, step / 2 + 0x1p-13);
@@ -296,7 +295,7 @@ END_TEST
  * stretch (16 + st) / 16 (entries 4..7); entries 0..7 give their lowest
  * bit to those tags, so 1.5 steps there. And the stretch is the largest
  * that fits: the largest entry reaches 32767 (16 + st) / (17 + st), less
- * the rounding of qm_cache_stretch, unless st is already 15. */
+ * the rounding of qm_v_stretch, unless st is already 15. */
 START_TEST(v_cache_vectors_fill_their_int16_range)
 {
     const struct qk_config *c = &plan.cfg;

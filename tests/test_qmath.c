@@ -92,11 +92,7 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
             c[i].c = (int64_t)(next_u64() % 60) - 40;
             c[i].d = (int64_t)(next_u64() % 16);
             break;
-        case QMT_CACHE_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
-        case QMT_K_UNSTRETCH:
-            c[i].a = a >> 2;   /* |s| < 2^62 */
-            c[i].b = (int64_t)(next_u64() % 16);
-            break;
+        case QMT_V_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
         case QMT_V_WEIGHT:
             c[i].a = (int64_t)(next_u64() % ((1ull << 30) + 1));
             c[i].b = (int64_t)(next_u64() % 16);
@@ -128,8 +124,7 @@ START_TEST(every_function_matches_its_host_build)
 END_TEST
 
 /* A stretched cache entry is the value times (16 + st) / 16 at the cache
- * exponent, rounded once, saturating at 32767; a K score is unstretched
- * exactly (against 128-bit integers); the stretch qm_cache_stretch
+ * exponent, rounded once, saturating at 32767; the stretch qm_v_stretch
  * picks is the largest that keeps every value up to max16 + 1 in range
  * (none at all for max16 = 32767, which the shift never leaves). */
 START_TEST(v_stretch_is_exact)
@@ -146,17 +141,8 @@ START_TEST(v_stretch_is_exact)
         ck_assert_msg(qm_to_cache16(m, l, r, st) == want, "m %lld at 2^%d to 2^%d, st %u: %d, want %g",
                       (long long)m, m_exp, c_exp, st, qm_to_cache16(m, l, r, st), want);
     }
-    for (int i = 0; i < 200000; i++) {
-        int64_t sc = (int64_t)(next_u64() >> (2 + next_u64() % 62)) * (next_u64() & 1 ? -1 : 1);
-        uint32_t st = (uint32_t)(next_u64() % 16);
-        /* exact: s * 16 / (16 + st) in 128-bit integers, half away from zero */
-        unsigned __int128 num = (unsigned __int128)qm_abs(sc) * 16;
-        int64_t mag = (int64_t)((num + (16 + st) / 2) / (16 + st)), want = sc < 0 ? -mag : mag;
-        ck_assert_msg(qm_k_unstretch(sc, st) == want, "s %lld, st %u: %lld, want %lld", (long long)sc, st,
-                      (long long)qm_k_unstretch(sc, st), (long long)want);
-    }
     for (uint64_t max16 = 0; max16 < (1u << 15); max16++) {
-        uint32_t st = qm_cache_stretch(max16);
+        uint32_t st = qm_v_stretch(max16);
         ck_assert(st == 0 || (max16 + 1) * (16 + st) <= 32767u * 16);
         ck_assert(st == 15 || (max16 + 1) * (17 + st) > 32767u * 16);
     }
