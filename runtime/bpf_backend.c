@@ -132,8 +132,9 @@ static const char *load_hint(int e)
 
 /* The weights go in through BPF_MAP_UPDATE_BATCH, not the maps' user
  * mappings: the kernel writes them through the address the kernels read
- * them from. On a host that builds page tables lazily (this VM: ~2 s per GB
- * for the first touch of each mapping) that first touch is then paid once,
+ * them from. On a host that builds page tables lazily (this VM keeps shadow
+ * page tables: ~4 s per GB and core for the first touch of a page through
+ * each mapping, measured on plain anonymous memory too) that touch is paid once,
  * at load, on both cores, instead of once through a user mapping and again
  * in the first token's kernel calls (up to 120 ms per call). */
 #define COPY_KEYS 256           /* keys per batch: 4 MiB of 0.6B q24 blocks */
