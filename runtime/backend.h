@@ -4,6 +4,7 @@
 #ifndef QP_BACKEND_H
 #define QP_BACKEND_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -40,5 +41,8 @@ int qp_emu_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err
 /* The BPF backend: creates the maps, copies the weights in, loads and
  * verifies the programs. */
 int qp_bpf_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err);
+/* false when loading a two-instruction socket filter is refused for
+ * privilege: tells a missing privilege from a verifier's refusal */
+bool qp_bpf_may_load(void);
 
 #endif

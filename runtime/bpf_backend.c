@@ -104,9 +104,7 @@ static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
     return 0;
 }
 
-/* whether this process may load a BPF program at all: the verifier's
- * refusal of one kernel comes back as EACCES too */
-static bool may_load_bpf(void)
+bool qp_bpf_may_load(void)
 {
     const struct bpf_insn insns[2] = {
         {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
@@ -114,14 +112,14 @@ static bool may_load_bpf(void)
     };
     int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "qrun_probe", "GPL", insns, 2, NULL);
     if (fd < 0)
-        return false;
+        return errno != EPERM && errno != EACCES;
     close(fd);
     return true;
 }
 
 static const char *load_hint(int e)
 {
-    if ((e == EPERM || e == EACCES) && may_load_bpf())
+    if ((e == EPERM || e == EACCES) && qp_bpf_may_load())
         return "the kernel's verifier refused a kernel for this model's sizes (QP_BPF_LOG=1 prints its log)";
     if (e == EPERM || e == EACCES)
         return "qrun needs root or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN to load BPF programs";

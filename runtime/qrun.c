@@ -15,11 +15,9 @@
  * Exit status: 0 done, 1 error, 2 bad usage, 128 + signal when SIGINT or
  * SIGTERM stopped it (130, 143). Errors are one line on stderr.
  */
-#include <bpf/bpf.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <linux/bpf.h>
 #include <linux/capability.h>
 #include <math.h>
 #include <signal.h>
@@ -305,17 +303,8 @@ static int check_bpf_privilege(void)
 #define HAS_CAP(c) ((eff >> (c)) & 1)
     bool ok = known ? HAS_CAP(CAP_SYS_ADMIN) || (HAS_CAP(CAP_BPF) && HAS_CAP(CAP_PERFMON)) : geteuid() == 0;
 #undef HAS_CAP
-    if (ok) {
-        const struct bpf_insn insns[2] = {
-            {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
-            {.code = BPF_JMP | BPF_EXIT},
-        };
-        int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "qrun_probe", "GPL", insns, 2, NULL);
-        if (fd >= 0)
-            close(fd);
-        else if (errno == EPERM || errno == EACCES)
-            ok = false;
-    }
+    if (ok)
+        ok = qp_bpf_may_load();
     if (!ok) {
         fprintf(stderr, "qrun: loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u)\n",
                 (unsigned)geteuid());

@@ -124,7 +124,8 @@ START_TEST(every_function_matches_its_host_build)
 END_TEST
 
 /* A stretched cache entry is the value times (16 + st) / 16 at the cache
- * exponent, rounded once, saturating at 32767; the stretch qm_v_stretch
+ * exponent, rounded once, saturating at 32767; the attention weight that
+ * undoes it is p 2^12 / (16 + st) rounded; the stretch qm_v_stretch
  * picks is the largest that keeps every value up to max16 + 1 in range
  * (none at all for max16 = 32767, which the shift never leaves). */
 START_TEST(v_stretch_is_exact)
@@ -134,13 +135,19 @@ START_TEST(v_stretch_is_exact)
         int32_t m_exp = -(int32_t)(next_u64() % 40), c_exp = m_exp + (int32_t)(next_u64() % 40) - 10;
         uint32_t st = (uint32_t)(next_u64() % 16), l, r;
         qm_cache_shifts(m_exp, c_exp, &l, &r);
-        double want = nearbyint(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16);
-        if (fabs(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16 - trunc(ldexp((double)m, m_exp - c_exp) * (16 + st) / 16)) == 0.5)
+        double exact = ldexp((double)m, m_exp - c_exp) * (16 + st) / 16;
+        if (fabs(exact - trunc(exact)) == 0.5)
             continue;   /* ties: the kernels round half up, nearbyint to even */
-        want = fmax(-32767, fmin(32767, want));
+        double want = fmax(-32767, fmin(32767, nearbyint(exact)));
         ck_assert_msg(qm_to_cache16(m, l, r, st) == want, "m %lld at 2^%d to 2^%d, st %u: %d, want %g",
                       (long long)m, m_exp, c_exp, st, qm_to_cache16(m, l, r, st), want);
     }
+    for (uint64_t p = 0; p <= (1u << 30); p += 4099)
+        for (uint32_t st = 0; st < 16; st++) {
+            double exact = ldexp((double)p, 12) / (16 + st);
+            if (fabs(exact - trunc(exact)) != 0.5)
+                ck_assert_int_eq(qm_v_weight(p, st), (int64_t)nearbyint(exact));
+        }
     for (uint64_t max16 = 0; max16 < (1u << 15); max16++) {
         uint32_t st = qm_v_stretch(max16);
         ck_assert(st == 0 || (max16 + 1) * (16 + st) <= 32767u * 16);
