@@ -148,8 +148,10 @@ static double gain_of_pair(const struct st_tensor *g, uint32_t i, uint32_t half)
 }
 
 /* v[0..d) to a block float of bits bits; scale[i] (when given) multiplies
- * entry i first */
-static void round_block(double *v, const double *scale, uint32_t d, int bits)
+ * entry i first. With stretch, as the kernels store V (qmath.h
+ * qm_v_stretch): the step is also divided by (16 + st) / 16, st in 0..15
+ * the most that keeps the largest entry in range. */
+static void round_block(double *v, const double *scale, uint32_t d, int bits, bool stretch)
 {
     double max = 0;
     for (uint32_t i = 0; i < d; i++)
@@ -158,32 +160,15 @@ static void round_block(double *v, const double *scale, uint32_t d, int bits)
         return;
     int e;
     frexp(max, &e);
-    double step = ldexp(1.0, e - (bits - 1));
+    double step = ldexp(1.0, e - (bits - 1)), top = ldexp(1.0, bits - 1) - 1;
+    int st = stretch ? 15 : 0;
+    while (st > 0 && max / step * (16 + st) / 16 > top)
+        st--;
+    step = step * 16 / (16 + st);
     for (uint32_t i = 0; i < d; i++) {
         double sc = scale ? scale[i] : 1;
         v[i] = nearbyint(v[i] * sc / step) * step / sc;
     }
-}
-
-/* v[0..d) as the kernels store V (qmath.h qm_v_stretch): a block float of
- * bits bits, stretched by (16 + st) / 16, st in 0..15 the most that keeps
- * the largest entry in range */
-static void round_block_stretched(double *v, uint32_t d, int bits)
-{
-    double max = 0;
-    for (uint32_t i = 0; i < d; i++)
-        max = fmax(max, fabs(v[i]));
-    if (max == 0)
-        return;
-    int e;
-    frexp(max, &e);
-    double top = ldexp(1.0, bits - 1) - 1, step = ldexp(1.0, e - (bits - 1));
-    int st = 15;
-    while (st > 0 && max / step * (16 + st) / 16 > top)
-        st--;
-    step = step * 16 / (16 + st);
-    for (uint32_t i = 0; i < d; i++)
-        v[i] = nearbyint(v[i] / step) * step;
 }
 
 /* Variable width: pair i keeps k_bits + log2(gk_i gq_i) - mean of that over
@@ -212,9 +197,9 @@ static void round_kv_head(const struct ref_model *m, const struct ref_layer *L, 
     if (m->k_bits && m->k_scale == REF_K_IMPORTANCE)
         round_k_importance(m, L, k, d);
     else if (m->k_bits)
-        round_block(k, m->k_scale == REF_K_NORM ? scale : NULL, d, m->k_bits);
+        round_block(k, m->k_scale == REF_K_NORM ? scale : NULL, d, m->k_bits, false);
     if (m->v_bits)
-        round_block_stretched(v, d, m->v_bits);
+        round_block(v, NULL, d, m->v_bits, true);
 }
 
 void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale k_scale)
