@@ -37,9 +37,10 @@ struct qp_forward {
     pthread_t worker;
     pthread_mutex_t mu;
     pthread_cond_t wake, finished;
-    uint64_t generation;        /* bumped for each job list */
-    bool worker_busy;           /* the worker may still touch the job list */
-    bool stop;
+    atomic_uint_fast64_t generation;    /* bumped for each job list */
+    uint64_t seen;              /* the worker's: the last generation it ran */
+    atomic_bool worker_busy;    /* the worker may still touch the job list */
+    atomic_bool stop;
     struct job_list jobs;
     struct qp_forward_stats stats;
     pthread_mutex_t stats_mu;
@@ -87,25 +88,60 @@ static void drain(struct qp_forward *fw)
     }
 }
 
+/* A thread that waits for the other one first spins for up to SPIN_US: the
+ * waits between the steps of a token are tens of microseconds, and a
+ * sleeping thread's wake-up costs more than that on a virtual machine
+ * (measured: scripts/bench_qrun.sh). Past SPIN_US it sleeps on a condition
+ * variable, so an idle qrun (a chat waiting for input) takes no CPU. */
+#define SPIN_US 2000
+
+/* Spins until done(fw) holds or SPIN_US pass; returns whether it held. */
+static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
+{
+    double deadline = 0;
+    for (unsigned i = 1;; i++) {
+        if (done(fw))
+            return true;
+        __builtin_ia32_pause();
+        if (i % 256 == 0) {
+            double t = now_ms();
+            if (deadline == 0)
+                deadline = t + SPIN_US / 1e3;
+            else if (t > deadline)
+                return false;
+        }
+    }
+}
+
+static bool has_work(struct qp_forward *fw)
+{
+    return atomic_load(&fw->stop) || atomic_load(&fw->generation) != fw->seen;
+}
+
+static bool worker_idle(struct qp_forward *fw)
+{
+    return !atomic_load(&fw->worker_busy);
+}
+
 static void *worker_main(void *arg)
 {
     struct qp_forward *fw = arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&fw->mu);
     for (;;) {
-        while (!fw->stop && fw->generation == seen)
-            pthread_cond_wait(&fw->wake, &fw->mu);
-        if (fw->stop)
-            break;
-        seen = fw->generation;
-        pthread_mutex_unlock(&fw->mu);
+        if (!spin_until(fw, has_work)) {
+            pthread_mutex_lock(&fw->mu);
+            while (!has_work(fw))
+                pthread_cond_wait(&fw->wake, &fw->mu);
+            pthread_mutex_unlock(&fw->mu);
+        }
+        if (atomic_load(&fw->stop))
+            return NULL;
+        fw->seen = atomic_load(&fw->generation);
         drain(fw);
-        pthread_mutex_lock(&fw->mu);
-        fw->worker_busy = false;
+        atomic_store(&fw->worker_busy, false);
+        pthread_mutex_lock(&fw->mu);    /* run_jobs may be asleep on it */
         pthread_cond_signal(&fw->finished);
+        pthread_mutex_unlock(&fw->mu);
     }
-    pthread_mutex_unlock(&fw->mu);
-    return NULL;
 }
 
 /* Runs the prepared job list on every thread and waits for all of it. */
@@ -115,18 +151,19 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
     atomic_store(&j->next, 0);
     atomic_store(&j->done, 0);
     atomic_store(&j->failed, 0);
-    if (fw->threads > 1 && j->n > 1) {
+    bool both = fw->threads > 1 && j->n > 1;
+    if (both) {
+        atomic_store(&fw->worker_busy, true);
         pthread_mutex_lock(&fw->mu);
-        fw->generation++;
-        fw->worker_busy = true;
+        atomic_fetch_add(&fw->generation, 1);
         pthread_cond_signal(&fw->wake);
         pthread_mutex_unlock(&fw->mu);
     }
     drain(fw);
-    if (fw->threads > 1 && j->n > 1) {
+    /* the list is rewritten next: the worker must be done with it */
+    if (both && !spin_until(fw, worker_idle)) {
         pthread_mutex_lock(&fw->mu);
-        /* the list is rewritten next: the worker must be back asleep */
-        while (atomic_load(&j->done) < j->n || fw->worker_busy)
+        while (!worker_idle(fw))
             pthread_cond_wait(&fw->finished, &fw->mu);
         pthread_mutex_unlock(&fw->mu);
     }
@@ -357,7 +394,7 @@ void qp_forward_destroy(struct qp_forward *fw)
         return;
     if (fw->threads > 1) {
         pthread_mutex_lock(&fw->mu);
-        fw->stop = true;
+        atomic_store(&fw->stop, true);
         pthread_cond_signal(&fw->wake);
         pthread_mutex_unlock(&fw->mu);
         pthread_join(fw->worker, NULL);
