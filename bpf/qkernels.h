@@ -957,20 +957,26 @@ static long qk_attn_score_cb(u64 i, void *vctx)
         return 1;
     q += head * C.head_dim;
     k += kv_head * C.head_dim;
+    /* blocks of 16 through their own pointers: indexing q[d + t] made clang
+     * recompute each address (three times the instructions) */
     s64 s = 0;
     for (u32 d = 0; d < C.head_dim; d += 16) {
+        const s64 *qb = q + d;
+        const s16 *kb = k + d;
 QK_UNROLL
         for (int t = 0; t < 16; t++) {
-            s += q[d + t] * k[d + t];
+            s += qb[t] * kb[t];
             QK_KEEP(s);
         }
     }
     if (cx->has_ext) {
         const s64 *corr = q + C.q_dim;   /* qk_query_corr_cb */
         for (u32 d = 0; d < C.head_dim; d += 16) {
+            const s64 *cb = corr + d;
+            const s16 *kb = k + d;
 QK_UNROLL
             for (int t = 0; t < 16; t++) {
-                s += corr[d + t] * (k[d + t] & 1);
+                s += cb[t] * (kb[t] & 1);
                 QK_KEEP(s);
             }
         }
@@ -1000,11 +1006,14 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
     if (sh < cx->min_shift)
         cx->min_shift = sh;
-    s64 w = qm_v_weight(p, qm_cache_untag(v + 4)), *acc = part + QK_PART_ACC;
+    /* |w| <= 2^38 and |v| < 2^15: a chunk's 256 positions keep |acc| < 2^61 */
+    s64 w = qm_v_weight(p, qm_cache_untag(v + 4), sh), *acc = part + QK_PART_ACC;
     for (u32 d = 0; d < C.head_dim; d += 16) {
+        s64 *ab = acc + d;
+        const s16 *vb = v + d;
 QK_UNROLL
         for (int t = 0; t < 16; t++)
-            acc[d + t] += qm_rshift_round(w * v[d + t], sh + QM_V_WEIGHT_FRAC);
+            ab[t] += w * vb[t];
     }
     return 0;
 }
@@ -1068,6 +1077,7 @@ struct qk_merge_ctx {
     u64 sum;
     s32 score_exp;
     u32 shift;          /* sum normalisation */
+    u32 down;           /* bits each partial drops as it is added */
     s32 up;             /* 1: shift left */
     u32 min_shift;      /* smallest V vector shift over all partials */
 };
@@ -1098,7 +1108,8 @@ static long qk_merge_bound_cb(u64 i, void *vctx)
     return 0;
 }
 
-/* Scales chunk i's partial to the head's max and adds it into chunk 0. */
+/* Scales chunk i's partial to the head's max and adds it into chunk 0,
+ * 2^down smaller: n_chunks partials below 2^61 each sum below 2^62. */
 static long qk_merge_add_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
@@ -1110,7 +1121,7 @@ static long qk_merge_add_cb(u64 i, void *vctx)
     u32 f = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
     cx->sum += (u64)qm_mul_q30(part[1], f);
     for (u32 d = 0; d < C.head_dim; d++) {
-        s64 v = qm_mul_q30(part[QK_PART_ACC + d], f);
+        s64 v = qm_rshift_round(qm_mul_q30(part[QK_PART_ACC + d], f), cx->down);
         base[QK_PART_ACC + d] = i == 0 ? v : base[QK_PART_ACC + d] + v;
     }
     return 0;
@@ -1137,11 +1148,11 @@ static long qk_merge_head_cb(u64 i, void *vctx)
         return 1;
     acc += QK_PART_ACC;
     /* o = acc / sum with the sum brought to [2^38, 2^39): |acc| <= sum *
-     * 2^(15 - min_shift), so acc << (8 + min_shift) stays below 2^62 and o
-     * below 2^23 */
+     * 2^(15 + F - min_shift - down) (F = QM_V_WEIGHT_FRAC), so acc scaled
+     * by 2^(8 + min_shift - F + down) stays below 2^62 and o below 2^23 */
     u32 n = qm_bitlen(m.sum);
     u64 sum = n > 39 ? m.sum >> (n - 39) : m.sum << (39 - n);
-    s32 sh = 39 - (s32)n + 8 + (s32)m.min_shift;
+    s32 sh = 39 - (s32)n + 8 + (s32)m.min_shift - QM_V_WEIGHT_FRAC + (s32)m.down;
     for (u32 d = 0; d < C.head_dim; d++) {
         s64 v = qm_scale_pow2(acc[d], sh);
         u64 mag = qm_abs(v);
@@ -1160,6 +1171,7 @@ QM_INLINE int qk_attn_merge(const struct qk_args *a)
         return -1;
     struct qk_merge_ctx cx = {.layer = a->layer, .n_chunks = a->pos / QK_ATTN_CHUNK + 1, .first = a->begin,
                               .min_shift = QM_CACHE_SH_MAX};
+    cx.down = qm_bitlen(cx.n_chunks - 1);
     QK_LOOP(C.n_heads * cx.n_chunks, qk_merge_bound_cb, &cx);
     QK_LOOP(a->end - a->begin, qk_merge_head_cb, &cx);
     sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(a->layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;

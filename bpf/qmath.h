@@ -375,11 +375,13 @@ QM_INLINE u32 qm_v_stretch(u64 max16)
     return s < 16 ? 0 : s > 31 ? 15 : (u32)(s - 16);
 }
 
-/* attention weight p (Q30) undoing a V vector's stretch: p * 16 / (16 + st)
- * with QM_V_WEIGHT_FRAC more fraction bits, rounded */
-QM_INLINE s64 qm_v_weight(u64 p, u32 st)
+/* attention weight p (Q30) for a V vector at shift sh and stretch st:
+ * p * 16 / (16 + st) / 2^sh with QM_V_WEIGHT_FRAC more fraction bits,
+ * rounded once. Undoing the vector's scale in its weight, once per
+ * position, leaves the loop over its entries a multiply-add. */
+QM_INLINE s64 qm_v_weight(u64 p, u32 st, u32 sh)
 {
-    u64 d = 16 + (st & 15);
+    u64 d = (16 + (u64)(st & 15)) << (sh & 15);
     return (s64)(((p << (4 + QM_V_WEIGHT_FRAC)) + d / 2) / d);
 }
 

@@ -44,7 +44,7 @@ QM_INLINE void qmt_eval(u32 fn, struct qmt_case *c)
         break;
     }
     case QMT_V_STRETCH: c->r0 = qm_v_stretch((u64)c->a); break;
-    case QMT_V_WEIGHT: c->r0 = qm_v_weight((u64)c->a, (u32)c->b); break;
+    case QMT_V_WEIGHT: c->r0 = qm_v_weight((u64)c->a, (u32)c->b, (u32)c->c); break;
     default: break;
     }
 }

@@ -96,6 +96,7 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
         case QMT_V_WEIGHT:
             c[i].a = (int64_t)(next_u64() % ((1ull << 30) + 1));
             c[i].b = (int64_t)(next_u64() % 16);
+            c[i].c = (int64_t)(next_u64() % 16);
             break;
         default: break;
         }
@@ -125,7 +126,8 @@ END_TEST
 
 /* A stretched cache entry is the value times (16 + st) / 16 at the cache
  * exponent, rounded once, saturating at 32767; the attention weight that
- * undoes it is p 2^12 / (16 + st) rounded; the stretch qm_v_stretch
+ * undoes it and the vector's shift sh is p 2^(12 - sh) / (16 + st)
+ * rounded once; the stretch qm_v_stretch
  * picks is the largest that keeps every value up to max16 + 1 in range
  * (none at all for max16 = 32767, which the shift never leaves). */
 START_TEST(v_stretch_is_exact)
@@ -143,11 +145,12 @@ START_TEST(v_stretch_is_exact)
                       (long long)m, m_exp, c_exp, st, qm_to_cache16(m, l, r, st), want);
     }
     for (uint64_t p = 0; p <= (1u << 30); p += 4099)
-        for (uint32_t st = 0; st < 16; st++) {
-            double exact = ldexp((double)p, 12) / (16 + st);
-            if (fabs(exact - trunc(exact)) != 0.5)
-                ck_assert_int_eq(qm_v_weight(p, st), (int64_t)nearbyint(exact));
-        }
+        for (uint32_t st = 0; st < 16; st++)
+            for (uint32_t sh = 0; sh < 16; sh += 5) {
+                double exact = ldexp((double)p, 12 - (int)sh) / (16 + st);
+                if (fabs(exact - trunc(exact)) != 0.5)
+                    ck_assert_int_eq(qm_v_weight(p, st, sh), (int64_t)nearbyint(exact));
+            }
     for (uint64_t max16 = 0; max16 < (1u << 15); max16++) {
         uint32_t st = qm_v_stretch(max16);
         ck_assert(st == 0 || (max16 + 1) * (16 + st) <= 32767u * 16);
