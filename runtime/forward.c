@@ -64,6 +64,7 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     fw->stats.calls++;
     fw->stats.kernel_ms[k] += ms;
     fw->stats.kernel_calls[k]++;
+    fw->stats.slow_calls += ms > QP_SLOW_CALL_MS;
     if (ms > fw->stats.max_call_ms) {
         fw->stats.max_call_ms = ms;
         snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));

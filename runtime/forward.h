@@ -11,9 +11,12 @@
 
 struct qp_forward;
 
+#define QP_SLOW_CALL_MS 10.0    /* the bound on one invocation */
+
 struct qp_forward_stats {
     uint64_t calls;              /* kernel invocations so far */
     double max_call_ms;          /* longest single invocation */
+    uint64_t slow_calls;         /* invocations over QP_SLOW_CALL_MS */
     char max_call_kernel[32];
     double kernel_ms[QP_K_COUNT];   /* time inside each kernel, summed over threads */
     uint64_t kernel_calls[QP_K_COUNT];

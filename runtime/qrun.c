@@ -634,8 +634,9 @@ static void print_stats(const struct run_state *r)
     fprintf(stderr, "qrun: generated %u tokens, %.1f ms/token", r->generated, steps ? r->gen_ms / steps : 0);
     if (r->s.fw) {
         const struct qp_forward_stats *st = qp_forward_stats(r->s.fw);
-        fprintf(stderr, ", %.0f bpf calls/token, longest call %.2f ms (%s)",
-                n_prompt ? (double)r->calls_prompt / n_prompt : 0, st->max_call_ms, st->max_call_kernel);
+        fprintf(stderr, ", %.0f bpf calls/token, longest call %.2f ms (%s), %llu of %llu calls over %.0f ms",
+                n_prompt ? (double)r->calls_prompt / n_prompt : 0, st->max_call_ms, st->max_call_kernel,
+                (unsigned long long)st->slow_calls, (unsigned long long)st->calls, QP_SLOW_CALL_MS);
     }
     if (r->s.fw) {
         const struct qp_forward_stats *st = qp_forward_stats(r->s.fw);

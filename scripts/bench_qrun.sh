@@ -7,7 +7,9 @@
 # position and peak RSS. Issue targets: decode <= 0.30 s/token, every
 # invocation <= 10 ms, start-up <= 3 s. QP_MODEL=FILE.qpk benchmarks another
 # container of that checkpoint instead (scripts/bench_formats.sh packs them;
-# decode targets: int8 <= 0.15 s, int4 <= 0.08 s).
+# decode targets: int8 <= 0.15 s, int4 <= 0.08 s). QP_PROMPT=N gives a
+# prompt of N seeded random token ids instead of the 8 default ones: the
+# cost of attention over a long context (N + QP_NEW must fit in 4096).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -21,9 +23,13 @@ mkdir -p "$work"
 model=${QP_MODEL:-$src.qpk}
 out=$work/bench_qrun.txt
 : > "$out"
+ids="9707 11 1879 0 576 1207 374 220"
+if [ -n "${QP_PROMPT:-}" ]; then
+    ids=$(awk -v n="$QP_PROMPT" 'BEGIN { srand(5); for (i = 0; i < n; i++) printf "%d ", 1000 + int(rand() * 149000) }')
+fi
 i=0
 while [ "$i" -lt "$runs" ]; do
-    "$build/runtime/qrun" -m "$model" --ids "9707 11 1879 0 576 1207 374 220" -n "$new" \
+    "$build/runtime/qrun" -m "$model" --ids "$ids" -n "$new" \
         --print-ids --stats 2>>"$out" >/dev/null
     i=$((i + 1))
 done
@@ -33,11 +39,12 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print NR % 2
 pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
 # shellcheck disable=SC2046
 {
-    echo "qrun, Qwen3-0.6B shape, $(basename "$model"), $runs runs (medians):"
+    echo "qrun, Qwen3-0.6B shape, $(basename "$model"), $(echo "$ids" | wc -w)-token prompt, $runs runs (medians):"
     echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000)"
     echo "  decode            $(median $(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token (target <= 300)"
     echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*/\1/p' "$out")) ms/token"
     echo "  bpf calls         $(median $(sed -n 's/.* \([0-9.]*\) bpf calls\/token.*/\1/p' "$out")) per token"
     echo "  longest call      $(median $(pick 'longest call')) ms   (target <= 10)"
+    echo "  calls over 10 ms  $(median $(sed -n 's/.*ms (.*), \([0-9]*\) of [0-9]* calls over.*/\1/p' "$out")) per run, of $(median $(sed -n 's/.* of \([0-9]*\) calls over.*/\1/p' "$out")) (a shared host's preemption stretches single calls)"
     grep 'BPF maps' "$out" | tail -1 | sed 's/^qrun: /  /'
 }
