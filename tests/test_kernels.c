@@ -39,7 +39,7 @@ static void setup_packed(const char *pack_flags)
     ck_assert(system(cmd) == 0);
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
-    ck_assert_msg(qp_plan_build(&plan, &file, 600, false, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_plan_build(&plan, &file, 1280, false, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_bpf_create(&bpf, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_emu_create(&emu, &plan, &err) == 0, "%s", err.msg);
 }
@@ -334,6 +334,56 @@ START_TEST(v_cache_vectors_fill_their_int16_range)
 }
 END_TEST
 
+/* Attention and its merge against the exact weighted mean, on a cache
+ * written directly: K all zero, so every position weighs the same, and V
+ * vectors at the top of their range. Five chunks of positions (1280), in
+ * two cases: every entry at +32767 with shift and stretch 0 (the largest
+ * sums the accumulators are specified for: 2^61 per chunk, and five chunks
+ * of them would overflow a plain sum), and random
+ * entries, shifts 0..5 and stretches. The output, value x * 2^x_exp, lies
+ * within one unit of its last place of the mean of the stored values
+ * (raw int16, tag bits included) * 16 / (16 + st) * 2^(v_exp - shift). */
+START_TEST(attention_is_the_weighted_mean_of_the_cache)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t d = c->head_dim, layer = 1, n = 1280, group = c->n_heads / c->n_kv_heads;
+    ck_assert_uint_ge(c->ctx, n);
+    int16_t *kc = calloc(1, map_len(QP_MAP_KCACHE)), *vc = calloc(1, map_len(QP_MAP_VCACHE));
+    double *want = calloc((size_t)c->n_kv_heads * d, sizeof *want);
+    ck_assert(kc && vc && want);
+    for (int random = 0; random < 2; random++) {
+        memset(want, 0, (size_t)c->n_kv_heads * d * sizeof *want);
+        for (uint32_t j = 0; j < n; j++)
+            for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+                int16_t *e = vc + ((uint64_t)layer * c->ctx + j) * c->kv_dim + h * d;
+                uint32_t sh = random ? (uint32_t)(next_u64() % 6) : 0, st = random ? (uint32_t)(next_u64() % 16) : 0;
+                for (uint32_t i = 0; i < d; i++) {
+                    int32_t raw = random ? (int32_t)(next_u64() % 65535) - 32767 : 32767;
+                    e[i] = (int16_t)(i < 4 ? qm_cache_tag(raw, i, sh) : i < 8 ? qm_cache_tag(raw, i - 4, st) : raw);
+                    want[h * d + i] += ldexp(e[i], c->v_exp[layer] - (int)sh) * 16 / (16 + st) / n;
+                }
+            }
+        set_state(QP_MAP_KCACHE, kc);
+        set_state(QP_MAP_VCACHE, vc);
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * 5});
+        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads});
+        assert_state_equal("attention over a written cache");
+        const int64_t *x = emu->state(emu, QP_MAP_X);
+        int32_t x_exp = emu->scal->x_exp;
+        for (uint32_t hq = 0; hq < c->n_heads; hq++)
+            for (uint32_t i = 0; i < d; i++) {
+                double got = ldexp((double)x[hq * d + i], x_exp), exact = want[(hq / group) * d + i];
+                ck_assert_msg(fabs(got - exact) <= ldexp(1.0, x_exp) * (1 + 1e-9),
+                              "case %d, head %u entry %u: %.17g, want %.17g (unit 2^%d)", random, hq, i, got, exact,
+                              x_exp);
+            }
+    }
+    free(kc);
+    free(vc);
+    free(want);
+}
+END_TEST
+
 START_TEST(kernels_reject_arguments_outside_the_model)
 {
     const struct qk_config *c = &plan.cfg;
@@ -375,6 +425,7 @@ int main(void)
         tcase_add_test(tc, kernels_reject_arguments_outside_the_model);
         tcase_add_test(tc, k_cache_extension_bits_narrow_the_heavy_channels);
         tcase_add_test(tc, v_cache_vectors_fill_their_int16_range);
+        tcase_add_test(tc, attention_is_the_weighted_mean_of_the_cache);
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);
