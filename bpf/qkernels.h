@@ -42,10 +42,14 @@
 /* an empty asm that keeps clang from hoisting every product of an unrolled
  * block and spilling them (1.3x slower, and it overflows the stack) */
 #define QK_KEEP(a) asm volatile("" : "+r"(a) : : "memory")
+/* w *= x in w's register: BPF's multiply overwrites its first operand,
+ * and clang otherwise copies the x it still needs rather than the spent w */
+#define QK_MUL_INTO(w, x) asm("%0 *= %1" : "+r"(w) : "r"(x))
 #else
 #define QK_LOOKUP(map, key) qk_host_lookup(&qk_host->map, (key))
 #define QK_LOOP(n, cb, ctx) qk_host_loop((n), (cb), (ctx))
 #define QK_KEEP(a) ((void)0)
+#define QK_MUL_INTO(w, x) ((w) *= (x))
 #endif
 
 #define C QK_CFG
@@ -81,14 +85,21 @@ QM_INLINE void qk_dot4(const s32 *blk, const s64 *x, u32 cols, s64 *acc)
         const s64 *xp = x + c;
 QK_UNROLL
         for (int j = 0; j < 16; j++) {
-            s64 xv = xp[j];
-            a0 += (s64)p[j] * xv;
+            s64 xv = xp[j], w = p[j];
+            QK_MUL_INTO(w, xv);
+            a0 += w;
             QK_KEEP(a0);
-            a1 += (s64)p[16 + j] * xv;
+            w = p[16 + j];
+            QK_MUL_INTO(w, xv);
+            a1 += w;
             QK_KEEP(a1);
-            a2 += (s64)p[32 + j] * xv;
+            w = p[32 + j];
+            QK_MUL_INTO(w, xv);
+            a2 += w;
             QK_KEEP(a2);
-            a3 += (s64)p[48 + j] * xv;
+            w = p[48 + j];
+            QK_MUL_INTO(w, xv);
+            a3 += w;
             QK_KEEP(a3);
         }
     }
