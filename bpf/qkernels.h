@@ -109,9 +109,6 @@ QK_UNROLL
     acc[3] = a3;
 }
 
-/* Folds |v| into *acc by OR: only the bit length of a vector's largest
- * magnitude is ever needed, and the OR of the magnitudes has the same bit
- * length. Branch-free, so unrolled loops stay one verifier path. */
 /* i8g: the same for a block of int8 codes with one int32 scale per group
  * of `group` columns and row; each group's sum * scale is shifted down
  * QK_I8_GROUP_SHIFT bits (|sum| < 2^38, |scale| <= 2^20: no overflow). */
@@ -126,14 +123,21 @@ QM_INLINE void qk_dot4_i8(const u8 *blk, const s64 *x, u32 cols, u32 group, u32 
             const s64 *xp = x + c;
 QK_UNROLL
             for (int j = 0; j < 16; j++) {
-                s64 xv = xp[j];
-                s0 += p[j] * xv;
+                s64 xv = xp[j], w = p[j];
+                QK_MUL_INTO(w, xv);
+                s0 += w;
                 QK_KEEP(s0);
-                s1 += p[16 + j] * xv;
+                w = p[16 + j];
+                QK_MUL_INTO(w, xv);
+                s1 += w;
                 QK_KEEP(s1);
-                s2 += p[32 + j] * xv;
+                w = p[32 + j];
+                QK_MUL_INTO(w, xv);
+                s2 += w;
                 QK_KEEP(s2);
-                s3 += p[48 + j] * xv;
+                w = p[48 + j];
+                QK_MUL_INTO(w, xv);
+                s3 += w;
                 QK_KEEP(s3);
             }
         }
@@ -223,6 +227,9 @@ QM_INLINE void qk_dot4_i4(const void *blk, const void *xq, u32 cols, s64 *acc)
         acc[k] = qk_dot_i4_row(codes, xq, par, k, cols);
 }
 
+/* Folds |v| into *acc by OR: only the bit length of a vector's largest
+ * magnitude is ever needed, and the OR of the magnitudes has the same bit
+ * length. Branch-free, so unrolled loops stay one verifier path. */
 QM_INLINE void qk_max_abs(u64 *acc, s64 v)
 {
     s64 sign = v >> 63;
@@ -1023,8 +1030,11 @@ static long qk_attn_value_cb(u64 i, void *vctx)
         s64 *ab = acc + d;
         const s16 *vb = v + d;
 QK_UNROLL
-        for (int t = 0; t < 16; t++)
-            ab[t] += w * vb[t];
+        for (int t = 0; t < 16; t++) {
+            s64 wv = vb[t];
+            QK_MUL_INTO(wv, w);
+            ab[t] += wv;
+        }
     }
     return 0;
 }
