@@ -22,7 +22,6 @@ struct job_list {
     struct qk_args args[MAX_JOBS];
     uint32_t n;
     atomic_uint next;           /* next job to take */
-    atomic_uint done;
     atomic_int failed;
     qp_err err;
 };
@@ -85,7 +84,6 @@ static void drain(struct qp_forward *fw)
         if (!atomic_load(&j->failed) && call(fw, j->kernel[i], &j->args[i], &err) != 0 &&
             atomic_exchange(&j->failed, 1) == 0)
             j->err = err;
-        atomic_fetch_add(&j->done, 1);
     }
 }
 
@@ -96,6 +94,15 @@ static void drain(struct qp_forward *fw)
  * variable, so an idle qrun (a chat waiting for input) takes no CPU. */
 #define SPIN_US 2000
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
 /* Spins until done(fw) holds or SPIN_US pass; returns whether it held. */
 static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
 {
@@ -103,7 +110,7 @@ static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
     for (unsigned i = 1;; i++) {
         if (done(fw))
             return true;
-        __builtin_ia32_pause();
+        cpu_relax();
         if (i % 256 == 0) {
             double t = now_ms();
             if (deadline == 0)
@@ -150,7 +157,6 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
     atomic_store(&j->next, 0);
-    atomic_store(&j->done, 0);
     atomic_store(&j->failed, 0);
     bool both = fw->threads > 1 && j->n > 1;
     if (both) {
