@@ -54,6 +54,16 @@
 
 #define C QK_CFG
 
+/* acc += w * x for a weight w just loaded: the product lands in w's
+ * register, and acc stays in its own (QK_KEEP) */
+#define QK_MAC(acc, w_load, x)                                             \
+    do {                                                                  \
+        s64 w_ = (w_load);                                                \
+        QK_MUL_INTO(w_, x);                                               \
+        acc += w_;                                                        \
+        QK_KEEP(acc);                                                     \
+    } while (0)
+
 /* A softfloat model constant, read field by field: clang for BPF copies a
  * whole `const volatile` struct as zeros (seen with clang 19), so never
  * pass C.<sf> by value. */
@@ -85,22 +95,11 @@ QM_INLINE void qk_dot4(const s32 *blk, const s64 *x, u32 cols, s64 *acc)
         const s64 *xp = x + c;
 QK_UNROLL
         for (int j = 0; j < 16; j++) {
-            s64 xv = xp[j], w = p[j];
-            QK_MUL_INTO(w, xv);
-            a0 += w;
-            QK_KEEP(a0);
-            w = p[16 + j];
-            QK_MUL_INTO(w, xv);
-            a1 += w;
-            QK_KEEP(a1);
-            w = p[32 + j];
-            QK_MUL_INTO(w, xv);
-            a2 += w;
-            QK_KEEP(a2);
-            w = p[48 + j];
-            QK_MUL_INTO(w, xv);
-            a3 += w;
-            QK_KEEP(a3);
+            s64 xv = xp[j];
+            QK_MAC(a0, p[j], xv);
+            QK_MAC(a1, p[16 + j], xv);
+            QK_MAC(a2, p[32 + j], xv);
+            QK_MAC(a3, p[48 + j], xv);
         }
     }
     acc[0] = a0;
@@ -123,22 +122,11 @@ QM_INLINE void qk_dot4_i8(const u8 *blk, const s64 *x, u32 cols, u32 group, u32 
             const s64 *xp = x + c;
 QK_UNROLL
             for (int j = 0; j < 16; j++) {
-                s64 xv = xp[j], w = p[j];
-                QK_MUL_INTO(w, xv);
-                s0 += w;
-                QK_KEEP(s0);
-                w = p[16 + j];
-                QK_MUL_INTO(w, xv);
-                s1 += w;
-                QK_KEEP(s1);
-                w = p[32 + j];
-                QK_MUL_INTO(w, xv);
-                s2 += w;
-                QK_KEEP(s2);
-                w = p[48 + j];
-                QK_MUL_INTO(w, xv);
-                s3 += w;
-                QK_KEEP(s3);
+                s64 xv = xp[j];
+                QK_MAC(s0, p[j], xv);
+                QK_MAC(s1, p[16 + j], xv);
+                QK_MAC(s2, p[32 + j], xv);
+                QK_MAC(s3, p[48 + j], xv);
             }
         }
         const s32 *d = scale + (g0 >> group_shift) * 4;

@@ -346,7 +346,8 @@ END_TEST
 START_TEST(attention_is_the_weighted_mean_of_the_cache)
 {
     const struct qk_config *c = &plan.cfg;
-    uint32_t d = c->head_dim, layer = 1, n = 1280, group = c->n_heads / c->n_kv_heads;
+    uint32_t d = c->head_dim, layer = 1, n = 1280, chunks = (n + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
+    uint32_t group = c->n_heads / c->n_kv_heads;
     ck_assert_uint_ge(c->ctx, n);
     int16_t *kc = calloc(1, map_len(QP_MAP_KCACHE)), *vc = calloc(1, map_len(QP_MAP_VCACHE));
     double *want = calloc((size_t)c->n_kv_heads * d, sizeof *want);
@@ -365,7 +366,7 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
             }
         set_state(QP_MAP_KCACHE, kc);
         set_state(QP_MAP_VCACHE, vc);
-        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * 5});
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * chunks});
         run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads});
         assert_state_equal("attention over a written cache");
         const int64_t *x = emu->state(emu, QP_MAP_X);
