@@ -426,7 +426,9 @@ int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
         return qp_fail(err, "%s: not a .qpk container (%lld bytes, smaller than the %d-byte header)", path,
                        (long long)st.st_size, QPK_HEADER_SIZE);
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* a verified open reads every byte: map them all in one go, not a fault per page */
+    int populate = flags & QPK_VERIFY ? MAP_POPULATE : 0;
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | populate, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
         return qp_fail(err, "%s: mmap: %s", path, strerror(errno));
@@ -470,32 +472,6 @@ const struct qpk_section *qpk_section_of(const struct qpk_file *f, unsigned kind
         if (f->sections[i].kind == kind)
             return &f->sections[i];
     return NULL;
-}
-
-int qpk_verify_tensor(const struct qpk_file *f, const struct qpk_tensor *t, qp_err *err)
-{
-    if (XXH3_64bits(f->map + t->offset, t->nbytes) != t->xxh3)
-        return qp_fail(err, "%s: tensor %s: checksum mismatch (data corrupted)", f->path, t->name);
-    return 0;
-}
-
-int qpk_verify_section(const struct qpk_file *f, const struct qpk_section *s, qp_err *err)
-{
-    if (XXH3_64bits(f->map + s->offset, s->stored_size) != s->xxh3)
-        return qp_fail(err, "%s: section %s: checksum mismatch (data corrupted)", f->path,
-                       qpk_section_name(s->kind));
-    return 0;
-}
-
-int qpk_verify_all(const struct qpk_file *f, qp_err *err)
-{
-    for (uint32_t i = 0; i < f->n_sections; i++)
-        if (qpk_verify_section(f, &f->sections[i], err))
-            return -1;
-    for (uint32_t i = 0; i < f->n_tensors; i++)
-        if (qpk_verify_tensor(f, &f->tensors[i], err))
-            return -1;
-    return 0;
 }
 
 int qpk_read_section(const struct qpk_file *f, unsigned kind, char **out, size_t *len, qp_err *err)

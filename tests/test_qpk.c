@@ -328,6 +328,40 @@ START_TEST(verify_names_tensor_with_corrupted_data)
 }
 END_TEST
 
+/* past 64 MiB of tensors the check runs on two threads: with two corrupt
+ * tensors, the one reported is still the first in directory order */
+START_TEST(verify_on_two_threads_names_the_first_corrupted_tensor)
+{
+    make_dir();
+    gen("ck", "--preset 0.6b --layers 2 --vocab 4096 --seed 34");
+    pack("ck", "big.qpk");
+    qp_err err = {{0}};
+    struct qpk_file f;
+    ck_assert_msg(qpk_open(&f, path_of("big.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < f.n_tensors; i++)
+        bytes += f.tensors[i].nbytes;
+    ck_assert_uint_gt(bytes, 64u << 20);
+    const struct qpk_tensor *early = &f.tensors[1], *late = &f.tensors[f.n_tensors - 2];
+    uint64_t early_at = early->offset + early->nbytes / 3, late_at = late->offset + late->nbytes / 2;
+    char want_early[QPK_NAME_MAX + 64], want_late[QPK_NAME_MAX + 64];
+    snprintf(want_early, sizeof want_early, "tensor %s: checksum mismatch", early->name);
+    snprintf(want_late, sizeof want_late, "tensor %s: checksum mismatch", late->name);
+    qpk_close(&f);
+
+    flip_byte(path_of("big.qpk"), late_at);
+    flip_byte(path_of("big.qpk"), early_at);
+    ck_assert_int_eq(verify("big.qpk"), 1);
+    assert_out_has(want_early);
+    flip_byte(path_of("big.qpk"), early_at);     /* back: only the late one is wrong */
+    ck_assert_int_eq(verify("big.qpk"), 1);
+    assert_out_has(want_late);
+    flip_byte(path_of("big.qpk"), late_at);
+    ck_assert_int_eq(verify("big.qpk"), 0);
+    remove_dir();
+}
+END_TEST
+
 START_TEST(verify_reports_directory_corruption)
 {
     make_dir();
@@ -719,6 +753,7 @@ static Suite *suite(void)
     tc = tcase_create("verify");
     tcase_add_test(tc, verify_accepts_fresh_pack);
     tcase_add_test(tc, verify_names_tensor_with_corrupted_data);
+    tcase_add_test(tc, verify_on_two_threads_names_the_first_corrupted_tensor);
     tcase_add_test(tc, verify_reports_directory_corruption);
     tcase_add_test(tc, verify_reports_header_corruption);
     tcase_add_test(tc, verify_reports_truncation);
