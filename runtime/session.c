@@ -60,11 +60,13 @@ static int verify_dropping_pages(const struct qpk_file *f, qp_err *err)
 static int open_container(struct qp_session *s, const struct qp_session_opts *o, qp_err *err)
 {
     bool verify_now = !o->no_verify && !o->stream;
+    double t0 = now_ms();
     if (qpk_open(&s->file, o->model, verify_now ? QPK_VERIFY : 0, err))
         return -1;
     s->file_open = true;
     if (o->stream && !o->no_verify && verify_dropping_pages(&s->file, err))
         return -1;
+    s->checksum_ms = o->no_verify ? 0 : now_ms() - t0;
     const struct qpk_config *c = &s->file.cfg;
     s->ctx = pick_ctx(o->ctx, c->max_positions);
     s->vocab = c->vocab;

@@ -35,6 +35,7 @@ struct qp_session {
     uint32_t vocab, ctx, hidden, n_layers;
     double *logits;             /* vocab, after a step with logits */
     double load_ms;
+    double checksum_ms;         /* of load_ms: checking the container (0 with --no-verify) */
 };
 
 int qp_session_open(struct qp_session *s, const struct qp_session_opts *o, qp_err *err);

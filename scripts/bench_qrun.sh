@@ -40,7 +40,7 @@ pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
 # shellcheck disable=SC2046
 {
     echo "qrun, Qwen3-0.6B shape, $(basename "$model"), $(echo "$ids" | wc -w)-token prompt, $runs runs (medians):"
-    echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000)"
+    echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000): checksums $(median $(pick 'checksums')), maps and programs $(median $(pick 'maps and programs')), weight copy $(median $(pick 'weight copy')) ms"
     echo "  decode            $(median $(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token (target <= 300)"
     echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*/\1/p' "$out")) ms/token"
     echo "  bpf calls         $(median $(sed -n 's/.* \([0-9.]*\) bpf calls\/token.*/\1/p' "$out")) per token"
