@@ -429,10 +429,13 @@ int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
     /* a verified open reads every byte: map them all in one go, not a fault per page */
     int populate = flags & QPK_VERIFY ? MAP_POPULATE : 0;
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | populate, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED)
-        return qp_fail(err, "%s: mmap: %s", path, strerror(errno));
+    if (map == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return qp_fail(err, "%s: mmap: %s", path, strerror(e));
+    }
     f->path = strdup(path);
+    f->fd = fd;
     f->map = map;
     f->size = (uint64_t)st.st_size;
     f->owns_map = true;
@@ -447,8 +450,10 @@ int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
 
 void qpk_close(struct qpk_file *f)
 {
-    if (f->owns_map && f->map)
+    if (f->owns_map) {
         munmap(f->map, f->size);
+        close(f->fd);
+    }
     free(f->tensors);
     free(f->by_role);
     free(f->path);

@@ -6,20 +6,30 @@
  * result is the same bits for any split. */
 #include "forward.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #define MACS_PER_CALL (2u << 20)
 #define MAX_JOBS 4096
 
+/* --stream: where a job's weight blocks come from (args.work_key is
+ * where they go) */
+struct job_source {
+    enum qp_map_id map;
+    uint32_t key;
+};
+
 struct job_list {
     enum qp_kernel kernel[MAX_JOBS];
     struct qk_args args[MAX_JOBS];
+    struct job_source src[MAX_JOBS];    /* --stream: staged by the job itself */
+    bool staged;
     uint32_t n;
     atomic_uint next;           /* next job to take */
     atomic_int failed;
@@ -72,6 +82,76 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     return rc;
 }
 
+/* --stream: reads n blocks of `block` bytes from the container, starting
+ * at src (a pointer into its mapping), to the work map `stride` bytes
+ * apart: one preadv per IOV_BATCH blocks. Reading rather than copying from
+ * the mapping keeps the model out of this process's memory (--stream is
+ * for hosts without room for it) and takes no page faults, which on this
+ * VM cost more than the copy. */
+#define IOV_BATCH 256
+
+static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint8_t *dst, uint32_t n, uint32_t block,
+                       uint32_t stride, qp_err *err)
+{
+    const struct qpk_file *f = fw->plan->file;
+    struct iovec iov[IOV_BATCH];
+    for (uint32_t done = 0; done < n;) {
+        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
+        for (uint32_t b = 0; b < count; b++)
+            iov[b] = (struct iovec){dst + (uint64_t)(done + b) * stride, block};
+        off_t at = (off_t)(src - f->map) + (off_t)done * block;
+        ssize_t got = preadv(f->fd, iov, (int)count, at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return qp_fail(err, "%s: reading weights at byte %lld: %s", f->path, (long long)at, strerror(errno));
+        if ((uint64_t)got != (uint64_t)count * block)   /* a regular file reads short only at its end */
+            return qp_fail(err, "%s: the model file was truncated or changed on disk while qrun was reading it",
+                           f->path);
+        done += count;
+    }
+    return 0;
+}
+
+/* --stream: copies blocks [group, group + n) of a weight map, verbatim, to
+ * work keys [key, key + n), one read per run of blocks adjacent in the file. */
+static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
+{
+    const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
+    const uint8_t *run_src = NULL;
+    uint32_t run = 0, run_key = 0;
+    for (uint32_t b = 0; b < n; b++) {
+        const uint8_t *src = qp_plan_block(fw->plan, map, group + b);
+        if (!src || key + b >= w->max_entries)
+            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
+        if (run && src != run_src + (uint64_t)run * m->value_size) {
+            if (read_blocks(fw, run_src, fw->b->work + (uint64_t)run_key * w->value_size, run, m->value_size,
+                            w->value_size, err))
+                return -1;
+            run = 0;
+        }
+        if (!run) {
+            run_src = src;
+            run_key = key + b;
+        }
+        run++;
+    }
+    return run ? read_blocks(fw, run_src, fw->b->work + (uint64_t)run_key * w->value_size, run, m->value_size,
+                             w->value_size, err)
+               : 0;
+}
+
+/* Runs job i; a --stream job first stages its own blocks, so each thread
+ * reads while the other computes. */
+static int run_job(struct qp_forward *fw, unsigned i, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    const struct qk_args *a = &j->args[i];
+    if (j->staged && stage(fw, j->src[i].map, j->src[i].key, (a->end - a->begin) / 4, a->work_key, err))
+        return -1;
+    return call(fw, j->kernel[i], a, err);
+}
+
 /* Takes jobs until none are left. */
 static void drain(struct qp_forward *fw)
 {
@@ -81,8 +161,7 @@ static void drain(struct qp_forward *fw)
         if (i >= j->n)
             return;
         qp_err err;
-        if (!atomic_load(&j->failed) && call(fw, j->kernel[i], &j->args[i], &err) != 0 &&
-            atomic_exchange(&j->failed, 1) == 0)
+        if (!atomic_load(&j->failed) && run_job(fw, i, &err) != 0 && atomic_exchange(&j->failed, 1) == 0)
             j->err = err;
     }
 }
@@ -181,38 +260,6 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
     return 0;
 }
 
-/* Drops a range of the mapped container from this process's resident
- * memory once staged: --stream is for hosts without room for the model. */
-static void release(const uint8_t *begin, const uint8_t *end)
-{
-    uintptr_t page = 4096, a = ((uintptr_t)begin + page - 1) & ~(page - 1), b = (uintptr_t)end & ~(page - 1);
-    if (b > a)
-        madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
-/* --stream: copies blocks [group, group + n) of a weight map, verbatim, to
- * work keys [key, key + n). */
-static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
-{
-    const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
-    const uint8_t *run = NULL, *run_end = NULL;   /* contiguous source bytes copied */
-    for (uint32_t b = 0; b < n; b++) {
-        const uint8_t *src = qp_plan_block(fw->plan, map, group + b);
-        if (!src || key + b >= w->max_entries)
-            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
-        memcpy(fw->b->work + (uint64_t)(key + b) * w->value_size, src, m->value_size);
-        if (src != run_end) {
-            if (run)
-                release(run, run_end);
-            run = src;
-        }
-        run_end = src + m->value_size;
-    }
-    if (run)
-        release(run, run_end);
-    return 0;
-}
-
 /* --stream: runs fw->pending[0, n) in batches that fit the work map. */
 static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
 {
@@ -227,18 +274,17 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
                 break;
             a.streamed = 1;
             a.work_key = used;
-            enum qp_map_id map;
-            uint32_t key;
-            qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &map, &key);
-            if (stage(fw, map, key, blocks, used, err))
-                return -1;
+            qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &j->src[count].map, &j->src[count].key);
             j->kernel[count] = fw->pending_kernel[first + count] == QP_K_MATVEC4 ? QP_K_MATVEC4_STREAM
                                                                                  : QP_K_MATVEC_STREAM;
             j->args[count++] = a;
             used += blocks;
         }
         j->n = count;
-        if (run_jobs(fw, err))
+        j->staged = true;
+        int rc = run_jobs(fw, err);
+        j->staged = false;
+        if (rc)
             return -1;
         first += count;
     }

@@ -525,6 +525,7 @@ const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err)
 {
     memset(p, 0, sizeof *p);
+    p->file = f;
     const struct qpk_config *q = &f->cfg;
     if (ctx < 1 || ctx > q->max_positions)
         return qp_fail(err, "context %u outside 1..%u (the model's max_position_embeddings)", ctx,

@@ -29,6 +29,7 @@ struct qp_mapspec {
 };
 
 struct qp_plan {
+    const struct qpk_file *file;    /* the container the segments point into */
     struct qk_config cfg;
     struct qp_mapspec maps[QP_MAP_COUNT];
     int32_t *rope_table;        /* [ctx][head_dim / 2][cos, sin] Q30 */

@@ -82,7 +82,7 @@ static void usage(FILE *out)
             "      --no-verify        skip the container's tensor checksums at start-up\n"
             "      --resident         all weights copied into BPF maps once at start-up (default)\n"
             "      --stream           small-memory mode: matrices stay in the container and are\n"
-            "                         copied, unconverted, into a 64 MiB work map per batch of\n"
+            "                         read, unconverted, into a 64 MiB work map per batch of\n"
             "                         rows (slower; if the file is truncated meanwhile qrun stops\n"
             "                         with an error)\n"
             "      --temp T           sampling temperature, 0 to 100 (default 0: greedy)\n"
