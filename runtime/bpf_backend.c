@@ -174,8 +174,11 @@ static void *copy_worker(void *arg)
 }
 
 /* Splits every segment of every resident map into batches of COPY_KEYS
- * keys, written to out when it is not NULL; returns how many. */
-static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, struct copy_batch *out)
+ * keys, written to out when it is not NULL; returns how many. With
+ * --stream, the work map is also written once, from `zeros` (COPY_KEYS
+ * values): the first token's kernels would otherwise take the first touch
+ * of its pages (calls of up to 30 ms here). */
+static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const uint8_t *zeros, struct copy_batch *out)
 {
     uint32_t n = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++) {
@@ -190,6 +193,12 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, struct 
             }
         }
     }
+    const struct qp_mapspec *work = &plan->maps[QP_MAP_WORK];
+    for (uint32_t at = 0; plan->stream && at < work->max_entries; at += COPY_KEYS, n++)
+        if (out)
+            out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, QP_MAP_WORK)), at,
+                                         work->max_entries - at < COPY_KEYS ? work->max_entries - at : COPY_KEYS,
+                                         zeros, work->name};
     return n;
 }
 
@@ -197,11 +206,15 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, struct 
  * the batches in turn. */
 static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
-    struct copy_job j = {.n_batches = list_batches(s, plan, NULL)};
+    uint8_t *zeros = plan->stream ? calloc(COPY_KEYS, plan->maps[QP_MAP_WORK].value_size) : NULL;
+    struct copy_job j = {.n_batches = list_batches(s, plan, zeros, NULL)};
     j.batches = calloc(j.n_batches + 1, sizeof *j.batches);
-    if (!j.batches)
+    if (!j.batches || (plan->stream && !zeros)) {
+        free(j.batches);
+        free(zeros);
         return qp_fail(err, "out of memory");
-    list_batches(s, plan, j.batches);
+    }
+    list_batches(s, plan, zeros, j.batches);
     pthread_t helpers[COPY_THREADS - 1];
     int n_helpers = 0;
     while (n_helpers < COPY_THREADS - 1 && pthread_create(&helpers[n_helpers], NULL, copy_worker, &j) == 0)
@@ -210,6 +223,7 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     while (n_helpers > 0)
         pthread_join(helpers[--n_helpers], NULL);
     free(j.batches);
+    free(zeros);
     int e = atomic_load(&j.failed_errno);
     if (e == EFAULT)    /* the source is the mapped container */
         return qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
