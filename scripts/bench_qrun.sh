@@ -10,6 +10,7 @@
 # decode targets: int8 <= 0.15 s, int4 <= 0.08 s). QP_PROMPT=N gives a
 # prompt of N seeded random token ids instead of the 8 default ones: the
 # cost of attention over a long context (N + QP_NEW must fit in 4096).
+# QP_STREAM=1 runs qrun --stream (the small-memory mode) instead.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -29,7 +30,8 @@ if [ -n "${QP_PROMPT:-}" ]; then
 fi
 i=0
 while [ "$i" -lt "$runs" ]; do
-    "$build/runtime/qrun" -m "$model" --ids "$ids" -n "$new" \
+    # shellcheck disable=SC2046
+    "$build/runtime/qrun" -m "$model" --ids "$ids" -n "$new" $([ -n "${QP_STREAM:-}" ] && echo --stream) \
         --print-ids --stats 2>>"$out" >/dev/null
     i=$((i + 1))
 done
@@ -39,7 +41,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print NR % 2
 pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
 # shellcheck disable=SC2046
 {
-    echo "qrun, Qwen3-0.6B shape, $(basename "$model"), $(echo "$ids" | wc -w)-token prompt, $runs runs (medians):"
+    echo "qrun${QP_STREAM:+ --stream}, Qwen3-0.6B shape, $(basename "$model"), $(echo "$ids" | wc -w)-token prompt, $runs runs (medians):"
     echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000): checksums $(median $(pick 'checksums')), maps and programs $(median $(pick 'maps and programs')), weight copy $(median $(pick 'weight copy')) ms"
     echo "  decode            $(median $(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token (target <= 300)"
     echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*/\1/p' "$out")) ms/token"
