@@ -426,9 +426,7 @@ int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
         return qp_fail(err, "%s: not a .qpk container (%lld bytes, smaller than the %d-byte header)", path,
                        (long long)st.st_size, QPK_HEADER_SIZE);
     }
-    /* a verified open reads every byte: map them all in one go, not a fault per page */
-    int populate = flags & QPK_VERIFY ? MAP_POPULATE : 0;
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | populate, fd, 0);
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
         int e = errno;
         close(fd);

@@ -1,14 +1,12 @@
 /* session.c - opening a model for any backend and stepping it. */
 #include "session.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
-#include <unistd.h>
-#include <xxhash.h>
 
 #define DEFAULT_CTX 4096
 
@@ -31,51 +29,12 @@ static uint32_t pick_ctx(uint32_t asked, uint32_t max_positions)
     return max_positions < DEFAULT_CTX ? max_positions : DEFAULT_CTX;
 }
 
-/* --stream: checksums tensor by tensor, reading through a small buffer
- * rather than the mapping, so the check never holds the model in memory
- * (and takes no page faults) */
-static int verify_by_reading(const struct qpk_file *f, qp_err *err)
-{
-    for (uint32_t i = 0; i < f->n_sections; i++)
-        if (qpk_verify_section(f, &f->sections[i], err))
-            return -1;
-    const size_t chunk = 4u << 20;
-    XXH3_state_t *st = XXH3_createState();
-    uint8_t *buf = malloc(chunk);
-    int rc = st && buf ? 0 : qp_fail(err, "out of memory");
-    for (uint32_t i = 0; i < f->n_tensors && !rc; i++) {
-        const struct qpk_tensor *t = &f->tensors[i];
-        XXH3_64bits_reset(st);
-        for (uint64_t at = 0; at < t->nbytes && !rc;) {
-            size_t want = t->nbytes - at < chunk ? (size_t)(t->nbytes - at) : chunk;
-            ssize_t got = pread(f->fd, buf, want, (off_t)(t->offset + at));
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got <= 0)
-                rc = qp_fail(err, "%s: tensor %s: %s", f->path, t->name,
-                             got < 0 ? strerror(errno) : "the file ends early (changed on disk?)");
-            else {
-                XXH3_64bits_update(st, buf, (size_t)got);
-                at += (uint64_t)got;
-            }
-        }
-        if (!rc && XXH3_64bits_digest(st) != t->xxh3)
-            rc = qp_fail(err, "%s: tensor %s: checksum mismatch (data corrupted)", f->path, t->name);
-    }
-    free(buf);
-    XXH3_freeState(st);
-    return rc;
-}
-
 static int open_container(struct qp_session *s, const struct qp_session_opts *o, qp_err *err)
 {
-    bool verify_now = !o->no_verify && !o->stream;
     double t0 = now_ms();
-    if (qpk_open(&s->file, o->model, verify_now ? QPK_VERIFY : 0, err))
+    if (qpk_open(&s->file, o->model, o->no_verify ? 0 : QPK_VERIFY, err))
         return -1;
     s->file_open = true;
-    if (o->stream && !o->no_verify && verify_by_reading(&s->file, err))
-        return -1;
     s->checksum_ms = o->no_verify ? 0 : now_ms() - t0;
     const struct qpk_config *c = &s->file.cfg;
     s->ctx = pick_ctx(o->ctx, c->max_positions);
@@ -86,6 +45,10 @@ static int open_container(struct qp_session *s, const struct qp_session_opts *o,
         return -1;
     int rc = o->backend == QP_BACKEND_BPF ? qp_bpf_create(&s->b, &s->plan, err)
                                           : qp_emu_create(&s->b, &s->plan, err);
+    /* the BPF maps hold their own copy: the container's pages the plan read
+     * leave this process (the host twin keeps reading them) */
+    if (!rc && o->backend == QP_BACKEND_BPF)
+        madvise(s->file.map, s->file.size, MADV_DONTNEED);
     return rc || qp_forward_create(&s->fw, s->b, &s->plan, o->threads, err);
 }
 
