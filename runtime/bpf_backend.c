@@ -25,7 +25,8 @@ struct bpfb {
     struct qp_backend b;
     struct qrun *skel;
     int prog_fd[QP_K_COUNT];
-    void *mapped[QP_MAP_COUNT];         /* state maps stay mapped for reading */
+    const struct qp_plan *plan;
+    void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
     size_t mapped_len[QP_MAP_COUNT];
 };
 
@@ -134,43 +135,78 @@ static const char *load_hint(int e)
  * page tables: ~4 s per GB and core for the first touch of a page through
  * each mapping, measured on plain anonymous memory too) that touch is paid once,
  * at load, on both cores, instead of once through a user mapping and again
- * in the first token's kernel calls (up to 120 ms per call). */
+ * in the first token's kernel calls (up to 120 ms per call). For the same
+ * reason the bytes come from the container by pread into a buffer each
+ * thread reuses, not through its mapping: no faults on the user side, and
+ * nothing of the model stays in this process's memory. */
 #define COPY_KEYS 256           /* keys per batch: 4 MiB of 0.6B q24 blocks */
 #define COPY_THREADS 2          /* 4 copy no faster here (the cost is page-table faults) */
 
 struct copy_batch {
     int fd;
-    uint32_t first_key, n_keys;
-    const uint8_t *data;
+    uint32_t first_key, n_keys, value_size;
+    const uint8_t *data;        /* in the container's mapping (read by pread) or in memory */
     const char *map;            /* for the error */
 };
 
 struct copy_job {
     struct copy_batch *batches;
     uint32_t n_batches;
+    size_t batch_bytes;         /* of the largest batch: each thread's buffer */
+    const struct qpk_file *file;
     _Atomic uint32_t next;
     _Atomic int failed_errno;
     const char *failed_map;
 };
 
+/* The bytes of a batch: its data itself, or read from the container into
+ * buf when the data lies in the container's mapping. NULL with errno set
+ * (EFAULT when the file ends early). */
+static const uint8_t *batch_source(const struct copy_job *j, const struct copy_batch *b, size_t len, uint8_t *buf)
+{
+    const struct qpk_file *f = j->file;
+    if (!f || !f->owns_map || b->data < f->map || b->data >= f->map + f->size)
+        return b->data;
+    for (size_t at = 0; at < len;) {
+        ssize_t got = pread(f->fd, buf + at, len - at, (off_t)(b->data - f->map) + (off_t)at);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            errno = got < 0 ? errno : EFAULT;
+            return NULL;
+        }
+        at += (size_t)got;
+    }
+    return buf;
+}
+
 static void *copy_worker(void *arg)
 {
     struct copy_job *j = arg;
     uint32_t keys[COPY_KEYS];
+    uint8_t *buf = malloc(j->batch_bytes);
+    if (!buf) {
+        int zero = 0;
+        atomic_compare_exchange_strong(&j->failed_errno, &zero, ENOMEM);
+        return NULL;
+    }
     for (;;) {
         uint32_t i = atomic_fetch_add(&j->next, 1);
         if (i >= j->n_batches || atomic_load(&j->failed_errno))
-            return NULL;
+            break;
         const struct copy_batch *b = &j->batches[i];
         for (uint32_t k = 0; k < b->n_keys; k++)
             keys[k] = b->first_key + k;
         __u32 count = b->n_keys;
-        if (bpf_map_update_batch(b->fd, keys, b->data, &count, NULL) || count != b->n_keys) {
+        const uint8_t *bytes = batch_source(j, b, (size_t)b->n_keys * b->value_size, buf);
+        if (!bytes || bpf_map_update_batch(b->fd, keys, bytes, &count, NULL) || count != b->n_keys) {
             int e = errno ? errno : EIO, zero = 0;
             if (atomic_compare_exchange_strong(&j->failed_errno, &zero, e))
                 j->failed_map = b->map;
         }
     }
+    free(buf);
+    return NULL;
 }
 
 /* Splits every segment of every resident map into batches of COPY_KEYS
@@ -189,7 +225,8 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
                 uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
                 if (out)
                     out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
-                                                 seg->data + (size_t)at * spec->value_size, spec->name};
+                                                 spec->value_size, seg->data + (size_t)at * spec->value_size,
+                                                 spec->name};
             }
         }
     }
@@ -198,7 +235,7 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
         if (out)
             out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, QP_MAP_WORK)), at,
                                          work->max_entries - at < COPY_KEYS ? work->max_entries - at : COPY_KEYS,
-                                         zeros, work->name};
+                                         work->value_size, zeros, work->name};
     return n;
 }
 
@@ -215,6 +252,10 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
         return qp_fail(err, "out of memory");
     }
     list_batches(s, plan, zeros, j.batches);
+    j.file = plan->file;
+    for (uint32_t i = 0; i < j.n_batches; i++)
+        if ((size_t)j.batches[i].n_keys * j.batches[i].value_size > j.batch_bytes)
+            j.batch_bytes = (size_t)j.batches[i].n_keys * j.batches[i].value_size;
     pthread_t helpers[COPY_THREADS - 1];
     int n_helpers = 0;
     while (n_helpers < COPY_THREADS - 1 && pthread_create(&helpers[n_helpers], NULL, copy_worker, &j) == 0)
@@ -225,7 +266,7 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     free(j.batches);
     free(zeros);
     int e = atomic_load(&j.failed_errno);
-    if (e == EFAULT)    /* the source is the mapped container */
+    if (e == EFAULT)    /* the container read short */
         return qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
                        j.failed_map);
     if (e)
@@ -234,28 +275,42 @@ static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err
     return 0;
 }
 
+/* Maps state map id into this process, once; NULL on failure. */
+static void *map_state(struct bpfb *s, const struct qp_plan *plan, enum qp_map_id id, qp_err *err)
+{
+    if (s->mapped[id])
+        return s->mapped[id];
+    size_t len = map_bytes(&plan->maps[id]);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, id)), 0);
+    if (p == MAP_FAILED) {
+        qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", plan->maps[id].name, len, strerror(errno));
+        return NULL;
+    }
+    s->mapped[id] = p;
+    s->mapped_len[id] = len;
+    return p;
+}
+
 /* Fills the maps that hold data from the container (segments) and maps the
- * state maps for reading; the weight maps are never mapped in user space. */
+ * state maps the host reads or writes every token; the others (the KV
+ * cache above all) are mapped only when asked for (bpfb_state, for tests),
+ * and the weight maps never are. */
 static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
-    for (int i = 0; i < QP_MAP_COUNT; i++) {
-        const struct qp_mapspec *spec = &plan->maps[i];
-        if (spec->segs || streamed_matrix(plan, i))
-            continue;
-        size_t len = map_bytes(spec);
-        void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, i)), 0);
-        if (p == MAP_FAILED)
-            return qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", spec->name, len, strerror(errno));
-        s->mapped[i] = p;
-        s->mapped_len[i] = len;
-    }
+    const enum qp_map_id host_maps[] = {QP_MAP_LOGITS, QP_MAP_SCAL, QP_MAP_H, QP_MAP_WORK};
+    for (size_t i = 0; i < sizeof host_maps / sizeof *host_maps; i++)
+        if (!map_state(s, plan, host_maps[i], err))
+            return -1;
     return copy_segments(s, plan, err);
 }
 
 static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
 {
     struct bpfb *s = (struct bpfb *)b;
-    return id < QP_MAP_COUNT ? s->mapped[id] : NULL;
+    qp_err err;
+    if (id >= QP_MAP_COUNT || s->plan->maps[id].segs || streamed_matrix(s->plan, id))
+        return NULL;
+    return map_state(s, s->plan, id, &err);
 }
 
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
@@ -264,6 +319,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     struct bpfb *s = calloc(1, sizeof *s);
     if (!s)
         return qp_fail(err, "out of memory");
+    s->plan = plan;
     /* QP_BPF_LOG=1 shows libbpf's messages and the verifier's log */
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qrun__open();
