@@ -147,7 +147,7 @@ struct qpk_file {
     uint8_t *map;             /* the whole file, read-only */
     uint64_t size;
     bool owns_map;            /* false for qpk_open_buffer */
-    int fd;                   /* the open file, when owns_map: for pread (qrun --stream) */
+    int fd;                   /* the open file when owns_map, else -1: read with pread */
     uint16_t version_major, version_minor;
     uint64_t dir_offset, dir_size, dir_xxh3;
     uint64_t data_offset, data_size;

@@ -396,6 +396,7 @@ int qpk_open_buffer(struct qpk_file *f, const uint8_t *buf, size_t len, const ch
                     unsigned flags, qp_err *err)
 {
     memset(f, 0, sizeof *f);
+    f->fd = -1;
     f->path = strdup(name);
     f->map = (uint8_t *)buf;
     f->size = len;
@@ -411,6 +412,7 @@ int qpk_open_buffer(struct qpk_file *f, const uint8_t *buf, size_t len, const ch
 int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
 {
     memset(f, 0, sizeof *f);
+    f->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return qp_fail(err, "%s: %s", path, strerror(errno));

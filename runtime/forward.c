@@ -83,17 +83,24 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
 }
 
 /* --stream: reads n blocks of `block` bytes from the container, starting
- * at src (a pointer into its mapping), to the work map `stride` bytes
- * apart: one preadv per IOV_BATCH blocks. Reading rather than copying from
- * the mapping keeps the model out of this process's memory (--stream is
- * for hosts without room for it) and takes no page faults, which on this
- * VM cost more than the copy. */
+ * at src (a pointer into its mapping), to work keys [key, key + n): one
+ * preadv per IOV_BATCH blocks. Reading rather than copying from the mapping
+ * keeps the model out of this process's memory (--stream is for hosts
+ * without room for it) and takes no page faults, which on this VM cost more
+ * than the copy. */
 #define IOV_BATCH 256
 
-static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint8_t *dst, uint32_t n, uint32_t block,
-                       uint32_t stride, qp_err *err)
+static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, uint32_t n, uint32_t block,
+                       qp_err *err)
 {
     const struct qpk_file *f = fw->plan->file;
+    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
+    uint8_t *dst = fw->b->work + (uint64_t)key * stride;
+    if (!f->owns_map) {         /* a container in memory (qpk_open_buffer) */
+        for (uint32_t b = 0; b < n; b++)
+            memcpy(dst + (uint64_t)b * stride, src + (uint64_t)b * block, block);
+        return 0;
+    }
     struct iovec iov[IOV_BATCH];
     for (uint32_t done = 0; done < n;) {
         uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
@@ -119,26 +126,21 @@ static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint
 {
     const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
     const uint8_t *run_src = NULL;
-    uint32_t run = 0, run_key = 0;
+    uint32_t run = 0;           /* blocks [b - run, b) are adjacent in the file */
     for (uint32_t b = 0; b < n; b++) {
         const uint8_t *src = qp_plan_block(fw->plan, map, group + b);
         if (!src || key + b >= w->max_entries)
             return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
         if (run && src != run_src + (uint64_t)run * m->value_size) {
-            if (read_blocks(fw, run_src, fw->b->work + (uint64_t)run_key * w->value_size, run, m->value_size,
-                            w->value_size, err))
+            if (read_blocks(fw, run_src, key + b - run, run, m->value_size, err))
                 return -1;
             run = 0;
         }
-        if (!run) {
+        if (!run)
             run_src = src;
-            run_key = key + b;
-        }
         run++;
     }
-    return run ? read_blocks(fw, run_src, fw->b->work + (uint64_t)run_key * w->value_size, run, m->value_size,
-                             w->value_size, err)
-               : 0;
+    return run ? read_blocks(fw, run_src, key + n - run, run, m->value_size, err) : 0;
 }
 
 /* Runs job i; a --stream job first stages its own blocks, so each thread
