@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "error.h"
 
@@ -173,6 +174,14 @@ int qpk_open_buffer(struct qpk_file *f, const uint8_t *buf, size_t len, const ch
                     unsigned flags, qp_err *err);
 
 void qpk_close(struct qpk_file *f);
+
+/* Reads the container's bytes [offset, offset + the iovecs' total) into
+ * iov (n <= IOV_MAX, under 2 GiB in all): pread from the file of qpk_open,
+ * which maps nothing into the process and takes no page faults, a copy
+ * for qpk_open_buffer. 0, or -1 with errno: EFAULT when the file ends
+ * early (truncated since it was opened). */
+int qpk_readv(const struct qpk_file *f, uint64_t offset, const struct iovec *iov, int n);
+int qpk_read(const struct qpk_file *f, uint64_t offset, void *buf, size_t len);
 
 /* The tensor of role in layer (QPK_NO_LAYER for model-level ones), or NULL. */
 const struct qpk_tensor *qpk_tensor_of(const struct qpk_file *f, unsigned role, unsigned layer);

@@ -460,6 +460,35 @@ void qpk_close(struct qpk_file *f)
     memset(f, 0, sizeof *f);
 }
 
+int qpk_readv(const struct qpk_file *f, uint64_t offset, const struct iovec *iov, int n)
+{
+    uint64_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += iov[i].iov_len;
+    if (offset > f->size || len > f->size - offset) {
+        errno = EFAULT;
+        return -1;
+    }
+    if (!f->owns_map) {
+        for (int i = 0; i < n; offset += iov[i++].iov_len)
+            memcpy(iov[i].iov_base, f->map + offset, iov[i].iov_len);
+        return 0;
+    }
+    ssize_t got;
+    do
+        got = preadv(f->fd, iov, n, (off_t)offset);
+    while (got < 0 && errno == EINTR);
+    if (got >= 0 && (uint64_t)got != len)   /* a regular file reads short only at its end */
+        errno = EFAULT;
+    return got >= 0 && (uint64_t)got == len ? 0 : -1;
+}
+
+int qpk_read(const struct qpk_file *f, uint64_t offset, void *buf, size_t len)
+{
+    struct iovec iov = {buf, len};
+    return qpk_readv(f, offset, &iov, 1);
+}
+
 const struct qpk_tensor *qpk_tensor_of(const struct qpk_file *f, unsigned role, unsigned layer)
 {
     if (role < 1 || role > QPK_ROLE_MAX)

@@ -165,19 +165,9 @@ struct copy_job {
 static const uint8_t *batch_source(const struct copy_job *j, const struct copy_batch *b, size_t len, uint8_t *buf)
 {
     const struct qpk_file *f = j->file;
-    if (!f || !f->owns_map || b->data < f->map || b->data >= f->map + f->size)
-        return b->data;
-    for (size_t at = 0; at < len;) {
-        ssize_t got = pread(f->fd, buf + at, len - at, (off_t)(b->data - f->map) + (off_t)at);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            errno = got < 0 ? errno : EFAULT;
-            return NULL;
-        }
-        at += (size_t)got;
-    }
-    return buf;
+    if (!f || b->data < f->map || b->data >= f->map + f->size)
+        return b->data;     /* a table the plan computed */
+    return qpk_read(f, (uint64_t)(b->data - f->map), buf, len) ? NULL : buf;
 }
 
 static void *copy_worker(void *arg)

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 
 #define MACS_PER_CALL (2u << 20)
@@ -28,8 +27,7 @@ struct job_source {
 struct job_list {
     enum qp_kernel kernel[MAX_JOBS];
     struct qk_args args[MAX_JOBS];
-    struct job_source src[MAX_JOBS];    /* --stream: staged by the job itself */
-    bool staged;
+    struct job_source src[MAX_JOBS];    /* --stream products: staged by the job itself */
     uint32_t n;
     atomic_uint next;           /* next job to take */
     atomic_int failed;
@@ -84,10 +82,10 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
 
 /* --stream: reads n blocks of `block` bytes from the container, starting
  * at src (a pointer into its mapping), to work keys [key, key + n): one
- * preadv per IOV_BATCH blocks. Reading rather than copying from the mapping
- * keeps the model out of this process's memory (--stream is for hosts
- * without room for it) and takes no page faults, which on this VM cost more
- * than the copy. */
+ * qpk_readv per IOV_BATCH blocks. Reading rather than copying from the
+ * mapping keeps the model out of this process's memory (--stream is for
+ * hosts without room for it) and takes no page faults, which on this VM
+ * cost more than the copy. */
 #define IOV_BATCH 256
 
 static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, uint32_t n, uint32_t block,
@@ -96,25 +94,18 @@ static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, 
     const struct qpk_file *f = fw->plan->file;
     uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
     uint8_t *dst = fw->b->work + (uint64_t)key * stride;
-    if (!f->owns_map) {         /* a container in memory (qpk_open_buffer) */
-        for (uint32_t b = 0; b < n; b++)
-            memcpy(dst + (uint64_t)b * stride, src + (uint64_t)b * block, block);
-        return 0;
-    }
     struct iovec iov[IOV_BATCH];
     for (uint32_t done = 0; done < n;) {
         uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
         for (uint32_t b = 0; b < count; b++)
             iov[b] = (struct iovec){dst + (uint64_t)(done + b) * stride, block};
-        off_t at = (off_t)(src - f->map) + (off_t)done * block;
-        ssize_t got = preadv(f->fd, iov, (int)count, at);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return qp_fail(err, "%s: reading weights at byte %lld: %s", f->path, (long long)at, strerror(errno));
-        if ((uint64_t)got != (uint64_t)count * block)   /* a regular file reads short only at its end */
-            return qp_fail(err, "%s: the model file was truncated or changed on disk while qrun was reading it",
-                           f->path);
+        uint64_t at = (uint64_t)(src - f->map) + (uint64_t)done * block;
+        if (qpk_readv(f, at, iov, (int)count))
+            return errno == EFAULT
+                       ? qp_fail(err, "%s: the model file was truncated or changed on disk while qrun was reading it",
+                                 f->path)
+                       : qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
+                                 strerror(errno));
         done += count;
     }
     return 0;
@@ -143,13 +134,14 @@ static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint
     return run ? read_blocks(fw, run_src, key + n - run, run, m->value_size, err) : 0;
 }
 
-/* Runs job i; a --stream job first stages its own blocks, so each thread
- * reads while the other computes. */
+/* Runs job i; a --stream product first stages its own blocks, so each
+ * thread reads while the other computes. */
 static int run_job(struct qp_forward *fw, unsigned i, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
     const struct qk_args *a = &j->args[i];
-    if (j->staged && stage(fw, j->src[i].map, j->src[i].key, (a->end - a->begin) / 4, a->work_key, err))
+    bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM;
+    if (staged && stage(fw, j->src[i].map, j->src[i].key, (a->end - a->begin) / 4, a->work_key, err))
         return -1;
     return call(fw, j->kernel[i], a, err);
 }
@@ -283,10 +275,7 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
             used += blocks;
         }
         j->n = count;
-        j->staged = true;
-        int rc = run_jobs(fw, err);
-        j->staged = false;
-        if (rc)
+        if (run_jobs(fw, err))
             return -1;
         first += count;
     }

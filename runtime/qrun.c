@@ -627,12 +627,12 @@ static void print_stats(const struct run_state *r)
     getrusage(RUSAGE_SELF, &ru);
     uint32_t n_prompt = r->n_prompt, steps = r->generated > 1 ? r->generated - 1 : 0;
     fprintf(stderr, "qrun: backend %s, load %.0f ms", qp_backend_kind_name(r->s.kind), r->s.load_ms);
-    if (r->s.kind != QP_BACKEND_REF)
+    if (r->s.kind != QP_BACKEND_REF) {
         fprintf(stderr, " (checksums %.0f ms", r->s.checksum_ms);
-    if (r->s.b && r->s.kind == QP_BACKEND_BPF)
-        fprintf(stderr, ", maps and programs %.0f ms, weight copy %.0f ms", r->s.b->verify_ms, r->s.b->copy_ms);
-    if (r->s.kind != QP_BACKEND_REF)
+        if (r->s.b && r->s.kind == QP_BACKEND_BPF)
+            fprintf(stderr, ", maps and programs %.0f ms, weight copy %.0f ms", r->s.b->verify_ms, r->s.b->copy_ms);
         fprintf(stderr, ")");
+    }
     fprintf(stderr, ", prompt %u tokens in %.0f ms (%.1f ms/token)\n", n_prompt, r->prompt_ms,
             n_prompt ? r->prompt_ms / n_prompt : 0);
     fprintf(stderr, "qrun: generated %u tokens, %.1f ms/token", r->generated, steps ? r->gen_ms / steps : 0);
