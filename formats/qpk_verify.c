@@ -50,9 +50,10 @@ struct reader {
     XXH3_state_t *st;
 };
 
-static int reader_open(struct reader *r)
+/* bytes: the largest read it will serve (at most VERIFY_CHUNK) */
+static int reader_open(struct reader *r, uint64_t bytes)
 {
-    r->buf = malloc(VERIFY_CHUNK);
+    r->buf = malloc(bytes < VERIFY_CHUNK ? (size_t)bytes + 1 : VERIFY_CHUNK);
     r->st = XXH3_createState();
     return r->buf && r->st ? 0 : -1;
 }
@@ -66,7 +67,7 @@ static void reader_close(struct reader *r)
 int qpk_verify_tensor(const struct qpk_file *f, const struct qpk_tensor *t, qp_err *err)
 {
     struct reader r;
-    int rc = reader_open(&r) ? qp_fail(err, "%s: out of memory", f->path)
+    int rc = reader_open(&r, t->nbytes) ? qp_fail(err, "%s: out of memory", f->path)
                                 : verify_tensor_with(f, t, r.buf, r.st, err);
     reader_close(&r);
     return rc;
@@ -91,7 +92,7 @@ static void *check_tensors(void *arg)
 {
     struct tensor_check *c = arg;
     struct reader r;
-    bool ok = reader_open(&r) == 0;
+    bool ok = reader_open(&r, VERIFY_CHUNK) == 0;
     for (;;) {
         uint32_t i = atomic_fetch_add(&c->next, 1);
         if (i >= c->f->n_tensors || i > atomic_load(&c->first_bad))
