@@ -1,6 +1,6 @@
 /* qpk_verify.c - the checksums of a .qpk's sections and tensors. Tensors
- * are read (qpk_read) through a small buffer rather than through the
- * mapping: the check then leaves nothing of the model in the process's
+ * of a file are read (qpk_read) through a small buffer rather than through
+ * its mapping: the check then leaves nothing of the model in the process's
  * memory and takes no page faults (on a VM with shadow page tables they
  * cost more than the reads). A whole model is checked on two
  * threads: XXH3 runs at memory speed, so one core leaves half the time on
@@ -26,36 +26,44 @@ int qpk_verify_section(const struct qpk_file *f, const struct qpk_section *s, qp
     return 0;
 }
 
-/* one tensor's checksum, read through buf (VERIFY_CHUNK bytes) and st */
+/* one tensor's checksum: read through buf (VERIFY_CHUNK bytes) and st from
+ * a file, hashed where it lies for a container already in memory */
 static int verify_tensor_with(const struct qpk_file *f, const struct qpk_tensor *t, uint8_t *buf,
                               XXH3_state_t *st, qp_err *err)
 {
-    XXH3_64bits_reset(st);
-    for (uint64_t at = 0; at < t->nbytes;) {
-        size_t n = t->nbytes - at < VERIFY_CHUNK ? (size_t)(t->nbytes - at) : VERIFY_CHUNK;
-        if (qpk_read(f, t->offset + at, buf, n))
-            return qp_fail(err, "%s: tensor %s: %s", f->path, t->name,
-                           errno == EFAULT ? "the file ends early (truncated while being read?)" : strerror(errno));
-        XXH3_64bits_update(st, buf, n);
-        at += n;
+    uint64_t h;
+    if (!f->owns_map) {
+        h = XXH3_64bits(f->map + t->offset, t->nbytes);
+    } else {
+        XXH3_64bits_reset(st);
+        for (uint64_t at = 0; at < t->nbytes;) {
+            size_t n = t->nbytes - at < VERIFY_CHUNK ? (size_t)(t->nbytes - at) : VERIFY_CHUNK;
+            if (qpk_read(f, t->offset + at, buf, n))
+                return qp_fail(err, "%s: tensor %s: %s", f->path, t->name,
+                               errno == EFAULT ? "the file ends early (truncated while being read?)"
+                                               : strerror(errno));
+            XXH3_64bits_update(st, buf, n);
+            at += n;
+        }
+        h = XXH3_64bits_digest(st);
     }
-    if (XXH3_64bits_digest(st) != t->xxh3)
+    if (h != t->xxh3)
         return qp_fail(err, "%s: tensor %s: checksum mismatch (data corrupted)", f->path, t->name);
     return 0;
 }
 
-/* a read buffer and a hash state for one thread */
+/* a read buffer and a hash state for one thread (none for a container in
+ * memory) */
 struct reader {
     uint8_t *buf;
     XXH3_state_t *st;
 };
 
-/* bytes: the largest read it will serve (at most VERIFY_CHUNK) */
-static int reader_open(struct reader *r, uint64_t bytes)
+static int reader_open(struct reader *r, const struct qpk_file *f)
 {
-    r->buf = malloc(bytes < VERIFY_CHUNK ? (size_t)bytes + 1 : VERIFY_CHUNK);
-    r->st = XXH3_createState();
-    return r->buf && r->st ? 0 : -1;
+    r->buf = f->owns_map ? malloc(VERIFY_CHUNK) : NULL;
+    r->st = f->owns_map ? XXH3_createState() : NULL;
+    return f->owns_map && (!r->buf || !r->st) ? -1 : 0;
 }
 
 static void reader_close(struct reader *r)
@@ -67,7 +75,7 @@ static void reader_close(struct reader *r)
 int qpk_verify_tensor(const struct qpk_file *f, const struct qpk_tensor *t, qp_err *err)
 {
     struct reader r;
-    int rc = reader_open(&r, t->nbytes) ? qp_fail(err, "%s: out of memory", f->path)
+    int rc = reader_open(&r, f) ? qp_fail(err, "%s: out of memory", f->path)
                                 : verify_tensor_with(f, t, r.buf, r.st, err);
     reader_close(&r);
     return rc;
@@ -92,7 +100,7 @@ static void *check_tensors(void *arg)
 {
     struct tensor_check *c = arg;
     struct reader r;
-    bool ok = reader_open(&r, VERIFY_CHUNK) == 0;
+    bool ok = reader_open(&r, c->f) == 0;
     for (;;) {
         uint32_t i = atomic_fetch_add(&c->next, 1);
         if (i >= c->f->n_tensors || i > atomic_load(&c->first_bad))
