@@ -16,7 +16,13 @@
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
- *   kcache, vcache  int16 [layer * ctx + pos][kv_dim]; K laid out by klayout
+ *   kcache, vcache  int16 [(slot * n_layers + layer) * ctx + pos][kv_dim]: one
+ *            cache of ctx positions per sequence slot (qk_args.kv_slot, at
+ *            most C.slots); K laid out by klayout
+ * The per-position maps (h, x, xq, qkv, qrot, gu, logits, scal) have one
+ * entry per position of the block (C.block); scores, parts and amax one
+ * range of entries per block position. A kernel computes block entries
+ * [b0, b0 + nb) of args, entry b being position pos + b.
  *   h        residual, Q32 [hidden]
  *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
  *   xq       x quantised to 8-bit blocks for i4g products (QK_XQ_*)
@@ -25,9 +31,9 @@
  *   qrot     rotated query mantissas (exponent per head in scal.q_exp), then
  *            per head the donor corrections of the K extension bits
  *   gu       Q32 gate|up; SiLU(gate) in place
- *   scores   raw q.k per head [n_heads][ctx]
- *   parts    attention partial per (head, chunk) (struct qk_attn_part)
- *   logits   Q32 [vocab]; amax: argmax partial per slot; scal: scalars
+ *   scores   raw q.k per (entry, head) [ctx]
+ *   parts    attention partial per (entry, head, chunk) (struct qk_attn_part)
+ *   logits   Q32 [vocab]; amax: argmax partial per (entry, slot); scal: scalars
  *   work     --stream: the 4-row tile blocks of the running job, staged by
  *            the host from the container (value = the widest block)
  */
@@ -45,12 +51,29 @@
 /* w *= x in w's register: BPF's multiply overwrites its first operand,
  * and clang otherwise copies the x it still needs rather than the spent w */
 #define QK_MUL_INTO(w, x) asm("%0 *= %1" : "+r"(w) : "r"(x))
+/* *p |= v, atomically: both threads' kernels may raise a flag at once */
+#define QK_ATOMIC_OR(p, v) __sync_fetch_and_or((p), (v))
+/* Keeps a pointer's offsets as two additions: clang would otherwise merge
+ * a group's offset (low bits zero) and a row index into one OR, whose
+ * range the verifier bounds only by its bits (past the value at widths
+ * like 2560, where the groups do not fill a power of two). */
+#define QK_OPAQUE(p) asm volatile("" : "+r"(p))
 #else
 #define QK_LOOKUP(map, key) qk_host_lookup(&qk_host->map, (key))
 #define QK_LOOP(n, cb, ctx) qk_host_loop((n), (cb), (ctx))
 #define QK_KEEP(a) ((void)0)
 #define QK_MUL_INTO(w, x) ((w) *= (x))
+#define QK_ATOMIC_OR(p, v) __atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
+#define QK_OPAQUE(p) ((void)0)
 #endif
+
+/* Raises scal.range_error when bad (an OR of qm_outside-style tests) is
+ * non-zero; unconditional, so no branch depends on a flag in a bpf_loop
+ * context (see qk_mv_ctx). */
+QM_INLINE void qk_flag_range(struct qk_scalars *sc, u64 bad)
+{
+    QK_ATOMIC_OR(&sc->range_error, (u32)(bad | bad >> 32));
+}
 
 #define C QK_CFG
 
@@ -75,6 +98,24 @@ QM_INLINE struct qm_sf qk_sf_fields(u64 m, s32 e)
     return r;
 }
 
+/* A fresh load of an argument: the verifier sees an unknown value, not
+ * the constant an earlier test on it (a switch over the modes) made it,
+ * so the paths that differ only in that value reach a loop in one state
+ * and its callbacks are verified once, not once per value. */
+QM_INLINE u32 qk_reload(const u32 *p)
+{
+    return *(const volatile u32 *)p;
+}
+
+/* 0, as a value the verifier does not know: the first state of a loop's
+ * context then already has the unknown values its callbacks leave there,
+ * and the verifier's second walk of the callback finds that state again
+ * instead of walking it once more (a zero it knew is not equivalent). */
+QM_INLINE s64 qk_unknown_zero(const struct qk_args *a)
+{
+    return (s64)qk_reload(&a->begin) - (s64)qk_reload(&a->begin);
+}
+
 /* integer model constants that feed arithmetic */
 QM_INLINE s32 qk_exp_const(s32 v)
 {
@@ -85,14 +126,26 @@ QM_INLINE s32 qk_exp_const(s32 v)
 
 /* ---- shared pieces --------------------------------------------------- */
 
-/* acc[k] = sum_c W[k][c] * x[c] for the 4 rows of one Q24 tile block.
- * Most of the time of a token is spent here. */
-QM_INLINE void qk_dot4(const s32 *blk, const s64 *x, u32 cols, s64 *acc)
+/* Column chunks. A product's row is walked C.col_chunk columns at a time
+ * (a power of two up to QK_COL_CHUNK_MAX dividing every width and a
+ * multiple of every group size; plan.c), each chunk one bpf_loop callback:
+ * the verifier walks a chunk's constant-length loop, so what it processes
+ * does not grow with the model's width. The functions below add one
+ * chunk, columns [c0, c0 + C.col_chunk), into acc[0..3]. Sums are exact
+ * integers: the chunks give the bits of one pass over the row. */
+
+/* acc[k] += sum_c W[k][c] * x[c] for the 4 rows of one Q24 tile block.
+ * |x| <= 2^24 and each row's sum of |W| below QPK_Q24_MAX_ROW_SUM = 2^38
+ * (checked when the container is read) keep |acc| < 2^62 for the whole
+ * row. Most of the time of a token is spent here. */
+QM_INLINE void qk_dot4_chunk(const s32 *blk, const s64 *x, u32 c0, s64 *acc)
 {
+    const s32 *bp = blk + c0 * 4;
+    const s64 *xc = x + c0;
     s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (u32 c = 0; c < cols; c += 16) {
-        const s32 *p = blk + c * 4;
-        const s64 *xp = x + c;
+    for (u32 c = 0; c < C.col_chunk; c += 16) {
+        const s32 *p = bp + c * 4;
+        const s64 *xp = xc + c;
 QK_UNROLL
         for (int j = 0; j < 16; j++) {
             s64 xv = xp[j];
@@ -102,24 +155,30 @@ QK_UNROLL
             QK_MAC(a3, p[48 + j], xv);
         }
     }
-    acc[0] = a0;
-    acc[1] = a1;
-    acc[2] = a2;
-    acc[3] = a3;
+    acc[0] += a0;
+    acc[1] += a1;
+    acc[2] += a2;
+    acc[3] += a3;
 }
 
 /* i8g: the same for a block of int8 codes with one int32 scale per group
  * of `group` columns and row; each group's sum * scale is shifted down
- * QK_I8_GROUP_SHIFT bits (|sum| < 2^38, |scale| <= 2^20: no overflow). */
-QM_INLINE void qk_dot4_i8(const u8 *blk, const s64 *x, u32 cols, u32 group, u32 group_shift, s64 *acc)
+ * QK_I8_GROUP_SHIFT bits: |sum| < 256 * 127 * 2^24 < 2^39 and
+ * |scale| <= 2^20 keep the product below 2^59, each shifted term below
+ * 2^47, and a row of up to QK_MAX_ACT = 2^15 columns (2^11 groups at the
+ * smallest, 16) below 2^58. */
+QM_INLINE void qk_dot4_i8_chunk(const u8 *blk, const s64 *x, u32 cols, u32 c0, s64 *acc)
 {
-    const s32 *scale = (const s32 *)(blk + cols * 4);
+    u32 group = C.w_group;
+    const s32 *scale = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4;
+    const u8 *bp = blk + c0 * 4;
+    const s64 *xc = x + c0;
     s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (u32 g0 = 0; g0 < cols; g0 += group) {
+    for (u32 g0 = 0; g0 < C.col_chunk; g0 += group) {
         s64 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         for (u32 c = g0; c < g0 + group; c += 16) {
-            const s8 *p = (const s8 *)(blk + c * 4);
-            const s64 *xp = x + c;
+            const s8 *p = (const s8 *)(bp + c * 4);
+            const s64 *xp = xc + c;
 QK_UNROLL
             for (int j = 0; j < 16; j++) {
                 s64 xv = xp[j];
@@ -129,16 +188,16 @@ QK_UNROLL
                 QK_MAC(s3, p[48 + j], xv);
             }
         }
-        const s32 *d = scale + (g0 >> group_shift) * 4;
+        const s32 *d = scale + (g0 >> C.w_group_shift) * 4;
         a0 += (s0 * d[0]) >> QK_I8_GROUP_SHIFT;
         a1 += (s1 * d[1]) >> QK_I8_GROUP_SHIFT;
         a2 += (s2 * d[2]) >> QK_I8_GROUP_SHIFT;
         a3 += (s3 * d[3]) >> QK_I8_GROUP_SHIFT;
     }
-    acc[0] = a0;
-    acc[1] = a1;
-    acc[2] = a2;
-    acc[3] = a3;
+    acc[0] += a0;
+    acc[1] += a1;
+    acc[2] += a2;
+    acc[3] += a3;
 }
 
 /* The integer a pf16 parameter encodes (formats/quant.h): t << s with t
@@ -159,9 +218,11 @@ QM_INLINE s64 qk_pf16(u16 v)
  * coefficients sum to less than 2^47 in magnitude, so with 2^47 added the
  * top 16 bits are the 16 columns' dot product exactly: four multiplies for
  * 16 multiply-adds. Per act block b of the row: P_b, the sum of its two
- * chunks; per group: T = D * SP - M * SA with SP = sum over the group's
- * blocks of (P_b << QK_XQ_FRAC) >> r_b: |T| < 2^58; T >> QK_I4_GROUP_SHIFT
- * summed over the row's groups stays below 2^57 for rows up to 2^14 wide. */
+ * chunks (|P_b| < 2^16); per group of at most 8 blocks: T = D * SP - M * SA
+ * with SP = sum over the group's blocks of (P_b << QK_XQ_FRAC) >> r_b
+ * (< 2^31) and |D|, |M| <= 2^26, so |T| < 2^58; T >> QK_I4_GROUP_SHIFT
+ * (< 2^48) summed over a row's groups (at most 2^10 of them for a row of
+ * QK_MAX_ACT = 2^15 columns) stays below 2^58. */
 #define QK_NIBBLE_LANES 0x000F000F000F000FULL
 #define QK_XQ_BIAS (1ULL << 47)
 
@@ -175,44 +236,131 @@ QM_INLINE s64 qk_dot_i4_chunk(u64 w, const u64 *pk)
     return (s64)s >> 48;
 }
 
-/* row k of a block: codes[4t + k] is its chunk t */
-QM_INLINE s64 qk_dot_i4_row(const u64 *codes, const u8 *xq, const u16 *par, u32 k, u32 cols)
+/* The quantised act vector's parts from column c0 on (QK_XQ_*). */
+struct qk_xq_at {
+    const s64 *sa;      /* per weight group */
+    const u64 *pk;      /* per 16-column chunk, 4 words */
+    const u8 *rel;      /* per 32-entry act block */
+};
+
+QM_INLINE struct qk_xq_at qk_xq_from(const u8 *xq, u32 c0)
 {
-    const s64 *sa = (const s64 *)(xq + QK_XQ_SA_OFF);
-    const u64 *pk = (const u64 *)(xq + QK_XQ_PK_OFF(C.act_len));
-    const u8 *rel = xq + QK_XQ_R_OFF(C.act_len);
+    struct qk_xq_at at = {(const s64 *)(xq + QK_XQ_SA_OFF) + (c0 >> C.w4_group_shift),
+                          (const u64 *)(xq + QK_XQ_PK_OFF(C.act_len)) + c0 / 4,
+                          xq + QK_XQ_R_OFF(C.act_len) + c0 / QK_XQ_BLOCK};
+    return at;
+}
+
+/* row k of a block, columns [c0, c0 + C.col_chunk): codes[4t + k] is its
+ * 16-column chunk t */
+QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par, u32 k, u32 c0)
+{
+    struct qk_xq_at x = qk_xq_from(xq, c0);
+    const u64 *cw = codes + c0 / 4;
+    const u16 *pg = par + (c0 >> C.w4_group_shift) * 8;
     u32 blocks_per_group = C.w4_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 1) {
         /* groups of 32 (the default): one act block per group, no inner loop */
-        for (u32 g = 0; g < cols / QK_XQ_BLOCK; g++) {
-            const u64 *pg = pk + g * 8;
-            s64 pb = qk_dot_i4_chunk(codes[g * 8 + k], pg) + qk_dot_i4_chunk(codes[g * 8 + 4 + k], pg + 4);
-            s64 p = (pb * (1 << QK_XQ_FRAC)) >> (rel[g] & 31);
-            const u16 *d = par + 8 * g;
-            row += (qk_pf16(d[k]) * p - qk_pf16(d[4 + k]) * sa[g]) >> QK_I4_GROUP_SHIFT;
+        for (u32 g = 0; g < C.col_chunk / QK_XQ_BLOCK; g++) {
+            const u64 *p = x.pk + g * 8;
+            s64 pb = qk_dot_i4_chunk(cw[g * 8 + k], p) + qk_dot_i4_chunk(cw[g * 8 + 4 + k], p + 4);
+            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x.rel[g] & 31);
+            const u16 *d = pg + 8 * g;
+            row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * x.sa[g]) >> QK_I4_GROUP_SHIFT;
         }
         return row;
     }
-    for (u32 g = 0; g < (cols >> C.w4_group_shift); g++) {
-        s64 p = 0;
+    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+        s64 sp = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             u32 b = g * blocks_per_group + h;
-            s64 pb = qk_dot_i4_chunk(codes[b * 8 + k], pk + b * 8) + qk_dot_i4_chunk(codes[b * 8 + 4 + k], pk + b * 8 + 4);
-            p += (pb * (1 << QK_XQ_FRAC)) >> (rel[b] & 31);
+            s64 pb = qk_dot_i4_chunk(cw[b * 8 + k], x.pk + b * 8) + qk_dot_i4_chunk(cw[b * 8 + 4 + k], x.pk + b * 8 + 4);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (x.rel[b] & 31);
         }
-        const u16 *d = par + 8 * g;
-        row += (qk_pf16(d[k]) * p - qk_pf16(d[4 + k]) * sa[g]) >> QK_I4_GROUP_SHIFT;
+        const u16 *d = pg + 8 * g;
+        row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * x.sa[g]) >> QK_I4_GROUP_SHIFT;
     }
     return row;
 }
 
-QM_INLINE void qk_dot4_i4(const void *blk, const void *xq, u32 cols, s64 *acc)
+QM_INLINE void qk_dot4_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
 {
     const u64 *codes = (const u64 *)blk;
     const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols);
     for (u32 k = 0; k < 4; k++)
-        acc[k] = qk_dot_i4_row(codes, xq, par, k, cols);
+        acc[k] += qk_dot_i4_row_chunk(codes, xq, par, k, c0);
+}
+
+/* i4g for a block of positions: a 4-row block's code words are unpacked
+ * once (QK_UNPK_*, the calling thread's scratch) into their four lane words
+ * and each group's parameters into integers, and every position of the
+ * block then reads them: per 16 multiply-adds 4 loads, 4 multiplies and
+ * 4 adds of the act words, with no shift, mask or parameter decoding left.
+ * The same integers, summed the same way: the bits of qk_dot4_i4_chunk.
+ * This unpacks columns [c0, c0 + C.col_chunk). */
+QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols, u32 c0)
+{
+    const u64 *codes = (const u64 *)blk + c0 / 4;
+    const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
+    u32 chunks = cols / 16, groups = cols >> C.w4_group_shift;
+    u64 *lc = lanes + c0 / 4;
+    s64 *dg = dm + (c0 >> C.w4_group_shift) * 2;
+    for (u32 t = 0; t < C.col_chunk / 16; t++)
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            u64 w = codes[4 * t + k], *l = lc + (k * chunks + t) * 4;
+            l[0] = w & QK_NIBBLE_LANES;
+            l[1] = (w >> 4) & QK_NIBBLE_LANES;
+            l[2] = (w >> 8) & QK_NIBBLE_LANES;
+            l[3] = (w >> 12) & QK_NIBBLE_LANES;
+        }
+    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++)
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            dg[(k * groups + g) * 2] = qk_pf16(par[8 * g + k]);
+            dg[(k * groups + g) * 2 + 1] = qk_pf16(par[8 * g + 4 + k]);
+        }
+}
+
+/* qk_dot_i4_chunk on unpacked lane words */
+QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
+{
+    u64 s = QK_XQ_BIAS;
+    s += l[0] * pk[0];
+    s += l[1] * pk[1];
+    s += l[2] * pk[2];
+    s += l[3] * pk[3];
+    return (s64)s >> 48;
+}
+
+/* qk_dot_i4_row_chunk on an unpacked block */
+QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
+{
+    struct qk_xq_at x = qk_xq_from(xq, c0);
+    u32 blocks_per_group = C.w4_group >> 5, chunks = cols / 16, groups = cols >> C.w4_group_shift;
+    const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
+    const s64 *dk = dm + k * groups * 2 + (c0 >> C.w4_group_shift) * 2;
+    s64 row = 0;
+    if (blocks_per_group == 1) {
+        for (u32 g = 0; g < C.col_chunk / QK_XQ_BLOCK; g++) {
+            const u64 *pg = x.pk + g * 8, *lg = lk + g * 8;
+            s64 pb = qk_lanes_chunk(lg, pg) + qk_lanes_chunk(lg + 4, pg + 4);
+            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x.rel[g] & 31);
+            row += (dk[2 * g] * sp - dk[2 * g + 1] * x.sa[g]) >> QK_I4_GROUP_SHIFT;
+        }
+        return row;
+    }
+    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+        s64 sp = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            u32 b = g * blocks_per_group + h;
+            s64 pb = qk_lanes_chunk(lk + b * 8, x.pk + b * 8) + qk_lanes_chunk(lk + b * 8 + 4, x.pk + b * 8 + 4);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (x.rel[b] & 31);
+        }
+        row += (dk[2 * g] * sp - dk[2 * g + 1] * x.sa[g]) >> QK_I4_GROUP_SHIFT;
+    }
+    return row;
 }
 
 /* Folds |v| into *acc by OR: only the bit length of a vector's largest
@@ -249,7 +397,8 @@ QM_INLINE s32 qk_rms_exp(struct qm_sf inv, s32 g_exp, u32 out_shift)
 /* ---- embed: h = embedding row of a token ---------------------------- */
 
 struct qk_embed_ctx {
-    u32 token, streamed, work_key;
+    u32 token, streamed, work_key, b;
+    u64 bad;            /* a value outside the Q32 range (qm_outside) */
 };
 
 static long qk_embed_cb(u64 i, void *vctx)
@@ -261,32 +410,38 @@ static long qk_embed_cb(u64 i, void *vctx)
     u32 key = C.embed_key + cx->token / 4;
     const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key)
                      : C.embed_i4 ? QK_LOOKUP(w4_hid, key) : QK_LOOKUP(w_hid, key);
-    s64 *h = QK_LOOKUP(h, 0);
+    s64 *h = QK_LOOKUP(h, cx->b);
     if (!blk || !h)
         return 1;
     s64 *dst = h + tile * 16;
     if (C.embed_i4) {
-        /* value = (D * q - M) * 2^-E; 16 columns of row k = one code word */
-        u64 w = ((const u64 *)blk)[tile * 4 + (cx->token & 3)];
+        /* value = (D * q - M) * 2^-E; 16 columns of row k = one code word.
+         * The word index is an add the verifier can bound: clang would write
+         * tile * 4 + k as an OR, whose bound the verifier rounds up to the
+         * next power of two (past the block from Qwen3-4B's width on). */
+        u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift, word = tile * 4;
+        QK_OPAQUE(word);
+        u64 w = ((const u64 *)blk)[word + k];
         const u16 *par = (const u16 *)((const u8 *)blk + 2 * C.hidden);
-        u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift;
         const u16 *dm = par + g * 8;
+        QK_OPAQUE(dm);
         s64 d = qk_pf16(dm[k]), m = qk_pf16(dm[4 + k]);
         s32 up = qk_exp_const(C.embed_adj);
 QK_UNROLL
         for (int j = 0; j < 16; j++)
-            dst[j] = qm_scale_pow2(d * (s64)((w >> (4 * j)) & 15) - m, up);
+            dst[j] = qm_scale_pow2_checked(d * (s64)((w >> (4 * j)) & 15) - m, up, &cx->bad);
         return 0;
     }
     if (C.w_enc == QK_ENC_I8G) {
         /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E) */
         const s8 *q = (const s8 *)blk + tile * 64 + (cx->token & 3) * 16;
-        const s32 *scale = (const s32 *)((const u8 *)blk + C.hidden * 4);
-        s64 d = scale[((tile * 16) >> C.w_group_shift) * 4 + (cx->token & 3)];
+        const s32 *scale = (const s32 *)((const u8 *)blk + C.hidden * 4) + ((tile * 16) >> C.w_group_shift) * 4;
+        QK_OPAQUE(scale);
+        s64 d = scale[cx->token & 3];
         s32 up = qk_exp_const(C.embed_adj);
 QK_UNROLL
         for (int j = 0; j < 16; j++)
-            dst[j] = qm_scale_pow2(d * q[j], up);
+            dst[j] = qm_scale_pow2_checked(d * q[j], up, &cx->bad);
         return 0;
     }
     const s32 *src = blk + tile * 64 + (cx->token & 3) * 16;
@@ -298,10 +453,14 @@ QK_UNROLL
 
 QM_INLINE int qk_embed(const struct qk_args *a)
 {
-    if (a->token >= C.vocab)
+    if (a->token >= C.vocab || a->b0 >= C.block)
         return -1;
-    struct qk_embed_ctx cx = {a->token, a->streamed, a->work_key};
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
+    if (!sc)
+        return -1;
+    struct qk_embed_ctx cx = {a->token, a->streamed, a->work_key, a->b0, 0};
     QK_LOOP(C.hidden / 16, qk_embed_cb, &cx);
+    qk_flag_range(sc, cx.bad);
     return 0;
 }
 
@@ -309,19 +468,19 @@ QM_INLINE int qk_embed(const struct qk_args *a)
 
 struct qk_norm_ctx {
     u32 norm;           /* index into norms */
+    u32 b;              /* block entry */
     u32 shift;          /* h -> 24 bits, for the sum of squares only */
     u64 max;            /* pass result */
     u64 sumsq;
     struct qm_sf inv;
     u32 out_shift;
-    s32 pad;
 };
 
 static long qk_norm_max_cb(u64 i, void *vctx)
 {
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *h = QK_LOOKUP(h, 0);
+    const s64 *h = QK_LOOKUP(h, cx->b);
     if (!h || tile >= C.hidden / 16)
         return 1;
     const s64 *p = h + tile * 16;
@@ -335,7 +494,7 @@ static long qk_norm_sumsq_cb(u64 i, void *vctx)
 {
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *h = QK_LOOKUP(h, 0);
+    const s64 *h = QK_LOOKUP(h, cx->b);
     if (!h || tile >= C.hidden / 16)
         return 1;
     const s64 *p = h + tile * 16;
@@ -351,7 +510,7 @@ static long qk_norm_zmax_cb(u64 i, void *vctx)
 {
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *h = QK_LOOKUP(h, 0);
+    const s64 *h = QK_LOOKUP(h, cx->b);
     const s32 *g = QK_LOOKUP(norms, cx->norm);
     if (!h || !g || tile >= C.hidden / 16)
         return 1;
@@ -367,9 +526,9 @@ static long qk_norm_out_cb(u64 i, void *vctx)
 {
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *h = QK_LOOKUP(h, 0);
+    const s64 *h = QK_LOOKUP(h, cx->b);
     const s32 *g = QK_LOOKUP(norms, cx->norm);
-    s64 *x = QK_LOOKUP(x, 0);
+    s64 *x = QK_LOOKUP(x, cx->b);
     if (!h || !g || !x || tile >= C.hidden / 16)
         return 1;
     const s64 *hp = h + tile * 16;
@@ -381,6 +540,32 @@ QK_UNROLL
     return 0;
 }
 
+/* one block entry: x = act(h / rms(h) * g), scal.x_exp */
+static long qk_norm_entry_cb(u64 i, void *vctx)
+{
+    const struct qk_norm_ctx *base = vctx;
+    struct qk_norm_ctx cx = {.norm = base->norm, .b = base->b + (u32)i};
+    struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
+    if (!sc)
+        return 1;
+    QK_LOOP(C.hidden / 16, qk_norm_max_cb, &cx);
+    cx.shift = qm_act_shift(cx.max);
+    QK_LOOP(C.hidden / 16, qk_norm_sumsq_cb, &cx);
+    cx.inv = qk_rms_inv(cx.sumsq, cx.shift, QK_SF(inv_hidden), QK_SF(eps));
+    cx.max = 0;
+    QK_LOOP(C.hidden / 16, qk_norm_zmax_cb, &cx);
+    cx.out_shift = qm_act_shift(cx.max);
+    QK_LOOP(C.hidden / 16, qk_norm_out_cb, &cx);
+    sc->x_exp = qk_rms_exp(cx.inv, qk_exp_const(C.norm_exp[QK_IDX(cx.norm, 4 * QK_MAX_LAYERS)]), cx.out_shift);
+    return 0;
+}
+
+/* block entries [b0, b0 + nb) exist */
+QM_INLINE bool qk_entries_ok(const struct qk_args *a)
+{
+    return a->nb != 0 && a->nb <= C.block && a->b0 <= C.block - a->nb;
+}
+
 QM_INLINE int qk_rmsnorm(const struct qk_args *a)
 {
     u32 norm;
@@ -390,21 +575,10 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
         norm = 2 * a->layer + a->mode;
     else
         return -1;
-    if (norm > 2 * QK_MAX_LAYERS)
+    if (norm > 2 * QK_MAX_LAYERS || !qk_entries_ok(a))
         return -1;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc)
-        return -1;
-    struct qk_norm_ctx cx = {.norm = norm};
-    QK_LOOP(C.hidden / 16, qk_norm_max_cb, &cx);
-    cx.shift = qm_act_shift(cx.max);
-    QK_LOOP(C.hidden / 16, qk_norm_sumsq_cb, &cx);
-    cx.inv = qk_rms_inv(cx.sumsq, cx.shift, QK_SF(inv_hidden), QK_SF(eps));
-    cx.max = 0;
-    QK_LOOP(C.hidden / 16, qk_norm_zmax_cb, &cx);
-    cx.out_shift = qm_act_shift(cx.max);
-    QK_LOOP(C.hidden / 16, qk_norm_out_cb, &cx);
-    sc->x_exp = qk_rms_exp(cx.inv, qk_exp_const(C.norm_exp[QK_IDX(norm, 4 * QK_MAX_LAYERS)]), cx.out_shift);
+    struct qk_norm_ctx cx = {.norm = norm, .b = a->b0};
+    QK_LOOP(a->nb, qk_norm_entry_cb, &cx);
     return 0;
 }
 
@@ -412,6 +586,8 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
 
 struct qk_xq_ctx {
     u32 sh_max;
+    u32 b;              /* block entry */
+    u32 len;            /* entries of x to quantise */
     u32 pad;
 };
 
@@ -431,8 +607,8 @@ static long qk_xq_shift_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
     u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, 0);
-    u8 *xq = QK_LOOKUP(xq, 0);
+    const s64 *x = QK_LOOKUP(x, cx->b);
+    u8 *xq = QK_LOOKUP(xq, cx->b);
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
     u32 sh = qk_xq_block_shift(x + b * QK_XQ_BLOCK);
@@ -446,8 +622,8 @@ static long qk_xq_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
     u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, 0);
-    u8 *xq = QK_LOOKUP(xq, 0);
+    const s64 *x = QK_LOOKUP(x, cx->b);
+    u8 *xq = QK_LOOKUP(xq, cx->b);
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
     u8 *rel = xq + QK_XQ_R_OFF(C.act_len) + b;
@@ -479,19 +655,28 @@ QK_UNROLL
     return 0;
 }
 
+/* one block entry */
+static long qk_quant_entry_cb(u64 i, void *vctx)
+{
+    const struct qk_xq_ctx *base = vctx;
+    struct qk_xq_ctx cx = {.b = base->b + (u32)i, .len = base->len};
+    struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
+    if (!sc)
+        return 1;
+    QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
+    QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
+    sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
+    return 0;
+}
+
 /* the act vector of the product a->mode is about to run */
 QM_INLINE int qk_quant_x(const struct qk_args *a)
 {
     u32 len = a->mode == QK_MV_O ? C.q_dim : a->mode == QK_MV_DOWN ? C.inter : C.hidden;
-    if (a->mode > QK_MV_LOGITS || !C.has_i4)
+    if (a->mode > QK_MV_LOGITS || !C.has_i4 || !qk_entries_ok(a))
         return -1;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc)
-        return -1;
-    struct qk_xq_ctx cx = {0};
-    QK_LOOP(len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
-    QK_LOOP(len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
-    sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
+    struct qk_xq_ctx cx = {.b = a->b0, .len = len};
+    QK_LOOP(a->nb, qk_quant_entry_cb, &cx);
     return 0;
 }
 
@@ -501,12 +686,14 @@ struct qk_mv_ctx {
     u32 first_group;    /* map key of the range's first 4-row group */
     u32 first_row;      /* output row of that group */
     u32 mode;
-    s32 x_exp;
     u32 layer;
-    u32 pad2;
-    s64 best;           /* QK_MV_LOGITS: running argmax */
-    u32 best_index;
+    u32 b0, nb;         /* block entries */
+    u32 group;          /* the 4-row group the entry loop is on */
+    u32 amax_slot;      /* QK_MV_LOGITS: this invocation's argmax slot */
+    u32 scratch;        /* i4g blocks: the thread's unpk entry */
     u32 pad;
+    u64 bad;            /* an output outside the Q32 range (qm_outside) */
+    s64 acc[4];         /* the 4 rows' sums of the entry in progress, chunk by chunk */
 };
 
 /* Branches in a bpf_loop callback test the loop index, never a flag the
@@ -530,71 +717,169 @@ QM_INLINE s32 qk_row_adj(u32 mode, u32 layer, u32 r)
     return qk_exp_const(C.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
 }
 
-QM_INLINE void qk_mv_emit(struct qk_mv_ctx *cx, u32 r, const s64 *acc, bool first)
+/* argmax partial of entry b in this invocation's slot */
+QM_INLINE struct qk_argmax *qk_mv_amax(const struct qk_mv_ctx *cx, u32 b)
+{
+    return QK_LOOKUP(amax, b * QK_MAX_ARGMAX_SLOTS + cx->amax_slot);
+}
+
+/* Stores or adds the 4 results of a group of entry b where its mode sends
+ * them; x_exp: the exponent of that entry's act vector. */
+QM_INLINE void qk_mv_emit(struct qk_mv_ctx *cx, u32 b, u32 r, const s64 *acc, s32 x_exp)
 {
     s64 v[4];
-    s32 x_exp = cx->x_exp + qk_row_adj(cx->mode, cx->layer, r);
+    x_exp += qk_row_adj(cx->mode, cx->layer, r);
 QK_UNROLL
     for (int k = 0; k < 4; k++)
-        v[k] = qm_acc_to_q32(acc[k], x_exp);
+        v[k] = qm_acc_to_q32_checked(acc[k], x_exp, &cx->bad);
     if (cx->mode == QK_MV_QKV) {
-        s64 *out = QK_LOOKUP(qkv, 0);
+        s64 *out = QK_LOOKUP(qkv, b);
         if (out && r <= C.q_dim + 2 * C.kv_dim - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 out[r + k] = v[k];
     } else if (cx->mode == QK_MV_GATE_UP) {
-        s64 *out = QK_LOOKUP(gu, 0);
+        s64 *out = QK_LOOKUP(gu, b);
         if (out && r <= 2 * C.inter - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 out[r + k] = v[k];
     } else if (cx->mode == QK_MV_LOGITS) {
-        s64 *out = QK_LOOKUP(logits, 0);
-        if (out && r <= C.vocab - 4)
+        /* rows ascend: a strict > keeps the lowest index of a tie */
+        s64 *out = QK_LOOKUP(logits, b);
+        struct qk_argmax *m = qk_mv_amax(cx, b);
+        if (out && m && r <= C.vocab - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++) {
                 out[r + k] = v[k];
-                if ((first && k == 0) || v[k] > cx->best) {
-                    cx->best = v[k];
-                    cx->best_index = r + k;
+                if (v[k] > m->value) {
+                    m->value = v[k];
+                    m->index = r + k;
                 }
             }
     } else {
-        s64 *h = QK_LOOKUP(h, 0);
+        s64 *h = QK_LOOKUP(h, b);
         if (h && r <= C.hidden - 4)
 QK_UNROLL
-            for (int k = 0; k < 4; k++)
+            for (int k = 0; k < 4; k++) {
                 h[r + k] = (s64)((u64)h[r + k] + (u64)v[k]);
+                cx->bad |= qm_outside(h[r + k], QM_Q32_LIMIT_BITS);
+            }
     }
 }
 
-/* a wide (q24 or i8g) block times the act vector */
-QM_INLINE void qk_dot4_wide(const void *blk, const void *x, u32 cols, s64 *acc)
+/* a chunk of a wide (q24 or i8g) block times the act vector */
+QM_INLINE void qk_dot4_wide_chunk(const void *blk, const void *x, u32 cols, u32 c0, s64 *acc)
 {
     if (C.w_enc == QK_ENC_I8G)
-        qk_dot4_i8((const u8 *)blk, (const s64 *)x, cols, C.w_group, C.w_group_shift, acc);
+        qk_dot4_i8_chunk((const u8 *)blk, (const s64 *)x, cols, c0, acc);
     else
-        qk_dot4((const s32 *)blk, (const s64 *)x, cols, acc);
+        qk_dot4_chunk((const s32 *)blk, (const s64 *)x, c0, acc);
 }
 
-/* A bpf_loop callback over 4-row blocks of `map` with `cols` columns: `dot`
- * multiplies a block by the value of map `input` (x, or xq for i4g). */
-#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot)                    \
+/* column chunks of a row of cols columns */
+QM_INLINE u32 qk_chunks_of(u32 cols)
+{
+    return cols >> C.col_chunk_shift;
+}
+
+/* 0 for the first chunk of a row, 1 for the others; branch-free, so the
+ * verifier walks a chunk's products once, not once per case */
+QM_INLINE s64 qk_not_first(u32 t)
+{
+    return (s64)((u64)-(s64)t >> 63);
+}
+
+/* acc = part on a row's first chunk t, acc += part on the others */
+QM_INLINE void qk_acc_chunk(s64 *acc, const s64 *part, u32 t)
+{
+    s64 keep = qk_not_first(t);
+QK_UNROLL
+    for (int k = 0; k < 4; k++)
+        acc[k] = acc[k] * keep + part[k];
+}
+
+/* A bpf_loop callback over 4-row blocks of `map` with `cols` columns
+ * (name), and the loop it runs for each block over its (entry, column
+ * chunk) pairs (name##_chunk): `dot` adds a chunk of the block times an
+ * entry's value of map `input` (x, or xq for i4g, `i4`) into cx->acc, and
+ * the entry's last chunk emits the 4 rows. A block is read from memory
+ * once for the whole block of positions; the entries after the first find
+ * it in the CPU's cache. */
+#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot, i4)                \
+    static long name##_chunk(u64 j, void *vctx)                           \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        u32 n = qk_chunks_of(cols), e = (u32)j / n, t = (u32)j - e * n;   \
+        u32 b = cx->b0 + e;                                               \
+        const void *blk = QK_LOOKUP(map, cx->first_group + cx->group);    \
+        const void *in = QK_LOOKUP(input, b);                             \
+        if (!blk || !in || t >= n || cols > C.act_len)                    \
+            return 1;                                                     \
+        s64 part[4] = {0, 0, 0, 0};                                       \
+        dot(blk, in, cols, t << C.col_chunk_shift, part);                 \
+        qk_acc_chunk(cx->acc, part, t);                                   \
+        if (t + 1 < n)                                                    \
+            return 0;                                                     \
+        const struct qk_scalars *sc = QK_LOOKUP(scal, b);                 \
+        if (!sc)                                                          \
+            return 1;                                                     \
+        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, i4 ? sc->xq_exp : sc->x_exp); \
+        return 0;                                                         \
+    }                                                                     \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
-        const void *blk = QK_LOOKUP(map, cx->first_group + (u32)i);       \
-        const void *in = QK_LOOKUP(input, 0);                             \
-        if (!blk || !in || cols > C.act_len)                              \
-            return 1;                                                     \
-        s64 acc[4];                                                       \
-        dot(blk, in, cols, acc);                                          \
-        qk_mv_emit(cx, cx->first_row + 4 * (u32)i, acc, i == 0);          \
+        cx->group = (u32)i;                                               \
+        QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_wide)
-#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4)
+#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_wide_chunk, false)
+#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4_chunk, true)
+
+/* i4g for more than one position: each 4-row block unpacked once into the
+ * thread's scratch, a column chunk per call (name##_unpack), then every
+ * (entry, row, column chunk) from it (name##_row): one row's chunk per
+ * call, so the verifier walks one row's loop, not four */
+#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                            \
+    static long name##_unpack(u64 t, void *vctx)                          \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        const void *blk = QK_LOOKUP(map, cx->first_group + cx->group);    \
+        u64 *u = QK_LOOKUP(unpk, cx->scratch);                            \
+        if (!blk || !u || t >= qk_chunks_of(cols) || cols > C.act_len)    \
+            return 1;                                                     \
+        qk_unpack_i4_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, (u32)t << C.col_chunk_shift); \
+        return 0;                                                         \
+    }                                                                     \
+    static long name##_row(u64 j, void *vctx)                             \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        u32 n = qk_chunks_of(cols), q = (u32)j / n, t = (u32)j - q * n;   \
+        u32 k = q & 3, b = cx->b0 + (q >> 2);                             \
+        const u64 *u = QK_LOOKUP(unpk, cx->scratch);                      \
+        const u8 *in = QK_LOOKUP(xq, b);                                  \
+        if (!u || !in || t >= n || cols > C.act_len)                      \
+            return 1;                                                     \
+        s64 part = qk_dot_i4_row_unpacked(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, \
+                                          t << C.col_chunk_shift);        \
+        cx->acc[k & 3] = cx->acc[k & 3] * qk_not_first(t) + part;         \
+        if (t + 1 < n || k != 3)                                          \
+            return 0;                                                     \
+        const struct qk_scalars *sc = QK_LOOKUP(scal, b);                 \
+        if (!sc)                                                          \
+            return 1;                                                     \
+        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, sc->xq_exp); \
+        return 0;                                                         \
+    }                                                                     \
+    static long name(u64 i, void *vctx)                                   \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        cx->group = (u32)i;                                               \
+        QK_LOOP(qk_chunks_of(cols), name##_unpack, cx);                   \
+        QK_LOOP(cx->nb * 4 * qk_chunks_of(cols), name##_row, cx);         \
+        return 0;                                                         \
+    }
 
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
@@ -608,6 +893,25 @@ QK_DEFINE_MV4_CB(qk_mv4_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_CB(qk_mv4_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_CB(qk_mv4_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_CB(qk_mv4_work_down_cb, work, C.inter)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_hid_cb, w4_hid, C.hidden)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_o_cb, w4_o, C.q_dim)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_down_cb, work, C.inter)
+
+/* QK_MV_LOGITS: entry b's argmax starts below every logit, at the first row */
+static long qk_mv_amax_init_cb(u64 j, void *vctx)
+{
+    struct qk_mv_ctx *cx = vctx;
+    struct qk_argmax *m = qk_mv_amax(cx, cx->b0 + (u32)j);
+    if (!m)
+        return 1;
+    m->value = (s64)(1ull << 63);
+    m->index = cx->first_row;
+    m->valid = 1;
+    return 0;
+}
 
 /* The matrix holding rows [begin, end) of a product: its role (the index
  * into w_key / w_i4; 7 = the vocabulary projection), its first row in the
@@ -645,7 +949,7 @@ QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
  * --stream, wide (q24/i8g) or i4g matrices are four programs, each within
  * the verifier's budget on its own; a program refuses a matrix of the
  * other kind. */
-QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const bool i4)
+QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const bool i4, const bool block)
 {
     struct qk_mv_tensor t;
     if ((a->layer >= C.n_layers && a->mode != QK_MV_LOGITS) || qk_mv_tensor_of(a->mode, a->begin, &t))
@@ -655,75 +959,83 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
     u32 slot = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
     u32 key = t.role == 7 ? C.lm_key : C.w_key[slot];
     bool is_i4 = t.role == 7 ? C.lm_i4 != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc || is_i4 != i4 || a->streamed != streamed)
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
+    if (!sc || is_i4 != i4 || a->streamed != streamed || !qk_entries_ok(a) || a->slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
+    u32 mode = qk_reload(&a->mode);
+    s64 zero = qk_unknown_zero(a);
     struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : key + (a->begin - t.row0) / 4,
-                           .first_row = a->begin, .mode = a->mode, .x_exp = i4 ? sc->xq_exp : sc->x_exp,
-                           .layer = a->layer};
+                           .first_row = a->begin, .mode = mode, .layer = a->layer, .b0 = a->b0, .nb = a->nb,
+                           .group = (u32)zero, .amax_slot = a->slot, .scratch = a->scratch, .bad = (u64)zero,
+                           .acc = {zero, zero, zero, zero}};
     u32 n = (a->end - a->begin) / 4;
-    if (streamed && i4) {
-        if (a->mode == QK_MV_O)
-            QK_LOOP(n, qk_mv4_work_o_cb, &cx);
-        else if (a->mode == QK_MV_DOWN)
-            QK_LOOP(n, qk_mv4_work_down_cb, &cx);
-        else
-            QK_LOOP(n, qk_mv4_work_hid_cb, &cx);
-    } else if (streamed) {
-        if (a->mode == QK_MV_O)
-            QK_LOOP(n, qk_mv_work_o_cb, &cx);
-        else if (a->mode == QK_MV_DOWN)
-            QK_LOOP(n, qk_mv_work_down_cb, &cx);
-        else
-            QK_LOOP(n, qk_mv_work_hid_cb, &cx);
-    } else if (i4) {
-        if (a->mode == QK_MV_O)
-            QK_LOOP(n, qk_mv4_o_cb, &cx);
-        else if (a->mode == QK_MV_DOWN)
-            QK_LOOP(n, qk_mv4_down_cb, &cx);
-        else
-            QK_LOOP(n, qk_mv4_hid_cb, &cx);
-    } else if (a->mode == QK_MV_O)
-        QK_LOOP(n, qk_mv_o_cb, &cx);
-    else if (a->mode == QK_MV_DOWN)
-        QK_LOOP(n, qk_mv_down_cb, &cx);
+    if (mode == QK_MV_LOGITS)
+        QK_LOOP(a->nb, qk_mv_amax_init_cb, &cx);
+/* the loop over the groups with the callback of the mode in family fam */
+#define QK_MV_RUN(fam)                                                     \
+    do {                                                                  \
+        if (mode == QK_MV_O)                                              \
+            QK_LOOP(n, fam##_o_cb, &cx);                                  \
+        else if (mode == QK_MV_DOWN)                                      \
+            QK_LOOP(n, fam##_down_cb, &cx);                               \
+        else                                                              \
+            QK_LOOP(n, fam##_hid_cb, &cx);                                \
+    } while (0)
+    if (streamed && block)
+        QK_MV_RUN(qk_mv4b_work);
+    else if (block)
+        QK_MV_RUN(qk_mv4b);
+    else if (streamed && i4)
+        QK_MV_RUN(qk_mv4_work);
+    else if (streamed)
+        QK_MV_RUN(qk_mv_work);
+    else if (i4)
+        QK_MV_RUN(qk_mv4);
     else
-        QK_LOOP(n, qk_mv_hid_cb, &cx);
-    if (a->mode == QK_MV_LOGITS) {
-        struct qk_argmax *m = QK_LOOKUP(amax, a->slot);
-        if (!m)
-            return -1;
-        m->value = cx.best;
-        m->index = cx.best_index;
-        m->valid = 1;
-    }
+        QK_MV_RUN(qk_mv);
+#undef QK_MV_RUN
+    qk_flag_range(sc, cx.bad);
     return 0;
 }
 
 QM_INLINE int qk_matvec(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, false, false);
+    return qk_matvec_impl(a, false, false, false);
 }
 
 QM_INLINE int qk_matvec_stream(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, true, false);
+    return qk_matvec_impl(a, true, false, false);
 }
 
 QM_INLINE int qk_matvec4(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, false, true);
+    return qk_matvec_impl(a, false, true, false);
 }
 
 QM_INLINE int qk_matvec4_stream(const struct qk_args *a)
 {
-    return qk_matvec_impl(a, true, true);
+    return qk_matvec_impl(a, true, true, false);
+}
+
+/* i4g for a block of positions (qk_unpack_i4): programs of their own, so
+ * that each stays within the verifier's budget at the wider shapes */
+QM_INLINE int qk_matvec4b(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, false, true, true);
+}
+
+QM_INLINE int qk_matvec4b_stream(const struct qk_args *a)
+{
+    return qk_matvec_impl(a, true, true, true);
 }
 
 /* ---- qk_rope: q/k head norms, RoPE, K and V into the cache ---------- */
 
 struct qk_rope_ctx {
-    u32 layer, pos;
+    u32 layer, pos;     /* pos: of block entry b */
+    u32 b;
+    u32 kv0;            /* KV cache row of position 0 (the slot's layer: qk_kv_row0) */
 };
 
 /* RMSNorm of one head of qkv in place, as mantissas of at most out_bits
@@ -758,7 +1070,8 @@ QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi
 }
 
 struct qk_kext_ctx {
-    u32 layer, pos, head;       /* head: query head, or K head (0..n_kv_heads) */
+    u32 layer, kv_row, head;    /* kv_row: the position's KV cache row; head: query head, or K head */
+    u32 b;                      /* block entry */
     s32 m_exp, c_exp;           /* K: the mantissas' exponent, the vector's step */
 };
 
@@ -768,7 +1081,7 @@ static long qk_query_corr_cb(u64 i, void *vctx)
 {
     struct qk_kext_ctx *cx = vctx;
     u32 k = (u32)i, head = cx->head;
-    s64 *q = QK_LOOKUP(qrot, 0);
+    s64 *q = QK_LOOKUP(qrot, cx->b);
     const s32 *kl = QK_LOOKUP(klayout, cx->layer);
     if (!q || !kl || k >= C.head_dim || head >= C.n_heads)
         return 1;
@@ -782,11 +1095,11 @@ static long qk_query_corr_cb(u64 i, void *vctx)
     return 0;
 }
 
-static int qk_rotate_query(u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
+static int qk_rotate_query(u32 b, u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
     u32 half = C.head_dim / 2;
-    s64 *q = QK_LOOKUP(qrot, 0);
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    s64 *q = QK_LOOKUP(qrot, b);
+    struct qk_scalars *sc = QK_LOOKUP(scal, b);
     if (!q || !sc || head >= C.n_heads || head >= QK_MAX_HEADS)
         return 1;
     q += head * C.head_dim;
@@ -799,7 +1112,7 @@ static int qk_rotate_query(u32 layer, u32 head, const s64 *v, const s32 *cs, con
     }
     sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
     if (kl[QK_KL_DONORS(C.head_dim)]) {
-        struct qk_kext_ctx x = {.layer = layer, .head = head};
+        struct qk_kext_ctx x = {.layer = layer, .head = head, .b = b};
         QK_LOOP(C.head_dim, qk_query_corr_cb, &x);
     }
     return 0;
@@ -819,9 +1132,9 @@ static long qk_k_entry_cb(u64 i, void *vctx)
 {
     struct qk_kext_ctx *cx = vctx;
     u32 k = (u32)i, layer = cx->layer;
-    const s64 *v = QK_LOOKUP(qkv, 0);
+    const s64 *v = QK_LOOKUP(qkv, cx->b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
-    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + cx->pos);
+    s16 *kc = QK_LOOKUP(kcache, cx->kv_row);
     if (!v || !kl || !kc || k >= C.head_dim || cx->head >= C.n_kv_heads)
         return 1;
     v += (C.n_heads + cx->head) * C.head_dim;
@@ -840,10 +1153,10 @@ static long qk_k_entry_cb(u64 i, void *vctx)
     return 0;
 }
 
-static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
+static int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
     u32 half = C.head_dim / 2;
-    s16 *kc = QK_LOOKUP(kcache, layer * C.ctx + pos);
+    s16 *kc = QK_LOOKUP(kcache, kv_row);
     if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
         return 1;
     kc += kv_head * C.head_dim;
@@ -864,7 +1177,8 @@ static int qk_store_k(u32 layer, u32 pos, u32 kv_head, s64 *v, const s32 *cs, co
     s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
     if (kl[QK_KL_DONORS(C.head_dim)]) {
-        struct qk_kext_ctx x = {.layer = layer, .pos = pos, .head = kv_head, .m_exp = e, .c_exp = c_exp - (s32)sh};
+        struct qk_kext_ctx x = {.layer = layer, .kv_row = kv_row, .head = kv_head, .b = b, .m_exp = e,
+                                .c_exp = c_exp - (s32)sh};
         QK_LOOP(C.head_dim, qk_k_entry_cb, &x);
     } else {
         qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
@@ -881,7 +1195,7 @@ static long qk_rope_head_cb(u64 i, void *vctx)
 {
     struct qk_rope_ctx *cx = vctx;
     u32 head = (u32)i, layer = cx->layer;
-    s64 *qkv = QK_LOOKUP(qkv, 0);
+    s64 *qkv = QK_LOOKUP(qkv, cx->b);
     const s32 *cs = QK_LOOKUP(rope, cx->pos);
     const s32 *kl = QK_LOOKUP(klayout, layer);   /* plan.c fill_klayout */
     if (!qkv || !cs || !kl || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
@@ -895,8 +1209,8 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
                          is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
     if (!is_k)
-        return qk_rotate_query(layer, head, v, cs, kl, e);
-    return qk_store_k(layer, cx->pos, head - C.n_heads, v, cs, kl, e);
+        return qk_rotate_query(cx->b, layer, head, v, cs, kl, e);
+    return qk_store_k(cx->b, layer, cx->kv0 + cx->pos, head - C.n_heads, v, cs, kl, e);
 }
 
 /* V of one KV head into the cache, with its own exponent shift and
@@ -905,8 +1219,8 @@ static long qk_store_v_cb(u64 i, void *vctx)
 {
     struct qk_rope_ctx *cx = vctx;
     u32 head = (u32)i, layer = cx->layer;
-    const s64 *qkv = QK_LOOKUP(qkv, 0);
-    s16 *vc = QK_LOOKUP(vcache, layer * C.ctx + cx->pos);
+    const s64 *qkv = QK_LOOKUP(qkv, cx->b);
+    s16 *vc = QK_LOOKUP(vcache, cx->kv0 + cx->pos);
     if (!qkv || !vc || head >= C.n_kv_heads || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
     const s64 *src = qkv + C.q_dim + C.kv_dim + head * C.head_dim;
@@ -930,13 +1244,44 @@ QK_UNROLL
     return 0;
 }
 
-QM_INLINE int qk_rope_store(const struct qk_args *a)
+/* one block entry: its position's K and V go into the cache */
+static long qk_rope_entry_cb(u64 i, void *vctx)
 {
-    if (a->layer >= C.n_layers || a->pos >= C.ctx)
-        return -1;
-    struct qk_rope_ctx cx = {a->layer, a->pos};
+    const struct qk_rope_ctx *base = vctx;
+    struct qk_rope_ctx cx = {base->layer, base->pos + (u32)i, base->b + (u32)i, base->kv0};
     QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
     QK_LOOP(C.n_kv_heads, qk_store_v_cb, &cx);
+    return 0;
+}
+
+/* the positions of entries [b0, b0 + nb) lie inside the context */
+QM_INLINE bool qk_positions_ok(const struct qk_args *a)
+{
+    return qk_entries_ok(a) && a->pos < C.ctx && a->pos + a->b0 + a->nb <= C.ctx;
+}
+
+/* The KV cache row of position 0 of a layer in a sequence slot. With
+ * slot < C.slots, layer < C.n_layers and a position below C.ctx the row
+ * stays inside the slot's own rows: the plan keeps slots * n_layers * ctx
+ * below 2^31, so the sum cannot wrap into another slot's. */
+QM_INLINE u32 qk_kv_row0(u32 slot, u32 layer)
+{
+    return (slot * C.n_layers + layer) * C.ctx;
+}
+
+/* a layer of a sequence slot the model has (the kernels that touch the
+ * KV cache) */
+QM_INLINE bool qk_kv_ok(const struct qk_args *a)
+{
+    return a->layer < C.n_layers && a->kv_slot < C.slots && qk_positions_ok(a);
+}
+
+QM_INLINE int qk_rope_store(const struct qk_args *a)
+{
+    if (!qk_kv_ok(a))
+        return -1;
+    struct qk_rope_ctx cx = {a->layer, a->pos + a->b0, a->b0, qk_kv_row0(a->kv_slot, a->layer)};
+    QK_LOOP(a->nb, qk_rope_entry_cb, &cx);
     return 0;
 }
 
@@ -944,6 +1289,8 @@ QM_INLINE int qk_rope_store(const struct qk_args *a)
 
 struct qk_attn_ctx {
     u32 layer, pos, n_chunks, first_task;
+    u32 kv0;            /* KV cache row of position 0 (qk_kv_row0) */
+    u32 b0, b;          /* block entries: the first of the invocation, the task's */
     u32 head, kv_head, chunk, first, count;
     u32 min_shift;      /* smallest V vector shift read (qk_attn_part) */
     s64 max_score;
@@ -956,9 +1303,9 @@ static long qk_attn_score_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
     u32 j = cx->first + (u32)i, head = cx->head, kv_head = cx->kv_head;
-    const s64 *q = QK_LOOKUP(qrot, 0);
-    const s16 *k = QK_LOOKUP(kcache, cx->layer * C.ctx + j);
-    s64 *sc = QK_LOOKUP(scores, head);
+    const s64 *q = QK_LOOKUP(qrot, cx->b);
+    const s16 *k = QK_LOOKUP(kcache, cx->kv0 + j);
+    s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + head);
     if (!q || !k || !sc || j >= C.ctx || head >= C.n_heads || kv_head >= C.n_kv_heads)
         return 1;
     q += head * C.head_dim;
@@ -998,9 +1345,9 @@ static long qk_attn_value_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
     u32 j = cx->first + (u32)i, kv_head = cx->kv_head;
-    const s16 *v = QK_LOOKUP(vcache, cx->layer * C.ctx + j);
-    const s64 *sc = QK_LOOKUP(scores, cx->head);
-    s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + cx->chunk);
+    const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j);
+    const s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + cx->head);
+    s64 *part = QK_LOOKUP(parts, (cx->b * C.n_heads + cx->head) * C.max_chunks + cx->chunk);
     if (!v || !sc || !part || j >= C.ctx || kv_head >= C.n_kv_heads)
         return 1;
     u64 t = (u64)(cx->max_score - sc[j]);
@@ -1031,19 +1378,23 @@ static long qk_attn_task_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
     u32 task = cx->first_task + (u32)i, layer = cx->layer, n_chunks = cx->n_chunks;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+        return 1;
+    u32 per_entry = C.n_heads * n_chunks, b = cx->b0 + task / per_entry;
+    u32 head = task % per_entry / n_chunks, chunk = task % n_chunks, pos = cx->pos + b;
+    struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
-    if (!sc || !kl || n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    if (!sc || !kl || head >= C.n_heads || head >= QK_MAX_HEADS || chunk >= C.max_chunks)
         return 1;
-    u32 head = task / n_chunks, chunk = task % n_chunks;
-    if (head >= C.n_heads || head >= QK_MAX_HEADS || chunk >= C.max_chunks)
-        return 1;
+    if (chunk * QK_ATTN_CHUNK > pos)
+        return 0;       /* past this entry's position: the block's later entries have it */
     struct qk_attn_ctx t = *cx;
+    t.b = b;
     t.head = head;
     t.chunk = chunk;
     t.kv_head = head / (C.n_heads / C.n_kv_heads);
     t.first = chunk * QK_ATTN_CHUNK;
-    t.count = cx->pos + 1 - t.first;
+    t.count = pos + 1 - t.first;
     if (t.count > QK_ATTN_CHUNK)
         t.count = QK_ATTN_CHUNK;
     t.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
@@ -1052,7 +1403,7 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     t.sum = 0;
     t.has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
     t.min_shift = QM_CACHE_SH_MAX;
-    s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
+    s64 *part = QK_LOOKUP(parts, (b * C.n_heads + head) * C.max_chunks + chunk);
     if (!part)
         return 1;
     for (u32 d = 0; d < C.head_dim; d++)
@@ -1065,15 +1416,22 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     return 0;
 }
 
+/* chunks of the block's last entry: every entry's tasks are numbered so */
+QM_INLINE u32 qk_attn_chunks(const struct qk_args *a)
+{
+    return (a->pos + a->b0 + a->nb - 1) / QK_ATTN_CHUNK + 1;
+}
+
+/* tasks (entry, head, chunk), entries b0.. in order, [begin, end) of them */
 QM_INLINE int qk_attention(const struct qk_args *a)
 {
-    if (a->layer >= C.n_layers || a->pos >= C.ctx)
+    if (!qk_kv_ok(a))
         return -1;
-    u32 n_chunks = a->pos / QK_ATTN_CHUNK + 1;
-    if (a->begin >= a->end || a->end > C.n_heads * n_chunks)
+    u32 n_chunks = qk_attn_chunks(a);
+    if (a->begin >= a->end || a->end > a->nb * C.n_heads * n_chunks)
         return -1;
-    struct qk_attn_ctx cx = {.layer = a->layer, .pos = a->pos, .n_chunks = n_chunks,
-                              .first_task = a->begin};
+    struct qk_attn_ctx cx = {.layer = a->layer, .pos = a->pos, .n_chunks = n_chunks, .first_task = a->begin,
+                              .kv0 = qk_kv_row0(a->kv_slot, a->layer), .b0 = a->b0};
     QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
     return 0;
 }
@@ -1082,6 +1440,9 @@ QM_INLINE int qk_attention(const struct qk_args *a)
 
 struct qk_merge_ctx {
     u32 layer, n_chunks, head, first;
+    u32 pos, b;         /* the entry's position and block entry */
+    u32 n_heads;        /* heads [first, first + n_heads) */
+    u32 parts0;         /* parts key of the entry's head 0, chunk 0 */
     s64 max_score;
     u64 sum;
     s32 score_exp;
@@ -1094,7 +1455,7 @@ struct qk_merge_ctx {
 static long qk_merge_max_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
-    const s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + (u32)i);
+    const s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks + (u32)i);
     if (!part)
         return 1;
     if (i == 0 || part[0] > cx->max_score)
@@ -1109,7 +1470,7 @@ static long qk_merge_bound_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
     u32 head = (u32)i / cx->n_chunks, chunk = (u32)i % cx->n_chunks;
-    const s64 *part = QK_LOOKUP(parts, head * C.max_chunks + chunk);
+    const s64 *part = QK_LOOKUP(parts, cx->parts0 + head * C.max_chunks + chunk);
     if (!part)
         return 1;
     if ((u64)part[2] < cx->min_shift)
@@ -1122,8 +1483,8 @@ static long qk_merge_bound_cb(u64 i, void *vctx)
 static long qk_merge_add_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
-    s64 *part = QK_LOOKUP(parts, cx->head * C.max_chunks + (u32)i);
-    s64 *base = QK_LOOKUP(parts, cx->head * C.max_chunks);
+    s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks + (u32)i);
+    s64 *base = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks);
     if (!part || !base)
         return 1;
     u64 t = (u64)(cx->max_score - part[0]);
@@ -1140,8 +1501,8 @@ static long qk_merge_head_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
     u32 head = cx->first + (u32)i, layer = cx->layer;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    s64 *x = QK_LOOKUP(x, 0);
+    struct qk_scalars *sc = QK_LOOKUP(scal, cx->b);
+    s64 *x = QK_LOOKUP(x, cx->b);
     if (!sc || !x || head >= C.n_heads || head >= QK_MAX_HEADS || layer >= C.n_layers ||
         layer >= QK_MAX_LAYERS || C.q_dim > C.act_len)
         return 1;
@@ -1152,7 +1513,7 @@ static long qk_merge_head_cb(u64 i, void *vctx)
                   QK_KBOOST_MAX;
     QK_LOOP(cx->n_chunks, qk_merge_max_cb, &m);
     QK_LOOP(cx->n_chunks, qk_merge_add_cb, &m);
-    const s64 *acc = QK_LOOKUP(parts, head * C.max_chunks);
+    const s64 *acc = QK_LOOKUP(parts, cx->parts0 + head * C.max_chunks);
     if (!acc || m.sum == 0)
         return 1;
     acc += QK_PART_ACC;
@@ -1171,19 +1532,31 @@ static long qk_merge_head_cb(u64 i, void *vctx)
     return 0;
 }
 
-QM_INLINE int qk_attn_merge(const struct qk_args *a)
+/* one block entry: heads [first, first + n_heads) of its attention output */
+static long qk_merge_entry_cb(u64 i, void *vctx)
 {
-    if (a->layer >= C.n_layers || a->pos >= C.ctx || a->begin >= a->end || a->end > C.n_heads)
-        return -1;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc)
-        return -1;
-    struct qk_merge_ctx cx = {.layer = a->layer, .n_chunks = a->pos / QK_ATTN_CHUNK + 1, .first = a->begin,
+    const struct qk_merge_ctx *base = vctx;
+    u32 b = base->b + (u32)i, pos = base->pos + (u32)i, layer = base->layer;
+    struct qk_scalars *sc = QK_LOOKUP(scal, b);
+    if (!sc || layer >= C.n_layers)
+        return 1;
+    struct qk_merge_ctx cx = {.layer = layer, .n_chunks = pos / QK_ATTN_CHUNK + 1, .first = base->first,
+                              .pos = pos, .b = b, .parts0 = b * C.n_heads * C.max_chunks,
                               .min_shift = QM_CACHE_SH_MAX};
     cx.down = qm_bitlen(cx.n_chunks - 1);
     QK_LOOP(C.n_heads * cx.n_chunks, qk_merge_bound_cb, &cx);
-    QK_LOOP(a->end - a->begin, qk_merge_head_cb, &cx);
-    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(a->layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;
+    QK_LOOP(base->n_heads, qk_merge_head_cb, &cx);
+    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;
+    return 0;
+}
+
+QM_INLINE int qk_attn_merge(const struct qk_args *a)
+{
+    if (a->layer >= C.n_layers || !qk_positions_ok(a) || a->begin >= a->end || a->end > C.n_heads)
+        return -1;
+    struct qk_merge_ctx cx = {.layer = a->layer, .first = a->begin, .pos = a->pos + a->b0, .b = a->b0,
+                              .n_heads = a->end - a->begin};
+    QK_LOOP(a->nb, qk_merge_entry_cb, &cx);
     return 0;
 }
 
@@ -1192,7 +1565,7 @@ QM_INLINE int qk_attn_merge(const struct qk_args *a)
 struct qk_swiglu_ctx {
     u64 max_s, max_u, max_p;
     u32 shift_s, shift_u, shift_p;
-    u32 pad;
+    u32 b;              /* block entry */
 };
 
 /* one element per call: the sigmoid's branches, unrolled, would multiply
@@ -1201,7 +1574,7 @@ static long qk_silu_cb(u64 i, void *vctx)
 {
     struct qk_swiglu_ctx *cx = vctx;
     u32 k = (u32)i;
-    s64 *gu = QK_LOOKUP(gu, 0);
+    s64 *gu = QK_LOOKUP(gu, cx->b);
     if (!gu || k >= C.inter)
         return 1;
     s64 *g = gu + k;
@@ -1221,7 +1594,7 @@ static long qk_swiglu_max_cb(u64 i, void *vctx)
 {
     struct qk_swiglu_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *gu = QK_LOOKUP(gu, 0);
+    const s64 *gu = QK_LOOKUP(gu, cx->b);
     if (!gu || tile >= C.inter / 16)
         return 1;
     const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
@@ -1235,8 +1608,8 @@ static long qk_swiglu_out_cb(u64 i, void *vctx)
 {
     struct qk_swiglu_ctx *cx = vctx;
     u32 tile = (u32)i;
-    const s64 *gu = QK_LOOKUP(gu, 0);
-    s64 *x = QK_LOOKUP(x, 0);
+    const s64 *gu = QK_LOOKUP(gu, cx->b);
+    s64 *x = QK_LOOKUP(x, cx->b);
     if (!gu || !x || tile >= C.inter / 16 || C.inter > C.act_len)
         return 1;
     const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
@@ -1247,13 +1620,14 @@ QK_UNROLL
     return 0;
 }
 
-QM_INLINE int qk_swiglu(const struct qk_args *a)
+/* one block entry */
+static long qk_swiglu_entry_cb(u64 i, void *vctx)
 {
-    (void)a;
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    const struct qk_swiglu_ctx *base = vctx;
+    struct qk_swiglu_ctx cx = {.b = base->b + (u32)i};
+    struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
-        return -1;
-    struct qk_swiglu_ctx cx = {0};
+        return 1;
     QK_LOOP(C.inter, qk_silu_cb, &cx);
     cx.shift_s = qm_act_shift(cx.max_s);
     cx.shift_u = qm_act_shift(cx.max_u);
@@ -1264,17 +1638,28 @@ QM_INLINE int qk_swiglu(const struct qk_args *a)
     return 0;
 }
 
+QM_INLINE int qk_swiglu(const struct qk_args *a)
+{
+    if (!qk_entries_ok(a))
+        return -1;
+    struct qk_swiglu_ctx cx = {.b = a->b0};
+    QK_LOOP(a->nb, qk_swiglu_entry_cb, &cx);
+    return 0;
+}
+
 /* ---- argmax_reduce: the vocabulary pass's slots -> one token -------- */
 
 struct qk_reduce_ctx {
     s64 value;
-    u32 index, pad;
+    u32 index;
+    u32 b;              /* block entry */
+    u32 n_slots, pad;
 };
 
 static long qk_reduce_cb(u64 i, void *vctx)
 {
     struct qk_reduce_ctx *cx = vctx;
-    const struct qk_argmax *m = QK_LOOKUP(amax, (u32)i);
+    const struct qk_argmax *m = QK_LOOKUP(amax, cx->b * QK_MAX_ARGMAX_SLOTS + (u32)i);
     if (!m)
         return 1;
     if (i == 0 || m->value > cx->value || (m->value == cx->value && m->index < cx->index)) {
@@ -1284,15 +1669,26 @@ static long qk_reduce_cb(u64 i, void *vctx)
     return 0;
 }
 
-QM_INLINE int qk_argmax_reduce(const struct qk_args *a)
+/* one block entry: its slots -> its token */
+static long qk_reduce_entry_cb(u64 i, void *vctx)
 {
-    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
-    if (!sc || a->n_slots == 0 || a->n_slots > QK_MAX_ARGMAX_SLOTS)
-        return -1;
-    struct qk_reduce_ctx cx = {0};
-    QK_LOOP(a->n_slots, qk_reduce_cb, &cx);
+    const struct qk_reduce_ctx *base = vctx;
+    struct qk_reduce_ctx cx = {.b = base->b + (u32)i};
+    struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
+    if (!sc)
+        return 1;
+    QK_LOOP(base->n_slots, qk_reduce_cb, &cx);
     sc->argmax_index = cx.index;
     sc->argmax_value = cx.value;
+    return 0;
+}
+
+QM_INLINE int qk_argmax_reduce(const struct qk_args *a)
+{
+    if (a->n_slots == 0 || a->n_slots > QK_MAX_ARGMAX_SLOTS || !qk_entries_ok(a))
+        return -1;
+    struct qk_reduce_ctx cx = {.b = a->b0, .n_slots = a->n_slots};
+    QK_LOOP(a->nb, qk_reduce_entry_cb, &cx);
     return 0;
 }
 

@@ -9,12 +9,14 @@
  *
  * Number formats (value = integer * 2^exponent):
  *   weights      Q24 int32 (2^-24), norm scales I32S int32 (2^-scale_exp)
- *   residual     Q32 int64 (2^-32): holds +-2^31 with 2.3e-10 steps, so
+ *   residual     Q32 int64 (2^-32): kept within +-2^29 (QM_Q32_LIMIT_BITS;
+ *                a model that leaves it is refused) with 2.3e-10 steps, so
  *                massive activations (thousands) and tiny early residuals
  *                (~1e-2) both keep full precision
  *   act vector   int32 mantissas |m| <= 2^24 sharing one exponent: the input
  *                of every matrix product. 24 bits relative to the vector's
- *                largest element; Q24 x 2^24 x cols stays far inside int64
+ *                largest element; a Q24 row's product stays below 2^62 (the
+ *                reader bounds each row's sum of |q|: QPK_Q24_MAX_ROW_SUM)
  *   scalars      softfloat {m, e}, m in [2^31, 2^32): norms' 1/rms, constants
  *   probability  Q30 (2^-30) in attention and SiLU
  *   KV cache     int16 with one exponent per layer for K and one for V,
@@ -285,6 +287,41 @@ QM_INLINE u32 qm_act_shift(u64 max_abs)
 QM_INLINE s64 qm_acc_to_q32(s64 acc, s32 x_exp)
 {
     return qm_scale_pow2(acc, x_exp - 24 + QM_RESID_FRAC);
+}
+
+/* The range every stored Q32 value keeps (a product's output, the
+ * residual stream): |v| < 2^QM_Q32_LIMIT_BITS, a value of 2^29 = 5.4e8.
+ * Then a residual add cannot wrap and every later step's bounds hold. A
+ * model whose activations leave it cannot be computed exactly: the kernels
+ * raise a flag (qk_scalars.range_error) and the host refuses the model. */
+#define QM_Q32_LIMIT_BITS 61
+
+/* non-zero when v is outside [-2^bits, 2^bits) */
+QM_INLINE u64 qm_outside(s64 v, u32 bits)
+{
+    return (u64)((v >> bits) + 1) >> 1;
+}
+
+/* qm_scale_pow2 for a value headed into Q32 storage: *bad becomes non-zero
+ * when the shift loses bits or the result leaves the Q32 range. For
+ * |x| < 2^62, which every product's accumulator keeps (qkernels.h). */
+QM_INLINE s64 qm_scale_pow2_checked(s64 x, s32 s, u64 *bad)
+{
+    s64 y;
+    if (s >= 0) {
+        u32 k = s > 62 ? 62 : (u32)s;
+        y = (s64)((u64)x << k);
+        *bad |= (u64)((y >> k) ^ x);
+    } else {
+        y = s < -62 ? 0 : qm_rshift_round(x, (u32)-s);
+    }
+    *bad |= qm_outside(y, QM_Q32_LIMIT_BITS);
+    return y;
+}
+
+QM_INLINE s64 qm_acc_to_q32_checked(s64 acc, s32 x_exp, u64 *bad)
+{
+    return qm_scale_pow2_checked(acc, x_exp - 24 + QM_RESID_FRAC, bad);
 }
 
 /* v clamped to [lo, hi] without a branch, for |v|, |lo|, |hi| < 2^62

@@ -11,7 +11,7 @@
 enum qmt_fn {
     QMT_RSHIFT_ROUND, QMT_SCALE_POW2, QMT_BITLEN, QMT_MUL_Q30, QMT_SF_MAKE, QMT_SF_MUL, QMT_SF_ADD,
     QMT_SF_RSQRT, QMT_EXP2_NEG, QMT_LOG2_ARG, QMT_SIGMOID, QMT_ACT_SHIFT, QMT_ACC_TO_Q32, QMT_CACHE16,
-    QMT_V_STRETCH, QMT_V_WEIGHT,
+    QMT_V_STRETCH, QMT_V_WEIGHT, QMT_SCALE_CHECKED,
     QMT_COUNT,
 };
 
@@ -45,6 +45,12 @@ QM_INLINE void qmt_eval(u32 fn, struct qmt_case *c)
     }
     case QMT_V_STRETCH: c->r0 = qm_v_stretch((u64)c->a); break;
     case QMT_V_WEIGHT: c->r0 = qm_v_weight((u64)c->a, (u32)c->b, (u32)c->c); break;
+    case QMT_SCALE_CHECKED: {
+        u64 bad = 0;
+        c->r0 = qm_scale_pow2_checked(c->a, (s32)c->b, &bad);
+        c->r1 = (s64)bad;
+        break;
+    }
     default: break;
     }
 }

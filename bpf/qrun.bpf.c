@@ -47,6 +47,7 @@ QK_MAP(logits);
 QK_MAP(amax);
 QK_MAP(scal);
 QK_MAP(work);
+QK_MAP(unpk);
 
 #include "qkernels.h"
 
@@ -78,5 +79,7 @@ QK_PROGRAM(argmax_reduce, qk_argmax_reduce)
 QK_PROGRAM(quant_x, qk_quant_x)
 QK_PROGRAM(matvec4, qk_matvec4)
 QK_PROGRAM(matvec4_stream, qk_matvec4_stream)
+QK_PROGRAM(matvec4b, qk_matvec4b)
+QK_PROGRAM(matvec4b_stream, qk_matvec4b_stream)
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -10,6 +10,7 @@
 #define QK_MAX_LAYERS 256         /* = QWEN3_MAX_LAYERS */
 #define QK_MAX_HEADS 256
 #define QK_ATTN_CHUNK 256         /* positions per attention task */
+#define QK_MAX_BLOCK 64           /* positions one forward block computes at most */
 #define QK_MAX_ARGMAX_SLOTS 1024  /* partial argmaxes of one vocabulary pass */
 #define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
 #define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
@@ -18,6 +19,7 @@
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
 #define QK_MAX_HIDDEN 16384       /* hidden size the kernels' index masks allow */
 #define QK_MAX_ACT 32768          /* act vector length (max of hidden, q_dim, inter) */
+#define QK_COL_CHUNK_MAX 1024     /* columns per product callback at most (plan.c) */
 #define QK_XQ_BLOCK 32            /* i4g: act values per 8-bit block (the smallest group) */
 #define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
 #define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
@@ -37,6 +39,7 @@
  * so the verifier sees every size as a known constant). */
 struct qk_config {
     u32 hidden, inter, q_dim, kv_dim, head_dim, n_heads, n_kv_heads, vocab, n_layers, ctx;
+    u32 slots;                  /* sequence slots: KV caches of ctx positions each (qk_kv_row0) */
     u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
     u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
     u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
@@ -46,7 +49,8 @@ struct qk_config {
     u32 w_group_shift;          /* log2(w_group): the verifier follows shifts, not divisions */
     u32 w4_group, w4_group_shift; /* i4g: columns per (d, m) pair, a power of two >= 16 */
     u32 has_i4;                 /* any i4g matrix: the act vector is quantised (quant_x) */
-    u32 pad;
+    u32 block;                  /* positions per block (1..QK_MAX_BLOCK): entries of the per-position maps */
+    u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qkernels.h) */
     u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
     u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
@@ -64,14 +68,17 @@ struct qk_config {
 /* kernel invocation arguments, little-endian, at the start of data_in */
 struct qk_args {
     u32 layer;
-    u32 begin, end;     /* rows, heads, or (head, chunk) tasks: [begin, end) */
-    u32 pos;            /* position of the token being computed */
-    u32 token;          /* embed: the token id */
+    u32 begin, end;     /* rows, heads, or (position, head, chunk) tasks: [begin, end) */
+    u32 pos;            /* position of block entry 0 */
+    u32 b0, nb;         /* block entries [b0, b0 + nb): position pos + b of entry b */
+    u32 token;          /* embed: the token id (of entry b0) */
     u32 mode;           /* matvec: enum qk_matvec_mode */
     u32 slot;           /* matvec QK_MV_LOGITS: argmax slot of this invocation */
     u32 n_slots;        /* argmax_reduce: slots to combine */
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
+    u32 scratch;        /* matvec4 of a block: the calling thread's `unpk` entry */
+    u32 kv_slot;        /* rope_store, attention: the sequence slot whose KV cache they use */
 };
 
 enum qk_matvec_mode {
@@ -103,6 +110,16 @@ enum qk_norm_target {
 #define QK_XQ_PK_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
 #define QK_XQ_R_OFF(act_len) (QK_XQ_PK_OFF(act_len) + 2 * (act_len))
 #define QK_XQ_BYTES(act_len) (QK_XQ_R_OFF(act_len) + (act_len) / QK_XQ_BLOCK)
+
+/* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
+ * value per thread), for a matrix of `cols` columns:
+ *   u64 lanes[4][cols / 16][4]   row k, chunk t: (w >> 4j) & QK_NIBBLE_LANES
+ *                                of its code word w, j = 0..3
+ *   s64 dm[4][groups][2]         row k, group g: its two parameters as
+ *                                integers (qk_pf16), from u64 entry act_len
+ * (sized for the widest matrix). */
+#define QK_UNPK_DM_OFF(act_len) (act_len)
+#define QK_UNPK_BYTES(act_len) (8 * (act_len) + 2 * (act_len))
 
 /* The K cache layout of one layer (map `klayout`, one value per layer,
  * plan.c fill_klayout), s32 entries:
@@ -146,7 +163,8 @@ struct qk_scalars {
     s32 xq_exp;                   /* exponent of the quantised act vector in `xq` (i4g) */
     s32 q_exp[QK_MAX_HEADS];      /* exponent of each rotated query head */
     u32 argmax_index;             /* result of argmax_reduce */
-    s32 pad2;
+    u32 range_error;              /* sticky: non-zero once a Q32 value left its range
+                                   * (QM_Q32_LIMIT_BITS): the results are not exact */
     s64 argmax_value;
 };
 

@@ -13,6 +13,19 @@ int qp_fail(qp_err *err, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
         va_end(ap);
+        err->code = 0;
+    }
+    return -1;
+}
+
+int qp_fail_code(qp_err *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+        va_end(ap);
+        err->code = code;
     }
     return -1;
 }

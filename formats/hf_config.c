@@ -10,19 +10,20 @@
  *   bos_token_id / eos_token_id = -1 (a list of ids gives its first).
  * Refused because qpack would compute something else: model_type other
  * than "qwen3", rope_scaling not null, use_sliding_window true,
- * attention_bias true, hidden_act other than "silu".
+ * attention_bias true, hidden_act other than "silu"; and because Hugging
+ * Face would read the file differently: a key twice in one object (Python
+ * keeps the last value, cJSON finds the first), an escaped NUL.
  */
 #include "hf_config.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "fsafe.h"
+#include "json_strict.h"
 
 /* Real config.json files are a few KiB. */
 #define HF_CONFIG_MAX_BYTES (16u << 20)
@@ -187,6 +188,8 @@ int hf_config_parse(const char *json, size_t len, const char *name,
         rc = qp_fail(err, "%s: not valid JSON", name);
     else if (!cJSON_IsObject(root))
         rc = qp_fail(err, "%s: not a JSON object", name);
+    else if (json_refuse_ambiguous(root, json, len, name, err))
+        rc = -1;
     else
         rc = check_unsupported(root, name, err) || read_fields(root, name, cfg, err) ||
              hf_config_validate(cfg, name, err) ? -1 : 0;
@@ -196,29 +199,12 @@ int hf_config_parse(const char *json, size_t len, const char *name,
 
 int hf_config_load(const char *path, struct qwen3_config *cfg, qp_err *err)
 {
-    struct stat st;
+    char *text;
+    size_t size;
     memset(cfg, 0, sizeof(*cfg));
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > HF_CONFIG_MAX_BYTES) {
-        close(fd);
-        return qp_fail(err, "%s: not a regular file of at most %u bytes", path,
-                       HF_CONFIG_MAX_BYTES);
-    }
-    size_t size = (size_t)st.st_size, got = 0;
-    char *text = malloc(size + 1);
-    while (text && got < size) {
-        ssize_t r = read(fd, text + got, size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    int rc = text && got == size ? hf_config_parse(text, size, path, cfg, err)
-           : qp_fail(err, "%s: read failed", path);
+    if (fs_read_input(path, HF_CONFIG_MAX_BYTES, &text, &size, err))
+        return -1;
+    int rc = hf_config_parse(text, size, path, cfg, err);
     free(text);
     return rc;
 }
@@ -349,31 +335,15 @@ int hf_config_write_dtype(const char *path, const struct qwen3_config *cfg,
                        path, torch_dtype);
     if (hf_config_validate(cfg, path, err))
         return -1;
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + sizeof(".tmp-XXXXXX"));
-    if (!tmp)
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
         return qp_fail(err, "%s: out of memory", path);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        free(tmp);
-        return qp_fail(err, "%s: cannot create a temporary file next to it: %s", path,
-                       strerror(errno));
-    }
-    fchmod(fd, 0644);                                 /* mkstemp makes it 0600 */
-    FILE *f = fdopen(fd, "w");
-    int rc = !f || print_config(f, cfg, torch_dtype) || fflush(f) || fsync(fd) ? -1 : 0;
-    int saved = errno;
-    if (f ? fclose(f) : close(fd))
-        rc = -1;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -1, saved = errno;
-    if (rc) {
-        unlink(tmp);
-        qp_fail(err, "%s: write failed: %s", path, strerror(saved));
-    }
-    free(tmp);
+    int printed = print_config(f, cfg, torch_dtype);
+    int rc = fclose(f) || printed ? qp_fail(err, "%s: out of memory", path)
+                                  : fs_write_file(path, text, len, NULL, err);
+    free(text);
     return rc;
 }
 

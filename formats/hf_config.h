@@ -47,7 +47,10 @@ struct qwen3_config {
  * Integers must be integral JSON numbers. Refused, because qpack would
  * compute a different model: model_type other than "qwen3" (absent is
  * fine), rope_scaling not null, use_sliding_window true, attention_bias
- * true, hidden_act other than "silu". */
+ * true, hidden_act other than "silu". Refused because Hugging Face would
+ * read the file differently: a key twice in any object (Python keeps the
+ * last value), an escaped NUL (\u0000). path must be a regular file (a FIFO
+ * or device is refused at once, see fsafe.h). */
 int hf_config_load(const char *path, struct qwen3_config *cfg, qp_err *err);
 
 /* Parses config.json text already in memory; name is used in messages. */
@@ -58,7 +61,7 @@ int hf_config_parse(const char *json, size_t len, const char *name,
 int hf_config_validate(const struct qwen3_config *cfg, const char *name, qp_err *err);
 
 /* Writes a Hugging Face style config.json for cfg (used by the generator):
- * Qwen3ForCausalLM, torch_dtype "bfloat16"; atomic (temp file + rename). */
+ * Qwen3ForCausalLM, torch_dtype "bfloat16"; atomic (fsafe.h: fs_write_file). */
 int hf_config_write(const char *path, const struct qwen3_config *cfg, qp_err *err);
 
 /* The same with torch_dtype "bfloat16", "float16" or "float32". */

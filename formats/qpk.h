@@ -35,6 +35,11 @@
 #define QPK_Q24_TILE_ROWS    4                 /* rows a kernel step reads together */
 #define QPK_Q24_TILE_COLS    16                /* columns of one tile */
 #define QPK_I8_MAX_SCALE     (1 << 20)         /* |D| bound: D * sum(q x) fits int64 */
+#define QPK_I32S_MAX_MAG     (1 << 30)         /* i32s: |q| bound */
+/* q24: a row's sum of |q| stays below this, so that the kernel's int64 sum
+ * of q * x over the row (|x| <= 2^24) stays below 2^62 and its rounding
+ * into Q32 cannot wrap: sum |w| < 16384 */
+#define QPK_Q24_MAX_ROW_SUM  (1ull << 38)
 #define QPK_GROUP_MIN        16                /* i8g/i4g group sizes: powers of two in */
 #define QPK_GROUP_MAX        256               /*   16..256 (QNT_MAX_GROUP) */
 #define QPK_SCALE_EXP_MIN    (-128)            /* i8g/i4g scale_exp range: the quantiser's */
@@ -186,10 +191,24 @@ int qpk_read(const struct qpk_file *f, uint64_t offset, void *buf, size_t len);
 /* The tensor of role in layer (QPK_NO_LAYER for model-level ones), or NULL. */
 const struct qpk_tensor *qpk_tensor_of(const struct qpk_file *f, unsigned role, unsigned layer);
 
-/* Recomputes checksums; the message names the first bad section or tensor. */
+/* Recomputes checksums, and for tensors checks the value ranges
+ * (qpk_check_values); the message names the first bad section or tensor. */
 int qpk_verify_tensor(const struct qpk_file *f, const struct qpk_tensor *t, qp_err *err);
 int qpk_verify_section(const struct qpk_file *f, const struct qpk_section *s, qp_err *err);
 int qpk_verify_all(const struct qpk_file *f, qp_err *err);
+
+/* The same, calling progress(user, bytes checked, bytes in all) on the
+ * calling thread after each tensor it checks. */
+typedef void (*qpk_progress_fn)(void *user, uint64_t done, uint64_t total);
+int qpk_verify_all_progress(const struct qpk_file *f, qpk_progress_fn progress, void *user, qp_err *err);
+
+/* The value ranges the kernels' exactness proofs assume (QPK.md, "Value
+ * ranges"), over n_blocks whole row blocks of t starting at block
+ * first_block, held at data; path names the file in messages.
+ * qpk_verify_tensor checks them with the checksum, the writer as tensors
+ * are streamed. */
+int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t first_block,
+                     const uint8_t *data, uint64_t n_blocks, qp_err *err);
 
 /* The section of a kind, or NULL when the file has none. */
 const struct qpk_section *qpk_section_of(const struct qpk_file *f, unsigned kind);

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "fsafe.h"
 #include "hf_config.h"
 #include "le.h"
 #include "quant.h"
@@ -86,6 +87,25 @@ static int check_header(struct qpk_file *f, const char *name, qp_err *err)
     return 0;
 }
 
+/* A zstd section is exactly one frame that states its content size, and
+ * that size is raw_size: checked from the frame header alone, so a forged
+ * size or codec is refused at open even when nothing decodes the section. */
+static int check_zstd_frame(const struct qpk_file *f, const struct qpk_section *s, const char *name, qp_err *err)
+{
+    const uint8_t *src = f->map + s->offset;
+    unsigned long long content = ZSTD_getFrameContentSize(src, s->stored_size);
+    size_t frame = ZSTD_findFrameCompressedSize(src, s->stored_size);
+    if (content == ZSTD_CONTENTSIZE_ERROR || ZSTD_isError(frame) || frame != s->stored_size)
+        return qp_fail(err, "%s: section %s is not one zstd frame of its %" PRIu64 " stored bytes", name,
+                       qpk_section_name(s->kind), s->stored_size);
+    if (content == ZSTD_CONTENTSIZE_UNKNOWN)
+        return qp_fail(err, "%s: section %s: its zstd frame does not state its size", name, qpk_section_name(s->kind));
+    if (content != s->raw_size)
+        return qp_fail(err, "%s: section %s: its zstd frame holds %llu bytes, the directory says %" PRIu64, name,
+                       qpk_section_name(s->kind), content, s->raw_size);
+    return 0;
+}
+
 static int parse_sections(struct qpk_file *f, const char *name, qp_err *err)
 {
     const uint8_t *p = f->map + f->dir_offset;
@@ -117,6 +137,8 @@ static int parse_sections(struct qpk_file *f, const char *name, qp_err *err)
                            qpk_section_name(s->kind), s->raw_size, QPK_MAX_SECTION_RAW);
         if (s->codec == QPK_CODEC_RAW && s->raw_size != s->stored_size)
             return qp_fail(err, "%s: section %s is raw but its sizes differ", name, qpk_section_name(s->kind));
+        if (s->codec == QPK_CODEC_ZSTD && check_zstd_frame(f, s, name, err))
+            return -1;
     }
     if (!(seen & (1u << QPK_SEC_CONFIG)))
         return qp_fail(err, "%s: no config section", name);
@@ -413,16 +435,10 @@ int qpk_open(struct qpk_file *f, const char *path, unsigned flags, qp_err *err)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return qp_fail(err, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int e = errno;
-        close(fd);
-        return qp_fail(err, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory, expected a .qpk file"
-                                                                 : e ? strerror(e) : "not a regular file");
-    }
+    int fd = fs_open_input(path, &st, err); /* a FIFO or device is refused, not waited on */
+    if (fd < 0)
+        return -1;
     if (st.st_size < QPK_HEADER_SIZE) {
         close(fd);
         return qp_fail(err, "%s: not a .qpk container (%lld bytes, smaller than the %d-byte header)", path,

@@ -1,13 +1,10 @@
-/* qpk_write.c - streams a .qpk into a temporary file beside the destination
- * and renames it into place only when every byte is written and synced. */
+/* qpk_write.c - streams a .qpk into an unnamed file beside the destination
+ * (fsafe.h) and publishes it only when every byte is written and synced. */
 #include "qpk_write.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +12,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "fsafe.h"
 #include "le.h"
 
 #define WRITE_BUF_BYTES (4u << 20)
@@ -29,8 +27,9 @@
 #define ZSTD_LEVEL 9
 
 struct qpk_writer {
-    char *dest, *temp;
-    int fd;
+    char *dest;
+    struct fs_out out;        /* the file being written */
+    bool out_open;
     uint64_t pos;             /* bytes handed to the file so far (buffer included) */
     uint8_t *buf;
     size_t buf_used;
@@ -45,6 +44,8 @@ struct qpk_writer {
     uint32_t next_tensor;     /* index expected by begin_tensor */
     int64_t open_tensor;      /* index being streamed, -1 when none */
     uint64_t tensor_written;
+    uint8_t *block;           /* the open tensor's row block being assembled ... */
+    uint64_t block_fill;      /* ... and its bytes so far, for qpk_check_values */
     XXH3_state_t *hash;
 };
 
@@ -57,12 +58,12 @@ static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 static void push_writeback(struct qpk_writer *w)
 {
     while (w->flushed - w->kicked >= WRITEBACK_WINDOW) {
-        sync_file_range(w->fd, (off_t)w->kicked, WRITEBACK_WINDOW, SYNC_FILE_RANGE_WRITE);
+        sync_file_range(w->out.fd, (off_t)w->kicked, WRITEBACK_WINDOW, SYNC_FILE_RANGE_WRITE);
         w->kicked += WRITEBACK_WINDOW;
         if (w->kicked - w->dropped > WRITEBACK_WINDOW) {
-            sync_file_range(w->fd, (off_t)w->dropped, WRITEBACK_WINDOW,
+            sync_file_range(w->out.fd, (off_t)w->dropped, WRITEBACK_WINDOW,
                             SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-            posix_fadvise(w->fd, (off_t)w->dropped, WRITEBACK_WINDOW, POSIX_FADV_DONTNEED);
+            posix_fadvise(w->out.fd, (off_t)w->dropped, WRITEBACK_WINDOW, POSIX_FADV_DONTNEED);
             w->dropped += WRITEBACK_WINDOW;
         }
     }
@@ -70,17 +71,10 @@ static void push_writeback(struct qpk_writer *w)
 
 static int flush_buf(struct qpk_writer *w, qp_err *err)
 {
-    size_t done = 0;
-    while (done < w->buf_used) {
-        ssize_t n = write(w->fd, w->buf + done, w->buf_used - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return qp_fail(err, "%s: write: %s", w->temp, n < 0 ? strerror(errno) : "no progress");
-        done += (size_t)n;
-    }
+    if (fs_out_write(&w->out, w->buf, w->buf_used, err))
+        return -1;
+    w->flushed += w->buf_used;
     w->buf_used = 0;
-    w->flushed += done;
     push_writeback(w);
     return 0;
 }
@@ -124,11 +118,11 @@ static int add_section(struct qpk_writer *w, unsigned kind, const void *data, si
         size_t cap = ZSTD_compressBound(len);
         packed = malloc(cap ? cap : 1);
         if (!packed)
-            return qp_fail(err, "%s: out of memory compressing section %s", w->temp, qpk_section_name(kind));
+            return qp_fail(err, "%s: out of memory compressing section %s", w->dest, qpk_section_name(kind));
         stored_len = ZSTD_compress(packed, cap, data, len, ZSTD_LEVEL);
         if (ZSTD_isError(stored_len)) {
             free(packed);
-            return qp_fail(err, "%s: zstd: %s", w->temp, ZSTD_getErrorName(stored_len));
+            return qp_fail(err, "%s: zstd: %s", w->dest, ZSTD_getErrorName(stored_len));
         }
         stored = packed;
     }
@@ -145,26 +139,6 @@ static int add_section(struct qpk_writer *w, unsigned kind, const void *data, si
     return rc;
 }
 
-static int make_temp(struct qpk_writer *w, const char *dest, qp_err *err)
-{
-    char *copy = strdup(dest), *copy2 = strdup(dest);
-    if (!copy || !copy2) {
-        free(copy);
-        free(copy2);
-        return qp_fail(err, "%s: out of memory", dest);
-    }
-    const char *dir = dirname(copy), *base = basename(copy2);
-    int n = asprintf(&w->temp, "%s/.%s.partial-%d", dir, base, (int)getpid());
-    free(copy);
-    free(copy2);
-    if (n < 0)
-        return qp_fail(err, "%s: out of memory", dest);
-    w->fd = open(w->temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd < 0)
-        return qp_fail(err, "%s: cannot create %s: %s", dest, w->temp, strerror(errno));
-    return 0;
-}
-
 /* Assigns every tensor its 4096-aligned offset after the leading sections. */
 static int plan_tensors(struct qpk_writer *w, const struct qpk_tensor *tensors, uint32_t n, qp_err *err)
 {
@@ -176,7 +150,7 @@ static int plan_tensors(struct qpk_writer *w, const struct qpk_tensor *tensors, 
     uint64_t at = w->data_offset;
     for (uint32_t i = 0; i < n; i++) {
         struct qpk_tensor *t = &w->tensors[i];
-        if (t->rows_per_block == 0 || t->rows % t->rows_per_block)
+        if (t->rows_per_block == 0 || t->rows % t->rows_per_block || t->row_stride == 0)
             return qp_fail(err, "%s: tensor %s: %u rows do not split into blocks of %u", w->dest, t->name,
                            t->rows, t->rows_per_block);
         t->nbytes = (uint64_t)(t->rows / t->rows_per_block) * t->row_stride;
@@ -198,7 +172,6 @@ int qpk_writer_open(struct qpk_writer **out, const char *dest, const struct qpk_
     struct qpk_writer *w = calloc(1, sizeof *w);
     if (!w)
         return qp_fail(err, "%s: out of memory", dest);
-    w->fd = -1;
     w->open_tensor = -1;
     w->cfg = *cfg;
     w->dest = strdup(dest);
@@ -208,10 +181,11 @@ int qpk_writer_open(struct qpk_writer **out, const char *dest, const struct qpk_
         qpk_writer_abort(w);
         return qp_fail(err, "%s: out of memory", dest);
     }
-    if (make_temp(w, dest, err)) {
+    if (fs_out_open(&w->out, dest, 0, err)) {
         qpk_writer_abort(w);
         return -1;
     }
+    w->out_open = true;
     /* header and directory are written last, at the front */
     uint64_t dir_size = (uint64_t)(n_sections + 2) * QPK_SECTION_SIZE + (uint64_t)n_tensors * QPK_TENSOR_SIZE;
     uint8_t cfg_bytes[QPK_CONFIG_SIZE];
@@ -238,9 +212,48 @@ int qpk_writer_begin_tensor(struct qpk_writer *w, uint32_t index, qp_err *err)
         return qp_fail(err, "%s: tensor %u written out of order", w->dest, index);
     if (put_zeros_to(w, w->tensors[index].offset, err))
         return -1;
+    uint64_t stride = w->tensors[index].row_stride;
+    uint8_t *block = realloc(w->block, stride ? stride : 1);
+    if (!block)
+        return qp_fail(err, "%s: out of memory", w->dest);
+    w->block = block;
+    w->block_fill = 0;
     XXH3_64bits_reset(w->hash);
     w->open_tensor = index;
     w->tensor_written = 0;
+    return 0;
+}
+
+/* Checks the value ranges a reader will check (qpk_check_values) on every
+ * whole row block of [data, data + len), the open tensor's next bytes:
+ * whole blocks where they lie, pieces assembled in w->block. */
+static int check_written(struct qpk_writer *w, const struct qpk_tensor *t, const uint8_t *data, size_t len,
+                         qp_err *err)
+{
+    uint64_t stride = t->row_stride;
+    while (len) {
+        uint64_t block_index = (w->tensor_written - w->block_fill) / stride;
+        if (w->block_fill == 0 && len >= stride) {
+            uint64_t n = len / stride;
+            if (qpk_check_values(w->dest, t, block_index, data, n, err))
+                return -1;
+            data += n * stride;
+            len -= n * stride;
+            w->tensor_written += n * stride;
+            continue;
+        }
+        size_t n = stride - w->block_fill < len ? (size_t)(stride - w->block_fill) : len;
+        memcpy(w->block + w->block_fill, data, n);
+        w->block_fill += n;
+        w->tensor_written += n;
+        data += n;
+        len -= n;
+        if (w->block_fill == stride) {
+            w->block_fill = 0;
+            if (qpk_check_values(w->dest, t, block_index, w->block, 1, err))
+                return -1;
+        }
+    }
     return 0;
 }
 
@@ -252,8 +265,9 @@ int qpk_writer_write(struct qpk_writer *w, const void *data, size_t len, qp_err 
     if (len > t->nbytes - w->tensor_written)
         return qp_fail(err, "%s: tensor %s: more than its %" PRIu64 " bytes written", w->dest, t->name,
                        t->nbytes);
+    if (check_written(w, t, data, len, err))
+        return -1;
     XXH3_64bits_update(w->hash, data, len);
-    w->tensor_written += len;
     return put_bytes(w, data, len, err);
 }
 
@@ -275,11 +289,11 @@ static int pwrite_all(struct qpk_writer *w, const void *data, size_t len, uint64
 {
     const uint8_t *p = data;
     while (len) {
-        ssize_t n = pwrite(w->fd, p, len, (off_t)offset);
+        ssize_t n = pwrite(w->out.fd, p, len, (off_t)offset);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
-            return qp_fail(err, "%s: write: %s", w->temp, n < 0 ? strerror(errno) : "no progress");
+            return qp_fail(err, "%s: write: %s", w->dest, n < 0 ? strerror(errno) : "no progress");
         p += n;
         len -= (size_t)n;
         offset += (uint64_t)n;
@@ -317,50 +331,6 @@ static int write_front(struct qpk_writer *w, qp_err *err)
     return rc;
 }
 
-/* Removes partial files an interrupted earlier pack to the same destination
- * left behind (their writer process is gone). */
-static void remove_stale_partials(const struct qpk_writer *w)
-{
-    char *copy = strdup(w->dest), *copy2 = strdup(w->dest);
-    if (!copy || !copy2)
-        goto out;
-    const char *dir = dirname(copy), *base = basename(copy2);
-    char prefix[512];
-    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
-    DIR *d = opendir(dir);
-    if (!d)
-        goto out;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
-            continue;
-        char *end;
-        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
-        if (*end || pid <= 0 || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
-            continue;
-        char path[4096];
-        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
-            unlink(path);
-    }
-    closedir(d);
-out:
-    free(copy);
-    free(copy2);
-}
-
-static void sync_dir(const char *dest)
-{
-    char *copy = strdup(dest);
-    if (!copy)
-        return;
-    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(copy);
-}
-
 int qpk_writer_finish(struct qpk_writer *w, const char *provenance, qp_err *err)
 {
     int rc = 0;
@@ -370,43 +340,25 @@ int qpk_writer_finish(struct qpk_writer *w, const char *provenance, qp_err *err)
         rc = add_section(w, QPK_SEC_PROVENANCE, provenance, strlen(provenance), true, err);
     if (!rc)
         rc = flush_buf(w, err) || write_front(w, err);
-    if (!rc && fsync(w->fd) != 0)
-        rc = qp_fail(err, "%s: fsync: %s", w->temp, strerror(errno));
-    if (!rc && close(w->fd) != 0)
-        rc = qp_fail(err, "%s: close: %s", w->temp, strerror(errno));
-    w->fd = rc ? w->fd : -1;
-    if (!rc && rename(w->temp, w->dest) != 0)
-        rc = qp_fail(err, "%s: rename from %s: %s", w->dest, w->temp, strerror(errno));
-    if (rc) {
-        qpk_writer_abort(w);
-        return -1;
+    if (!rc) {
+        w->out_open = false; /* committed or, on failure, removed */
+        rc = fs_out_commit(&w->out, err);
     }
-    sync_dir(w->dest);
-    remove_stale_partials(w);
-    free(w->temp);
-    w->temp = NULL;
     qpk_writer_abort(w);
-    return 0;
+    return rc;
 }
 
 void qpk_writer_abort(struct qpk_writer *w)
 {
     if (!w)
         return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->temp)
-        unlink(w->temp);
-    free(w->temp);
+    if (w->out_open)
+        fs_out_abort(&w->out);
     free(w->dest);
     free(w->buf);
+    free(w->block);
     free(w->tensors);
     if (w->hash)
         XXH3_freeState(w->hash);
     free(w);
-}
-
-const char *qpk_writer_temp_path(const struct qpk_writer *w)
-{
-    return w->temp;
 }

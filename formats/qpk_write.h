@@ -1,15 +1,19 @@
 /* qpk_write.h - writes a .qpk atomically.
  *
  *   qpk_writer_open()    plans the layout of every tensor (given up front),
- *                        creates a temporary file beside the destination and
- *                        writes the leading sections;
+ *                        creates the file beside the destination (fsafe.h:
+ *                        unnamed with O_TMPFILE, else a random name) and
+ *                        writes the leading sections; refuses a destination
+ *                        that exists and is not a regular file;
  *   qpk_writer_begin_tensor() / qpk_writer_write() / qpk_writer_end_tensor()
  *                        stream each tensor's bytes, in directory order;
  *   qpk_writer_finish()  appends the provenance, writes the directory and the
  *                        header, fsyncs and renames over the destination.
- *   qpk_writer_abort()   removes the temporary file (also on any failure).
+ *   qpk_writer_abort()   removes the file (also on any failure).
  *
- * Until finish() returns 0 the destination is untouched.
+ * Until finish() returns 0 the destination is untouched. A process killed
+ * while writing leaves nothing where O_TMPFILE works; a signal handler that
+ * ends the process calls fs_out_remove_temps() for the named fallback.
  */
 #ifndef QP_QPK_WRITE_H
 #define QP_QPK_WRITE_H
@@ -40,8 +44,5 @@ int qpk_writer_finish(struct qpk_writer *w, const char *provenance, qp_err *err)
 
 /* Frees w and removes its temporary file; safe on NULL. */
 void qpk_writer_abort(struct qpk_writer *w);
-
-/* The temporary path in use (for tests and signal handlers). */
-const char *qpk_writer_temp_path(const struct qpk_writer *w);
 
 #endif

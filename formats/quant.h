@@ -79,26 +79,39 @@
  *   value lands exactly on code 0; D may be negative), stored as M = 8 D. The
  *   variant known to break small Qwen models (`qpack --quant rtn`).
  * QNT_SEARCH: minimises the (weighted) squared reconstruction error
- *   Σ w_j (x_j - ŵ_j)^2 per group: candidate scales around the min/max one
- *   (llama.cpp make_qkx2-style, with both ends of the range moved), each
- *   followed by a weighted least-squares refit of (scale, offset) to the
- *   codes and alternating code/parameter refinement; then the parameters are
- *   rounded to pf16, the codes re-assigned to the rounded parameters and the
- *   refinement repeated in the integer domain. Finally the RTN solutions
- *   (INT4: min/max and absmax) are evaluated the same way and kept if not
- *   worse, so err(SEARCH) <= err(RTN), err(ABSMAX) on every group, on the
- *   reconstructed values.
+ *   Σ w_j (x_j - ŵ_j)^2 per group. INT4: 32 candidate lines at once (the
+ *   range in 13, 13.25, ..., 16.75 steps, anchored at the minimum and at the
+ *   maximum; llama.cpp make_qkx2-style), each ranked by the error of the
+ *   weighted least-squares (scale, offset) fitted to its codes, computed in
+ *   closed form from the code sums; the 3 best are refined (alternating
+ *   code assignment and refit) until the codes stop changing. INT8: 16
+ *   candidate scales (absmax / 120.5 .. 128), the best refined the same way.
+ *   This real-valued stage runs in float, 8 lanes at a time. Then the
+ *   parameters are rounded to pf16, the codes re-assigned to the rounded
+ *   parameters and refitted in the integer domain, in double. Finally the
+ *   RTN solutions (INT4: min/max and absmax) are evaluated the same way and
+ *   kept if not worse, so err(SEARCH) <= err(RTN), err(ABSMAX) on every
+ *   group, on the reconstructed values.
  *   Measured (scripts/bench_quant.c, tests/test_quant.c), 1M Gaussian
  *   weights std 0.02 with 0.2 % outliers, MSE search / RTN: INT4 g32 0.78,
- *   g64 0.82, g128 0.83; INT8 g32 0.86. Symmetric absmax RTN is 1.70-1.81x
+ *   g64 0.82, g128 0.83; INT8 g32 0.85. Symmetric absmax RTN is 1.70-1.81x
  *   the min/max RTN, i.e. search has 0.45x its MSE. The ceiling for a uniform
  *   16-level grid is close: an exhaustive 2-D search over both ends of the
- *   range reaches 0.783 (g32) / 0.824 (g128). Bigger gains need importance
- *   weights (w, e.g. mean squared activations per input column), which the
- *   search honours. An IQ4_NL-style codebook (one scale, 4 + 16/g bpw) was
- *   worse than min/max RTN at g32/g64 (1.04, 1.02) and only 0.98 at g128,
- *   and needs a table look-up the SWAR kernel cannot do: not included.
- *   Cost: ~0.3-0.6 us of CPU per weight for INT4 search (RTN ~0.02).
+ *   range reaches 0.783 (g32) / 0.824 (g128). The search before issue 17
+ *   refined every candidate (26 of them) and ended with the 8 one-ulp pf16
+ *   neighbours: 0.3 % less INT4 squared error for ~10x the work. Bigger
+ *   gains need importance weights (w, e.g. mean squared activations per
+ *   input column), which the search honours. An IQ4_NL-style codebook (one
+ *   scale, 4 + 16/g bpw) was worse than min/max RTN at g32/g64 (1.04, 1.02)
+ *   and only 0.98 at g128, and needs a table look-up the SWAR kernel cannot
+ *   do: not included.
+ *   Cost (one core of the 2-core EPYC this project runs on, AVX2): ~30-45 ns
+ *   of CPU per weight for INT4 search (g32), ~20 for INT8 (was ~470 and
+ *   ~235).
+ *
+ * The arithmetic is written on GCC/clang vector extensions with fixed lane
+ * orders and built without FMA contraction, so the AVX2 clone picked at run
+ * time and the generic code give the same bits.
  *
  * All functions are deterministic (no global state, no threads) and
  * re-entrant. Inputs must be finite.
@@ -173,6 +186,24 @@ double qnt_i8_value(int8_t q, uint16_t d, int E);
 /* Σ q_j over one group (what the zero-point correction needs). */
 uint32_t qnt_i4_code_sum(const uint8_t *q, int n);
 int32_t qnt_i8_code_sum(const int8_t *q, int n);
+
+/* ---- whole rows (what the packer calls) ---- */
+
+/* What quantising cost against the source values, unweighted: Σ (x - ŵ)^2,
+ * max |x - ŵ| and max |x|. */
+typedef struct qnt_damage {
+    double sum_sq, max_err, max_abs;
+} qnt_damage;
+
+/* Quantises one row of cols values group by group, exactly as
+ * qnt_i4_group / qnt_i8_group would (w: cols weights, or NULL), into
+ * q[0..cols) and the parameters d (and m) [0..cols / group); adds the row's
+ * damage to *dmg, group after group. group in 1..QNT_MAX_GROUP divides cols;
+ * the values must be finite. */
+void qnt_i4_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                uint8_t *q, uint16_t *d, uint16_t *m, qnt_damage *dmg);
+void qnt_i8_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg);
 
 /* ---- whole tensors ---- */
 

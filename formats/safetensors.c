@@ -7,6 +7,8 @@
 #include "safetensors.h"
 
 #include "bf16.h"
+#include "fsafe.h"
+#include "json_strict.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -146,20 +148,6 @@ static int json_count(const cJSON *v, uint64_t *out)
     return 1;
 }
 
-/* cJSON decodes "\u0000" into a NUL that would silently cut a name short.
- * In valid JSON every backslash starts an escape, so a plain scan is exact. */
-static int has_escaped_nul(const char *s, size_t n)
-{
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\')
-            continue;
-        if (s[i + 1] == 'u' && n - i >= 6 && memcmp(s + i + 2, "0000", 4) == 0)
-            return 1;
-        i++;                                          /* skip the escaped character */
-    }
-    return 0;
-}
-
 static char *join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
@@ -257,7 +245,7 @@ static cJSON *header_json(const uint8_t *hdr, size_t hlen, const char *file, qp_
         qp_fail(err, "%s: header has bytes after its JSON value (at byte %zu)", file, at);
     else if (!cJSON_IsObject(root))
         qp_fail(err, "%s: header is not a JSON object", file);
-    else if (has_escaped_nul(text, hlen))
+    else if (json_has_escaped_nul(text, hlen))
         qp_fail(err, "%s: header contains an escaped NUL (\\u0000)", file);
     else {
         free(text);
@@ -437,6 +425,11 @@ static int collect_tensors(const cJSON *root, const uint8_t *data, uint64_t data
     uint32_t i = 0;
     int rc = 0;
     for (const cJSON *e = root->child; e && rc == 0; e = e->next) {
+        /* a field twice in an entry: the Rust reader refuses it too */
+        if (json_refuse_duplicate_keys(e, file, err)) {
+            rc = -1;
+            break;
+        }
         if (strcmp(e->string, "__metadata__") == 0) {
             rc = check_metadata(e, file, err);
             continue;
@@ -494,13 +487,9 @@ void st_free_tensors(struct st_tensor *tensors, uint32_t n)
 static int map_file(struct st_file *f, qp_err *err)
 {
     struct stat st;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = fs_open_input(f->path, &st, err);
     if (fd < 0)
-        return qp_fail(err, "%s: cannot open: %s", f->path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return qp_fail(err, "%s: not a regular file", f->path);
-    }
+        return -1;
     f->size = (uint64_t)st.st_size;
     if (f->size == 0) {                               /* mmap refuses length 0 */
         close(fd);
@@ -582,45 +571,6 @@ static int shard_name_ok(const char *s)
            strcmp(s, ".") != 0;
 }
 
-/* Reads a whole small file, NUL-terminated. */
-static int read_small_file(const char *path, size_t limit, char **text, size_t *len,
-                           uint64_t *size, qp_err *err)
-{
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return qp_fail(err, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > limit) {
-        close(fd);
-        return qp_fail(err, "%s: %lld bytes, more than the limit of %zu", path,
-                       (long long)st.st_size, limit);
-    }
-    *size = (uint64_t)st.st_size;
-    *text = malloc((size_t)st.st_size + 1);
-    size_t got = 0;
-    while (*text && got < (size_t)st.st_size) {
-        ssize_t r = read(fd, *text + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    close(fd);
-    if (!*text || got != (size_t)st.st_size) {
-        free(*text);
-        *text = NULL;
-        return qp_fail(err, "%s: read failed", path);
-    }
-    (*text)[got] = 0;
-    *len = got;
-    return 0;
-}
-
 /* The parsed index: entries sorted by tensor, shard names sorted and unique. */
 struct index {
     cJSON *root;
@@ -668,13 +618,14 @@ static int index_load(struct index *ix, const char *path, uint64_t *size, qp_err
     char *text = NULL;
     size_t len = 0;
     memset(ix, 0, sizeof(*ix));
-    if (read_small_file(path, ST_MAX_HEADER_BYTES, &text, &len, size, err))
+    if (fs_read_input(path, ST_MAX_HEADER_BYTES, &text, &len, err))
         return -1;
+    *size = len;
     /* Strict: the length includes the terminating NUL, which must follow
      * the value, so neither trailing bytes nor an embedded NUL pass. */
     int raw_nul = memchr(text, 0, len) != NULL;
     ix->root = raw_nul ? NULL : cJSON_ParseWithLengthOpts(text, len + 1, NULL, 1);
-    int escaped_nul = has_escaped_nul(text, len);
+    int escaped_nul = json_has_escaped_nul(text, len);
     free(text);
     if (!ix->root)
         return qp_fail(err, "%s: not valid JSON", path);
@@ -712,7 +663,7 @@ static int index_load(struct index *ix, const char *path, uint64_t *size, qp_err
         if (strcmp(ix->entries[i - 1].tensor, ix->entries[i].tensor) == 0)
             return qp_fail(err, "%s: weight_map lists tensor \"%s\" twice", path,
                            show(ix->entries[i].tensor, nb));
-    return 0;
+    return json_refuse_duplicate_keys(ix->root, path, err);
 }
 
 /* Maps and parses every shard, then gathers all tensors into m. */
@@ -862,19 +813,116 @@ float st_get_f32(const struct st_tensor *t, uint64_t i)
     return 0;
 }
 
+/* 128-bit vectors for the whole-row helpers below (every x86-64 has them) */
+typedef uint16_t v8u16 __attribute__((vector_size(16)));
+typedef int16_t v8i16 __attribute__((vector_size(16)));
+
+/* n BF16 values to float: a BF16 is the top half of a float32, so 8 at a
+ * time each is interleaved with a zero low half */
+static void bf16_to_f32(const uint8_t *src, uint64_t n, float *out)
+{
+    uint64_t i = 0;
+    const v8u16 zero = {0};
+    for (; i + 8 <= n; i += 8) {
+        v8u16 h, lo, hi;
+        memcpy(&h, src + 2 * i, sizeof h);
+        lo = __builtin_shufflevector(zero, h, 0, 8, 1, 9, 2, 10, 3, 11);
+        hi = __builtin_shufflevector(zero, h, 4, 12, 5, 13, 6, 14, 7, 15);
+        memcpy(out + i, &lo, sizeof lo);
+        memcpy(out + i + 4, &hi, sizeof hi);
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        out[i] = qp_bf16_to_f32(h);
+    }
+}
+
+void st_read_f32(const struct st_tensor *t, uint64_t first, uint64_t n, float *out)
+{
+    const uint8_t *src = t->data + first * st_dtype_size(t->dtype);
+    switch (t->dtype) {
+    case ST_BF16:
+        bf16_to_f32(src, n, out);
+        return;
+    case ST_F16:
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, 2);
+            out[i] = qp_f16_to_f32(h);
+        }
+        return;
+    case ST_F32:
+        memcpy(out, src, n * 4);                    /* data may be unaligned */
+        return;
+    }
+}
+
+/* Largest magnitude pattern (bits & 0x7fff) of 16-bit floats, NaNs (patterns
+ * above inf) skipped: for these formats the magnitude order is the order of
+ * the patterns, and below 0x8000 it is also their order as int16. */
+static uint16_t max_mag16(const uint8_t *data, uint64_t n, uint16_t inf)
+{
+    const v8i16 mask = (v8i16){0} + 0x7fff, vinf = (v8i16){0} + (int16_t)inf;
+    v8i16 best = {0};
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8i16 h;
+        memcpy(&h, data + 2 * i, sizeof h);
+        h &= mask;
+        v8i16 take = (h > best) & (h <= vinf);
+        best = (take & h) | (~take & best);
+    }
+    uint16_t top = 0;
+    for (int k = 0; k < 8; k++)
+        top = (uint16_t)best[k] > top ? (uint16_t)best[k] : top;
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, data + 2 * i, 2);
+        h &= 0x7fff;
+        top = h > top && h <= inf ? h : top;
+    }
+    return top;
+}
+
+double st_max_abs(const struct st_tensor *t, uint64_t first, uint64_t n)
+{
+    switch (t->dtype) {
+    case ST_BF16: return qp_bf16_to_f32(max_mag16(t->data + 2 * first, n, 0x7f80));
+    case ST_F16: return qp_f16_to_f32(max_mag16(t->data + 2 * first, n, 0x7c00));
+    case ST_F32: break;
+    }
+    double best = 0;
+    for (uint64_t i = first; i < first + n; i++)
+        best = fmax(best, fabs((double)st_get_f32(t, i)));
+    return best;
+}
+
+/* What a reader lets go is widened to whole ST_RELEASE_ALIGN blocks of the
+ * file: a fault maps the whole large folio of the page cache around the page
+ * it needs (up to 2 MB), so releasing only a small tensor's own pages would
+ * leave its neighbours' mapped (~100 MB over a Qwen3-0.6B pack). Releasing
+ * more is harmless: the read-only private mapping refaults from the page
+ * cache. */
+#define ST_RELEASE_ALIGN ((uint64_t)2 << 20)
+
+void st_release_part(const struct st_model *m, const struct st_tensor *t, uint64_t first, uint64_t n)
+{
+    if (n == 0 || first >= t->numel || t->file_index >= m->n_files)
+        return;
+    n = n > t->numel - first ? t->numel - first : n;
+    const struct st_file *f = &m->files[t->file_index];
+    uint64_t elem = st_dtype_size(t->dtype), page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t begin = (uint64_t)(t->data - f->map) + first * elem, end = begin + n * elem;
+    uint64_t limit = (f->size + page - 1) & ~(page - 1);
+    begin &= ~(ST_RELEASE_ALIGN - 1);
+    end = (end + ST_RELEASE_ALIGN - 1) & ~(ST_RELEASE_ALIGN - 1);
+    madvise(f->map + begin, (end < limit ? end : limit) - begin, MADV_DONTNEED);
+}
+
 void st_release(const struct st_model *m, const struct st_tensor *t)
 {
-    if (t->nbytes == 0 || t->file_index >= m->n_files)
-        return;
-    const struct st_file *f = &m->files[t->file_index];
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t begin = (uint64_t)(t->data - f->map);
-    uint64_t end = begin + t->nbytes;
-    begin &= ~(page - 1);
-    end = (end + page - 1) & ~(page - 1);
-    /* The edge pages may hold a neighbour's bytes too: dropping them is
-     * harmless, a read-only private mapping refaults them from the file. */
-    madvise(f->map + begin, end - begin, MADV_DONTNEED);
+    st_release_part(m, t, 0, t->numel);
 }
 
 /* -------------------------------------------------------------- provenance */
@@ -898,14 +946,9 @@ uint32_t st_list_sources(const struct st_model *m, struct st_source *out, uint32
 
 int st_file_xxh3(const char *path, uint64_t *hash, uint64_t *size, qp_err *err)
 {
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = fs_open_input(path, NULL, err);
     if (fd < 0)
-        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return qp_fail(err, "%s: not a regular file", path);
-    }
+        return -1;
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     uint8_t *buf = malloc(ST_HASH_CHUNK);
     XXH3_state_t *state = XXH3_createState();

@@ -13,7 +13,8 @@
  *
  * What a file must satisfy (the same rules as the reference Rust reader):
  *   - N <= ST_MAX_HEADER_BYTES and N <= file size - 8; no NUL in the header;
- *   - tensor names non-empty valid UTF-8, unique (across shards too);
+ *   - tensor names non-empty valid UTF-8, unique (across shards too); the
+ *     keys of each entry and of __metadata__ unique too;
  *   - dims are integers in [0, 2^53], at most ST_MAX_DIMS, their product
  *     (and product * dtype size) fits 64 bits;
  *   - begin <= end, end - begin == numel * dtype size;
@@ -27,6 +28,9 @@
  * The index and the shards must agree exactly: every tensor listed is in
  * the shard it names, and every tensor of a shard is listed for it.
  * Shards present in the folder but not named by the index are not opened.
+ * Keys are unique at every level of the index, which has no escaped NUL.
+ * Every file read must be a regular file: a FIFO or a device is refused at
+ * once, never waited on (fsafe.h).
  */
 #ifndef QP_SAFETENSORS_H
 #define QP_SAFETENSORS_H
@@ -87,6 +91,15 @@ const struct st_tensor *st_find(const struct st_model *m, const char *name);
 /* Element i of t as a float (BF16 and F16 convert exactly, F32 as is). */
 float st_get_f32(const struct st_tensor *t, uint64_t i);
 
+/* Elements [first, first + n) of t as floats into out (exact, as
+ * st_get_f32, a whole row at a time); first + n <= t->numel. */
+void st_read_f32(const struct st_tensor *t, uint64_t first, uint64_t n, float *out);
+
+/* The largest |element| of elements [first, first + n) of t (NaNs ignored,
+ * as fmax does; an infinity counts), in one pass over their bytes; 0 when
+ * n is 0. first + n <= t->numel. */
+double st_max_abs(const struct st_tensor *t, uint64_t first, uint64_t n);
+
 /* Bytes per element of a dtype. */
 size_t st_dtype_size(enum st_dtype dt);
 const char *st_dtype_name(enum st_dtype dt);
@@ -94,6 +107,12 @@ const char *st_dtype_name(enum st_dtype dt);
 /* Tells the kernel we are done with t's bytes for now, so a streaming
  * reader's resident memory stays small (madvise DONTNEED on the range). */
 void st_release(const struct st_model *m, const struct st_tensor *t);
+
+/* The same for elements [first, first + n) of t: a streaming reader lets go
+ * of what it has read. Both release whole 2 MB blocks of the file around the
+ * bytes (what a fault may have mapped); a neighbour's bytes among them are
+ * refaulted from the file when next read. */
+void st_release_part(const struct st_model *m, const struct st_tensor *t, uint64_t first, uint64_t n);
 
 /* Parses a safetensors header in memory (for fuzzing): buf holds the
  * whole file. On success fills tensors (caller frees with st_free_tensors). */

@@ -1,19 +1,31 @@
 /* info.c - `qpack info` and `qpack verify`: what a container holds, and
- * whether every byte of it is still what the packer wrote. */
+ * whether every byte of it is still what the packer wrote. Text from the
+ * container (its provenance, tensor names, messages quoting them) goes out
+ * through show.h: escaped for a terminal, valid in JSON. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_out.h"
 #include "pack.h"
 #include "qpk.h"
+#include "show.h"
+
+/* One error line; the message may quote the container. */
+static void report(const char *msg)
+{
+    fputs("qpack: ", stderr);
+    show_text(stderr, msg, 0);
+    fputc('\n', stderr);
+}
 
 static int open_or_report(struct qpk_file *f, const char *path, unsigned flags)
 {
     qp_err err = {{0}};
     if (qpk_open(f, path, flags, &err)) {
-        fprintf(stderr, "qpack: %s\n", err.msg);
+        report(err.msg);
         return -1;
     }
     return 0;
@@ -57,8 +69,15 @@ static cJSON *config_json(const struct qpk_config *c)
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
     cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_eps);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", c->flags & QPK_CONFIG_TIED);
-    cJSON_AddNumberToObject(j, "bos_token_id", c->bos_id);
-    cJSON_AddNumberToObject(j, "eos_token_id", c->eos_id);
+    /* -1 in the container: the model names none (config.json's null) */
+    if (c->bos_id >= 0)
+        cJSON_AddNumberToObject(j, "bos_token_id", c->bos_id);
+    else
+        cJSON_AddNullToObject(j, "bos_token_id");
+    if (c->eos_id >= 0)
+        cJSON_AddNumberToObject(j, "eos_token_id", c->eos_id);
+    else
+        cJSON_AddNullToObject(j, "eos_token_id");
     return j;
 }
 
@@ -116,11 +135,16 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
     if (prov)
         cJSON_AddItemReferenceToObject(root, "provenance", prov);
     char *text = cJSON_Print(root);
-    if (text)
-        puts(text);
+    char *safe = text ? show_json(text) : NULL;
+    if (safe) {
+        qp_stdout_write(safe, strlen(safe));
+        putchar('\n');
+    } else
+        fprintf(stderr, "qpack: out of memory\n");
+    free(safe);
     free(text);
     cJSON_Delete(root);
-    return text ? 0 : 1;
+    return safe ? 0 : 1;
 }
 
 /* "int4: 12 i4g g32, 3 i8g g128, 9 i32s": the container's format and its
@@ -152,23 +176,38 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
         params += (uint64_t)f->tensors[i].rows * f->tensors[i].cols;
         tensor_bytes += f->tensors[i].nbytes;
     }
-    printf("file        %s: %.2f GB, container format %u.%u\n", f->path, (double)f->size / 1e9,
-           f->version_major, f->version_minor);
+    printf("file        ");
+    show_text(stdout, f->path, 0);
+    printf(": %.2f GB, container format %u.%u\n", (double)f->size / 1e9, f->version_major, f->version_minor);
     printf("model       Qwen3, %u layers, hidden %u, MLP %u, %u query / %u KV heads of %u, vocab %u\n",
            c->n_layers, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
-    printf("            rope theta %g, rms eps %g, max positions %u, %s embeddings, bos %d, eos %d\n",
-           c->rope_theta, c->rms_eps, c->max_positions, c->flags & QPK_CONFIG_TIED ? "tied" : "untied",
-           c->bos_id, c->eos_id);
+    char bos[16] = "none", eos[16] = "none";
+    if (c->bos_id >= 0)
+        snprintf(bos, sizeof bos, "%d", c->bos_id);
+    if (c->eos_id >= 0)
+        snprintf(eos, sizeof eos, "%d", c->eos_id);
+    printf("            rope theta %g, rms eps %g, max positions %u, %s embeddings, bos %s, eos %s\n",
+           c->rope_theta, c->rms_eps, c->max_positions, c->flags & QPK_CONFIG_TIED ? "tied" : "untied", bos, eos);
     printf("weights     %.1fM in %u tensors, %.2f GB, %.2f bits per weight\n", (double)params / 1e6,
            f->n_tensors, (double)tensor_bytes / 1e9, 8.0 * (double)tensor_bytes / (double)params);
     print_encodings(f);
-    if (prov)
-        printf("packed by   %s from %s, format %s\n", string_of(prov, "packer"), string_of(prov, "source"),
-               string_of(prov, "format"));
+    if (prov) {
+        printf("packed by   ");
+        show_text(stdout, string_of(prov, "packer"), 0);
+        printf(" from ");
+        show_text(stdout, string_of(prov, "source"), 0);
+        printf(", format ");
+        show_text(stdout, string_of(prov, "format"), 0);
+        printf("\n");
+    }
     const cJSON *src;
-    cJSON_ArrayForEach(src, cJSON_GetObjectItemCaseSensitive(prov, "source_files"))
-        printf("source      %-40s %14.0f bytes  xxh3 %s\n", string_of(src, "name"), number_of(src, "size"),
-               string_of(src, "xxh3"));
+    cJSON_ArrayForEach(src, cJSON_GetObjectItemCaseSensitive(prov, "source_files")) {
+        printf("source      ");
+        show_text(stdout, string_of(src, "name"), 40);
+        printf(" %14.0f bytes  xxh3 ", number_of(src, "size"));
+        show_text(stdout, string_of(src, "xxh3"), 0);
+        printf("\n");
+    }
     printf("\nsection              codec  offset        stored       decoded      xxh3\n");
     for (uint32_t i = 0; i < f->n_sections; i++) {
         const struct qpk_section *s = &f->sections[i];
@@ -186,9 +225,10 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
         if (t->group_size)
             snprintf(group, sizeof group, "%u", t->group_size);
         const cJSON *p = provenance_of(prov, t->name);
-        printf("%-48s %-10s %-5s %-5s %-5s %-14s %-6" PRIu64 " %-12" PRIu64 " %-11" PRIu64 " %016" PRIx64
+        show_text(stdout, t->name, 48);
+        printf(" %-10s %-5s %-5s %-5s %-14s %-6" PRIu64 " %-12" PRIu64 " %-11" PRIu64 " %016" PRIx64
                " %-10.3g %.3g\n",
-               t->name, qpk_role_name(t->role), layer, qpk_encoding_name(t->encoding), group, shape, t->row_stride,
+               qpk_role_name(t->role), layer, qpk_encoding_name(t->encoding), group, shape, t->row_stride,
                t->offset, t->nbytes, t->xxh3, p ? number_of(p, "max_error") : -1,
                p ? number_of(p, "rms_error") : -1);
     }
@@ -222,12 +262,15 @@ int cmd_info(int argc, char **argv)
     size_t len;
     cJSON *prov = NULL;
     if (qpk_read_section(&f, QPK_SEC_PROVENANCE, &text, &len, &err)) {
-        fprintf(stderr, "qpack: %s\n", err.msg);
+        report(err.msg);
         qpk_close(&f);
         return 1;
     }
-    if (text && !(prov = cJSON_ParseWithLength(text, len)))
-        fprintf(stderr, "qpack: warning: %s: provenance is not valid JSON\n", path);
+    if (text && !(prov = cJSON_ParseWithLength(text, len))) {
+        fputs("qpack: warning: ", stderr);
+        show_text(stderr, path, 0);
+        fputs(": provenance is not valid JSON\n", stderr);
+    }
     int rc = 0;
     if (json)
         rc = print_json(&f, prov);
@@ -252,8 +295,14 @@ int cmd_verify(int argc, char **argv)
     struct qpk_file f;
     if (open_or_report(&f, argv[1], QPK_VERIFY))
         return 1;
-    printf("%s: ok (%u sections, %u tensors, %.2f GB verified)\n", argv[1], f.n_sections, f.n_tensors,
-           (double)f.size / 1e9);
+    qp_err err = {{0}};
+    if (verify_sections(&f, &err)) {
+        report(err.msg);
+        qpk_close(&f);
+        return 1;
+    }
+    printf("%s: ok (%u sections decoded and read, %u tensors, %.2f GB verified)\n", argv[1], f.n_sections,
+           f.n_tensors, (double)f.size / 1e9);
     qpk_close(&f);
     return 0;
 }

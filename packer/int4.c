@@ -15,39 +15,31 @@ uint64_t i4_block_bytes(uint32_t cols, uint32_t group)
     return qpk_i4g_block_bytes(cols, group);
 }
 
-/* Code q of block row k, column c, into the block's zeroed code words:
- * bits [4(c % 16), +4) of little-endian word 4 (c / 16) + k, i.e. byte
- * (c % 16) / 2 of it, the low nibble for even c. */
-static void put_code(uint8_t *codes, uint32_t k, uint32_t c, uint8_t q)
+/* One row (k of the block): its groups quantised, the codes packed two to a
+ * byte into the row's words (word 4 (c / 16) + k holds columns c..c+15, the
+ * low nibble of byte (c % 16) / 2 the even column), the parameters into the
+ * groups' slots. */
+static void quantise_row(const struct quant_matrix *m, const float *x, uint32_t k, uint8_t *block,
+                         uint8_t *scratch, qnt_damage *dmg)
 {
-    uint64_t word = (uint64_t)(c / COLS_PER_WORD) * 4 + k;
-    codes[word * 8 + (c % COLS_PER_WORD) / 2] |= (uint8_t)(q << (4 * (c % 2)));
-}
-
-/* one row (k of the block): quantise its groups, place codes and parameters */
-static int quantise_row(const struct quant_matrix *m, uint32_t r, uint32_t k, uint8_t *block,
-                        struct quant_damage *dmg, qp_err *err)
-{
-    float x[QNT_MAX_GROUP];
-    uint8_t q[QNT_MAX_GROUP];
-    uint8_t *params = block + (uint64_t)m->cols * 2;
-    for (uint32_t g0 = 0; g0 < m->cols; g0 += m->group) {
-        if (quant_load_group(m, r, g0, x, "int4", err))
-            return -1;
-        uint16_t d, mn;
-        qnt_i4_group(x, m->importance ? m->importance + g0 : NULL, (int)m->group, m->E, m->method, q, &d, &mn);
-        uint8_t *gp = params + (uint64_t)(g0 / m->group) * GROUP_BYTES;
-        put16(gp + 2 * k, d);
-        put16(gp + 8 + 2 * k, mn);
-        for (uint32_t j = 0; j < m->group; j++) {
-            put_code(block, k, g0 + j, q[j]);
-            quant_damage_note(dmg, x[j], qnt_i4_value(q[j], d, mn, m->E));
-        }
+    uint32_t groups = m->cols / m->group;
+    uint8_t *q = scratch;
+    uint16_t *d = (uint16_t *)(scratch + m->cols), *mn = d + groups;
+    qnt_i4_row(x, m->importance, m->cols, (int)m->group, m->E, m->method, q, d, mn, dmg);
+    for (uint32_t c0 = 0; c0 < m->cols; c0 += COLS_PER_WORD) {
+        uint8_t *word = block + ((uint64_t)(c0 / COLS_PER_WORD) * 4 + k) * 8;
+        for (uint32_t i = 0; i < 8; i++)
+            word[i] = (uint8_t)(q[c0 + 2 * i] | q[c0 + 2 * i + 1] << 4);
     }
-    return 0;
+    uint8_t *params = block + (uint64_t)m->cols * 2;
+    for (uint32_t g = 0; g < groups; g++) {
+        put16(params + (uint64_t)g * GROUP_BYTES + 2 * k, d[g]);
+        put16(params + (uint64_t)g * GROUP_BYTES + 8 + 2 * k, mn[g]);
+    }
 }
 
-int i4_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, struct quant_damage *dmg, qp_err *err)
+int i4_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, const struct quant_progress *progress,
+                    qnt_damage *dmg, qp_err *err)
 {
-    return quant_write_matrix(w, m, i4_block_bytes(m->cols, m->group), quantise_row, dmg, err);
+    return quant_write_matrix(w, m, i4_block_bytes(m->cols, m->group), quantise_row, progress, dmg, err);
 }

@@ -13,6 +13,7 @@ uint64_t i8_block_bytes(uint32_t cols, uint32_t group);
 
 /* Quantises m (cols % 16 == 0) group by group and writes it block by block
  * through w. */
-int i8_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, struct quant_damage *dmg, qp_err *err);
+int i8_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, const struct quant_progress *progress,
+                    qnt_damage *dmg, qp_err *err);
 
 #endif

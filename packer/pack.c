@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,10 @@
 #include <unistd.h>
 
 #include "bf16.h"
+#include "calibrate.h"
+#include "fsafe.h"
 #include "hf_config.h"
+#include "json_strict.h"
 #include "pack.h"
 #include "q24.h"
 #include "qpk_write.h"
@@ -27,7 +31,9 @@
 #include "int4.h"
 #include "int8.h"
 #include "precision.h"
+#include "progress.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 struct pack_opts {
     const char *src, *out;
@@ -35,6 +41,8 @@ struct pack_opts {
     struct precision prec;    /* --format and --keep */
     uint32_t group;           /* --group: columns per group of the format's main encoding */
     qnt_method quant;         /* --quant: QNT_SEARCH, QNT_ABSMAX (rtn) or QNT_RTN (minmax) */
+    const char *calib_text;   /* --calibrate FILE, or NULL */
+    uint64_t calib_tokens;    /* --calibrate-tokens */
 };
 
 /* one tensor of the container with its source and what conversion cost */
@@ -55,7 +63,10 @@ struct packer {
     char *tokenizer, *tokenizer_config, *chat_template;
     size_t tokenizer_len, tokenizer_config_len;
     bool deduped_lm_head;
+    bool calibrated;          /* calib holds --calibrate's statistics */
+    struct calib calib;
     bool progress;
+    struct progress prog;     /* the progress line while the tensors are written */
     int32_t *chunk;
     uint32_t i8_group;        /* the group of every i8g matrix */
     /* the source files' provenance, hashed on a second thread while the
@@ -67,19 +78,6 @@ struct packer {
     qp_err hash_err;
 };
 
-/* Drops the pages of [data, data + len) from this process (the bytes stay in
- * the page cache); the edge pages may hold a neighbour's bytes, which a
- * read-only private mapping simply refaults. */
-static void release_source(const void *data, uint64_t len)
-{
-    if (!len)
-        return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t begin = (uintptr_t)data & ~(page - 1);
-    uintptr_t end = ((uintptr_t)data + len + page - 1) & ~(page - 1);
-    madvise((void *)begin, end - begin, MADV_DONTNEED);
-}
-
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -89,18 +87,27 @@ static void release_source(const void *data, uint64_t len)
 static void usage_pack(FILE *out)
 {
     fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8|int4|int4-pure] [--group N]\n"
-                 "                  [--quant search|rtn|minmax] [--keep PATTERN=FMT]... [--quiet]\n"
+                 "                  [--quant search|rtn|minmax] [--keep PATTERN=FMT]...\n"
+                 "                  [--calibrate TEXT [--calibrate-tokens N]] [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
-                 "             model.safetensors.index.json + shards, tokenizer.json,\n"
-                 "             tokenizer_config.json (chat template)\n"
-                 "  -o OUT     destination; replaced atomically when the pack succeeds\n"
+                 "             model.safetensors.index.json + shards, tokenizer.json (loaded as\n"
+                 "             qrun loads it; without one, a warning: qrun -p will need\n"
+                 "             --tokenizer), tokenizer_config.json (chat template). A key twice\n"
+                 "             in config.json or tokenizer_config.json is refused, and so is a\n"
+                 "             tokenizer with ids past config.json's vocab_size\n"
+                 "  -o OUT     destination file, absent or a regular file (not a directory,\n"
+                 "             device, FIFO, symbolic link or a file of SRC); replaced\n"
+                 "             atomically when the pack succeeds, untouched otherwise (also\n"
+                 "             when interrupted: SIGINT, SIGTERM, SIGHUP exit 128 + signal);\n"
+                 "             one that cannot be written is refused before any work (exit 2)\n"
                  "  --format   q24: int32 Q24 matrices (the default, exact for BF16);\n"
                  "             int8: every matrix as int8 codes, one scale per group of columns;\n"
                  "             int4: mixed, after llama.cpp's Q4_K_M: int4 codes (two 16-bit\n"
-                 "             parameters per group) for every matrix except the embedding\n"
-                 "             (and lm_head), and v_proj and down_proj of the first and last\n"
-                 "             eighth of the layers, which stay int8 with groups of 128:\n"
-                 "             the matrices whose error costs the most (Qwen3-0.6B: 0.45 GB);\n"
+                 "             parameters per group) for every matrix, the embedding too,\n"
+                 "             except every v_proj, down_proj of the first and last eighth\n"
+                 "             of the layers and an untied lm_head, which stay int8 with\n"
+                 "             groups of 128: the matrices whose error costs the most\n"
+                 "             (Qwen3-0.6B: 0.39 GB, below Q4_K_M's 0.40 GB);\n"
                  "             int4-pure: every matrix int4 (0.37 GB).\n"
                  "             Norm scales stay exact\n"
                  "  --group N  group size of the int8 (int8) or int4 (int4, int4-pure) matrices:\n"
@@ -113,10 +120,47 @@ static void usage_pack(FILE *out)
                  "             name matches the glob PATTERN is stored as FMT, int8 (groups of\n"
                  "             128) or int4 (--group); repeatable, later ones win. E.g.\n"
                  "             --keep 'model.layers.*.mlp.down_proj.weight=int8'\n"
-                 "  --quiet    no progress line, no per-tensor errors, no summary\n");
+                 "  --calibrate TEXT   int8, int4, int4-pure with --quant search: run the float64\n"
+                 "             reference over the first N tokens of the UTF-8 file TEXT (windows of\n"
+                 "             the model's context, at most " STR(CALIB_WINDOW) " positions) and weight each input\n"
+                 "             column's squared error by its mean square there (instead of the\n"
+                 "             norm's gain); recorded in the provenance\n"
+                 "  --calibrate-tokens N   tokens of TEXT run (default " STR(CALIB_DEFAULT_TOKENS) ")\n"
+                 "  --quiet    no progress line, no warnings, no per-tensor errors, no summary\n"
+                 "The matrices are quantised on every core (QPACK_THREADS=N in the environment:\n"
+                 "on N threads); the output is the same bytes whatever N. On a terminal a\n"
+                 "progress line shows tensors, megabytes written and the time left.\n"
+                 "Exit status: 0 packed, 1 failure (SRC, the pack, the write), 2 bad usage (an\n"
+                 "option, its value, or an -o that cannot be written), 128 + N on signal N\n");
 }
 
 /* --group, --quant and --keep against the format; fills o. */
+/* --calibrate and --calibrate-tokens against the format and quantiser. */
+static int check_calib_args(struct pack_opts *o, const char *tokens)
+{
+    if (tokens && !o->calib_text) {
+        fprintf(stderr, "qpack pack: --calibrate-tokens needs --calibrate\n");
+        return -1;
+    }
+    if (o->calib_text && (!precision_quantised(o->prec.format) || o->quant != QNT_SEARCH)) {
+        fprintf(stderr, "qpack pack: --calibrate applies to --format int8, int4 and int4-pure with --quant "
+                        "search\n");
+        return -1;
+    }
+    char *end;
+    errno = 0;
+    if (tokens) {
+        unsigned long long n = strtoull(tokens, &end, 10);
+        if (errno || *end || end == tokens || tokens[0] == '-' || n < 2 || n > (1u << 24)) {
+            fprintf(stderr, "qpack pack: --calibrate-tokens must be a number in 2..16777216, not '%s'\n",
+                    tokens);
+            return -1;
+        }
+        o->calib_tokens = n;
+    }
+    return 0;
+}
+
 static int check_quant_args(struct pack_opts *o, const char *group, const char *quant, bool keep)
 {
     enum pack_format f = o->prec.format;
@@ -152,10 +196,11 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
         {"output", required_argument, 0, 'o'}, {"format", required_argument, 0, 'f'},
         {"group", required_argument, 0, 'g'},  {"quant", required_argument, 0, 'Q'},
         {"keep", required_argument, 0, 'k'},   {"quiet", no_argument, 0, 'q'},
+        {"calibrate", required_argument, 0, 'C'}, {"calibrate-tokens", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
-    *o = (struct pack_opts){.group = 32, .quant = QNT_SEARCH};
-    const char *group = NULL, *quant = NULL, *format = "q24";
+    *o = (struct pack_opts){.group = 32, .quant = QNT_SEARCH, .calib_tokens = CALIB_DEFAULT_TOKENS};
+    const char *group = NULL, *quant = NULL, *format = "q24", *calib_tokens = NULL;
     qp_err err = {{0}};
     optind = 1;
     int c;
@@ -165,6 +210,8 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
         case 'f': format = optarg; break;
         case 'g': group = optarg; break;
         case 'Q': quant = optarg; break;
+        case 'C': o->calib_text = optarg; break;
+        case 'T': calib_tokens = optarg; break;
         case 'k':
             if (precision_add_keep(&o->prec, optarg, &err)) {
                 fprintf(stderr, "qpack pack: %s\n", err.msg);
@@ -187,8 +234,14 @@ static int parse_args(struct pack_opts *o, int argc, char **argv)
         fprintf(stderr, "qpack pack: unknown format '%s' (q24, int8, int4 or int4-pure)\n", format);
         return -1;
     }
-    return check_quant_args(o, group, quant, o->prec.n_keep > 0);
+    if (check_quant_args(o, group, quant, o->prec.n_keep > 0))
+        return -1;
+    return check_calib_args(o, calib_tokens);
 }
+
+/* The largest tokenizer.json or tokenizer_config.json read (the Qwen3
+ * tokenizer.json is 11 MB). */
+#define TOKENIZER_FILE_MAX (64u << 20)
 
 /* Reads dir/name whole; a missing optional file leaves *buf NULL. */
 static int read_text(const char *dir, const char *name, bool required, char **buf, size_t *len, qp_err *err)
@@ -197,52 +250,46 @@ static int read_text(const char *dir, const char *name, bool required, char **bu
     snprintf(path, sizeof path, "%s/%s", dir, name);
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return (errno == ENOENT && !required) ? 0 : qp_fail(err, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (64 << 20)) {
-        fclose(f);
-        return qp_fail(err, "%s: not a regular file of at most 64 MiB", path);
-    }
-    *buf = malloc((size_t)st.st_size + 1);
-    size_t got = *buf ? fread(*buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    if (!*buf || got != (size_t)st.st_size) {
-        free(*buf);
-        *buf = NULL;
-        return qp_fail(err, "%s: cannot read", path);
-    }
-    (*buf)[got] = 0;
-    *len = got;
-    return 0;
+    if (!required && access(path, F_OK) != 0 && errno == ENOENT)
+        return 0;
+    return fs_read_input(path, TOKENIZER_FILE_MAX, buf, len, err);
 }
 
-/* tokenizer.json must at least be JSON; the chat template is lifted out of
- * tokenizer_config.json so the runtime need not parse that file. */
+/* tokenizer.json must load in qrun's own tokenizer (the message is the
+ * loader's); the chat template is lifted out of tokenizer_config.json so the
+ * runtime need not parse that file, whose keys must be unique (Hugging Face
+ * would read the last of two). */
 static int load_tokenizer_files(struct packer *p, qp_err *err)
 {
+    char path[4096];
     if (read_text(p->opt.src, "tokenizer.json", false, &p->tokenizer, &p->tokenizer_len, err) ||
         read_text(p->opt.src, "tokenizer_config.json", false, &p->tokenizer_config,
                   &p->tokenizer_config_len, err))
         return -1;
     if (p->tokenizer) {
-        cJSON *j = cJSON_ParseWithLength(p->tokenizer, p->tokenizer_len);
-        bool ok = cJSON_IsObject(j);
-        cJSON_Delete(j);
-        if (!ok)
-            return qp_fail(err, "%s/tokenizer.json: not a JSON object", p->opt.src);
+        snprintf(path, sizeof path, "%s/tokenizer.json", p->opt.src);
+        qp_tok *tok;
+        if (qp_tok_load_buffer(&tok, p->tokenizer, p->tokenizer_len, path, err))
+            return -1;
+        /* every id the tokenizer can give must be a row of the model's
+         * vocabulary, or the container runs only some texts */
+        int32_t ids = qp_tok_vocab_size(tok);
+        qp_tok_free(tok);
+        if ((uint32_t)ids > p->hf.vocab_size)
+            return qp_fail(err, "%s has ids up to %d, past the model's vocab_size of %u (config.json): text with "
+                           "those tokens could not run", path, ids - 1, p->hf.vocab_size);
     }
     if (p->tokenizer_config) {
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", p->opt.src);
         cJSON *j = cJSON_ParseWithLength(p->tokenizer_config, p->tokenizer_config_len);
-        if (!cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            return qp_fail(err, "%s/tokenizer_config.json: not a JSON object", p->opt.src);
-        }
+        int rc = !cJSON_IsObject(j) ? qp_fail(err, "%s: not a JSON object", path)
+                                    : json_refuse_ambiguous(j, p->tokenizer_config, p->tokenizer_config_len, path, err);
         const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
-        if (cJSON_IsString(tpl))
-            p->chat_template = strdup(tpl->valuestring);
+        if (!rc && cJSON_IsString(tpl) && !(p->chat_template = strdup(tpl->valuestring)))
+            rc = qp_fail(err, "out of memory");
         cJSON_Delete(j);
+        if (rc)
+            return -1;
     }
     return 0;
 }
@@ -276,9 +323,10 @@ static int resolve_tie(struct packer *p, qp_err *err)
      * tensors (Qwen3-0.6B) never become resident together */
     for (uint64_t at = 0; same && at < embed->nbytes; at += RELEASE_BYTES) {
         uint64_t n = embed->nbytes - at < RELEASE_BYTES ? embed->nbytes - at : RELEASE_BYTES;
+        size_t elem = st_dtype_size(embed->dtype);
         same = memcmp(embed->data + at, head->data + at, n) == 0;
-        release_source(embed->data + at, n);
-        release_source(head->data + at, n);
+        st_release_part(&p->model, embed, at / elem, n / elem);
+        st_release_part(&p->model, head, at / elem, n / elem);
     }
     if (head) {
         st_release(&p->model, head);
@@ -352,7 +400,7 @@ static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
         return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the %s group %u", p->opt.src, t->name,
                        t->cols, int8 ? "int8" : "int4", t->group_size);
     t->row_stride = int8 ? i8_block_bytes(t->cols, t->group_size) : i4_block_bytes(t->cols, t->group_size);
-    t->scale_exp = quant_tensor_exponent(pl->src);
+    t->scale_exp = quant_tensor_exponent(&p->model, pl->src);
     st_release(&p->model, pl->src);
     return 0;
 }
@@ -513,10 +561,11 @@ static int write_matrix(struct packer *p, struct qpk_writer *w, struct planned *
         if (convert_block(p, pl, b * block_elems, p->chunk, err) ||
             qpk_writer_write(w, p->chunk, block_elems * 4, err))
             return -1;
-        uint64_t done = (b + 1) * block_elems * elem;
-        if (done - released >= RELEASE_BYTES) {
-            release_source(pl->src->data + released, done - released);
+        uint64_t done = (b + 1) * block_elems;
+        if ((done - released) * elem >= RELEASE_BYTES || b + 1 == blocks) {
+            st_release_part(&p->model, pl->src, released, done - released);
             released = done;
+            progress_bytes(&p->prog, done * 4);
         }
     }
     return 0;
@@ -557,17 +606,8 @@ static void settle_norm_exponents(struct packer *p)
         for (uint32_t k = 0; k < pl->t.cols; k++)
             max_abs = fmax(max_abs, fabs((double)st_get_f32(pl->src, k)));
         pl->t.scale_exp = isfinite(max_abs) ? i32s_exponent(max_abs) : 0;
+        st_release(&p->model, pl->src);
     }
-}
-
-static void show_progress(const struct packer *p, uint32_t i)
-{
-    if (!p->progress)
-        return;
-    fprintf(stderr, "\r\033[Kqpack: [%u/%u] %s", i + 1, p->n_plan, p->plan[i].t.name);
-    if (i + 1 == p->n_plan)
-        fprintf(stderr, "\r\033[K");
-    fflush(stderr);
 }
 
 /* The quantiser of one matrix: int8 is symmetric, so its absmax
@@ -599,53 +639,102 @@ static const struct st_tensor *input_norm(const struct packer *p, const struct q
     return NULL;
 }
 
-/* The searched quantiser's weight of each input column: the squared gain of
+/* A column no input reaches still gets a little weight: a group of zero
+ * weights stays an ordinary least-squares fit. The tied embedding is also
+ * looked up, where every column counts alike: 1 + w / mean(w). */
+static void finish_importance(float *w, uint32_t cols, bool embed)
+{
+    double sum = 0;
+    for (uint32_t j = 0; j < cols; j++)
+        sum += w[j];
+    float floor = (float)(1e-4 * sum / cols);
+    for (uint32_t j = 0; j < cols; j++)
+        w[j] = embed ? 1.0f + (sum > 0 ? (float)(w[j] * cols / sum) : 0.0f)
+                     : fmaxf(w[j], floor) + (sum > 0 ? 0.0f : 1.0f);
+}
+
+/* The searched quantiser's weight of each input column. Calibrated
+ * (--calibrate): the column's mean square on the calibration text, what
+ * its error is multiplied by on real inputs. Otherwise the squared gain of
  * the norm feeding the matrix (a column amplified 300x by its norm costs
- * 300x the logit error), so groups spend their precision where it counts.
- * The tied embedding is also looked up, where every column counts alike:
- * 1 + g^2 / mean(g^2). NULL (uniform) for o_proj, down_proj, an untied
- * embedding, and the round-to-nearest quantisers. */
+ * 300x the logit error), so groups spend their precision where it counts;
+ * uniform (NULL) for o_proj and down_proj. NULL also for an untied
+ * embedding (only looked up) and the round-to-nearest quantisers. */
 static float *column_importance(const struct packer *p, const struct planned *pl)
 {
-    const struct st_tensor *g = p->opt.quant == QNT_SEARCH ? input_norm(p, &pl->t) : NULL;
-    float *w = g ? malloc(sizeof(float) * pl->t.cols) : NULL;
+    bool search = p->opt.quant == QNT_SEARCH, embed = pl->t.role == QPK_ROLE_EMBED;
+    if (!search || (embed && !(p->cfg.flags & QPK_CONFIG_TIED)))
+        return NULL;
+    const double *calibrated = p->calibrated ? calib_mean_sq(&p->calib, pl->t.role, pl->t.layer) : NULL;
+    const struct st_tensor *g = calibrated ? NULL : input_norm(p, &pl->t);
+    float *w = calibrated || g ? malloc(sizeof(float) * pl->t.cols) : NULL;
     if (!w)
         return NULL;
-    double sum = 0;
     for (uint32_t j = 0; j < pl->t.cols; j++) {
-        double v = st_get_f32(g, j);
-        w[j] = isfinite(v) ? (float)(v * v) : 0.0f;
-        sum += w[j];
+        double v = calibrated ? calibrated[j] : st_get_f32(g, j);
+        v = calibrated ? v : v * v;
+        w[j] = isfinite(v) ? (float)v : 0.0f;
     }
-    /* a column no input reaches still gets a little weight: a group of
-     * zero gains stays an ordinary least-squares fit */
-    float floor = (float)(1e-4 * sum / pl->t.cols);
-    for (uint32_t j = 0; j < pl->t.cols; j++)
-        w[j] = pl->t.role == QPK_ROLE_EMBED ? 1.0f + (sum > 0 ? (float)(w[j] * pl->t.cols / sum) : 0.0f)
-                                             : fmaxf(w[j], floor) + (sum > 0 ? 0.0f : 1.0f);
+    if (g)
+        st_release(&p->model, g);
+    finish_importance(w, pl->t.cols, embed);
     return w;
+}
+
+static void quant_progress(void *ctx, uint64_t bytes_done)
+{
+    progress_bytes(ctx, bytes_done);
 }
 
 static int write_quantised(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
 {
-    struct quant_damage d = {0};
+    qnt_damage d = {0};
     float *importance = column_importance(p, pl);
-    struct quant_matrix m = {.src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols, .group = pl->t.group_size,
-                             .E = pl->t.scale_exp, .method = method_for(p->opt.quant, pl->t.encoding),
-                             .importance = importance};
-    int rc = pl->t.encoding == QPK_ENC_I4G ? i4_write_matrix(w, &m, &d, err) : i8_write_matrix(w, &m, &d, err);
+    bool int4 = pl->t.encoding == QPK_ENC_I4G;
+    struct quant_matrix m = {.model = &p->model, .src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols,
+                             .group = pl->t.group_size, .E = pl->t.scale_exp,
+                             .method = method_for(p->opt.quant, pl->t.encoding), .importance = importance,
+                             .format = int4 ? "int4" : "int8"};
+    struct quant_progress progress = {quant_progress, &p->prog};
+    int rc = int4 ? i4_write_matrix(w, &m, &progress, &d, err) : i8_write_matrix(w, &m, &progress, &d, err);
     free(importance);
     pl->max_abs = d.max_abs;
     pl->max_err = d.max_err;
-    pl->sum_sq_err = d.sum_sq_err;
+    pl->sum_sq_err = d.sum_sq;
     return rc;
+}
+
+static uint64_t planned_bytes(const struct planned *pl)
+{
+    return (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
+}
+
+/* A tensor's work for the progress line's estimate of the time left: its
+ * weights times what one costs in its encoding (ns of CPU here; only the
+ * ratios matter). */
+static double tensor_work(const struct packer *p, const struct planned *pl)
+{
+    double n = (double)pl->t.rows * pl->t.cols;
+    bool search = p->opt.quant == QNT_SEARCH;
+    switch (pl->t.encoding) {
+    case QPK_ENC_I4G: return n * (search ? 40 : 10);
+    case QPK_ENC_I8G: return n * (search ? 20 : 8);
+    default: return n * 2;
+    }
 }
 
 static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
 {
+    uint64_t bytes = 0;
+    double work = 0;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        bytes += planned_bytes(&p->plan[i]);
+        work += tensor_work(p, &p->plan[i]);
+    }
+    progress_start(&p->prog, p->progress, p->n_plan, bytes, work);
     for (uint32_t i = 0; i < p->n_plan; i++) {
         struct planned *pl = &p->plan[i];
-        show_progress(p, i);
+        progress_tensor(&p->prog, i, planned_bytes(pl), tensor_work(p, pl));
         int rc = qpk_writer_begin_tensor(w, i, err);
         if (!rc)
             rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err)
@@ -657,6 +746,7 @@ static int write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
         if (rc)
             return -1;
     }
+    progress_end(&p->prog);
     return 0;
 }
 
@@ -752,6 +842,23 @@ static const char *matrix_encodings(const struct packer *p)
     return i4 && i8 ? "i4g+i8g" : i4 ? "i4g" : i8 ? "i8g" : "q24";
 }
 
+/* settings.calibration: what --calibrate ran */
+static void calibration_json(const struct packer *p, cJSON *settings)
+{
+    const struct calib *c = &p->calib;
+    char hex[17], *path = strdup(p->opt.calib_text);
+    snprintf(hex, sizeof hex, "%016" PRIx64, c->text_xxh3);
+    cJSON *j = cJSON_AddObjectToObject(settings, "calibration");
+    cJSON_AddStringToObject(j, "text", path ? basename(path) : "");
+    free(path);
+    cJSON_AddNumberToObject(j, "text_size", (double)c->text_bytes);
+    cJSON_AddStringToObject(j, "text_xxh3", hex);
+    cJSON_AddNumberToObject(j, "tokens", (double)c->tokens);
+    cJSON_AddNumberToObject(j, "window", c->window);
+    cJSON_AddStringToObject(j, "by", "float64 reference");
+    cJSON_AddStringToObject(j, "weights", "mean square of each input column");
+}
+
 /* The settings a quantised format was packed with: groups, quantiser, and
  * for int4 the preset and the --keep rules in order. */
 static void quant_settings_json(const struct packer *p, cJSON *settings)
@@ -763,6 +870,8 @@ static void quant_settings_json(const struct packer *p, cJSON *settings)
     if (f != PACK_INT8)
         cJSON_AddNumberToObject(settings, "int8_group", p->i8_group);
     cJSON_AddStringToObject(settings, "quantiser", quantiser_name(p->opt.quant));
+    if (p->calibrated)
+        calibration_json(p, settings);
     if (f == PACK_INT8)
         return;
     cJSON *keep = cJSON_AddArrayToObject(settings, "keep");
@@ -812,11 +921,6 @@ static char *provenance_json(struct packer *p, qp_err *err)
     return text;
 }
 
-static uint64_t planned_bytes(const struct planned *pl)
-{
-    return (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
-}
-
 /* One line per tensor, for the quantised formats: where the error is. */
 static void print_tensor_errors(const struct packer *p)
 {
@@ -864,6 +968,9 @@ static void print_summary(const struct packer *p, double seconds)
 {
     if (p->opt.quiet)
         return;
+    if (!p->tokenizer)
+        fprintf(stderr, "qpack: warning: %s has no tokenizer.json: the container carries no tokenizer "
+                        "(qrun -p and --chat will need --tokenizer)\n", p->opt.src);
     double worst = 0, sum_sq = 0, n_all = 0;
     const char *worst_name = "";
     uint64_t bytes = 0;
@@ -944,6 +1051,29 @@ static int write_container(struct packer *p, qp_err *err)
     return rc;
 }
 
+/* --calibrate: the reference over the text, before any tensor is written. */
+static int calibrate(struct packer *p, qp_err *err)
+{
+    if (!p->opt.calib_text)
+        return 0;
+    if (!p->tokenizer)
+        return qp_fail(err, "%s: --calibrate needs the checkpoint's tokenizer.json to read %s", p->opt.src,
+                       p->opt.calib_text);
+    /* the reference takes minutes on big shapes: say so on a terminal */
+    if (!p->opt.quiet && isatty(STDERR_FILENO))
+        fprintf(stderr, "qpack: calibrating on up to %" PRIu64 " tokens of %s (float64 reference)\n",
+                p->opt.calib_tokens, p->opt.calib_text);
+    double t0 = now_seconds();
+    if (calib_run(&p->calib, p->opt.src, p->tokenizer, p->tokenizer_len, p->opt.calib_text, p->opt.calib_tokens,
+                  err))
+        return -1;
+    p->calibrated = true;
+    if (!p->opt.quiet)
+        fprintf(stderr, "qpack: calibrated on %" PRIu64 " tokens of %s in %u window(s), %.1f s\n",
+                p->calib.tokens, p->opt.calib_text, p->calib.windows, now_seconds() - t0);
+    return 0;
+}
+
 static void packer_free(struct packer *p)
 {
     join_hashing(p); /* before the model it reads goes away */
@@ -954,6 +1084,38 @@ static void packer_free(struct packer *p)
     free(p->tokenizer_config);
     free(p->chat_template);
     free(p->chunk);
+    calib_free(&p->calib);
+}
+
+/* A pack ends at once on a signal that ends a process, in well under 0.5 s
+ * even in the middle of an fsync or of a long quantiser search: the unnamed
+ * output (O_TMPFILE) vanishes with the process and a named one (file
+ * systems without O_TMPFILE) is unlinked here; nothing else needs undoing,
+ * so there is no flag for the loops to poll. SIGXFSZ is ignored instead: a
+ * write past the file size limit then fails with one line. */
+static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2,
+                                   SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU};
+static volatile sig_atomic_t progress_line; /* a progress line is on stderr */
+
+static void on_stop_signal(int sig)
+{
+    fs_out_remove_temps();
+    static const char msg[] = "\r\033[Kqpack: interrupted\n"; /* "\r\033[K" clears a progress line */
+    const char *m = progress_line ? msg : msg + 4;
+    ssize_t n = write(STDERR_FILENO, m, strlen(m));
+    (void)n;
+    _exit(128 + sig);
+}
+
+/* Signals ignored when qpack starts (nohup) stay ignored. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal}, old;
+    sigfillset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof stop_signals / sizeof *stop_signals; i++)
+        if (sigaction(stop_signals[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stop_signals[i], &sa, NULL);
+    signal(SIGXFSZ, SIG_IGN);
 }
 
 int cmd_pack(int argc, char **argv)
@@ -961,16 +1123,23 @@ int cmd_pack(int argc, char **argv)
     struct packer p = {0};
     if (parse_args(&p.opt, argc, argv))
         return 2;
+    catch_stop_signals();
     double t0 = now_seconds();
     qp_err err = {{0}};
     char config_path[4096];
     snprintf(config_path, sizeof config_path, "%s/config.json", p.opt.src);
     struct stat st;
+    /* the destination before any work: not a device, FIFO, directory,
+     * link or one of the checkpoint's files, in a writable folder */
+    const char *inputs[] = {p.opt.src, p.opt.calib_text, NULL};
     int rc = 0;
     if (stat(p.opt.src, &st) != 0)
         rc = qp_fail(&err, "%s: %s", p.opt.src, strerror(errno));
     else if (!S_ISDIR(st.st_mode))
         rc = qp_fail(&err, "%s: not a folder (expected a Hugging Face model folder)", p.opt.src);
+    /* a destination that cannot be written is bad usage (-o's value) */
+    bool bad_out = !rc && fs_out_check(p.opt.out, inputs, &err) != 0;
+    rc |= bad_out;
     if (!rc)
         rc = hf_config_load(config_path, &p.hf, &err);
     if (!rc) {
@@ -985,11 +1154,12 @@ int cmd_pack(int argc, char **argv)
     if (!rc)
         rc = st_open_dir(&p.model, p.opt.src, &err) || start_hashing(&p, &err) ||
              load_tokenizer_files(&p, &err) || resolve_tie(&p, &err) || plan_tensors(&p, &err) ||
-             settle_matrices(&p, &err);
+             settle_matrices(&p, &err) || calibrate(&p, &err);
     if (!rc) {
         warn_unused(&p);
         settle_norm_exponents(&p);
         p.progress = !p.opt.quiet && isatty(STDERR_FILENO);
+        progress_line = p.progress;
         rc = write_container(&p, &err);
     }
     if (rc) {
@@ -1000,5 +1170,5 @@ int cmd_pack(int argc, char **argv)
         print_summary(&p, now_seconds() - t0);
     }
     packer_free(&p);
-    return rc ? 1 : 0;
+    return bad_out ? 2 : rc ? 1 : 0;
 }

@@ -3,10 +3,18 @@
 #ifndef QP_PACK_H
 #define QP_PACK_H
 
-#define QPACK_VERSION "0.1.0"
+#include "error.h"
+
+#define QPACK_VERSION QP_VERSION /* CMake's project version (formats/CMakeLists.txt) */
 
 int cmd_pack(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+
+struct qpk_file;
+/* qpack verify's second half (verify_sections.c): every section decoded and
+ * its content checked as its reader will read it; one line naming the
+ * section when it is not. */
+int verify_sections(const struct qpk_file *f, qp_err *err);
 
 #endif

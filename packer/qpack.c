@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_out.h"
 #include "error.h"
 #include "pack.h"
 
@@ -21,13 +22,22 @@ static void usage(FILE *out)
             "                      qpack pack --help\n"
             "  info FILE [--json]  config, sections, tensor table, checksums, provenance and the\n"
             "                      reconstruction error of every tensor\n"
-            "  verify FILE         recompute every checksum; exit 1 naming the first bad part\n"
+            "  verify FILE         recompute every checksum and value range, decode every section\n"
+            "                      and read it as its user will (tokenizer.json with qrun's\n"
+            "                      loader, tokenizer_config.json and the provenance as JSON\n"
+            "                      objects with no key twice, the chat template as UTF-8\n"
+            "                      text); exit 1 naming the first bad part\n"
             "\n"
-            "  qpack --version     print the version\n");
+            "  qpack --version     print the version and the git commit it was built from\n"
+            "\n"
+            "Exit status: 0 done, 1 error (also when standard output cannot be written),\n"
+            "2 bad usage (also a pack -o that cannot be written), 141 when the reader of\n"
+            "standard output went away (| head).\n");
 }
 
 int main(int argc, char **argv)
 {
+    qp_stdout_init();
     qp_exit_on_sigbus("qpack: an input file was truncated or changed on disk while qpack was reading it");
     if (argc < 2) {
         usage(stderr);
@@ -36,18 +46,16 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
-        return 0;
+        return qp_stdout_finish("qpack", 0);
     }
-    if (!strcmp(cmd, "--version")) {
-        printf("qpack %s\n", QPACK_VERSION);
-        return 0;
-    }
+    if (!strcmp(cmd, "--version"))
+        return qp_print_version("qpack");
     if (!strcmp(cmd, "pack"))
-        return cmd_pack(argc - 1, argv + 1);
+        return qp_stdout_finish("qpack", cmd_pack(argc - 1, argv + 1));
     if (!strcmp(cmd, "info"))
-        return cmd_info(argc - 1, argv + 1);
+        return qp_stdout_finish("qpack", cmd_info(argc - 1, argv + 1));
     if (!strcmp(cmd, "verify"))
-        return cmd_verify(argc - 1, argv + 1);
+        return qp_stdout_finish("qpack", cmd_verify(argc - 1, argv + 1));
     fprintf(stderr, "qpack: unknown command '%s' (try qpack --help)\n", cmd);
     return 2;
 }

@@ -13,7 +13,7 @@
 enum qp_kernel {
     QP_K_EMBED, QP_K_RMSNORM, QP_K_MATVEC, QP_K_ROPE_STORE, QP_K_ATTENTION, QP_K_ATTN_MERGE,
     QP_K_SWIGLU, QP_K_ARGMAX_REDUCE, QP_K_MATVEC_STREAM, QP_K_QUANT_X,
-    QP_K_MATVEC4, QP_K_MATVEC4_STREAM, QP_K_COUNT,
+    QP_K_MATVEC4, QP_K_MATVEC4_STREAM, QP_K_MATVEC4B, QP_K_MATVEC4B_STREAM, QP_K_COUNT,
 };
 
 struct qp_backend {
@@ -31,6 +31,9 @@ struct qp_backend {
     uint8_t *work;                      /* --stream: where jobs' weight blocks are staged */
     uint64_t map_bytes;                 /* bytes in BPF maps (0 for emu) */
     double verify_ms, copy_ms;          /* start-up: program load, weight copy */
+    /* the verifier's processed instructions per kernel (bpf_prog_info's
+     * verified_insns; 0 for emu) */
+    uint32_t verified_insns[QP_K_COUNT];
 };
 
 const char *qp_kernel_name(enum qp_kernel k);
@@ -44,5 +47,10 @@ int qp_bpf_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err
 /* false when loading a two-instruction socket filter is refused for
  * privilege: tells a missing privilege from a verifier's refusal */
 bool qp_bpf_may_load(void);
+/* What a failed load's errno e means for this plan, in words (NULL when
+ * there is nothing to add): E2BIG names the map whose values pass the
+ * kernel's 4 MiB limit (buf holds the text), else the verifier's limit;
+ * neither is a lack of memory, which is ENOMEM. */
+const char *qp_bpf_load_hint(const struct qp_plan *plan, int e, char *buf, size_t cap);
 
 #endif

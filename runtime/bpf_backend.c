@@ -50,15 +50,14 @@ static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
         s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_klayout, s->maps.m_kcache,
         s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_xq, s->maps.m_qkv,
         s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
-        s->maps.m_amax, s->maps.m_scal, s->maps.m_work,
+        s->maps.m_amax, s->maps.m_scal, s->maps.m_work, s->maps.m_unpk,
     };
     return maps[id];
 }
 
 static size_t map_bytes(const struct qp_mapspec *m)
 {
-    size_t elem = ((size_t)m->value_size + 7) / 8 * 8;
-    size_t n = elem * m->max_entries;
+    size_t n = qp_map_bytes(m);
     long page = sysconf(_SC_PAGESIZE);
     return (n + (size_t)page - 1) / (size_t)page * (size_t)page;
 }
@@ -118,15 +117,31 @@ bool qp_bpf_may_load(void)
     return true;
 }
 
-static const char *load_hint(int e)
+/* an array map's value past this is refused with E2BIG (the kernel's
+ * KMALLOC_MAX_SIZE: 4 MiB pages, order 10) */
+#define KERNEL_MAX_MAP_VALUE (4u << 20)
+
+/* the reason behind a load's errno, written into buf when it names a map */
+const char *qp_bpf_load_hint(const struct qp_plan *plan, int e, char *buf, size_t cap)
 {
     if ((e == EPERM || e == EACCES) && qp_bpf_may_load())
         return "the kernel's verifier refused a kernel for this model's sizes (QP_BPF_LOG=1 prints its log)";
     if (e == EPERM || e == EACCES)
         return "qrun needs root or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN to load BPF programs";
-    if (e == ENOMEM || e == E2BIG)
+    if (e == ENOMEM)
         return "the kernel refused the memory for the BPF maps; try --stream or a smaller format";
-    return NULL;
+    if (e != E2BIG)
+        return NULL;
+    /* E2BIG is a size past a kernel limit, not a lack of memory: a map's
+     * value, or a program past the verifier's 1M processed instructions */
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (plan->maps[i].value_size > KERNEL_MAX_MAP_VALUE) {
+            snprintf(buf, cap, "map %s has values of %u bytes, past the kernel's limit of %u (not a lack of memory)",
+                     plan->maps[i].name, plan->maps[i].value_size, KERNEL_MAX_MAP_VALUE);
+            return buf;
+        }
+    return "a kernel took more than the verifier's limit of 1M processed instructions at this model's sizes "
+           "(not a lack of memory; QP_BPF_LOG=1 prints the verifier's log)";
 }
 
 /* The weights go in through BPF_MAP_UPDATE_BATCH, not the maps' user
@@ -303,6 +318,15 @@ static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
     return map_state(s, s->plan, id, &err);
 }
 
+/* the verifier's processed-instruction count of a loaded program (0 on a
+ * kernel that does not report it) */
+static uint32_t verified_insns(int prog_fd)
+{
+    struct bpf_prog_info info = {0};
+    uint32_t len = sizeof info;
+    return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.verified_insns : 0;
+}
+
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     *out = NULL;
@@ -314,32 +338,17 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qrun__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
-    /* QP_BPF_STATS=1 prints each kernel's verifier statistics */
-    static char stats_buf[QP_K_COUNT][4096];
-    struct bpf_program *prog;
-    int k = 0;
-    if (!rc && getenv("QP_BPF_STATS"))
-        bpf_object__for_each_program(prog, s->skel->obj) {
-            if (k < QP_K_COUNT) {
-                bpf_program__set_log_buf(prog, stats_buf[k], sizeof stats_buf[k]);
-                bpf_program__set_log_level(prog, 4);
-            }
-            k++;
-        }
     double t0 = now_ms();
     if (!rc && qrun__load(s->skel) != 0) {
         int e = errno;
-        const char *hint = load_hint(e);
-        rc = qp_fail(err, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "", hint ? hint : "");
+        char why[160];
+        const char *hint = qp_bpf_load_hint(plan, e, why, sizeof why);
+        int code = e == ENOMEM ? QP_E_MEMORY
+                   : (e == EPERM || e == EACCES) && !qp_bpf_may_load() ? QP_E_PRIVILEGE : QP_E_KERNEL;
+        rc = qp_fail_code(err, code, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "",
+                          hint ? hint : "");
     }
     double t1 = now_ms();
-    k = 0;
-    if (!rc && getenv("QP_BPF_STATS"))
-        bpf_object__for_each_program(prog, s->skel->obj) {
-            if (k < QP_K_COUNT)
-                fprintf(stderr, "%s: %s", bpf_program__name(prog), stats_buf[k]);
-            k++;
-        }
     if (!rc)
         rc = fill_maps(s, plan, err);
     double t2 = now_ms();
@@ -354,7 +363,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
         s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
         s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream, s->skel->progs.quant_x,
-        s->skel->progs.matvec4, s->skel->progs.matvec4_stream,
+        s->skel->progs.matvec4, s->skel->progs.matvec4_stream, s->skel->progs.matvec4b,
+        s->skel->progs.matvec4b_stream,
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = bpf_program__fd(progs[k]);
@@ -366,6 +376,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
                                .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .map_bytes = bytes, .verify_ms = t1 - t0,
                                .copy_ms = t2 - t1};
+    for (int k = 0; k < QP_K_COUNT; k++)
+        s->b.verified_insns[k] = verified_insns(s->prog_fd[k]);
     *out = &s->b;
     return 0;
 }

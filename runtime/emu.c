@@ -16,7 +16,7 @@ struct qk_hmap {
 
 struct qk_host_maps {
     struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, klayout, kcache, vcache, h, x,
-        xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work;
+        xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work, unpk;
 };
 
 /* the model the kernels run on; one emu model per process at a time */
@@ -28,8 +28,8 @@ static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)
 {
     if (key >= m->max_entries)
         return NULL;
-    if (!m->segs)
-        return m->base + (uint64_t)key * m->value_size;
+    if (!m->segs)   /* an array map's values start 8-byte aligned: the same bytes as BPF's */
+        return m->base + (uint64_t)key * ((m->value_size + 7) / 8 * 8);
     return (void *)qp_segments_find(m->segs, m->n_segs, m->value_size, key);
 }
 
@@ -69,6 +69,8 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
     case QP_K_QUANT_X: rc = qk_quant_x(a); break;
     case QP_K_MATVEC4: rc = qk_matvec4(a); break;
     case QP_K_MATVEC4_STREAM: rc = qk_matvec4_stream(a); break;
+    case QP_K_MATVEC4B: rc = qk_matvec4b(a); break;
+    case QP_K_MATVEC4B_STREAM: rc = qk_matvec4b_stream(a); break;
     default: rc = -1;
     }
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
@@ -88,13 +90,6 @@ static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
     return id < QP_MAP_COUNT ? m[id].base : NULL;
 }
 
-/* a state map's share of the one allocation, rounded up so that every map
- * starts 8-byte aligned as an array map's value does */
-static uint64_t state_bytes(const struct qp_mapspec *s)
-{
-    return ((uint64_t)s->value_size * s->max_entries + 7) / 8 * 8;
-}
-
 int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     struct emu *e = calloc(1, sizeof *e);
@@ -105,7 +100,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     uint64_t state = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (!plan->maps[i].segs)
-            state += state_bytes(&plan->maps[i]);
+            state += qp_map_bytes(&plan->maps[i]);
     e->state = calloc(1, state);
     if (!e->state) {
         free(e);
@@ -118,7 +113,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
                                 .max_entries = s->max_entries};
         if (!s->segs) {
             m[i].base = e->state + at;
-            at += state_bytes(s);
+            at += qp_map_bytes(s);
         }
     }
     e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,
@@ -134,6 +129,6 @@ const char *qp_kernel_name(enum qp_kernel k)
     static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
                                                   "attn_merge", "swiglu", "argmax_reduce",
                                                   "matvec_stream", "quant_x", "matvec4",
-                                                  "matvec4_stream"};
+                                                  "matvec4_stream", "matvec4b", "matvec4b_stream"};
     return k < QP_K_COUNT ? names[k] : "unknown";
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #define MACS_PER_CALL (2u << 20)
+#define JOBS_PER_THREAD 2       /* at least, per product */
 #define MAX_JOBS 4096
 
 /* --stream: where a job's weight blocks come from (args.work_key is
@@ -29,7 +30,12 @@ struct job_list {
     struct qk_args args[MAX_JOBS];
     struct job_source src[MAX_JOBS];    /* --stream products: staged by the job itself */
     uint32_t n;
-    atomic_uint next;           /* next job to take */
+    /* (limit << 32) | next job: a taker owns job `next` when next < limit.
+     * One word, so that a thread that takes late, after the list is done,
+     * sees limit 0 (or a later list's own limit), never a list being
+     * rewritten. */
+    _Atomic uint64_t ticket;
+    atomic_uint done;           /* jobs finished */
     atomic_int failed;
     qp_err err;
 };
@@ -46,13 +52,15 @@ struct qp_forward {
     pthread_cond_t wake, finished;
     atomic_uint_fast64_t generation;    /* bumped for each job list */
     uint64_t seen;              /* the worker's: the last generation it ran */
-    atomic_bool worker_busy;    /* the worker may still touch the job list */
+    atomic_bool worker_asleep;  /* on `wake` */
+    atomic_bool main_asleep;    /* on `finished` */
     atomic_bool stop;
     struct job_list jobs;
     struct qp_forward_stats stats;
     pthread_mutex_t stats_mu;
     void (*on_layer)(void *, uint32_t);
     void *on_layer_arg;
+    const atomic_bool *interrupt;       /* when set, every later invocation fails at once */
 };
 
 static double now_ms(void)
@@ -64,6 +72,8 @@ static double now_ms(void)
 
 static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
 {
+    if (fw->interrupt && atomic_load(fw->interrupt))
+        return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
     double t0 = now_ms();
     int rc = fw->b->run(fw->b, k, a, err);
     double ms = now_ms() - t0;
@@ -134,38 +144,52 @@ static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint
     return run ? read_blocks(fw, run_src, key + n - run, run, m->value_size, err) : 0;
 }
 
-/* Runs job i; a --stream product first stages its own blocks, so each
- * thread reads while the other computes. */
-static int run_job(struct qp_forward *fw, unsigned i, qp_err *err)
+/* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the
+ * worker), which has its own scratch; a --stream product first stages its
+ * own blocks, so each thread reads while the other computes. */
+static int run_job(struct qp_forward *fw, unsigned i, uint32_t thread, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
-    const struct qk_args *a = &j->args[i];
-    bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM;
-    if (staged && stage(fw, j->src[i].map, j->src[i].key, (a->end - a->begin) / 4, a->work_key, err))
+    struct qk_args a = j->args[i];
+    a.scratch = thread;
+    bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM ||
+                  j->kernel[i] == QP_K_MATVEC4B_STREAM;
+    if (staged && stage(fw, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4, a.work_key, err))
         return -1;
-    return call(fw, j->kernel[i], a, err);
+    return call(fw, j->kernel[i], &a, err);
 }
 
-/* Takes jobs until none are left. */
-static void drain(struct qp_forward *fw)
+/* Takes jobs until none are left; wakes the calling thread of run_jobs
+ * when it finishes the list's last job and that thread sleeps. */
+static void drain(struct qp_forward *fw, uint32_t thread)
 {
     struct job_list *j = &fw->jobs;
     for (;;) {
-        unsigned i = atomic_fetch_add(&j->next, 1);
-        if (i >= j->n)
+        uint64_t t = atomic_fetch_add(&j->ticket, 1);
+        uint32_t i = (uint32_t)t, limit = (uint32_t)(t >> 32);
+        if (i >= limit)
             return;
         qp_err err;
-        if (!atomic_load(&j->failed) && run_job(fw, i, &err) != 0 && atomic_exchange(&j->failed, 1) == 0)
+        if (!atomic_load(&j->failed) && run_job(fw, i, thread, &err) != 0 && atomic_exchange(&j->failed, 1) == 0)
             j->err = err;
+        if (atomic_fetch_add(&j->done, 1) + 1 == limit && atomic_load(&fw->main_asleep)) {
+            pthread_mutex_lock(&fw->mu);
+            pthread_cond_signal(&fw->finished);
+            pthread_mutex_unlock(&fw->mu);
+        }
     }
 }
 
-/* A thread that waits for the other one first spins for up to SPIN_US: the
- * waits between the steps of a token are tens of microseconds, and a
- * sleeping thread's wake-up costs more than that on a virtual machine
- * (measured: scripts/bench_qrun.sh). Past SPIN_US it sleeps on a condition
- * variable, so an idle qrun (a chat waiting for input) takes no CPU. */
-#define SPIN_US 2000
+/* Sharing the machine. A thread that waits for the other spins only
+ * briefly, then sleeps: with another busy process on this 2-core machine
+ * the other thread may have lost its core, and a spinning waiter would
+ * keep the core it needs. The thread that hands out a list never waits for
+ * the worker to show up: it takes every job the worker has not taken, and
+ * waits only for jobs in progress. SPIN_US covers the gaps between the
+ * lists of a quiet machine (tens of microseconds; a sleeping thread's
+ * wake-up costs about as much on a virtual machine). An idle qrun (a chat
+ * waiting for input) takes no CPU. */
+#define SPIN_US 200
 
 static inline void cpu_relax(void)
 {
@@ -184,7 +208,7 @@ static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
         if (done(fw))
             return true;
         cpu_relax();
-        if (i % 256 == 0) {
+        if (i % 64 == 0) {
             double t = now_ms();
             if (deadline == 0)
                 deadline = t + SPIN_US / 1e3;
@@ -199,29 +223,34 @@ static bool has_work(struct qp_forward *fw)
     return atomic_load(&fw->stop) || atomic_load(&fw->generation) != fw->seen;
 }
 
-static bool worker_idle(struct qp_forward *fw)
+static bool list_done(struct qp_forward *fw)
 {
-    return !atomic_load(&fw->worker_busy);
+    return atomic_load(&fw->jobs.done) == fw->jobs.n;
+}
+
+/* Sleeps on cv until done(fw), with *flag set meanwhile so that the
+ * other thread knows to signal. */
+static void sleep_until(struct qp_forward *fw, pthread_cond_t *cv, atomic_bool *flag,
+                        bool (*done)(struct qp_forward *))
+{
+    pthread_mutex_lock(&fw->mu);
+    atomic_store(flag, true);
+    while (!done(fw))
+        pthread_cond_wait(cv, &fw->mu);
+    atomic_store(flag, false);
+    pthread_mutex_unlock(&fw->mu);
 }
 
 static void *worker_main(void *arg)
 {
     struct qp_forward *fw = arg;
     for (;;) {
-        if (!spin_until(fw, has_work)) {
-            pthread_mutex_lock(&fw->mu);
-            while (!has_work(fw))
-                pthread_cond_wait(&fw->wake, &fw->mu);
-            pthread_mutex_unlock(&fw->mu);
-        }
+        if (!spin_until(fw, has_work))
+            sleep_until(fw, &fw->wake, &fw->worker_asleep, has_work);
         if (atomic_load(&fw->stop))
             return NULL;
         fw->seen = atomic_load(&fw->generation);
-        drain(fw);
-        atomic_store(&fw->worker_busy, false);
-        pthread_mutex_lock(&fw->mu);    /* run_jobs may be asleep on it */
-        pthread_cond_signal(&fw->finished);
-        pthread_mutex_unlock(&fw->mu);
+        drain(fw, 1);
     }
 }
 
@@ -229,24 +258,21 @@ static void *worker_main(void *arg)
 static int run_jobs(struct qp_forward *fw, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
-    atomic_store(&j->next, 0);
+    atomic_store(&j->done, 0);
     atomic_store(&j->failed, 0);
-    bool both = fw->threads > 1 && j->n > 1;
-    if (both) {
-        atomic_store(&fw->worker_busy, true);
-        pthread_mutex_lock(&fw->mu);
+    atomic_store(&j->ticket, (uint64_t)j->n << 32);
+    if (fw->threads > 1 && j->n > 1) {
         atomic_fetch_add(&fw->generation, 1);
-        pthread_cond_signal(&fw->wake);
-        pthread_mutex_unlock(&fw->mu);
+        if (atomic_load(&fw->worker_asleep)) {
+            pthread_mutex_lock(&fw->mu);
+            pthread_cond_signal(&fw->wake);
+            pthread_mutex_unlock(&fw->mu);
+        }
     }
-    drain(fw);
-    /* the list is rewritten next: the worker must be done with it */
-    if (both && !spin_until(fw, worker_idle)) {
-        pthread_mutex_lock(&fw->mu);
-        while (!worker_idle(fw))
-            pthread_cond_wait(&fw->finished, &fw->mu);
-        pthread_mutex_unlock(&fw->mu);
-    }
+    drain(fw, 0);
+    if (!spin_until(fw, list_done))
+        sleep_until(fw, &fw->finished, &fw->main_asleep, list_done);
+    atomic_store(&j->ticket, 0);    /* a late taker finds nothing */
     if (atomic_load(&j->failed)) {
         *err = j->err;
         return -1;
@@ -269,8 +295,10 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
             a.streamed = 1;
             a.work_key = used;
             qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &j->src[count].map, &j->src[count].key);
-            j->kernel[count] = fw->pending_kernel[first + count] == QP_K_MATVEC4 ? QP_K_MATVEC4_STREAM
-                                                                                 : QP_K_MATVEC_STREAM;
+            enum qp_kernel k = fw->pending_kernel[first + count];
+            j->kernel[count] = k == QP_K_MATVEC4    ? QP_K_MATVEC4_STREAM
+                               : k == QP_K_MATVEC4B ? QP_K_MATVEC4B_STREAM
+                                                    : QP_K_MATVEC_STREAM;
             j->args[count++] = a;
             used += blocks;
         }
@@ -294,24 +322,104 @@ static bool reads_i4(const struct qp_plan *p, uint32_t layer, uint32_t mode, uin
     return false;
 }
 
-/* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work. */
+/* The kernels flag a value that left the Q32 range (QM_Q32_LIMIT_BITS):
+ * from there on nothing is exact, so the model is refused rather than
+ * allowed to print wrong tokens. `where` names the step just run (NULL:
+ * layer `layer`). */
+static int check_range(const struct qp_forward *fw, const char *where, uint32_t layer, qp_err *err)
+{
+    if (!fw->b->scal->range_error)
+        return 0;
+    char at[48];
+    if (where)
+        snprintf(at, sizeof at, "%s", where);
+    else
+        snprintf(at, sizeof at, "layer %u", layer);
+    return qp_fail_code(err, QP_E_RANGE, "the model's activations left the range the kernels compute exactly (|value| >= 2^%d) "
+                        "in the %s: qrun refuses this model rather than print wrong tokens",
+                   QM_Q32_LIMIT_BITS - QM_RESID_FRAC, at);
+}
+
+
+/* BPF instructions a per-entry kernel spends on one block entry, about
+ * (counted in build/bpf/qrun.bpf.o: per element of its loops, with the
+ * callbacks' own cost): the measure that keeps its invocations short at
+ * any width. */
+static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a)
+{
+    const struct qk_config *c = fw->cfg;
+    uint64_t heads = c->n_heads, d = c->head_dim;
+    switch (k) {
+    case QP_K_SWIGLU: return 120ull * c->inter;         /* SiLU, one element per callback */
+    case QP_K_QUANT_X:
+        return 20ull * (a->mode == QK_MV_O ? c->q_dim : a->mode == QK_MV_DOWN ? c->inter : c->hidden);
+    case QP_K_ROPE_STORE: return 60 * (heads + c->n_kv_heads) * d;
+    case QP_K_ATTN_MERGE: return heads * ((a->pos + a->nb) / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
+    case QP_K_ARGMAX_REDUCE: return 20ull * a->n_slots;
+    default: return 25ull * c->hidden;                   /* rmsnorm: four passes */
+    }
+}
+
+#define ENTRY_INSNS_PER_CALL (4u << 20)   /* a few milliseconds at most */
+
+/* Runs a per-entry kernel over block entries [b0, b0 + nb) in jobs of
+ * whole entries, ENTRY_INSNS_PER_CALL of work at most (one entry at least),
+ * as many jobs as threads at least. */
+static int entries(struct qp_forward *fw, enum qp_kernel k, struct qk_args a, uint32_t b0, uint32_t nb, qp_err *err)
+{
+    a.b0 = b0;
+    a.nb = nb;
+    uint64_t per_entry = entry_insns(fw, k, &a), fit = ENTRY_INSNS_PER_CALL / (per_entry ? per_entry : 1);
+    uint32_t jobs = (uint32_t)((nb + (fit ? fit : 1) - 1) / (fit ? fit : 1));
+    jobs = (jobs + fw->threads - 1) / fw->threads * fw->threads;
+    jobs = jobs > nb ? nb : jobs;
+    if (jobs < 2)
+        return call(fw, k, &a, err);
+    struct job_list *j = &fw->jobs;
+    uint32_t per_job = (nb + jobs - 1) / jobs;
+    j->n = 0;
+    for (uint32_t e = 0; e < nb; e += per_job) {
+        j->kernel[j->n] = k;
+        j->args[j->n] = a;
+        j->args[j->n].b0 = b0 + e;
+        j->args[j->n++].nb = nb - e < per_job ? nb - e : per_job;
+    }
+    return run_jobs(fw, err);
+}
+
+#define MATVEC_MAX_JOBS (MAX_JOBS < QK_MAX_ARGMAX_SLOTS ? MAX_JOBS : QK_MAX_ARGMAX_SLOTS)
+
+uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t threads, uint32_t stream_fit)
+{
+    uint32_t step = MACS_PER_CALL / cols / nb / 4 * 4;
+    /* every thread gets JOBS_PER_THREAD jobs: a thread that lost its core
+     * strands at most that share of the product on the other */
+    uint32_t share = (rows / (threads * JOBS_PER_THREAD) + 3) / 4 * 4;
+    step = step > share ? share : step;
+    step = step < 4 ? 4 : step;
+    /* every job has a partial-argmax slot: a whole block's vocabulary
+     * projection (151,936 rows x 1,024 x 16 at 0.6B) takes larger jobs
+     * rather than more (a partial job per matrix of a fused product) */
+    uint32_t least = (rows + (MATVEC_MAX_JOBS - QP_MAX_FUSED) - 1) / (MATVEC_MAX_JOBS - QP_MAX_FUSED);
+    least = (least + 3) / 4 * 4;
+    step = step < least ? least : step;
+    if (stream_fit)
+        step = step > stream_fit ? stream_fit : step;
+    return step;
+}
+
+/* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work,
+ * each for block entries [b0, b0 + nb). */
 static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
-                  uint32_t *slots, qp_err *err)
+                  uint32_t b0, uint32_t nb, uint32_t *slots, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
-    uint32_t step = MACS_PER_CALL / cols / 4 * 4;
-    uint32_t half = (rows / fw->threads + 3) / 4 * 4;   /* every thread gets a job */
-    step = step > half ? half : step;
-    step = step < 4 ? 4 : step;
-    if (fw->plan->stream) {
-        uint32_t fit = fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4; /* two jobs per batch at least */
-        step = step > fit ? fit : step;
-    }
-    if (reads_i4(fw->plan, layer, mode, rows)) {
-        struct qk_args q = {.layer = layer, .mode = mode};
-        if (call(fw, QP_K_QUANT_X, &q, err))
-            return -1;
-    }
+    /* --stream: two jobs per batch of the work map at least */
+    uint32_t fit = fw->plan->stream ? fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4 : 0;
+    uint32_t step = qp_matvec_rows_per_job(rows, cols, nb, fw->threads, fit);
+    if (reads_i4(fw->plan, layer, mode, rows) &&
+        entries(fw, QP_K_QUANT_X, (struct qk_args){.layer = layer, .mode = mode}, b0, nb, err))
+        return -1;
     struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
     enum qp_kernel *kernels = fw->plan->stream ? fw->pending_kernel : j->kernel;
     uint32_t n = 0;
@@ -319,28 +427,37 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
         struct qp_matrix_rows m = qp_plan_matrix_of(fw->plan, layer, mode, first);
         uint32_t end = m.row0 + m.rows;
         for (uint32_t r = first; r < end; r += step) {
-            if (n == MAX_JOBS || n == QK_MAX_ARGMAX_SLOTS)
+            if (n == MATVEC_MAX_JOBS)
                 return qp_fail(err, "internal: too many jobs for one matrix");
             list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                       .end = r + step < end ? r + step : end, .slot = n};
-            kernels[n++] = m.i4 ? QP_K_MATVEC4 : QP_K_MATVEC;
+                                       .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
+            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
         }
         first = end;
     }
     if (slots)
         *slots = n;
-    if (fw->plan->stream)
-        return run_streamed(fw, n, err);
-    j->n = n;
-    return run_jobs(fw, err);
+    int rc;
+    if (fw->plan->stream) {
+        rc = run_streamed(fw, n, err);
+    } else {
+        j->n = n;
+        rc = run_jobs(fw, err);
+    }
+    /* checked after every product, before any later kernel reads its output */
+    return rc ? rc : check_range(fw, mode == QK_MV_LOGITS ? "vocabulary projection" : NULL, layer, err);
 }
 
-/* Attention (head, chunk) tasks, a few per job; then the per-head merge. */
-static int attention(struct qp_forward *fw, uint32_t layer, uint32_t pos, qp_err *err)
+/* Attention (entry, head, chunk) tasks of entries [0, nb), a few per job;
+ * then the per-head merge. */
+static int attention(struct qp_forward *fw, uint32_t slot, uint32_t layer, uint32_t pos0, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    uint32_t chunks = pos / QK_ATTN_CHUNK + 1, tasks = c->n_heads * chunks;
-    uint32_t per_task = (pos + 1 < QK_ATTN_CHUNK ? pos + 1 : QK_ATTN_CHUNK) * c->head_dim * 2;
+    uint32_t last = pos0 + nb - 1, chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * c->n_heads * chunks;
+    /* a task's work in matvec multiply-adds (3 BPF instructions each): a
+     * position of a head costs ~6.5 instructions per multiply-add of its
+     * scores and values, plus ~290 for its exponential and V weight */
+    uint32_t per_task = (last + 1 < QK_ATTN_CHUNK ? last + 1 : QK_ATTN_CHUNK) * (c->head_dim * 4 + 100);
     uint32_t step = MACS_PER_CALL / per_task;
     step = step < 1 ? 1 : step;
     uint32_t parts = fw->threads > 1 ? 2 : 1;  /* at least one job per thread */
@@ -349,67 +466,101 @@ static int attention(struct qp_forward *fw, uint32_t layer, uint32_t pos, qp_err
     struct job_list *j = &fw->jobs;
     j->n = 0;
     for (uint32_t t = 0; t < tasks; t += step) {
+        if (j->n == MAX_JOBS)
+            return qp_fail(err, "internal: too many attention jobs");
         j->kernel[j->n] = QP_K_ATTENTION;
-        j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos, .begin = t,
-                                           .end = t + step < tasks ? t + step : tasks};
+        j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos0, .b0 = 0, .nb = nb, .begin = t,
+                                           .end = t + step < tasks ? t + step : tasks, .kv_slot = slot};
     }
     if (run_jobs(fw, err))
         return -1;
-    struct qk_args a = {.layer = layer, .pos = pos, .begin = 0, .end = c->n_heads};
-    return call(fw, QP_K_ATTN_MERGE, &a, err);
+    struct qk_args a = {.layer = layer, .pos = pos0, .begin = 0, .end = c->n_heads};
+    return entries(fw, QP_K_ATTN_MERGE, a, 0, nb, err);
 }
 
-static int layer(struct qp_forward *fw, uint32_t l, uint32_t pos, qp_err *err)
+static int layer(struct qp_forward *fw, uint32_t slot, uint32_t l, uint32_t pos0, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
     struct qk_args norm_attn = {.layer = l, .mode = QK_NORM_ATTN};
     struct qk_args norm_mlp = {.layer = l, .mode = QK_NORM_MLP};
-    struct qk_args rope = {.layer = l, .pos = pos};
+    struct qk_args rope = {.layer = l, .pos = pos0, .kv_slot = slot};
     struct qk_args none = {0};
-    return call(fw, QP_K_RMSNORM, &norm_attn, err) ||
-           matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, NULL, err) ||
-           call(fw, QP_K_ROPE_STORE, &rope, err) || attention(fw, l, pos, err) ||
-           matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, NULL, err) ||
-           call(fw, QP_K_RMSNORM, &norm_mlp, err) ||
-           matvec(fw, l, QK_MV_GATE_UP, 2 * c->inter, c->hidden, NULL, err) ||
-           call(fw, QP_K_SWIGLU, &none, err) ||
-           matvec(fw, l, QK_MV_DOWN, c->hidden, c->inter, NULL, err);
+    return entries(fw, QP_K_RMSNORM, norm_attn, 0, nb, err) ||
+           matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, 0, nb, NULL, err) ||
+           entries(fw, QP_K_ROPE_STORE, rope, 0, nb, err) || attention(fw, slot, l, pos0, nb, err) ||
+           matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, 0, nb, NULL, err) ||
+           entries(fw, QP_K_RMSNORM, norm_mlp, 0, nb, err) ||
+           matvec(fw, l, QK_MV_GATE_UP, 2 * c->inter, c->hidden, 0, nb, NULL, err) ||
+           entries(fw, QP_K_SWIGLU, none, 0, nb, err) ||
+           matvec(fw, l, QK_MV_DOWN, c->hidden, c->inter, 0, nb, NULL, err);
 }
 
-int qp_forward_token(struct qp_forward *fw, uint32_t token, uint32_t pos, bool logits, uint32_t *next,
-                     qp_err *err)
+/* The final norm, the vocabulary projection and the argmax of entries
+ * [b0, b0 + nb). */
+static int vocabulary(struct qp_forward *fw, uint32_t b0, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    if (token >= c->vocab)
-        return qp_fail(err, "token id %u is outside the vocabulary (%u)", token, c->vocab);
-    if (pos >= c->ctx)
-        return qp_fail(err, "position %u is past the context of %u tokens (see -c)", pos, c->ctx);
-    struct qk_args embed = {.token = token};
+    uint32_t slots;
+    if (entries(fw, QP_K_RMSNORM, (struct qk_args){.mode = QK_NORM_FINAL}, b0, nb, err) ||
+        matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, b0, nb, &slots, err))
+        return -1;
+    return entries(fw, QP_K_ARGMAX_REDUCE, (struct qk_args){.n_slots = slots}, b0, nb, err);
+}
+
+/* h of entry b = the embedding of token */
+static int embed(struct qp_forward *fw, uint32_t token, uint32_t b, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    struct qk_args a = {.token = token, .b0 = b, .nb = 1};
     if (fw->plan->stream) {
-        embed.streamed = 1;
+        a.streamed = 1;
         if (stage(fw, c->embed_i4 ? QP_MAP_W4_HID : QP_MAP_W_HID, c->embed_key + token / 4, 1, 0, err))
             return -1;
     }
-    if (call(fw, QP_K_EMBED, &embed, err))
-        return -1;
+    return call(fw, QP_K_EMBED, &a, err) || check_range(fw, "embedding", 0, err);
+}
+
+int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+                     enum qp_logits logits, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    if (n < 1 || n > c->block)
+        return qp_fail(err, "internal: a block of %u positions (1..%u)", n, c->block);
+    if (slot >= c->slots)
+        return qp_fail_code(err, QP_E_ARGUMENT, "sequence slot %u outside the model's %u", slot, c->slots);
+    if (pos0 >= c->ctx || n > c->ctx - pos0)
+        return qp_fail_code(err, QP_E_CONTEXT, "position %llu is past the context of %u tokens (see -c)",
+                       (unsigned long long)pos0 + n - 1, c->ctx);
+    for (uint32_t b = 0; b < n; b++)
+        if (tokens[b] >= c->vocab)
+            return qp_fail(err, "token id %u is outside the vocabulary (%u)", tokens[b], c->vocab);
+    for (uint32_t b = 0; b < n; b++)
+        if (embed(fw, tokens[b], b, err))
+            return -1;
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        if (layer(fw, l, pos, err))
+        if (layer(fw, slot, l, pos0, n, err))
             return -1;
         if (fw->on_layer)
             fw->on_layer(fw->on_layer_arg, l);
     }
-    if (!logits)
+    if (logits == QP_LOGITS_NONE)
         return 0;
-    struct qk_args norm = {.mode = QK_NORM_FINAL};
-    uint32_t slots;
-    if (call(fw, QP_K_RMSNORM, &norm, err) || matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, &slots, err))
-        return -1;
-    struct qk_args reduce = {.n_slots = slots};
-    if (call(fw, QP_K_ARGMAX_REDUCE, &reduce, err))
-        return -1;
-    if (next)
-        *next = fw->b->scal->argmax_index;
-    return 0;
+    return logits == QP_LOGITS_ALL ? vocabulary(fw, 0, n, err) : vocabulary(fw, n - 1, 1, err);
+}
+
+uint32_t qp_forward_block_size(const struct qp_forward *fw)
+{
+    return fw->cfg->block;
+}
+
+const int64_t *qp_forward_logits(const struct qp_forward *fw, uint32_t b)
+{
+    return fw->b->logits + (uint64_t)b * fw->cfg->vocab;
+}
+
+uint32_t qp_forward_argmax(const struct qp_forward *fw, uint32_t b)
+{
+    return fw->b->scal[b].argmax_index;
 }
 
 int qp_forward_create(struct qp_forward **out, struct qp_backend *b, const struct qp_plan *plan,
@@ -448,6 +599,11 @@ void qp_forward_destroy(struct qp_forward *fw)
     pthread_cond_destroy(&fw->wake);
     pthread_cond_destroy(&fw->finished);
     free(fw);
+}
+
+void qp_forward_set_interrupt(struct qp_forward *fw, const atomic_bool *flag)
+{
+    fw->interrupt = flag;
 }
 
 void qp_forward_on_layer(struct qp_forward *fw, void (*cb)(void *, uint32_t), void *arg)

@@ -412,7 +412,16 @@ static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
     return 0;
 }
 
-static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx)
+/* The columns a product's callback takes at a time (qkernels.h, "Column
+ * chunks"): the largest power of two dividing hidden, q_dim and inter (the
+ * lowest bit set in any of them), at most QK_COL_CHUNK_MAX. */
+static uint32_t column_chunk(const struct qk_config *c)
+{
+    uint32_t any = c->hidden | c->q_dim | c->inter, chunk = any & (~any + 1);
+    return chunk < QK_COL_CHUNK_MAX ? chunk : QK_COL_CHUNK_MAX;
+}
+
+static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block)
 {
     const struct qpk_config *q = &f->cfg;
     struct qk_config *c = &p->cfg;
@@ -427,6 +436,8 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     c->vocab = q->vocab;
     c->n_layers = q->n_layers;
     c->ctx = ctx;
+    c->slots = slots;
+    c->block = block;
     c->max_chunks = (ctx + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
     c->act_len = c->hidden > c->q_dim ? c->hidden : c->q_dim;
     c->act_len = c->inter > c->act_len ? c->inter : c->act_len;
@@ -438,6 +449,8 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     }
     c->norm_exp[2 * c->n_layers] = qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER)->scale_exp;
     fill_matrix_encoding(c, f);
+    c->col_chunk = column_chunk(c);
+    c->col_chunk_shift = log2_u32(c->col_chunk);
     c->eps = qp_sf_from_double(q->rms_eps);
     c->inv_hidden = qp_sf_from_double(1.0 / c->hidden);
     c->inv_head_dim = qp_sf_from_double(1.0 / c->head_dim);
@@ -475,19 +488,19 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
     set_map(p, QP_MAP_KLAYOUT, "klayout", 4ull * QK_KL_LEN(c->head_dim), c->n_layers);
-    set_map(p, QP_MAP_KCACHE, "kcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
-    set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->n_layers * c->ctx);
-    set_map(p, QP_MAP_H, "h", 8ull * c->hidden, 1);
-    set_map(p, QP_MAP_X, "x", 8ull * c->act_len, 1);
-    set_map(p, QP_MAP_XQ, "xq", QK_XQ_BYTES(c->act_len), 1);
-    set_map(p, QP_MAP_QKV, "qkv", 8ull * (c->q_dim + 2 * c->kv_dim), 1);
-    set_map(p, QP_MAP_QROT, "qrot", 16ull * c->q_dim, 1);   /* q | corrections */
-    set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, 1);
-    set_map(p, QP_MAP_SCORES, "scores", 8ull * c->ctx, c->n_heads);
-    set_map(p, QP_MAP_PARTS, "parts", 8ull * (QK_PART_ACC + c->head_dim), (uint64_t)c->n_heads * c->max_chunks);
-    set_map(p, QP_MAP_LOGITS, "logits", 8ull * c->vocab, 1);
-    set_map(p, QP_MAP_AMAX, "amax", sizeof(struct qk_argmax), QK_MAX_ARGMAX_SLOTS);
-    set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), 1);
+    set_map(p, QP_MAP_KCACHE, "kcache", 2ull * c->kv_dim, (uint64_t)c->slots * c->n_layers * c->ctx);
+    set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->slots * c->n_layers * c->ctx);
+    set_map(p, QP_MAP_H, "h", 8ull * c->hidden, c->block);
+    set_map(p, QP_MAP_X, "x", 8ull * c->act_len, c->block);
+    set_map(p, QP_MAP_XQ, "xq", QK_XQ_BYTES(c->act_len), c->block);
+    set_map(p, QP_MAP_QKV, "qkv", 8ull * (c->q_dim + 2 * c->kv_dim), c->block);
+    set_map(p, QP_MAP_QROT, "qrot", 16ull * c->q_dim, c->block);   /* q | corrections */
+    set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, c->block);
+    set_map(p, QP_MAP_SCORES, "scores", 8ull * c->ctx, (uint64_t)c->n_heads * c->block);
+    set_map(p, QP_MAP_PARTS, "parts", 8ull * (QK_PART_ACC + c->head_dim), (uint64_t)c->n_heads * c->max_chunks * c->block);
+    set_map(p, QP_MAP_LOGITS, "logits", 8ull * c->vocab, c->block);
+    set_map(p, QP_MAP_AMAX, "amax", sizeof(struct qk_argmax), (uint64_t)QK_MAX_ARGMAX_SLOTS * c->block);
+    set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), c->block);
     /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
      * matrices' blocks (so streaming never holds the model), at least 8 */
     uint64_t widest = block_bytes(c->w_enc, c->w_group, c->act_len);
@@ -498,6 +511,7 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
         blocks += qp_map_is_matrix(i) ? counts[i] : 0;
     uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
     set_map(p, QP_MAP_WORK, "work", widest, work > 8 ? work : 8);
+    set_map(p, QP_MAP_UNPK, "unpk", QK_UNPK_BYTES(c->act_len), 2);   /* one per thread */
     p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
 }
 
@@ -522,7 +536,33 @@ const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_
     return qp_segments_find(m->segs, m->n_segs, m->value_size, key);
 }
 
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err)
+uint64_t qp_map_bytes(const struct qp_mapspec *m)
+{
+    return ((uint64_t)m->value_size + 7) / 8 * 8 * m->max_entries;
+}
+
+/* the figures of qp_plan_bytes, from the map sizes */
+static void count_bytes(struct qp_plan *p)
+{
+    struct qp_plan_bytes *b = &p->bytes;
+    *b = (struct qp_plan_bytes){0};
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        if (p->stream && qp_map_is_matrix(i))
+            continue;
+        uint64_t bytes = qp_map_bytes(&p->maps[i]);
+        if (i <= QP_MAP_QK_NORMS)
+            b->weights += bytes;
+        else if (i == QP_MAP_KCACHE || i == QP_MAP_VCACHE)
+            b->kv += bytes;
+        else
+            b->state += bytes;
+    }
+    p->weight_bytes = b->weights;
+    p->state_bytes = b->kv + b->state;
+}
+
+int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                   bool stream, qp_err *err)
 {
     memset(p, 0, sizeof *p);
     p->file = f;
@@ -537,27 +577,40 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, boo
                        "multiples of 16, vocabulary of 4; hidden at most %d, other widths at most %d)",
                        f->path, QK_MAX_HIDDEN, QK_MAX_ACT);
     uint64_t value_max = 16ull * (q->intermediate > q->hidden ? q->intermediate : q->hidden);
-    if (value_max > (1u << 30) || 8ull * q->vocab > (1u << 30) || 8ull * ctx > (1u << 30))
+    if (value_max > (1u << 30) || 8ull * q->vocab * block > (1u << 30) || 8ull * ctx > (1u << 30))
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
+    if (block < 1 || block > QK_MAX_BLOCK)
+        return qp_fail(err, "block of %u positions outside 1..%d", block, QK_MAX_BLOCK);
+    /* the kernels' KV cache rows are u32 sums (qk_kv_row0) */
+    if (slots < 1 || (uint64_t)slots * q->n_layers * ctx > QP_MAX_KV_ROWS)
+        return qp_fail_code(err, QP_E_ARGUMENT, "%u sessions of %u positions and %u layers are more KV cache rows "
+                            "than the kernels address (%llu)", slots, ctx, q->n_layers,
+                            (unsigned long long)QP_MAX_KV_ROWS);
     if (check_matrix_encodings(f, err))
         return -1;
-    fill_config(p, f, ctx);
+    fill_config(p, f, ctx, slots, block);
+    const struct qk_config *c = &p->cfg;
+    if ((c->w_enc == QK_ENC_I8G && c->w_group > c->col_chunk) || (c->has_i4 && c->w4_group > c->col_chunk))
+        return qp_fail(err, "%s: the kernels walk rows %u columns at a time (the largest power of two dividing "
+                       "hidden, q_dim and intermediate), fewer than a group of %u", f->path, c->col_chunk,
+                       c->w_enc == QK_ENC_I8G && c->w_group > c->col_chunk ? c->w_group : c->w4_group);
     uint32_t counts[QP_MAP_COUNT];
     assign_keys(p, f, counts);
     size_maps(p, counts);
     p->stream = stream;
     if (!stream)
         p->maps[QP_MAP_WORK].max_entries = 1;
+    count_bytes(p);
+    return 0;
+}
+
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                  bool stream, qp_err *err)
+{
+    if (qp_plan_layout(p, f, ctx, slots, block, stream, err))
+        return -1;
+    const struct qpk_config *q = &f->cfg;
     kv_exponents(p, f);
-    for (int i = 0; i < QP_MAP_COUNT; i++) {
-        uint64_t bytes = (uint64_t)p->maps[i].value_size * p->maps[i].max_entries;
-        if (stream && qp_map_is_matrix(i))
-            continue;
-        if (i <= QP_MAP_QK_NORMS)
-            p->weight_bytes += bytes;
-        else
-            p->state_bytes += bytes;
-    }
     if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_klayout(p, f, err)) {
         qp_plan_free(p);
         return -1;

@@ -12,7 +12,7 @@
 enum qp_map_id {
     QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_W4_HID, QP_MAP_W4_O, QP_MAP_W4_DOWN, QP_MAP_NORMS,
     QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KLAYOUT, QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_XQ, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
-    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_COUNT,
+    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_UNPK, QP_MAP_COUNT,
 };
 
 /* a run of map keys filled from one source */
@@ -28,24 +28,53 @@ struct qp_mapspec {
     uint32_t n_segs;
 };
 
+/* Bytes of the maps by what they hold, values 8-byte aligned as array maps
+ * lay them out (the BPF backend rounds each map up to whole pages). */
+struct qp_plan_bytes {
+    uint64_t weights;           /* matrices and norm scales (w_*, norms; none with --stream) */
+    uint64_t kv;                /* kcache and vcache: every slot's KV cache */
+    uint64_t state;             /* every other map: per-step buffers, tables, --stream's work map */
+};
+
 struct qp_plan {
     const struct qpk_file *file;    /* the container the segments point into */
     struct qk_config cfg;
     struct qp_mapspec maps[QP_MAP_COUNT];
     int32_t *rope_table;        /* [ctx][head_dim / 2][cos, sin] Q30 */
     int32_t *klayout_table;     /* [layer][QK_KL_LEN(head_dim)] K cache layout (qrun_abi.h) */
-    uint64_t weight_bytes;      /* bytes of weight maps (w_*, norms) */
-    uint64_t state_bytes;       /* every other map */
-    uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers */
+    struct qp_plan_bytes bytes;
+    uint64_t weight_bytes;      /* bytes.weights */
+    uint64_t state_bytes;       /* every other map: bytes.kv + bytes.state */
+    uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers (of one slot) */
     bool stream;                /* matrices staged per job into `work` */
 };
 
 /* --stream: bytes of the work map the matrices are staged through */
 #define QP_STREAM_WORK_BYTES (64u << 20)
 
-/* Builds the plan for a context of ctx positions (1..max_positions); with
- * stream, the matrices are not resident but staged through `work`. */
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, bool stream, qp_err *err);
+/* Positions a forward block computes by default (see README, "Number
+ * formats": measured on the 0.6B shape). */
+#define QP_BLOCK_DEFAULT 16
+
+/* KV cache rows (slot, layer, position) the kernels address at most */
+#define QP_MAX_KV_ROWS (1ull << 31)
+
+/* Builds the plan for `slots` sequence slots (each its own KV cache) of
+ * ctx positions (1..max_positions) and blocks of up to `block` positions
+ * (1..QK_MAX_BLOCK); with stream, the matrices are not resident but
+ * staged through `work`. Only the KV cache grows with the slots: weights
+ * and the per-step state are shared, one step at a time. */
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                  bool stream, qp_err *err);
+
+/* The same checks and map sizes (p->cfg, p->maps, p->bytes) without
+ * reading a weight or building a table: what the maps would take, for
+ * choosing a context before building (qp_plan_free is not needed). */
+int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                   bool stream, qp_err *err);
+
+/* bytes a map's values take, each 8-byte aligned (an array map's layout) */
+uint64_t qp_map_bytes(const struct qp_mapspec *m);
 
 /* true for the maps that hold matrices (w_*, w4_*) */
 bool qp_map_is_matrix(enum qp_map_id id);

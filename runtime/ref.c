@@ -31,6 +31,8 @@ struct ref_model {
     double *k_cache, *v_cache;   /* [layer][pos][kv_dim] */
     double *hidden_after;        /* [n_layers + 1][hidden] */
     double *rope_inv_freq;       /* [head_dim / 2] */
+    double *input_sumsq[REF_N_INPUTS]; /* ref_collect_inputs: Σ x_j^2 per matrix input, [layer][width] */
+    uint64_t input_count;        /* positions added into input_sumsq */
 };
 
 static inline double elem(const struct st_tensor *t, uint64_t i)
@@ -209,12 +211,34 @@ void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale 
     m->k_scale = k_scale;
 }
 
+/* The width of each matrix input (ref_collect_inputs). */
+static uint32_t input_width(const struct qwen3_config *c, enum ref_input in)
+{
+    switch (in) {
+    case REF_IN_O: return c->num_attention_heads * c->head_dim;
+    case REF_IN_DOWN: return c->intermediate_size;
+    default: return c->hidden_size;
+    }
+}
+
+/* Adds the squares of x, input `in` of layer l's matrices, when collecting. */
+static void add_input(struct ref_model *m, enum ref_input in, uint32_t l, const double *x)
+{
+    if (!m->input_sumsq[in])
+        return;
+    uint32_t n = input_width(&m->cfg, in);
+    double *acc = m->input_sumsq[in] + (uint64_t)l * n;
+    for (uint32_t i = 0; i < n; i++)
+        acc[i] += x[i] * x[i];
+}
+
 static void layer_forward(struct ref_model *m, uint32_t l, uint32_t pos)
 {
     const struct qwen3_config *c = &m->cfg;
     const struct ref_layer *L = &m->layers[l];
     uint32_t n = c->hidden_size, d = c->head_dim, kv_dim = c->num_key_value_heads * d;
     rmsnorm(m->xn, m->x, L->attn_norm, n, c->rms_norm_eps);
+    add_input(m, REF_IN_ATTN, l, m->xn);
     matvec(L->q, m->xn, m->q);
     matvec(L->k, m->xn, m->k);
     matvec(L->v, m->xn, m->v);
@@ -232,14 +256,17 @@ static void layer_forward(struct ref_model *m, uint32_t l, uint32_t pos)
     for (uint32_t h = 0; (m->k_bits || m->v_bits) && h < c->num_key_value_heads; h++)
         round_kv_head(m, L, kc + h * d, vc + h * d, d);
     attention(m, l, pos);
+    add_input(m, REF_IN_O, l, m->att);
     matvec(L->o, m->att, m->o);
     for (uint32_t i = 0; i < n; i++)
         m->x[i] += m->o[i];
     rmsnorm(m->xn, m->x, L->mlp_norm, n, c->rms_norm_eps);
+    add_input(m, REF_IN_MLP, l, m->xn);
     matvec(L->gate, m->xn, m->g);
     matvec(L->up, m->xn, m->u);
     for (uint32_t i = 0; i < c->intermediate_size; i++)
         m->g[i] = m->g[i] / (1.0 + exp(-m->g[i])) * m->u[i];
+    add_input(m, REF_IN_DOWN, l, m->g);
     matvec(L->down, m->g, m->o);
     for (uint32_t i = 0; i < n; i++)
         m->x[i] += m->o[i];
@@ -261,8 +288,31 @@ int ref_forward(struct ref_model *m, uint32_t token, uint32_t pos, double *logit
     }
     rmsnorm(m->xn, m->x, m->final_norm, n, c->rms_norm_eps);
     memcpy(m->hidden_after + (uint64_t)c->num_hidden_layers * n, m->xn, n * sizeof *m->xn);
-    matvec(m->lm_head, m->xn, logits);
+    add_input(m, REF_IN_HEAD, 0, m->xn);
+    m->input_count += m->input_sumsq[REF_IN_HEAD] != NULL;
+    if (logits)
+        matvec(m->lm_head, m->xn, logits);
     return 0;
+}
+
+int ref_collect_inputs(struct ref_model *m, qp_err *err)
+{
+    for (int in = 0; in < REF_N_INPUTS; in++) {
+        uint64_t n = (uint64_t)input_width(&m->cfg, in) * (in == REF_IN_HEAD ? 1 : m->cfg.num_hidden_layers);
+        free(m->input_sumsq[in]);
+        if (!(m->input_sumsq[in] = calloc(n, sizeof(double))))
+            return qp_fail(err, "out of memory for the reference's input statistics");
+    }
+    m->input_count = 0;
+    return 0;
+}
+
+const double *ref_input_sumsq(const struct ref_model *m, enum ref_input in, uint32_t layer, uint64_t *count)
+{
+    *count = m->input_count;
+    if (!m->input_sumsq[in] || (in == REF_IN_HEAD ? layer != 0 : layer >= m->cfg.num_hidden_layers))
+        return NULL;
+    return m->input_sumsq[in] + (uint64_t)layer * input_width(&m->cfg, in);
 }
 
 const double *ref_hidden_after(const struct ref_model *m, uint32_t layer)
@@ -402,5 +452,7 @@ void ref_close(struct ref_model *m)
     free(m->hidden_after);
     free(m->rope_inv_freq);
     free(m->layers);
+    for (int in = 0; in < REF_N_INPUTS; in++)
+        free(m->input_sumsq[in]);
     free(m);
 }

@@ -18,7 +18,8 @@ void ref_close(struct ref_model *m);
 const struct qwen3_config *ref_config(const struct ref_model *m);
 
 /* Runs token at position pos (positions must come in order 0, 1, 2, ...;
- * pos 0 starts over) and writes vocab logits. */
+ * pos 0 starts over) and writes vocab logits (logits NULL: skips the
+ * vocabulary projection, e.g. when only collecting inputs). */
 int ref_forward(struct ref_model *m, uint32_t token, uint32_t pos, double *logits, qp_err *err);
 
 /* A measurement, never used by qrun: rounds every K and V head vector the
@@ -37,5 +38,26 @@ void ref_round_kv(struct ref_model *m, int k_bits, int v_bits, enum ref_k_scale 
 /* After ref_forward: the residual stream after layer l (hidden doubles),
  * l = n_layers meaning after the final norm. */
 const double *ref_hidden_after(const struct ref_model *m, uint32_t layer);
+
+/* The inputs of the matrices, for calibrating a quantiser (`qpack pack
+ * --calibrate`): q/k/v read the attention-normed residual, o_proj the
+ * attention output, gate/up the MLP-normed residual, down_proj
+ * silu(gate) * up, the vocabulary projection the final-normed residual. */
+enum ref_input {
+    REF_IN_ATTN,   /* [layer][hidden] */
+    REF_IN_O,      /* [layer][n_heads * head_dim] */
+    REF_IN_MLP,    /* [layer][hidden] */
+    REF_IN_DOWN,   /* [layer][intermediate] */
+    REF_IN_HEAD,   /* [1][hidden], layer 0 */
+    REF_N_INPUTS
+};
+
+/* From now on every ref_forward adds the square of each input value of every
+ * matrix, per input column (starts from zero). */
+int ref_collect_inputs(struct ref_model *m, qp_err *err);
+
+/* Σ x_j^2 of input `in` of layer `layer` over the *count positions run
+ * since ref_collect_inputs; NULL when not collecting or out of range. */
+const double *ref_input_sumsq(const struct ref_model *m, enum ref_input in, uint32_t layer, uint64_t *count);
 
 #endif

@@ -12,55 +12,13 @@
  * itself with its K and V cache rounded to K and V bits (ref_round_kv), the
  * error any cache of that width brings before any other approximation.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "qeval.h"        /* qe_acc: the statistics qeval reports */
 #include "ref.h"
 #include "session.h"
-
-struct totals {
-    double max_err, sum_sq_err, sum_kl, max_kl;
-    uint64_t logits, positions, top1;
-};
-
-/* KL(p || q) of the softmaxes of two logit vectors */
-static double kl_divergence(const double *p_logits, const double *q_logits, uint32_t n)
-{
-    double pm = p_logits[0], qm = q_logits[0];
-    for (uint32_t i = 1; i < n; i++) {
-        pm = fmax(pm, p_logits[i]);
-        qm = fmax(qm, q_logits[i]);
-    }
-    double pz = 0, qz = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        pz += exp(p_logits[i] - pm);
-        qz += exp(q_logits[i] - qm);
-    }
-    double kl = 0, lpz = log(pz), lqz = log(qz);
-    for (uint32_t i = 0; i < n; i++) {
-        double lp = p_logits[i] - pm - lpz, lq = q_logits[i] - qm - lqz;
-        kl += exp(lp) * (lp - lq);
-    }
-    return kl > 0 ? kl : 0;
-}
-
-static void add_position(struct totals *t, const double *ref, const double *ours, uint32_t n, uint32_t ref_top,
-                         uint32_t our_top)
-{
-    for (uint32_t i = 0; i < n; i++) {
-        double e = fabs(ours[i] - ref[i]);
-        t->max_err = fmax(t->max_err, e);
-        t->sum_sq_err += e * e;
-    }
-    double kl = kl_divergence(ref, ours, n);
-    t->sum_kl += kl;
-    t->max_kl = fmax(t->max_kl, kl);
-    t->logits += n;
-    t->positions++;
-    t->top1 += ref_top == our_top;
-}
 
 static const char *const k_scale_names[] = {[REF_K_FLAT] = "flat", [REF_K_NORM] = "norm",
                                              [REF_K_IMPORTANCE] = "importance"};
@@ -134,23 +92,23 @@ int main(int argc, char **argv)
     o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
     if (qp_session_open(&ref, &o, &err))
         return fail(ref_dir, &err);
-    struct totals t = {0};
+    struct qe_acc t = {0};
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
     for (uint32_t p = 0; p < prompts; p++) {
         for (uint32_t pos = 0; pos < positions; pos++) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
-            uint32_t tok = (uint32_t)(rng % ours.vocab), a, b;
-            if (qp_session_step(&ours, tok, pos, true, &a, &err) || qp_session_step(&ref, tok, pos, true, &b, &err))
+            uint32_t tok = (uint32_t)(rng % ours.vocab), top;
+            if (qp_session_step(&ours, tok, pos, true, &top, &err) || qp_session_step(&ref, tok, pos, true, &top, &err))
                 return fail("step", &err);
-            add_position(&t, ref.logits, ours.logits, ours.vocab, b, a);
+            qe_acc_add(&t, ref.logits, ours.logits, ours.vocab);
         }
     }
     const char *kind = floor_only ? "rounded float64 reference" : qp_backend_kind_name(backend);
     printf("%s (%s) vs float64 reference, %u prompts x %u positions:\n", model, kind, prompts, positions);
-    printf("  max logit error %.3g, rms %.3g\n", t.max_err, sqrt(t.sum_sq_err / (double)t.logits));
-    printf("  KL divergence mean %.3g, max %.3g\n", t.sum_kl / (double)t.positions, t.max_kl);
+    printf("  max logit error %.3g, mean abs %.3g, rms %.3g\n", t.max_err, qe_acc_mae(&t), qe_acc_rms(&t));
+    printf("  KL divergence mean %.3g, max %.3g\n", qe_acc_kl_mean(&t), t.max_kl);
     printf("  top-1 agreement %llu/%llu\n", (unsigned long long)t.top1, (unsigned long long)t.positions);
     qp_session_close(&ours);
     qp_session_close(&ref);

@@ -20,8 +20,8 @@ for kind in plain stress; do
     [ "$kind" = stress ] && flags="--stress"
     if [ ! -f "$src/config.json" ]; then
         # shellcheck disable=SC2086
-        "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
+        "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
     fi
-    [ -f "$src.qpk" ] || "$build/packer/qpack" pack "$src" -o "$src.qpk" --quiet
+    [ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
     "$build/scripts/qp-accuracy" --ref "$src" "$src.qpk" --prompts "$prompts" --positions "$positions"
 done

@@ -18,7 +18,7 @@ for kind in plain stress; do
     flags=""
     [ "$kind" = stress ] && flags="--stress"
     # shellcheck disable=SC2086
-    [ -f "$src/config.json" ] || "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
+    [ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
     set --
     for fmt in ${QP_FORMATS:-q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn}; do
         out=$src-$fmt.qpk
@@ -29,10 +29,10 @@ for kind in plain stress; do
         esac
         # a container older than the packer may hold an older layout: repack
         # shellcheck disable=SC2086
-        [ "$out" -nt "$build/packer/qpack" ] || "$build/packer/qpack" pack "$src" -o "$out" $args --quiet
+        [ "$out" -nt "$build/bin/qpack" ] || "$build/bin/qpack" pack "$src" -o "$out" $args --quiet
         set -- "$@" "$out"
     done
     echo "== Qwen3-0.6B shape, $kind random checkpoint"
-    "$build/runtime/qeval" --ref "$src" "$@" --positions "$positions" --seed 1 2>&1 |
+    "$build/bin/qeval" --ref "$src" "$@" --positions "$positions" --seed 1 2>&1 |
         sed -n '1,40p'
 done

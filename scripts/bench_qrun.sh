@@ -19,8 +19,8 @@ runs=${QP_RUNS:-5}
 new=${QP_NEW:-16}
 src=$work/0.6b-plain
 mkdir -p "$work"
-[ -f "$src/config.json" ] || "$build/scripts/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 >/dev/null
-[ -f "$src.qpk" ] || "$build/packer/qpack" pack "$src" -o "$src.qpk" --quiet
+[ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 >/dev/null
+[ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
 model=${QP_MODEL:-$src.qpk}
 out=$work/bench_qrun.txt
 : > "$out"
@@ -31,7 +31,7 @@ fi
 i=0
 while [ "$i" -lt "$runs" ]; do
     # shellcheck disable=SC2046
-    "$build/runtime/qrun" -m "$model" --ids "$ids" -n "$new" $([ -n "${QP_STREAM:-}" ] && echo --stream) \
+    "$build/bin/qrun" -m "$model" --ids "$ids" -n "$new" $([ -n "${QP_STREAM:-}" ] && echo --stream) \
         --print-ids --stats 2>>"$out" >/dev/null
     i=$((i + 1))
 done

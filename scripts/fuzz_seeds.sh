@@ -9,8 +9,8 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
-gen=$build/scripts/qp-gen-checkpoint
-qpack=$build/packer/qpack
+gen=$build/bin/qp-gen-checkpoint
+qpack=$build/bin/qpack
 corpus=$root/tests/fuzz/corpus
 official=$root/assets/qwen3-tokenizer/tokenizer.json
 tmp=$(mktemp -d)

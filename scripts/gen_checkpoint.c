@@ -23,27 +23,36 @@
 #include <xxhash.h>
 
 #include "bf16.h"
+#include "cli_out.h"
 #include "error.h"
+#include "fsafe.h"
 #include "hf_config.h"
 #include "safetensors.h"
 #include "safetensors_write.h"
+#include "tokenizer.h"
 
 #define PROG "qp-gen-checkpoint"
 
 static const char usage[] =
-    "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b] [--hidden N] [--intermediate N]\n"
+    "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b|4b|8b|14b] [--hidden N] [--intermediate N]\n"
     "       [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N]\n"
     "       [--seed S] [--shards N] [--untied] [--stress] [--tokenizer-dir DIR]\n"
     "       [--dtype bf16|f16|f32]\n"
+    "       " PROG " --version\n"
     "Writes a random Qwen3 checkpoint (Hugging Face layout) into OUT_DIR.\n"
     "The preset (default tiny) is applied first; size flags override it wherever they are.\n"
+    "4b, 8b and 14b are written in 3, 5 and 8 shards (as published) unless --shards is given.\n"
     "Values: matrices N(0, 0.02), norm weights 1 + N(0, 0.1). --stress adds 4 massive\n"
     "hidden channels (x40 in the embedding columns and the o_proj/down_proj rows, /40 in\n"
     "the final norm), max(2, n/32) entries in [128, 400] in every norm (off the massive\n"
-    "channels), and a final norm x8. Previous checkpoint files in OUT_DIR are replaced;\n"
-    "config.json is written last, so a failed run leaves none.\n";
+    "channels), and a final norm x8. Previous checkpoint files in OUT_DIR are replaced\n"
+    "(one that is a directory, FIFO, device or symbolic link is refused, before any\n"
+    "work); config.json is written last, so a failed run leaves none. With --tokenizer-dir\n"
+    "the vocabulary must hold every id of its tokenizer.json (the Qwen3 tokenizer's need\n"
+    "--vocab 151669 or more; Qwen3 pads to 151936): a smaller one is refused.\n";
 
 /* ------------------------------------------------------------------ options */
+
 
 struct options {
     const char *out_dir;
@@ -53,31 +62,50 @@ struct options {
     uint32_t shards;
     bool stress;
     const char *tokenizer_dir;
+    bool vocab_given;           /* --vocab, not the preset's */
     enum st_dtype dtype;
 };
+
 
 struct preset {
     const char *name;
     struct qwen3_config cfg;
+    uint32_t shards;            /* files written unless --shards says otherwise */
 };
 
-/* Qwen3-0.6B and -1.7B as published; tiny keeps the same proportions. */
+/* Qwen3-0.6B to -14B as published (config.json), the big ones in as many
+ * shards as the official repositories; tiny keeps the same proportions. */
 static const struct preset presets[] = {
     { "tiny", { .hidden_size = 64, .intermediate_size = 192, .num_hidden_layers = 2,
                 .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 16,
                 .vocab_size = 512, .max_position_embeddings = 2048, .rope_theta = 1e6,
                 .rms_norm_eps = 1e-6, .tie_word_embeddings = true,
-                .bos_token_id = -1, .eos_token_id = -1 } },
+                .bos_token_id = -1, .eos_token_id = -1 }, 1 },
     { "0.6b", { .hidden_size = 1024, .intermediate_size = 3072, .num_hidden_layers = 28,
                 .num_attention_heads = 16, .num_key_value_heads = 8, .head_dim = 128,
                 .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
                 .rms_norm_eps = 1e-6, .tie_word_embeddings = true,
-                .bos_token_id = 151643, .eos_token_id = 151645 } },
+                .bos_token_id = 151643, .eos_token_id = 151645 }, 1 },
     { "1.7b", { .hidden_size = 2048, .intermediate_size = 6144, .num_hidden_layers = 28,
                 .num_attention_heads = 16, .num_key_value_heads = 8, .head_dim = 128,
                 .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
                 .rms_norm_eps = 1e-6, .tie_word_embeddings = true,
-                .bos_token_id = 151643, .eos_token_id = 151645 } },
+                .bos_token_id = 151643, .eos_token_id = 151645 }, 1 },
+    { "4b", { .hidden_size = 2560, .intermediate_size = 9728, .num_hidden_layers = 36,
+              .num_attention_heads = 32, .num_key_value_heads = 8, .head_dim = 128,
+              .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
+              .rms_norm_eps = 1e-6, .tie_word_embeddings = true,
+              .bos_token_id = 151643, .eos_token_id = 151645 }, 3 },
+    { "8b", { .hidden_size = 4096, .intermediate_size = 12288, .num_hidden_layers = 36,
+              .num_attention_heads = 32, .num_key_value_heads = 8, .head_dim = 128,
+              .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
+              .rms_norm_eps = 1e-6, .tie_word_embeddings = false,
+              .bos_token_id = 151643, .eos_token_id = 151645 }, 5 },
+    { "14b", { .hidden_size = 5120, .intermediate_size = 17408, .num_hidden_layers = 40,
+               .num_attention_heads = 40, .num_key_value_heads = 8, .head_dim = 128,
+               .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
+               .rms_norm_eps = 1e-6, .tie_word_embeddings = false,
+               .bos_token_id = 151643, .eos_token_id = 151645 }, 8 },
 };
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -109,10 +137,11 @@ static int apply_preset(struct options *o, const char *name, qp_err *err)
         if (strcmp(presets[i].name, name) == 0) {
             o->cfg = presets[i].cfg;
             o->preset = presets[i].name;
+            o->shards = presets[i].shards;
             return 0;
         }
     }
-    return qp_fail(err, "unknown preset '%s' (tiny, 0.6b, 1.7b)", name);
+    return qp_fail(err, "unknown preset '%s' (tiny, 0.6b, 1.7b, 4b, 8b, 14b)", name);
 }
 
 static int parse_dtype(const char *s, enum st_dtype *dt, qp_err *err)
@@ -145,6 +174,7 @@ static int parse_flag(struct options *o, int argc, char **argv, int *i, qp_err *
     const char *value = *i + 1 < argc ? argv[*i + 1] : NULL;
     for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
         if (strcmp(flag, sizes[k].flag) == 0) {
+            o->vocab_given |= sizes[k].offset == offsetof(struct qwen3_config, vocab_size);
             ++*i;
             return parse_size(flag, value, (uint32_t *)((char *)&o->cfg + sizes[k].offset), err);
         }
@@ -189,7 +219,7 @@ static int parse_options(struct options *o, int argc, char **argv, qp_err *err)
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--preset") == 0) {
             if (i + 1 >= argc)
-                return qp_fail(err, "--preset needs tiny, 0.6b or 1.7b");
+                return qp_fail(err, "--preset needs tiny, 0.6b, 1.7b, 4b, 8b or 14b");
             preset = argv[++i];
         }
     if (apply_preset(o, preset, err))
@@ -559,76 +589,32 @@ static int make_dirs(const char *dir, qp_err *err)
     return rc;
 }
 
-/* Writes data to path through a temporary file and a rename. */
-static int write_file_atomic(const char *path, const void *data, size_t len, qp_err *err)
+/* The largest tokenizer file copied (the Qwen3 tokenizer.json is 11 MB). */
+#define COPY_MAX (256u << 20)
+
+/* The vocabulary must hold every id of the tokenizer the checkpoint gets:
+ * a smaller one makes a checkpoint that only some texts can run. */
+static int check_tokenizer_vocab(const struct options *o, qp_err *err)
 {
-    size_t n = strlen(path) + sizeof(".tmp-XXXXXX");
-    char *tmp = malloc(n);
-    if (!tmp)
-        return qp_fail(err, "%s: out of memory", path);
-    snprintf(tmp, n, "%s.tmp-XXXXXX", path);
-    int fd = mkstemp(tmp);
-    int rc = fd < 0 ? -1 : 0;
-    const uint8_t *p = data;
-    for (size_t left = len; rc == 0 && left;) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            rc = -1;
-        else
-            p += w, left -= (size_t)w;
-    }
-    if (rc == 0 && (fchmod(fd, 0644) || fsync(fd)))
-        rc = -1;
-    int saved = errno;
-    if (fd >= 0 && close(fd) && rc == 0)
-        rc = -1, saved = errno;
-    if (rc == 0 && rename(tmp, path))
-        rc = -1, saved = errno;
-    if (rc) {
-        if (fd >= 0)
-            unlink(tmp);
-        qp_fail(err, "%s: write failed: %s", path, strerror(saved ? saved : EIO));
-    }
-    free(tmp);
-    return rc;
+    char *path = path_in(o->tokenizer_dir, "tokenizer.json");
+    qp_tok *tok = NULL;
+    int rc = !path ? qp_fail(err, "out of memory") : qp_tok_load_file(&tok, path, err);
+    int32_t ids = rc ? 0 : qp_tok_vocab_size(tok);
+    if (!rc && (uint32_t)ids > o->cfg.vocab_size)
+        rc = qp_fail(err, "%s has ids up to %d: a vocabulary of %u (%s) cannot hold them; give --vocab %d or more",
+                     path, ids - 1, o->cfg.vocab_size, o->vocab_given ? "--vocab" : "the preset's", ids);
+    qp_tok_free(tok);
+    free(path);
+    return rc ? -1 : 0;
 }
 
-static int read_file(const char *path, char **data, size_t *len, qp_err *err)
+static int tokenizer_present(const struct options *o, qp_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return qp_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *bigger = realloc(buf, cap *= 2);
-        if (!bigger)
-            free(buf);
-        buf = bigger;
-    }
-    int failed = !buf || ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return qp_fail(err, "%s: read failed", path);
-    }
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
-static int tokenizer_present(const char *from, qp_err *err)
-{
-    char *src = path_in(from, "tokenizer.json");
+    char *src = path_in(o->tokenizer_dir, "tokenizer.json");
     int rc = !src ? qp_fail(err, "out of memory")
            : access(src, R_OK) != 0 ? qp_fail(err, "%s: %s", src, strerror(errno)) : 0;
     free(src);
-    return rc;
+    return rc || check_tokenizer_vocab(o, err) ? -1 : 0;
 }
 
 /* tokenizer.json is required, tokenizer_config.json copied when present. */
@@ -645,7 +631,7 @@ static int copy_tokenizer(const char *from, const char *to, qp_err *err)
         else if (i == 1 && access(src, F_OK) != 0)
             rc = 0;
         else
-            rc = read_file(src, &data, &len, err) || write_file_atomic(dst, data, len, err);
+            rc = fs_read_input(src, COPY_MAX, &data, &len, err) || fs_write_file(dst, data, len, NULL, err);
         free(data);
         free(src);
         free(dst);
@@ -739,11 +725,32 @@ static int write_index(const struct options *o, const struct gen_tensor *t, uint
                                     sorted[i]->name, shard, i + 1 < n ? "," : "");
         }
         len += (size_t)snprintf(text + len, cap - len, "  }\n}\n");
-        rc = write_file_atomic(path, text, len, err);
+        rc = fs_write_file(path, text, len, NULL, err);
     }
     free(sorted);
     free(text);
     free(path);
+    return rc;
+}
+
+/* Every file this run writes, before any is touched: absent or a regular
+ * file, never a directory, FIFO, device or symbolic link (replacing it would
+ * destroy it), nor one of the tokenizer files it copies. */
+static int check_outputs(const struct options *o, qp_err *err)
+{
+    static const char *const fixed[] = { "config.json", "model.safetensors.index.json",
+                                         "tokenizer.json", "tokenizer_config.json" };
+    const char *inputs[] = { o->tokenizer_dir, NULL };
+    uint32_t n_fixed = o->tokenizer_dir ? 4 : 2;
+    int rc = 0;
+    for (uint32_t i = 0; i < n_fixed + o->shards && rc == 0; i++) {
+        char shard[64];
+        if (i >= n_fixed)
+            shard_name(shard, sizeof(shard), i - n_fixed, o->shards);
+        char *p = path_in(o->out_dir, i < n_fixed ? fixed[i] : shard);
+        rc = p ? fs_out_check(p, inputs, err) : qp_fail(err, "out of memory");
+        free(p);
+    }
     return rc;
 }
 
@@ -817,9 +824,9 @@ static int generate(const struct options *o, qp_err *err)
     if (rc == 0 && o->shards > n)
         rc = qp_fail(err, "--shards %u is more than the %u tensors", o->shards, n);
     if (rc == 0 && o->tokenizer_dir)                  /* fail before writing, not after */
-        rc = tokenizer_present(o->tokenizer_dir, err);
+        rc = tokenizer_present(o, err);
     if (rc == 0)
-        rc = plan_stress(&s, o, err) || make_dirs(o->out_dir, err) ||
+        rc = plan_stress(&s, o, err) || make_dirs(o->out_dir, err) || check_outputs(o, err) ||
              remove_previous(o->out_dir, err);
     if (rc == 0) {
         normal_init();
@@ -859,6 +866,8 @@ int main(int argc, char **argv)
             fputs(usage, stdout);
             return 0;
         }
+        if (strcmp(argv[i], "--version") == 0)
+            return qp_print_version(PROG);
     }
     if (parse_options(&o, argc, argv, &err)) {
         fprintf(stderr, "%s: %s (see --help)\n", PROG, err.msg);

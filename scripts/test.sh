@@ -1,8 +1,10 @@
 #!/bin/sh
-# test.sh - installs what is missing, builds, and runs the whole test suite.
+# test.sh - installs what is missing, builds, installs the commands into
+# .local/ (install_local.sh), and runs the whole test suite.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh" "$root/build"
+"$root/scripts/install_local.sh" "$root/build"
 cd "$root/build"
 ctest --output-on-failure -j "$(nproc)"
 

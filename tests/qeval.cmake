@@ -1,14 +1,12 @@
-# qeval: its metric functions on hand-computed inputs (test_qeval.c, qeval.c
-# compiled in without main), and the command end to end on a tiny random
+# qeval: its metric functions on hand-computed inputs (test_qeval.c against
+# tools/qeval_metrics.c), and the command end to end on a tiny random
 # checkpoint (test_qeval.sh, one ctest test per case; qeval_setup builds the
 # checkpoints the others share; the bpf case needs root, skipped otherwise).
 qp_add_check_test(test_qeval SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qeval.c
-                  LIBS qprun qptok PkgConfig::CJSON LABELS qeval TIMEOUT 60)
-target_compile_definitions(test_qeval PRIVATE QEVAL_NO_MAIN)
-target_include_directories(test_qeval PRIVATE ${CMAKE_SOURCE_DIR}/runtime)
+                  LIBS qevalmetrics LABELS qeval TIMEOUT 60)
 
 set(_qeval_work ${CMAKE_BINARY_DIR}/qeval_e2e)
-set(_qeval_cases bpf emu text errors)
+set(_qeval_cases bpf emu text plot errors lost_output cache sources csv progress signals)
 add_test(NAME qeval_setup
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_qeval.sh setup
                  $<TARGET_FILE:qeval> $<TARGET_FILE:qpack> $<TARGET_FILE:qp-gen-checkpoint>

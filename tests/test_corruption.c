@@ -237,7 +237,7 @@ int main(int argc, char **argv)
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", work);
     snprintf(model, sizeof model, "%s/M.qpk", work);
     snprintf(cmd, sizeof cmd,
-             "'%s' '%s' --preset tiny --layers 1 --seed 5 --tokenizer-dir '%s' >/dev/null && "
+             "'%s' '%s' --preset tiny --layers 1 --vocab 2048 --seed 5 --tokenizer-dir '%s' >/dev/null && "
              "'%s' pack '%s' -o '%s' --quiet %s",
              gen, ckpt, tokdir, qpack, ckpt, model, pack_flags);
     if (system(cmd) != 0)

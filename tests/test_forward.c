@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "forward.h"
+#include "lookup.h"
 #include "ref.h"
 #include "session.h"
 
@@ -364,12 +366,209 @@ START_TEST(reference_cache_rounding_costs_what_its_width_allows)
 }
 END_TEST
 
+/* ---- blocks: a prompt read in blocks gives the bits of one step per token */
+
+struct all_logits {
+    struct qp_session *s;
+    const int64_t *want;        /* [positions][vocab] from pos0: one step per position */
+    uint32_t pos0, seen;
+    const char *what;
+};
+
+static int expect_logits(void *arg, uint32_t pos, qp_err *err)
+{
+    struct all_logits *a = arg;
+    (void)err;
+    ck_assert_uint_eq(pos, a->pos0 + a->seen);
+    ck_assert_msg(memcmp(a->s->logits_q32, a->want + (size_t)a->seen * a->s->vocab, a->s->vocab * 8) == 0,
+                  "%s: position %u read in a block differs from one step per position", a->what, pos);
+    a->seen++;
+    return 0;
+}
+
+/* seq[0..n) one position at a time from position 0: every position's Q32
+ * logits and argmax */
+static int64_t *step_logits(struct qp_session *s, const uint32_t *seq, uint32_t n, uint32_t *next)
+{
+    int64_t *all = malloc((size_t)n * s->vocab * 8);
+    ck_assert(all);
+    for (uint32_t i = 0; i < n; i++) {
+        qp_err err = {{0}};
+        ck_assert_msg(qp_session_step(s, seq[i], i, true, &next[i], &err) == 0, "%s", err.msg);
+        memcpy(all + (size_t)i * s->vocab, s->logits_q32, s->vocab * 8);
+    }
+    return all;
+}
+
+/* feeds seq[pos0..pos0 + n) from pos0 in blocks, asking for every
+ * position's logits and then for the last one's, against the steps' */
+static void check_block_feed(struct qp_session *s, const uint32_t *seq, uint32_t pos0, uint32_t n,
+                             const int64_t *want, const uint32_t *want_next, const char *what)
+{
+    qp_err err = {{0}};
+    uint32_t next = ~0u;
+    struct all_logits a = {s, want + (size_t)pos0 * s->vocab, pos0, 0, what};
+    ck_assert_msg(qp_session_feed(s, seq + pos0, n, pos0, QP_LOGITS_ALL, expect_logits, &a, &next, &err) == 0,
+                  "%s", err.msg);
+    ck_assert_uint_eq(a.seen, n);
+    ck_assert_uint_eq(next, want_next[pos0 + n - 1]);
+    next = ~0u;
+    ck_assert_msg(qp_session_feed(s, seq + pos0, n, pos0, QP_LOGITS_LAST, NULL, NULL, &next, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(memcmp(s->logits_q32, want + (size_t)(pos0 + n - 1) * s->vocab, s->vocab * 8) == 0,
+                  "%s: the last position of %u read in blocks differs", what, n);
+    ck_assert_uint_eq(next, want_next[pos0 + n - 1]);
+}
+
+static void pseudo_random_tokens(uint32_t *seq, uint32_t n, uint32_t vocab)
+{
+    for (uint32_t i = 0, tok = 3; i < n; i++, tok = (tok * 1103515245u + 12345u) % vocab)
+        seq[i] = tok;
+}
+
+/* One model on one backend: prompts of 1, B - 1, B and B + 1 positions
+ * from position 0, and a block that starts after 7 positions (a chat
+ * turn), all against one step per position; returns the steps' logits. */
+static int64_t *check_blocks(const char *model, enum qp_backend_kind kind, bool stream, const char *what)
+{
+    struct qp_session s;
+    open_session_mode(&s, model, kind, 128, stream);
+    uint32_t B = qp_forward_block_size(s.fw), n = 2 * B + 7, seq[2 * QK_MAX_BLOCK + 7], next[2 * QK_MAX_BLOCK + 7];
+    ck_assert_uint_ge(B, 2);
+    pseudo_random_tokens(seq, n, s.vocab);
+    int64_t *want = step_logits(&s, seq, n, next);
+    const uint32_t lengths[] = {1, B - 1, B, B + 1};
+    for (int i = 0; i < 4; i++)
+        check_block_feed(&s, seq, 0, lengths[i], want, next, what);
+    qp_err err = {{0}};
+    ck_assert(qp_session_feed(&s, seq, 7, 0, QP_LOGITS_NONE, NULL, NULL, NULL, &err) == 0);
+    check_block_feed(&s, seq, 7, n - 7, want, next, what);
+    qp_session_close(&s);
+    return want;
+}
+
+/* Every product's jobs fit the job list and the partial-argmax slots
+ * (bpf/qrun_abi.h), whatever the shape and block: the 0.6B vocabulary
+ * projection of a 16-position block once needed 1,187 jobs, and qeval
+ * failed on it. Each job is whole 4-row groups, at least two per thread
+ * when the rows allow. */
+START_TEST(product_jobs_fit_their_slots_at_every_shape)
+{
+    const uint32_t rows[] = {4, 128, 1024, 3072, 12288, 17408, 151936, 262144, 1u << 20};
+    const uint32_t cols[] = {64, 1024, 2560, 4096, 5120, 17408};
+    const uint32_t fits[] = {0, 4096, 64};
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++)
+        for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
+            for (uint32_t nb = 1; nb <= QP_BLOCK_DEFAULT; nb++)
+                for (uint32_t threads = 1; threads <= 2; threads++)
+                    for (size_t f = 0; f < sizeof fits / sizeof *fits; f++) {
+                        uint32_t step = qp_matvec_rows_per_job(rows[r], cols[c], nb, threads, fits[f]);
+                        ck_assert_uint_eq(step % 4, 0);
+                        ck_assert_uint_ge(step, 4);
+                        if (fits[f])
+                            ck_assert_uint_le(step, fits[f]);
+                        uint32_t jobs = (rows[r] + step - 1) / step + QP_MAX_FUSED;
+                        /* a stream batch smaller than the rows' share may need more
+                         * jobs than slots; the forward pass refuses that as internal */
+                        if (!fits[f] || step < fits[f])
+                            ck_assert_msg(jobs <= QK_MAX_ARGMAX_SLOTS, "%u x %u, block %u: %u jobs of %u rows",
+                                          rows[r], cols[c], nb, jobs, step);
+                        if (rows[r] >= 4 * 2 * threads * 4 && !fits[f])
+                            ck_assert_uint_ge((rows[r] + step - 1) / step, 2 * threads);
+                    }
+}
+END_TEST
+
+/* bpf and emu, resident (and for two formats --stream): blocks equal
+ * steps, and the backends equal each other */
+START_TEST(blocks_give_the_bits_of_one_step_per_position)
+{
+    static const char *const packs[] = {"", "--format int8", "--format int4", "--format int4-pure",
+                                        "--format int4 --keep 'model.layers.0.*=int8'"};
+    char ckpt[256], qpk[256], cmd[1024], out[300];
+    make_model("blk", "--preset tiny --seed 12", ckpt, qpk);
+    snprintf(out, sizeof out, "%s/blk-%d.qpk", dir, _i);
+    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    int64_t *bpf = check_blocks(out, QP_BACKEND_BPF, false, packs[_i]);
+    int64_t *emu = check_blocks(out, QP_BACKEND_EMU, false, packs[_i]);
+    struct qp_session s;
+    open_session(&s, out, QP_BACKEND_BPF, 8);
+    size_t bytes = (2 * (size_t)qp_forward_block_size(s.fw) + 7) * s.vocab * 8;
+    qp_session_close(&s);
+    ck_assert_msg(memcmp(bpf, emu, bytes) == 0, "%s: bpf and emu differ", packs[_i]);
+    if (_i == 0 || _i == 2) {
+        int64_t *str = check_blocks(out, QP_BACKEND_BPF, true, packs[_i]);
+        ck_assert_msg(memcmp(bpf, str, bytes) == 0, "%s: --stream and resident differ", packs[_i]);
+        free(str);
+    }
+    free(bpf);
+    free(emu);
+}
+END_TEST
+
+START_TEST(stress_blocks_give_the_bits_of_one_step_per_position)
+{
+    char ckpt[256], qpk[256];
+    make_model("sblk", "--preset tiny --seed 8 --stress", ckpt, qpk);
+    free(check_blocks(qpk, QP_BACKEND_BPF, false, "stress bpf"));
+    free(check_blocks(qpk, QP_BACKEND_EMU, false, "stress emu"));
+}
+END_TEST
+
+/* a prompt over 1000 positions: blocks cross attention chunks */
+START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
+{
+    static const char *const packs[] = {"", "--format int4"};
+    char ckpt[256], qpk[256], cmd[1024], out[300];
+    make_model("lblk", "--preset tiny --seed 13", ckpt, qpk);
+    snprintf(out, sizeof out, "%s/lblk-%d.qpk", dir, _i);
+    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    const uint32_t n = 1030;
+    struct qp_session s;
+    open_session(&s, out, QP_BACKEND_BPF, n);
+    uint32_t *seq = malloc(n * sizeof *seq), *next = malloc(n * sizeof *next);
+    ck_assert(seq && next);
+    pseudo_random_tokens(seq, n, s.vocab);
+    int64_t *want = step_logits(&s, seq, n, next);
+    check_block_feed(&s, seq, 0, n, want, next, packs[_i]);
+    qp_session_close(&s);
+    free(want);
+    free(seq);
+    free(next);
+}
+END_TEST
+
+/* ---- lookup decoding's drafts (the decoding itself: test_lib) ------- */
+
+/* the draft is what followed the latest earlier occurrence of the longest
+ * matching suffix, preferring one followed by the whole draft */
+START_TEST(lookup_drafts_continue_the_latest_match)
+{
+    const uint32_t loop[] = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
+    uint32_t d[8];
+    ck_assert_uint_eq(qp_lookup_draft(loop, 10, 4, d), 4);
+    ck_assert_uint_eq(d[0], 3);
+    ck_assert_uint_eq(d[1], 4);
+    ck_assert_uint_eq(d[2], 1);
+    ck_assert_uint_eq(d[3], 2);
+    const uint32_t none[] = {5, 6, 7, 8};
+    ck_assert_uint_eq(qp_lookup_draft(none, 4, 4, d), 0);
+    const uint32_t short_match[] = {9, 7, 5, 9};   /* only "9" recurs, followed by 7 5 9 */
+    ck_assert_uint_eq(qp_lookup_draft(short_match, 4, 2, d), 2);
+    ck_assert_uint_eq(d[0], 7);
+    ck_assert_uint_eq(d[1], 5);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 900);
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, product_jobs_fit_their_slots_at_every_shape);
     tcase_add_test(tc, tiny_model_bpf_equals_emu_and_follows_reference);
     tcase_add_test(tc, stress_model_bpf_equals_emu_and_follows_reference);
     tcase_add_test(tc, generation_with_cache_equals_recomputation);
@@ -378,6 +577,10 @@ int main(void)
     tcase_add_test(tc, stream_mode_equals_resident_mode);
     tcase_add_test(tc, real_widths_0_6b_and_1_7b_run_exactly);
     tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
+    tcase_add_loop_test(tc, blocks_give_the_bits_of_one_step_per_position, 0, 5);
+    tcase_add_test(tc, stress_blocks_give_the_bits_of_one_step_per_position);
+    tcase_add_loop_test(tc, long_prompt_in_blocks_gives_the_bits_of_one_step_per_position, 0, 2);
+    tcase_add_test(tc, lookup_drafts_continue_the_latest_match);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

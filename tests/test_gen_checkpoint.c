@@ -86,6 +86,17 @@ static int same_file(const char *a, const char *b)
     return same;
 }
 
+static void copy_file(const char *from, const char *to)
+{
+    size_t n;
+    char *data = slurp(from, &n);
+    FILE *f = fopen(to, "wb");
+    ck_assert_msg(f != NULL, "cannot create %s", to);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+    free(data);
+}
+
 static int exists(const char *path)
 {
     return access(path, F_OK) == 0;
@@ -243,6 +254,45 @@ START_TEST(flags_override_the_preset_wherever_they_are)
     ck_assert_shape(tensor(&m, "model.layers.0.self_attn.q_proj.weight"), 2048, 1024);
     ck_assert_shape(tensor(&m, "model.layers.0.self_attn.k_proj.weight"), 1024, 1024);
     st_close(&m);
+}
+END_TEST
+
+/* The published Qwen3-4B, -8B and -14B configs, shrunk to one layer, a
+ * 512-token vocabulary and a 64-wide MLP so the test stays small: the
+ * heads, head size, tying, positions, RoPE and the shard count as published. */
+START_TEST(big_presets_have_the_published_config_and_shards)
+{
+    static const struct { const char *name; uint32_t hidden, heads, shards; bool tied; } want[] = {
+        { "4b", 2560, 32, 3, true }, { "8b", 4096, 32, 5, false }, { "14b", 5120, 40, 8, false },
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char args[128], sub[16], shard[64];
+        snprintf(sub, sizeof sub, "m%s", want[i].name);
+        snprintf(args, sizeof args, "--preset %s --layers 1 --vocab 512 --intermediate 64", want[i].name);
+        ck_assert_int_eq(gen(sub, args), 0);
+        struct qwen3_config c;
+        qp_err err = { "" };
+        ck_assert_msg(hf_config_load(path_of("%s/config.json", sub), &c, &err) == 0, "%s", err.msg);
+        ck_assert_uint_eq(c.hidden_size, want[i].hidden);
+        ck_assert_uint_eq(c.num_attention_heads, want[i].heads);
+        ck_assert_uint_eq(c.num_key_value_heads, 8);
+        ck_assert_uint_eq(c.head_dim, 128);
+        ck_assert_uint_eq(c.max_position_embeddings, 40960);
+        ck_assert(c.rope_theta == 1e6 && c.rms_norm_eps == 1e-6);
+        ck_assert(c.tie_word_embeddings == want[i].tied);
+        snprintf(shard, sizeof shard, "%s/model-%05u-of-%05u.safetensors", sub, want[i].shards, want[i].shards);
+        ck_assert_msg(exists(path_of("%s", shard)), "%s missing", shard);
+        ck_assert(exists(path_of("%s/model.safetensors.index.json", sub)));
+        struct st_model m;
+        open_model(&m, sub);
+        ck_assert_shape(tensor(&m, "model.layers.0.self_attn.q_proj.weight"), want[i].heads * 128, want[i].hidden);
+        ck_assert_uint_eq(m.n_files, want[i].shards);
+        ck_assert((st_find(&m, "lm_head.weight") != NULL));
+        st_close(&m);
+    }
+    /* --shards still decides */
+    ck_assert_int_eq(gen("one", "--preset 8b --layers 1 --vocab 512 --intermediate 64 --shards 1"), 0);
+    ck_assert(exists(path_of("one/model.safetensors")));
 }
 END_TEST
 
@@ -473,17 +523,36 @@ END_TEST
 START_TEST(tokenizer_files_are_copied)
 {
     mkdir(path_of("tok"), 0755);
-    FILE *f = fopen(path_of("tok/tokenizer.json"), "w");
-    fputs("{\"model\": {\"type\": \"BPE\"}}\n", f);
-    fclose(f);
-    f = fopen(path_of("tok/tokenizer_config.json"), "w");
+    copy_file(QP_SOURCE_DIR "/tests/data/tiny-learned/model/tokenizer.json", path_of("tok/tokenizer.json"));
+    FILE *f = fopen(path_of("tok/tokenizer_config.json"), "w");
     fputs("{\"eos_token\": \"<|im_end|>\"}\n", f);
     fclose(f);
     char args[128];
-    snprintf(args, sizeof(args), "--tokenizer-dir %s", path_of("tok"));
+    snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
     ck_assert_int_eq(gen("m", args), 0);
     ck_assert(same_file(path_of("tok/tokenizer.json"), path_of("m/tokenizer.json")));
     ck_assert(same_file(path_of("tok/tokenizer_config.json"), path_of("m/tokenizer_config.json")));
+}
+END_TEST
+
+/* Issue 16: a vocabulary smaller than the tokenizer's ids is refused
+ * before anything is written (the tiny preset's 512 beside 2,048 ids) */
+START_TEST(vocabulary_too_small_for_the_tokenizer_is_refused)
+{
+    mkdir(path_of("tok"), 0755);
+    copy_file(QP_SOURCE_DIR "/tests/data/tiny-learned/model/tokenizer.json", path_of("tok/tokenizer.json"));
+    char args[128];
+    snprintf(args, sizeof(args), "--tokenizer-dir %s", path_of("tok"));
+    ck_assert_int_eq(gen("m", args), 1);
+    char *err = slurp(path_of("stderr"), NULL);
+    ck_assert_msg(strstr(err, "has ids up to 2047: a vocabulary of 512 (the preset's) cannot hold them; give "
+                              "--vocab 2048 or more"), "stderr: %s", err);
+    free(err);
+    ck_assert(!exists(path_of("m/model.safetensors")));
+    snprintf(args, sizeof(args), "--vocab 2047 --tokenizer-dir %s", path_of("tok"));
+    ck_assert_int_eq(gen("m", args), 1);
+    snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
+    ck_assert_int_eq(gen("m", args), 0);
 }
 END_TEST
 
@@ -504,14 +573,16 @@ START_TEST(failed_run_leaves_no_checkpoint_that_looks_complete)
 {
     ck_assert_int_eq(gen("m", ""), 0);
     ck_assert(exists(path_of("m/config.json")));
-    /* A tokenizer.json that is a folder passes the early check, fails the copy. */
+    /* A tokenizer_config.json that is a folder passes the early checks (of
+     * tokenizer.json), fails the copy. */
     mkdir(path_of("tok"), 0755);
-    mkdir(path_of("tok/tokenizer.json"), 0755);
+    copy_file(QP_SOURCE_DIR "/tests/data/tiny-learned/model/tokenizer.json", path_of("tok/tokenizer.json"));
+    mkdir(path_of("tok/tokenizer_config.json"), 0755);
     char args[128];
-    snprintf(args, sizeof(args), "--tokenizer-dir %s", path_of("tok"));
+    snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
     ck_assert_int_eq(gen("m", args), 1);                      /* fails after the weights */
     char *err = slurp(path_of("stderr"), NULL);
-    ck_assert_msg(strstr(err, "qp-gen-checkpoint: ") == err && strstr(err, "tok/tokenizer.json"),
+    ck_assert_msg(strstr(err, "qp-gen-checkpoint: ") == err && strstr(err, "tok/tokenizer_config.json"),
                   "stderr: %s", err);
     free(err);
     ck_assert(!exists(path_of("m/config.json")));
@@ -571,6 +642,7 @@ static Suite *gen_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, tiny_checkpoint_has_the_qwen3_names_and_shapes);
     tcase_add_test(tc, flags_override_the_preset_wherever_they_are);
+    tcase_add_test(tc, big_presets_have_the_published_config_and_shards);
     tcase_add_test(tc, same_arguments_give_byte_identical_files);
     tcase_add_test(tc, tied_lm_head_is_byte_identical_to_the_embedding);
     tcase_add_test(tc, untied_lm_head_is_drawn_independently);
@@ -581,6 +653,7 @@ static Suite *gen_suite(void)
     tcase_add_test(tc, f16_and_f32_hold_the_same_values);
     tcase_add_test(tc, tokenizer_files_are_copied);
     tcase_add_test(tc, missing_tokenizer_fails_before_writing);
+    tcase_add_test(tc, vocabulary_too_small_for_the_tokenizer_is_refused);
     tcase_add_test(tc, failed_run_leaves_no_checkpoint_that_looks_complete);
     tcase_add_loop_test(tc, bad_arguments_fail_with_a_message, 0,
                         (int)(sizeof(bad_args) / sizeof(bad_args[0])));

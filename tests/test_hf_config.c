@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hf_config.h"
@@ -259,12 +260,62 @@ START_TEST(text_that_is_not_a_json_object_is_rejected)
 }
 END_TEST
 
+/* Hugging Face (Python's json) keeps the last of two values; cJSON's
+ * lookups find the first: qpack would pack another model than the one
+ * transformers loads. */
+START_TEST(a_key_twice_is_refused_naming_it)
+{
+    static const char *const keys[] = {"rope_theta", "rms_norm_eps", "max_position_embeddings"};
+    struct qwen3_config c;
+    qp_err err = { "" };
+    for (size_t i = 0; i < 3; i++) {
+        char text[4200];
+        snprintf(text, sizeof(text), "{\"%s\": 5,%s", keys[i], config_with(NULL, NULL) + 1);
+        ck_assert_int_eq(parse(text, &c, &err), -1);
+        char want[96];
+        snprintf(want, sizeof(want), "key \"%s\" appears twice", keys[i]);
+        ck_assert_error(err, "config.json", want);
+    }
+    /* inside a nested object too */
+    ck_assert_int_eq(parse(config_with("quantization_config", "{\"bits\": 4, \"bits\": 8}"), &c, &err), -1);
+    ck_assert_error(err, "config.json", "key \"bits\" appears twice in object \"quantization_config\"");
+}
+END_TEST
+
+/* cJSON cuts "rope_theta\u0000x" to "rope_theta"; Python keeps it whole (a
+ * key nobody reads, so transformers uses the default). */
+START_TEST(an_escaped_nul_is_refused)
+{
+    struct qwen3_config c;
+    qp_err err = { "" };
+    ck_assert_int_eq(parse(config_with("rope_theta\\u0000x", "5"), &c, &err), -1);
+    ck_assert_error(err, "config.json", "escaped NUL");
+}
+END_TEST
+
+START_TEST(a_fifo_is_refused_at_once)
+{
+    char dir[] = "/tmp/qp_cfg_XXXXXX", path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    ck_assert_int_eq(mkfifo(path, 0644), 0);
+    struct qwen3_config c;
+    qp_err err = { "" };
+    alarm(10); /* no writer: a blocking open would never return */
+    ck_assert_int_eq(hf_config_load(path, &c, &err), -1);
+    alarm(0);
+    ck_assert_error(err, path, "not a regular file (a fifo)");
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(missing_file_is_reported_with_its_path)
 {
     struct qwen3_config c;
     qp_err err = { "" };
     ck_assert_int_eq(hf_config_load("/nonexistent/qp/config.json", &c, &err), -1);
-    ck_assert_error(err, "/nonexistent/qp/config.json", "cannot open");
+    ck_assert_error(err, "/nonexistent/qp/config.json", "No such file");
 }
 END_TEST
 
@@ -329,6 +380,9 @@ static Suite *hf_config_suite(void)
                         (int)(sizeof(invalid) / sizeof(invalid[0])));
     tcase_add_test(tc, head_dim_default_needs_hidden_divisible_by_heads);
     tcase_add_test(tc, text_that_is_not_a_json_object_is_rejected);
+    tcase_add_test(tc, a_key_twice_is_refused_naming_it);
+    tcase_add_test(tc, an_escaped_nul_is_refused);
+    tcase_add_test(tc, a_fifo_is_refused_at_once);
     tcase_add_test(tc, missing_file_is_reported_with_its_path);
     suite_add_tcase(s, tc);
     tc = tcase_create("write");

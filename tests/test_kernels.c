@@ -39,7 +39,7 @@ static void setup_packed(const char *pack_flags)
     ck_assert(system(cmd) == 0);
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
-    ck_assert_msg(qp_plan_build(&plan, &file, 1280, false, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_plan_build(&plan, &file, 1280, 2, 4, false, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_bpf_create(&bpf, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_emu_create(&emu, &plan, &err) == 0, "%s", err.msg);
 }
@@ -66,9 +66,10 @@ static void teardown(void)
     ck_assert(system(cmd) == 0);
 }
 
+/* bytes of a state map: its values start 8-byte aligned */
 static size_t map_len(enum qp_map_id id)
 {
-    return (size_t)plan.maps[id].value_size * plan.maps[id].max_entries;
+    return ((size_t)plan.maps[id].value_size + 7) / 8 * 8 * plan.maps[id].max_entries;
 }
 
 /* the same bytes into a state map of both backends */
@@ -119,9 +120,9 @@ static bool row_is_i4(uint32_t layer, uint32_t mode, uint32_t r)
  * quant_x, or the wide one */
 static void run_rows(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
 {
-    struct qk_args a = {.layer = layer, .mode = mode, .begin = begin, .end = end};
+    struct qk_args a = {.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = 1};
     if (row_is_i4(layer, mode, begin)) {
-        run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode});
+        run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode, .nb = 1});
         run_ok(QP_K_MATVEC4, &a);
     } else {
         run_ok(QP_K_MATVEC, &a);
@@ -148,6 +149,29 @@ static void assert_state_equal(const char *what)
     }
 }
 
+/* i4g rows [begin, end) for every entry of the block at once (matvec4b,
+ * each block unpacked once) give each entry the bits of matvec4 run on it
+ * alone; h, which products add into, starts from the same bytes both ways */
+static void check_i4_block(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
+{
+    enum qp_map_id out = mode == QK_MV_QKV ? QP_MAP_QKV : mode == QK_MV_GATE_UP ? QP_MAP_GU : QP_MAP_H;
+    uint32_t nb = plan.cfg.block;
+    size_t len = map_len(out);
+    uint8_t *start = malloc(len), *alone = malloc(len);
+    ck_assert(start && alone && nb > 1);
+    run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode, .nb = nb});
+    memcpy(start, bpf->state(bpf, out), len);
+    for (uint32_t b = 0; b < nb; b++)
+        run_ok(QP_K_MATVEC4, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .b0 = b, .nb = 1});
+    memcpy(alone, bpf->state(bpf, out), len);
+    set_state(out, start);
+    run_ok(QP_K_MATVEC4B, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = nb});
+    ck_assert_msg(memcmp(alone, bpf->state(bpf, out), len) == 0, "matvec4b differs from matvec4 (mode %u)", mode);
+    assert_state_equal("matvec4b");
+    free(start);
+    free(alone);
+}
+
 /* residual Q32 up to 2^47 (32768 in value: past the largest massive
  * activation a real model has), act mantissas up to 2^24, Q32 vectors up to 2^40 */
 START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
@@ -160,7 +184,7 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
         char what[64];
         fill(buf, map_len(QP_MAP_H) / 8, p, 1ll << 47);
         set_state(QP_MAP_H, buf);
-        struct qk_args norm = {.layer = 1, .mode = QK_NORM_MLP};
+        struct qk_args norm = {.layer = 1, .mode = QK_NORM_MLP, .nb = 1};
         run_both(QP_K_RMSNORM, &norm);
         snprintf(what, sizeof what, "rmsnorm, pattern %d", p);
         assert_state_equal(what);
@@ -182,22 +206,26 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
         run_rows(1, QK_MV_DOWN, 4, c->hidden);
         snprintf(what, sizeof what, "matvec down, pattern %d", p);
         assert_state_equal(what);
+        if (row_is_i4(0, QK_MV_QKV, 0)) {
+            check_i4_block(0, QK_MV_QKV, 0, c->q_dim);
+            check_i4_block(1, QK_MV_DOWN, 4, c->hidden);
+        }
 
         fill(buf, map_len(QP_MAP_QKV) / 8, p, 1ll << 40);
         set_state(QP_MAP_QKV, buf);
         for (uint32_t pos = 0; pos < 300; pos += 37) {
-            struct qk_args rope = {.layer = 1, .pos = pos};
+            struct qk_args rope = {.layer = 1, .pos = pos, .nb = 1};
             run_both(QP_K_ROPE_STORE, &rope);
         }
-        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2};
+        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2, .nb = 1};
         run_both(QP_K_ATTENTION, &att);
-        run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads});
+        run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
         snprintf(what, sizeof what, "rope/attention, pattern %d", p);
         assert_state_equal(what);
 
         fill(buf, map_len(QP_MAP_GU) / 8, p, 1ll << 40);
         set_state(QP_MAP_GU, buf);
-        run_both(QP_K_SWIGLU, &(struct qk_args){0});
+        run_both(QP_K_SWIGLU, &(struct qk_args){.nb = 1});
         snprintf(what, sizeof what, "swiglu, pattern %d", p);
         assert_state_equal(what);
         if (p != ZERO)
@@ -265,7 +293,7 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
         sumsq += ldexp((double)k[i], -32) * ldexp((double)k[i], -32);
     }
     set_state(QP_MAP_QKV, qkv);
-    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
+    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0, .nb = 1});
     assert_state_equal("rope_store at position 0");
     const int16_t *kc = (const int16_t *)emu->state(emu, QP_MAP_KCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
     uint32_t sh = qm_cache_untag(kc);
@@ -309,7 +337,7 @@ START_TEST(v_cache_vectors_fill_their_int16_range)
         for (uint32_t i = 0; i < c->kv_dim; i++)
             v[i] = (int64_t)(next_u64() % (1ull << bits)) - (1ll << (bits - 1));
         set_state(QP_MAP_QKV, qkv);
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0});
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0, .nb = 1});
         assert_state_equal("rope_store of V at position 0");
         const int16_t *vc = (const int16_t *)emu->state(emu, QP_MAP_VCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
         for (uint32_t h = 0; h < c->n_kv_heads; h++) {
@@ -367,8 +395,8 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
             }
         set_state(QP_MAP_KCACHE, kc);
         set_state(QP_MAP_VCACHE, vc);
-        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * chunks});
-        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads});
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * chunks, .nb = 1});
+        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention over a written cache");
         const int64_t *x = emu->state(emu, QP_MAP_X);
         int32_t x_exp = emu->scal->x_exp;
@@ -386,16 +414,101 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
 }
 END_TEST
 
+/* bytes of one sequence slot's rows in a KV cache map */
+static size_t slot_len(enum qp_map_id id)
+{
+    return map_len(id) / plan.cfg.slots;
+}
+
+static void fill_random(void *p, size_t len)
+{
+    uint8_t *b = p;
+    for (size_t i = 0; i < len; i++)
+        b[i] = (uint8_t)next_u64();
+}
+
+/* Sequence slots: rope_store into slot 1 writes slot 1's rows only, the
+ * rows slot 0 gets from the same input; attention in slot 0 reads slot
+ * 0's rows only (slot 1 refilled with other bytes changes no bit of its
+ * output); a slot the model does not have is refused. */
+START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
+{
+    const struct qk_config *c = &plan.cfg;
+    ck_assert_uint_eq(c->slots, 2);
+    size_t kv = map_len(QP_MAP_KCACHE), half = slot_len(QP_MAP_KCACHE), qkv_len = map_len(QP_MAP_QKV);
+    uint8_t *kc = malloc(kv), *vc = malloc(kv), *qkv = calloc(1, qkv_len), *x0 = malloc(map_len(QP_MAP_X));
+    ck_assert(kc && vc && qkv && x0);
+    fill_random(kc, kv);
+    fill_random(vc, kv);
+    set_state(QP_MAP_KCACHE, kc);
+    set_state(QP_MAP_VCACHE, vc);
+    int64_t *q = (int64_t *)qkv;
+    for (size_t i = 0; i < qkv_len / 8; i++)
+        q[i] = (int64_t)(next_u64() % (1ull << 37)) - (1ll << 36);
+    const uint32_t positions[] = {0, 37, 299};
+    for (int i = 0; i < 3; i++) {
+        set_state(QP_MAP_QKV, qkv);     /* rope_store normalises q|k|v in place */
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = positions[i], .nb = 1, .kv_slot = 1});
+    }
+    assert_state_equal("rope_store into slot 1");
+    const uint8_t *k_now = bpf->state(bpf, QP_MAP_KCACHE), *v_now = bpf->state(bpf, QP_MAP_VCACHE);
+    ck_assert_msg(memcmp(k_now, kc, half) == 0 && memcmp(v_now, vc, half) == 0, "slot 1's step wrote into slot 0");
+    /* slot 0 at the same positions, from the same input, stores the same rows */
+    for (int i = 0; i < 3; i++) {
+        set_state(QP_MAP_QKV, qkv);
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = positions[i], .nb = 1, .kv_slot = 0});
+    }
+    size_t row = 2ull * c->kv_dim;
+    for (int i = 0; i < 3; i++) {
+        size_t at = ((size_t)1 * c->ctx + positions[i]) * row;
+        ck_assert_msg(memcmp(k_now + at, k_now + half + at, row) == 0 && memcmp(v_now + at, v_now + half + at, row) == 0,
+                      "position %u: slots 0 and 1 store different rows", positions[i]);
+        ck_assert_msg(memcmp(k_now + half + at, kc + half + at, row) != 0, "position %u: slot 1 not written",
+                      positions[i]);
+    }
+    /* attention of slot 0 at position 299, then again with slot 1 refilled */
+    struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2, .nb = 1, .kv_slot = 0};
+    struct qk_args merge = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1, .kv_slot = 0};
+    run_ok(QP_K_ATTENTION, &att);
+    run_ok(QP_K_ATTN_MERGE, &merge);
+    memcpy(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X));
+    memcpy(kc, k_now, kv);
+    memcpy(vc, v_now, kv);
+    fill_random(kc + half, kv - half);
+    fill_random(vc + half, kv - half);
+    set_state(QP_MAP_KCACHE, kc);
+    set_state(QP_MAP_VCACHE, vc);
+    run_ok(QP_K_ATTENTION, &att);
+    run_ok(QP_K_ATTN_MERGE, &merge);
+    assert_state_equal("attention of slot 0");
+    ck_assert_msg(memcmp(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X)) == 0,
+                  "slot 0's attention changed with slot 1's cache");
+    qp_err err = {{0}};
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, &err), 0);
+    ck_assert_int_ne(emu->run(emu, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, &err), 0);
+    att.kv_slot = c->slots;
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &att, &err), 0);
+    ck_assert_int_ne(emu->run(emu, QP_K_ATTENTION, &att, &err), 0);
+    free(kc);
+    free(vc);
+    free(qkv);
+    free(x0);
+}
+END_TEST
+
 START_TEST(kernels_reject_arguments_outside_the_model)
 {
     const struct qk_config *c = &plan.cfg;
     const struct qk_args bad[] = {
-        {.layer = c->n_layers, .mode = QK_MV_QKV, .begin = 0, .end = 4},
-        {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim + 4},
-        {.layer = 0, .mode = QK_MV_O, .begin = 2, .end = 6},
-        {.layer = 0, .mode = 99, .begin = 0, .end = 4},
+        {.layer = c->n_layers, .mode = QK_MV_QKV, .begin = 0, .end = 4, .nb = 1},
+        {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = c->q_dim + 2 * c->kv_dim + 4, .nb = 1},
+        {.layer = 0, .mode = QK_MV_O, .begin = 2, .end = 6, .nb = 1},
+        {.layer = 0, .mode = 99, .begin = 0, .end = 4, .nb = 1},
         /* a job spans two matrices (q and k): never one kernel's */
-        {.layer = 0, .mode = QK_MV_QKV, .begin = c->q_dim - 4, .end = c->q_dim + 4},
+        {.layer = 0, .mode = QK_MV_QKV, .begin = c->q_dim - 4, .end = c->q_dim + 4, .nb = 1},
+        /* block entries past the block, or none */
+        {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = 4, .b0 = c->block - 1, .nb = 2},
+        {.layer = 0, .mode = QK_MV_QKV, .begin = 0, .end = 4, .nb = 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         qp_err err = {{0}};
@@ -405,12 +518,14 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     /* each product kernel refuses the other encoding's matrices */
     qp_err err = {{0}};
     enum qp_kernel other = row_is_i4(0, QK_MV_O, 0) ? QP_K_MATVEC : QP_K_MATVEC4;
-    ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4},
+    ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4, .nb = 1},
                               &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab}, &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx, .nb = 1}, &err), 0);
+    /* a block whose last position is past the context */
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx - 1, .nb = 2}, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
-                                                                   .end = c->n_heads + 1}, &err), 0);
+                                                                   .end = c->n_heads + 1, .nb = 1}, &err), 0);
 }
 END_TEST
 
@@ -428,6 +543,7 @@ int main(void)
         tcase_add_test(tc, k_cache_extension_bits_narrow_the_heavy_channels);
         tcase_add_test(tc, v_cache_vectors_fill_their_int16_range);
         tcase_add_test(tc, attention_is_the_weighted_mean_of_the_cache);
+        tcase_add_test(tc, a_slots_cache_is_untouched_by_another_slots_steps);
         suite_add_tcase(s, tc);
     }
     SRunner *sr = srunner_create(s);

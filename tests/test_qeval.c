@@ -1,14 +1,11 @@
-/* test_qeval - qeval's metric functions on inputs with hand-computed answers:
- * KL divergence, NLL, argmax and top-k, top-5 overlap, common prefix, and
- * the per-position accumulator. qeval.c is compiled in without its main. */
+/* test_qeval - qeval's metric functions (tools/qeval_metrics.c) on inputs
+ * with hand-computed answers: KL divergence, NLL, argmax and top-k, top-5
+ * overlap, common prefix, and the per-position accumulator. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
 
-#ifndef QEVAL_NO_MAIN
-#define QEVAL_NO_MAIN
-#endif
-#include "qeval.c"
+#include "qeval.h"
 
 START_TEST(kl_identical_is_zero)
 {
@@ -124,6 +121,7 @@ START_TEST(accumulator)
     qe_acc_add(&s, ref, shifted, 4);                  /* a constant shift: same softmax */
     ck_assert_double_eq_tol(s.max_err, 0.5, 1e-15);
     ck_assert_double_eq_tol(qe_acc_rms(&s), 0.5, 1e-15);
+    ck_assert_double_eq_tol(qe_acc_mae(&s), 0.5, 1e-15);
     ck_assert_double_eq_tol(s.max_kl, 0, 1e-15);
     ck_assert_uint_eq(s.top1, 1);
     qe_acc_add(&a, ref, off, 4);
@@ -133,6 +131,8 @@ START_TEST(accumulator)
     ck_assert_double_eq_tol(a.max_err, 1.0, 1e-15);
     /* rms over 8 logits: sqrt((0.25 + 1) / 8) */
     ck_assert_double_eq_tol(qe_acc_rms(&a), sqrt(1.25 / 8), 1e-15);
+    /* mean abs over 8 logits: (0.5 + 1) / 8 */
+    ck_assert_double_eq_tol(qe_acc_mae(&a), 1.5 / 8, 1e-15);
     ck_assert_double_eq_tol(a.max_kl, qe_kl(ref, off, 4), 1e-15);
     ck_assert_double_eq_tol(qe_acc_kl_mean(&a), qe_kl(ref, off, 4) / 2, 1e-15);
     ck_assert(a.max_kl > 0);

@@ -10,7 +10,19 @@
 #   emu     the same on the host twin (no root needed)
 #   text    --prompts and --text with the real tokenizer: NLL of model and
 #           reference side by side, near log(vocab) for a random model
+#   plot    --plot: the SVG parses as XML (python3), has one labelled point per
+#           container, placed in the order of their bits per weight and mean
+#           KL in the JSON; an input as --plot's destination is refused first
 #   errors  one clear line and a non-zero exit for each mistake
+#   lost_output  stdout on /dev/full (every write fails): exit 1 and one
+#           line, for --json and the table, never a silent success
+#   cache   --ref-cache: a second run reads the reference's results, the same
+#           numbers; damaged entries are recomputed
+#   sources containers packed from other files than --ref's are refused
+#           (--force: a warning)
+#   csv     --csv has --json's keys and values, a line per model
+#   progress  a progress line on a terminal only (script), none with --quiet
+#   signals SIGINT and SIGTERM end it within 0.5 s, nothing left in the cache
 set -u
 
 CASE=$1 QEVAL=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 WORK=$6
@@ -25,6 +37,8 @@ if [ "$CASE" = setup ]; then
     "$QP_GEN" ck --preset tiny --seed 1 >/dev/null || fail "qp-gen-checkpoint ck"
     "$QPACK" pack ck -o M.qpk --quiet || fail "qpack pack ck"
     cp M.qpk M2.qpk || fail "cp"
+    "$QPACK" pack ck -o I8.qpk --format int8 --quiet || fail "qpack pack ck int8"
+    "$QPACK" pack ck -o I4.qpk --format int4-pure --quiet || fail "qpack pack ck int4-pure"
     "$QP_GEN" ck3 --preset tiny --seed 1 --layers 3 >/dev/null || fail "qp-gen-checkpoint ck3"
     "$QPACK" pack ck3 -o L3.qpk --quiet || fail "qpack pack ck3"
     if [ -f "$TOKDIR/tokenizer.json" ]; then
@@ -32,8 +46,11 @@ if [ "$CASE" = setup ]; then
         "$QP_GEN" ckt --preset tiny --seed 2 --vocab 151936 --tokenizer-dir "$TOKDIR" >/dev/null ||
             fail "qp-gen-checkpoint ckt"
         "$QPACK" pack ckt -o T.qpk --quiet || fail "qpack pack ckt"
-        "$QP_GEN" cks --preset tiny --seed 3 --tokenizer-dir "$TOKDIR" >/dev/null || fail "qp-gen-checkpoint cks"
-        "$QPACK" pack cks -o S.qpk --quiet || fail "qpack pack cks"
+        # a vocabulary of 512 and the real tokenizer only in the reference
+        # folder (qpack refuses a tokenizer with ids past the vocabulary)
+        "$QP_GEN" cks --preset tiny --seed 3 >/dev/null || fail "qp-gen-checkpoint cks"
+        "$QPACK" pack cks -o S.qpk --quiet 2>/dev/null || fail "qpack pack cks"
+        cp "$TOKDIR/tokenizer.json" cks/ || fail "cp tokenizer.json"
     fi
     echo "ok setup"
     exit 0
@@ -60,7 +77,7 @@ jqt() {
 
 # accuracy-only fields of a model (timings and memory high-water marks vary between runs)
 ACC='{file_bytes, map_bytes, bits_per_weight, kv_bytes_per_pos, calls_per_token, positions,
-      logit_max_abs_err, logit_rms_err, kl_mean, kl_max, top1_agree, top1_percent, top5_overlap,
+      logit_max_abs_err, logit_mae, logit_rms_err, kl_mean, kl_max, top1_agree, top1_percent, top5_overlap,
       greedy_prefix_mean, trace_layers}'
 
 # check_two NAME BACKEND: the JSON of two identical containers against the reference
@@ -74,7 +91,7 @@ check_two() {
     jqt "$n" ".models[0].backend == \"$backend\""
     jqt "$n" '.models[0].positions == 128 and .models[0].top1_agree == 128 and .models[0].top1_percent == 100'
     jqt "$n" '.models[0].kl_max < 1e-6 and .models[0].kl_mean < 1e-6 and .models[0].kl_mean >= 0'
-    jqt "$n" '.models[0].logit_max_abs_err < 1e-3 and .models[0].logit_rms_err <= .models[0].logit_max_abs_err'
+    jqt "$n" '.models[0].logit_max_abs_err < 1e-3 and .models[0].logit_mae <= .models[0].logit_rms_err and .models[0].logit_rms_err <= .models[0].logit_max_abs_err'
     jqt "$n" '.models[0].top5_overlap == 1 and .models[0].greedy_prefix_mean == 16'
     jqt "$n" '.models[0].bits_per_weight > 0 and .models[0].kv_bytes_per_pos > 0 and .models[0].file_bytes > 0'
     jqt "$n" '.models[0].calls_per_token > 0 and .models[0].prompt_ms_per_token > 0 and .models[0].decode_ms_per_token > 0'
@@ -133,6 +150,40 @@ text)
     grep -Eq '^text perplexity ' "$T/ttable.out" || fail "ttable: no perplexity row"
     echo "ok text: $(jq -c '[.reference.text_nll, .models[0].text_nll]' "$T/text.out")"
     ;;
+plot)
+    command -v python3 >/dev/null || skip "python3 is not installed"
+    run plot --ref ck M.qpk I8.qpk I4.qpk --json --backend emu --positions 8 --plot "$T/kl.svg"
+    [ "$rc" = 0 ] || fail "plot: exit $rc: $(cat "$T/plot.err")"
+    # (label, bits per weight, mean KL) per container, from the JSON, in order
+    jq -r '.models[] | [(.path | split("/") | last), .bits_per_weight, .kl_mean] | @tsv' "$T/plot.out" >"$T/expect.tsv"
+    python3 - "$T/kl.svg" "$T/expect.tsv" <<'PY' || fail "plot: the SVG does not show the JSON's points"
+import sys, xml.etree.ElementTree as ET
+ns = {"s": "http://www.w3.org/2000/svg"}
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+want = [l.rstrip("\n").split("\t") for l in open(sys.argv[2])]
+pts = root.findall(".//s:g[@class='point']", ns)
+assert len(pts) == len(want) == 3, (len(pts), len(want))
+got = []
+for g, (label, bpw, kl) in zip(pts, want):
+    c, t = g.find("s:circle", ns), g.find("s:text", ns)
+    assert t.text.startswith(label + " ("), (t.text, label)
+    got.append((float(c.get("cx")), float(c.get("cy")), float(bpw), float(kl)))
+# x grows with bits per weight; y (downwards) falls as the KL grows, KL 0 lowest
+for a in got:
+    for b in got:
+        if a[2] < b[2]: assert a[0] < b[0], (a, b)
+        if a[3] < b[3]: assert a[1] > b[1], (a, b)
+print("ok", [(round(x), round(y)) for x, y, _, _ in got])
+PY
+    # the destination is checked before any work: an input is never replaced
+    cp I4.qpk "$T/victim.qpk"
+    run refuse --ref ck "$T/victim.qpk" --backend emu --plot "$T/victim.qpk"
+    [ "$rc" = 1 ] && grep -q -- "--plot" "$T/refuse.err" && cmp -s I4.qpk "$T/victim.qpk" ||
+        fail "refuse: exit $rc, $(cat "$T/refuse.err")"
+    [ ! -s "$T/refuse.out" ] || fail "refuse: printed a report"
+    echo "ok plot"
+    ;;
 errors)
     # expect NAME STATUS PATTERN ARGS...: exit STATUS, nothing on stdout, one stderr line matching PATTERN
     expect() {
@@ -172,6 +223,131 @@ errors)
         grep -q -- "$o" "$T/help.out" || fail "--help does not mention $o"
     done
     echo "ok help"
+    ;;
+lost_output)
+    for mode in --json ""; do
+        "$QEVAL" --ref ck M.qpk --backend emu --positions 4 $mode >/dev/full 2>"$T/full.err"
+        rc=$?
+        [ "$rc" = 1 ] || fail "qeval $mode >/dev/full: exit $rc, expected 1 ($(cat "$T/full.err"))"
+        [ "$(cat "$T/full.err")" = "qeval: writing standard output: No space left on device" ] ||
+            fail "qeval $mode >/dev/full: stderr: $(cat "$T/full.err")"
+        echo "ok ${mode:-table}: $(cat "$T/full.err")"
+    done
+    ;;
+cache)
+    # --ref-cache: the second run reads the reference's results (marked
+    # cached) and gives the same accuracy numbers; a damaged or foreign cache
+    # file is recomputed, with a note; the folder is checked before any work
+    C=$T/cache
+    run first --ref ck M.qpk --backend emu --json --trace-layers --ref-cache "$C"
+    [ "$rc" = 0 ] || fail "first: exit $rc: $(cat "$T/first.err")"
+    [ "$(ls "$C" | wc -l)" = 1 ] || fail "cache folder: $(ls -a "$C")"
+    jqt first '.reference.cached == false and .reference.prompt_ms_per_token > 0'
+    run second --ref ck M.qpk --backend emu --json --trace-layers --ref-cache "$C"
+    [ "$rc" = 0 ] && [ ! -s "$T/second.err" ] || fail "second: exit $rc: $(cat "$T/second.err")"
+    jqt second '.reference.cached == true and (.reference | has("prompt_ms_per_token") | not)'
+    [ "$(jq -c ".models[0] | $ACC" "$T/first.out")" = "$(jq -c ".models[0] | $ACC" "$T/second.out")" ] ||
+        fail "the cached reference gave other numbers"
+    run table --ref ck M.qpk --backend emu --ref-cache "$C" --trace-layers
+    grep -q "the reference's results from $C" "$T/table.out" && grep -Eq '^start-up ms +cached ' "$T/table.out" ||
+        fail "table: $(head -5 "$T/table.out")"
+    # other sequences: another entry
+    run seed --ref ck M.qpk --backend emu --json --ref-cache "$C" --seed 5
+    jqt seed '.reference.cached == false'
+    [ "$(ls "$C" | wc -l)" = 2 ] || fail "expected 2 entries (seed 1 traced, seed 5): $(ls "$C")"
+    # a damaged entry is computed again, and replaced
+    f=$(ls -t "$C" | tail -1)
+    printf 'XXXX' | dd of="$C/$f" bs=1 seek=100 conv=notrunc 2>/dev/null
+    run damaged --ref ck M.qpk --backend emu --json --trace-layers --ref-cache "$C"
+    [ "$rc" = 0 ] && grep -q "is not this run's reference: computing it again" "$T/damaged.err" ||
+        fail "damaged: exit $rc: $(cat "$T/damaged.err")"
+    jqt damaged '.reference.cached == false'
+    [ "$(jq -c ".models[0] | $ACC" "$T/first.out")" = "$(jq -c ".models[0] | $ACC" "$T/damaged.out")" ] ||
+        fail "the recomputed reference gave other numbers"
+    run again --ref ck M.qpk --backend emu --json --trace-layers --ref-cache "$C"
+    jqt again '.reference.cached == true'
+    : >"$T/afile"
+    run notdir --ref ck M.qpk --backend emu --ref-cache "$T/afile"
+    [ "$rc" = 1 ] && grep -q "not a folder" "$T/notdir.err" || fail "a file as --ref-cache: $rc $(cat "$T/notdir.err")"
+    echo "ok: cached and computed references agree"
+    ;;
+sources)
+    # a container packed from other files than --ref's is refused before any
+    # work, naming the file; --force compares anyway, with a warning
+    rm -rf "$T/ckx" && cp -r ck "$T/ckx" || fail "cp"
+    printf ' ' >>"$T/ckx/config.json"
+    run other --ref "$T/ckx" M.qpk --backend emu
+    [ "$rc" = 1 ] && [ ! -s "$T/other.out" ] && [ "$(wc -l <"$T/other.err")" = 1 ] ||
+        fail "other sources: exit $rc: $(cat "$T/other.err")"
+    grep -q "M.qpk was packed from another config.json than .*ckx's (recorded .* bytes, xxh3 .*; found .* bytes" "$T/other.err" &&
+        grep -q -- "--force" "$T/other.err" || fail "message: $(cat "$T/other.err")"
+    run forced --ref "$T/ckx" M.qpk --backend emu --force --json
+    [ "$rc" = 0 ] && grep -q "^qeval: warning: M.qpk was packed from another config.json" "$T/forced.err" ||
+        fail "--force: exit $rc: $(cat "$T/forced.err")"
+    jqt forced '.models[0].top1_percent == 100'
+    rm "$T/ckx/tokenizer_config.json" 2>/dev/null
+    mv "$T/ckx/model.safetensors" "$T/ckx/x" && cp "$T/ckx/x" "$T/ckx/model.safetensors" && rm "$T/ckx/x"
+    cp ck/config.json "$T/ckx/config.json"
+    run same --ref "$T/ckx" M.qpk --backend emu
+    [ "$rc" = 0 ] || fail "a copy of the same files: exit $rc: $(cat "$T/same.err")"
+    echo "ok: $(cat "$T/other.err")"
+    ;;
+csv)
+    # --csv: a header and one line per model with the keys and values of --json
+    run csv --ref ck M.qpk M2.qpk --backend emu --csv
+    run json --ref ck M.qpk M2.qpk --backend emu --json
+    [ "$rc" = 0 ] && [ "$(wc -l <"$T/csv.out")" = 4 ] || fail "csv: $(cat "$T/csv.out" "$T/csv.err")"
+    head -1 "$T/csv.out" | grep -q "^model,path,backend,file_bytes,map_bytes,bits_per_weight," || fail "header: $(head -1 "$T/csv.out")"
+    for key in top1_percent kl_max file_bytes positions; do
+        col=$(head -1 "$T/csv.out" | tr ',' '\n' | grep -nx "$key" | cut -d: -f1)
+        got=$(sed -n 2p "$T/csv.out" | cut -d, -f"$col")
+        [ -z "$got" ] || [ "$key" = file_bytes ] || [ "$key" = positions ] || fail "the reference has a $key: $got"
+        got=$(sed -n 3p "$T/csv.out" | cut -d, -f"$col")
+        want=$(jq ".models[0].$key" "$T/json.out")
+        awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-9 * (b < 0 ? -b : b) + 1e-12) }' ||
+            fail "$key: csv $got, json $want"
+    done
+    run both --ref ck M.qpk --csv --json
+    [ "$rc" = 2 ] || fail "--csv --json: exit $rc"
+    echo "ok: $(sed -n 3p "$T/csv.out" | cut -c1-80)"
+    ;;
+progress)
+    # a progress line on a terminal only: the model, the phase, the positions
+    command -v script >/dev/null || skip "needs script (util-linux)"
+    script -qfec "'$QEVAL' --ref ck M.qpk --backend emu --positions 400" /dev/null >"$T/tty.out"
+    grep -aq "qeval: \[1/2\] reference: " "$T/tty.out" &&
+        grep -aq "qeval: \[2/2\] M.qpk: loading: checksums" "$T/tty.out" &&
+        grep -aq "qeval: \[2/2\] M.qpk: prompt [1-4] of 4, position [0-9]* of 400" "$T/tty.out" ||
+        fail "no progress line: $(head -c 400 "$T/tty.out")"
+    script -qfec "'$QEVAL' --ref ck M.qpk --backend emu --positions 64 --quiet" /dev/null >"$T/quiet.out"
+    ! grep -aEq 'qeval: \[|position [0-9]+ of' "$T/quiet.out" || fail "--quiet: $(head -c 300 "$T/quiet.out")"
+    run plain --ref ck M.qpk --backend emu --positions 64
+    [ ! -s "$T/plain.err" ] || fail "stderr not a terminal: $(cat "$T/plain.err")"
+    echo "ok"
+    ;;
+signals)
+    # SIGINT/SIGTERM end qeval within 0.5 s, with 130/143 and one line, and
+    # leave no cache file behind
+    for sig in INT TERM; do
+        C=$T/c$sig
+        mkdir -p "$C"
+        env --default-signal=INT,TERM "$QEVAL" --ref ck M.qpk --backend emu --positions 1500 --ref-cache "$C" \
+            >"$T/$sig.out" 2>"$T/$sig.err" &
+        pid=$!
+        sleep 0.5
+        kill -0 $pid 2>/dev/null || fail "$sig: qeval ended early: $(cat "$T/$sig.err")"
+        t0=$(date +%s%3N)
+        kill -$sig $pid
+        wait $pid
+        rc=$?
+        took=$(($(date +%s%3N) - t0))
+        want=$([ $sig = INT ] && echo 130 || echo 143)
+        [ "$rc" = "$want" ] && [ "$(cat "$T/$sig.err")" = "qeval: interrupted" ] ||
+            fail "$sig: exit $rc: $(cat "$T/$sig.err")"
+        [ "$took" -le 500 ] || fail "$sig: qeval took $took ms to end"
+        [ -z "$(ls -A "$C")" ] || fail "$sig: left in the cache: $(ls -A "$C")"
+        echo "ok SIG$sig: exit $rc after $took ms"
+    done
     ;;
 *) fail "unknown case" ;;
 esac

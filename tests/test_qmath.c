@@ -5,6 +5,7 @@
 #include <bpf/libbpf.h>
 #include <check.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -93,6 +94,10 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
             c[i].d = (int64_t)(next_u64() % 16);
             break;
         case QMT_V_STRETCH: c[i].a = (int64_t)(next_u64() % (1u << 16)); break;
+        case QMT_SCALE_CHECKED:
+            c[i].a = (int64_t)next_u64() >> (1 + next_u64() % 63);
+            c[i].b = (int64_t)(next_u64() % 140) - 70;
+            break;
         case QMT_V_WEIGHT:
             c[i].a = (int64_t)(next_u64() % ((1ull << 30) + 1));
             c[i].b = (int64_t)(next_u64() % 16);
@@ -159,6 +164,33 @@ START_TEST(v_stretch_is_exact)
 }
 END_TEST
 
+/* A value headed into Q32 storage (|x| < 2^62, as every accumulator) is
+ * flagged exactly when x * 2^s, exact (s >= 0) or rounded half up
+ * (s < 0), lies outside [-2^61, 2^61); an unflagged result is that value. */
+START_TEST(scale_checked_flags_exactly_the_values_out_of_range)
+{
+    for (int i = 0; i < 400000; i++) {
+        int64_t x = (int64_t)next_u64() >> (2 + next_u64() % 62);   /* |x| < 2^62 */
+        int32_t s = (int32_t)(next_u64() % 140) - 70;
+        if (i % 4 == 0)     /* near the edge: |x| * 2^s close to 2^61 */
+            s = 61 - (int32_t)(64 - __builtin_clzll((uint64_t)(x < 0 ? -(x + 1) : x) | 1)) + (int32_t)(next_u64() % 3) - 1;
+        __int128 exact;
+        if (s >= 0)
+            exact = s > 62 ? (x ? (__int128)1 << 100 : 0) : (__int128)x * ((__int128)1 << s);
+        else if (s < -62)
+            exact = 0;
+        else
+            exact = ((__int128)x + (((__int128)1 << -s) >> 1)) >> -s;
+        bool outside = exact < -((__int128)1 << 61) || exact >= ((__int128)1 << 61);
+        uint64_t bad = 0;
+        int64_t got = qm_scale_pow2_checked(x, s, &bad);
+        ck_assert_msg((bad != 0) == outside, "x %lld s %d: flag %d, want %d", (long long)x, s, bad != 0, outside);
+        ck_assert_msg(outside || got == (int64_t)exact, "x %lld s %d: %lld, want %lld", (long long)x, s,
+                      (long long)got, (long long)exact);
+    }
+}
+END_TEST
+
 /* 2^-u: on [0, 1) (no integer shift) relative error below 3e-9; over
  * [0, 31) within 4 Q30 steps */
 START_TEST(exp2_neg_is_accurate)
@@ -214,6 +246,7 @@ int main(void)
     suite_add_tcase(s, bpf);
     TCase *acc = tcase_create("accuracy");
     tcase_add_test(acc, v_stretch_is_exact);
+    tcase_add_test(acc, scale_checked_flags_exactly_the_values_out_of_range);
     tcase_add_test(acc, exp2_neg_is_accurate);
     tcase_add_test(acc, rsqrt_is_accurate);
     tcase_add_test(acc, sigmoid_is_accurate);

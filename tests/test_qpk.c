@@ -2,7 +2,8 @@
  * independent float computation, `qpack pack` output against a reference
  * conversion of the source safetensors, sharding invariance, `qpack verify`
  * on corrupted files, the reader's structural checks on patched images,
- * atomic writes, and `qpack info --json`.
+ * atomic writes, `qpack info` (--json) and its output: container text shown
+ * inert, lost output an error.
  *
  * qpack and qp-gen-checkpoint are run as programs (paths from the build). */
 #include <check.h>
@@ -180,11 +181,15 @@ END_TEST
 static void write_tokenizer_files(const char *sub)
 {
     ck_assert_int_eq(mkdir(path_of("%s", sub), 0755), 0);
-    const char *tok = "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}\n";
+    /* qpack loads tokenizer.json as qrun does: a real one, whose 2,048 ids
+     * the model's vocabulary (--vocab 2048) holds */
+    size_t tok_len;
+    char *tok = slurp(QP_SOURCE_DIR "/tests/data/tiny-learned/model/tokenizer.json", &tok_len);
     const char *cfg = "{\"chat_template\": \"{% for m in messages %}{{ m.content }}{% endfor %}\", "
                       "\"eos_token\": \"<|im_end|>\"}\n";
-    spit(path_of("%s/tokenizer.json", sub), tok, strlen(tok));
+    spit(path_of("%s/tokenizer.json", sub), tok, tok_len);
     spit(path_of("%s/tokenizer_config.json", sub), cfg, strlen(cfg));
+    free(tok);
 }
 
 START_TEST(sharded_and_single_file_give_identical_containers)
@@ -192,9 +197,9 @@ START_TEST(sharded_and_single_file_give_identical_containers)
     make_dir();
     write_tokenizer_files("tok");
     char args[512];
-    snprintf(args, sizeof args, "--preset tiny --seed 21 --untied --tokenizer-dir %s", path_of("tok"));
+    snprintf(args, sizeof args, "--preset tiny --vocab 2048 --seed 21 --untied --tokenizer-dir %s", path_of("tok"));
     gen("one", args);
-    snprintf(args, sizeof args, "--preset tiny --seed 21 --untied --shards 3 --tokenizer-dir %s",
+    snprintf(args, sizeof args, "--preset tiny --vocab 2048 --seed 21 --untied --shards 3 --tokenizer-dir %s",
              path_of("tok"));
     gen("three", args);
     ck_assert_int_eq(access(path_of("three/model.safetensors.index.json"), F_OK), 0);
@@ -715,8 +720,94 @@ START_TEST(info_json_parses_and_lists_every_tensor)
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings")));
     ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cfg, "hidden_size")->valueint, 64);
+    /* the tiny vocabulary has no room for Qwen3's bos/eos (151643, 151645):
+     * config.json says null, and so does info, never -1 (issue 16) */
+    ck_assert_int_eq(f.cfg.bos_id, -1);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id")));
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id")));
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("out.qpk")), 0);
+    assert_out_has("bos none, eos none");
     qpk_close(&f);
     cJSON_Delete(root);
+    remove_dir();
+}
+END_TEST
+
+/* A checkpoint folder named with a terminal escape (ESC [31m), a C1 CSI
+ * (U+009B) and a byte that is not UTF-8 (0xff): the packer records the
+ * name in the provenance, and `qpack info` must show it inert. */
+#define HOSTILE_NAME "ck\x1b[31m\xc2\x9b\xff"
+
+static void pack_hostile(void)
+{
+    int rc = run("%s '%s' --preset tiny --seed 5", QP_GEN_CHECKPOINT, path_of(HOSTILE_NAME));
+    ck_assert_msg(rc == 0, "qp-gen-checkpoint failed: %s", out_text);
+    rc = run("%s pack '%s' -o %s --quiet", QP_QPACK, path_of(HOSTILE_NAME), path_of("h.qpk"));
+    ck_assert_msg(rc == 0, "qpack pack failed: %s", out_text);
+}
+
+/* no ESC, DEL, C1 control or invalid UTF-8 byte anywhere in out_text */
+static void assert_out_inert(void)
+{
+    for (const unsigned char *p = (const unsigned char *)out_text; *p; p++) {
+        ck_assert_msg(*p != 0x1b && *p != 0x7f && *p != 0xff, "raw byte 0x%02x at %td", *p,
+                      (const char *)p - out_text);
+        ck_assert_msg(!(p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f), "raw C1 control at %td",
+                      (const char *)p - out_text);
+    }
+}
+
+START_TEST(info_shows_escapes_instead_of_raw_control_bytes)
+{
+    make_dir();
+    pack_hostile();
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("h.qpk")), 0);
+    assert_out_inert();
+    assert_out_has(" from ck\\x1b[31m\\u009b\\xff, format q24\n");
+    /* an error message quotes its file: escaped too */
+    ck_assert_int_eq(run("%s info '%s'", QP_QPACK, path_of("no" HOSTILE_NAME ".qpk")), 1);
+    assert_out_inert();
+    assert_out_has("nock\\x1b[31m\\u009b\\xff.qpk: ");
+    remove_dir();
+}
+END_TEST
+
+START_TEST(info_json_is_valid_utf8_with_control_characters_escaped)
+{
+    make_dir();
+    pack_hostile();
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("h.qpk")), 0);
+    assert_out_inert();
+    /* an independent UTF-8 check: glibc's iconv refuses ill-formed input */
+    spit(path_of("info.json"), out_text, strlen(out_text));
+    ck_assert_msg(run("iconv -f UTF-8 -t UTF-8 %s >/dev/null", path_of("info.json")) == 0, "%s", out_text);
+    char *json = slurp(path_of("info.json"), NULL);
+    cJSON *root = cJSON_Parse(json);
+    ck_assert_msg(root != NULL, "not JSON: %s", json);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "provenance"),
+                                                        "source");
+    ck_assert(cJSON_IsString(src));
+    /* the escapes decode back to the characters; the bad byte is U+FFFD */
+    ck_assert_str_eq(src->valuestring, "ck\x1b[31m\xc2\x9b\xef\xbf\xbd");
+    cJSON_Delete(root);
+    free(json);
+    remove_dir();
+}
+END_TEST
+
+/* stdout on /dev/full: every write fails with ENOSPC */
+START_TEST(info_reports_lost_output)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 62");
+    pack("ck", "out.qpk");
+    const char *modes[] = {"", "--json"};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(run("(%s info %s %s >/dev/full)", QP_QPACK, path_of("out.qpk"), modes[i]), 1);
+        ck_assert_str_eq(out_text, "qpack: writing standard output: No space left on device\n");
+    }
+    ck_assert_int_eq(run("(%s verify %s >/dev/full)", QP_QPACK, path_of("out.qpk")), 1);
+    ck_assert_str_eq(out_text, "qpack: writing standard output: No space left on device\n");
     remove_dir();
 }
 END_TEST
@@ -780,6 +871,9 @@ static Suite *suite(void)
 
     tc = tcase_create("cli");
     tcase_add_test(tc, info_json_parses_and_lists_every_tensor);
+    tcase_add_test(tc, info_shows_escapes_instead_of_raw_control_bytes);
+    tcase_add_test(tc, info_json_is_valid_utf8_with_control_characters_escaped);
+    tcase_add_test(tc, info_reports_lost_output);
     tcase_add_test(tc, unknown_subcommand_exits_2);
     suite_add_tcase(s, tc);
     return s;

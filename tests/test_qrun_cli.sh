@@ -100,7 +100,8 @@ start_and_signal() {
     ids=
     for i in $(seq 200); do
         [ -z "$ids" ] && [ "$(prog_ids_of $pid | wc -l)" -ge 8 ] && ids=$(prog_ids_of $pid)
-        [ -n "$ids" ] && [ -s "$T/$name.out" ] && break
+        # UNTIL_LINE=1: a whole line printed (a chat reply ended), not only a token
+        [ -n "$ids" ] && [ -s "$T/$name.out" ] && { [ -z "${UNTIL_LINE:-}" ] || [ "$(tr -cd '\n' <"$T/$name.out" | wc -c)" -ge 1 ]; } && break
         kill -0 $pid 2>/dev/null || break
         sleep 0.05
     done
@@ -109,6 +110,31 @@ start_and_signal() {
     kill -"$sig" $pid
     wait $pid
     rc=$?
+}
+
+# ended_after_first_byte ARGS...: runs ARGS with stdout into a pipe, reads
+# one byte, closes the pipe (what `| head -c 1` does) and prints how the
+# command ended: "exit N" or "signal N" (a shell shows both as 128 + N).
+# The command starts with SIGPIPE at its default action, whatever ours is.
+ended_after_first_byte() {
+    perl -e '
+        pipe(my $r, my $w) or die "pipe: $!";
+        my $pid = fork() // die "fork: $!";
+        if (!$pid) { close $r; open(STDOUT, ">&", $w) or die; $SIG{PIPE} = "DEFAULT"; exec(@ARGV) or die "exec: $!" }
+        close $w;
+        sysread($r, my $byte, 1);
+        close $r;
+        waitpid($pid, 0);
+        print $? & 127 ? "signal " . ($? & 127) : "exit " . ($? >> 8);
+    ' "$@"
+}
+
+# expect_lost_output NAME PREFIX: exit 1, one line on stderr naming the lost output
+expect_lost_output() {
+    [ "$rc" = 1 ] || fail "$1: exit $rc with stdout on /dev/full, expected 1 ($(cat "$T/$1.err"))"
+    [ "$(cat "$T/$1.err")" = "$2: writing standard output: No space left on device" ] ||
+        fail "$1: stderr: $(cat "$T/$1.err")"
+    echo "ok $1: $(cat "$T/$1.err")"
 }
 
 case "$CASE" in
@@ -147,6 +173,15 @@ generate)
     [ "$rc" = 0 ] && valid_utf8 "$T/sample.out" || fail "sampling: exit $rc, $(cat "$T/sample.err")"
     run stats -m "$M" -p "Hello" -n 4 --stats
     [ "$rc" = 0 ] && grep -q "backend bpf" "$T/stats.err" || fail "--stats: $(cat "$T/stats.err")"
+    # QP_BPF_STATS=1: one line, every kernel with its verifier count, each
+    # within the verifier's limit of 1M processed instructions
+    QP_BPF_STATS=1 "$QRUN" -m "$M" --ids "1 2" -n 1 >"$T/vstats.out" 2>"$T/vstats.err" ||
+        fail "QP_BPF_STATS=1: $(cat "$T/vstats.err")"
+    [ "$(lines "$T/vstats.err")" = 1 ] || fail "QP_BPF_STATS=1: $(cat "$T/vstats.err")"
+    for k in $(echo "$KERNELS" | tr -d '[]"' | tr , ' ') matvec4 quant_x; do
+        n=$(grep -o " $k [0-9]*" "$T/vstats.err" | head -1 | awk '{print $2}')
+        [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 1000000 ] || fail "QP_BPF_STATS=1: $k: '$n' in $(cat "$T/vstats.err")"
+    done
     echo "ok: $(cat "$T/hello.out")"
     ;;
 
@@ -232,13 +267,28 @@ EOF
         fail "bad lines: $(cat "$T/bad.err")"
     echo "ok: $(tr '\n' '|' <"$T/bad.err")"
 
-    # the conversation filling the context is an error, not a wrap-around
-    printf 'Hi\nAgain\nAnd again\nOnce more\n' | "$QRUN" -m "$M" --chat -n 4 --print-ids -c 40 \
+    # the conversation filling the context drops its oldest turns, says so,
+    # and goes on: the reply after the drop is the one a conversation that
+    # began at the kept turn gives
+    printf 'Hi\nAgain\nAnd again\n' | "$QRUN" -m "$M" --chat -n 4 --print-ids -c 40 \
         >"$T/full.out" 2>"$T/full.err"
     rc=$?
-    [ "$rc" = 1 ] || fail "full context: exit $rc, expected 1"
-    [ "$(lines "$T/full.err")" = 1 ] && grep -q "context" "$T/full.err" || fail "full context: $(cat "$T/full.err")"
-    [ "$(lines "$T/full.out")" = 2 ] || fail "full context: expected 2 replies first: $(cat "$T/full.out")"
+    [ "$rc" = 0 ] || fail "full context: exit $rc: $(cat "$T/full.err")"
+    [ "$(lines "$T/full.out")" = 3 ] || fail "full context: expected 3 replies: $(cat "$T/full.out")"
+    [ "$(cat "$T/full.err")" = "qrun: the conversation fills the context of 40 positions: dropping the oldest 1 turn" ] ||
+        fail "full context: $(cat "$T/full.err")"
+    r2=$(sed -n 2p "$T/full.out") r3=$(sed -n 3p "$T/full.out")
+    t2=$(printf '<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' | "$QRUN" tokenize -m "$M")
+    t3=$(printf '<|im_end|>\n<|im_start|>user\nAnd again<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' |
+        "$QRUN" tokenize -m "$M")
+    run kept -m "$M" --ids "$t2 $r2 $t3" -n 4 --print-ids
+    [ "$(cat "$T/kept.out")" = "$r3" ] || fail "after the drop: '$r3', the kept turns alone: '$(cat "$T/kept.out")'"
+    # a turn that cannot fit even alone is refused; the chat goes on, exit 1
+    printf 'Hi\n%s\nAgain\n' "$(printf 'word %.0s' $(seq 40))" | "$QRUN" -m "$M" --chat -n 4 --print-ids -c 40 \
+        >"$T/huge.out" 2>"$T/huge.err"
+    rc=$?
+    [ "$rc" = 1 ] && [ "$(lines "$T/huge.out")" = 2 ] && grep -q "input line 2: this turn and -n 4 do not fit" "$T/huge.err" ||
+        fail "a turn too long: exit $rc: $(cat "$T/huge.out" "$T/huge.err")"
     echo "ok: $(cat "$T/full.err")"
     # and no input at all is a clean, empty end
     "$QRUN" -m "$M" --chat -n 4 </dev/null >"$T/eof.out" 2>"$T/eof.err"
@@ -319,12 +369,24 @@ context)
     # 2 prompt tokens + 6 fed replies fill -c 8: 7 tokens print, the 8th is past the context
     run fits -m "$M" -c 8 --ids "9707 11" -n 7 --print-ids
     [ "$rc" = 0 ] && [ "$(wc -w <"$T/fits.out")" = 7 ] || fail "-c 8 -n 7: exit $rc, $(cat "$T/fits.out" "$T/fits.err")"
+    # one more is refused before the load, as bad usage (2), naming what to change
     run past -m "$M" -c 8 --ids "9707 11" -n 8 --print-ids
-    [ "$rc" = 1 ] || fail "-c 8 -n 8: exit $rc, expected 1"
-    [ "$(wc -w <"$T/past.out")" = 7 ] || fail "-c 8 -n 8: printed $(cat "$T/past.out")"
-    [ "$(lines "$T/past.err")" = 1 ] && grep -q "reached the end of the context" "$T/past.err" ||
+    expect_one_line_error past
+    [ "$rc" = 2 ] || fail "-c 8 -n 8: exit $rc, expected 2"
+    grep -q "need 9 positions, more than the context of 8: raise -c to 9 (at most 2048) or lower -n" "$T/past.err" ||
         fail "-c 8 -n 8: $(cat "$T/past.err")"
-    cmp -s "$T/fits.out" "$T/past.out" || fail "the tokens before the end differ"
+    # at the model's maximum (2048, also the default context here) -c cannot help
+    for c in "" "-c 2048"; do
+        run max -m "$M" $c --ids "9707 11" -n 2048 --print-ids
+        expect_one_line_error max
+        [ "$rc" = 2 ] && grep -q "more than this model's maximum of 2048: lower -n$" "$T/max.err" ||
+            fail "-n 2048 $c: exit $rc: $(cat "$T/max.err")"
+    done
+    # -c past the maximum is bad usage too, like -c 0
+    run cmax -m "$M" -c 3000 --ids "9707 11" -n 2
+    expect_one_line_error cmax
+    [ "$rc" = 2 ] && grep -q -- "-c 3000 is past this model's maximum of 2048 positions" "$T/cmax.err" ||
+        fail "-c 3000: exit $rc: $(cat "$T/cmax.err")"
     echo "ok: $(cat "$T/long.err") / $(cat "$T/past.err")"
     ;;
 
@@ -340,7 +402,7 @@ lifecycle)
     no_leftovers "an error exit"
     for sig in INT TERM; do
         want=$([ $sig = INT ] && echo 130 || echo 143)
-        start_and_signal sig$sig $sig -m "$M" -p "Hello" -n 100000
+        start_and_signal sig$sig $sig -m "$M" -p "Hello" -n 2000
         [ "$rc" = "$want" ] || fail "SIG$sig: exit $rc, expected $want: $(cat "$T/sig$sig.err")"
         [ "$(cat "$T/sig$sig.err")" = "qrun: interrupted" ] || fail "SIG$sig: stderr $(cat "$T/sig$sig.err")"
         valid_utf8 "$T/sig$sig.out" || fail "SIG$sig: the text printed is not valid UTF-8"
@@ -352,7 +414,7 @@ lifecycle)
     mkfifo "$T/fifo"
     (printf 'Hi\n'; exec sleep 30) >"$T/fifo" &
     writer=$!
-    IN=$T/fifo start_and_signal chatINT INT -m "$M" --chat -n 4 --print-ids
+    IN=$T/fifo UNTIL_LINE=1 start_and_signal chatINT INT -m "$M" --chat -n 4 --print-ids
     kill $writer 2>/dev/null
     wait $writer 2>/dev/null
     [ "$rc" = 130 ] || fail "chat SIGINT: exit $rc: $(cat "$T/chatINT.err")"
@@ -374,12 +436,266 @@ unprivileged)
     nobody "$U/qrun" -m "$M" -p "Hello" -n 4 >"$T/bpf.out" 2>"$T/bpf.err"
     rc=$?
     expect_one_line_error bpf
-    grep -q "CAP_BPF" "$T/bpf.err" && grep -q "root" "$T/bpf.err" && grep -q "uid 65534" "$T/bpf.err" ||
+    grep -q "CAP_BPF" "$T/bpf.err" && grep -q "root" "$T/bpf.err" && grep -q "uid 65534" "$T/bpf.err" &&
+        grep -q -- "--backend emu" "$T/bpf.err" ||
         fail "message: $(cat "$T/bpf.err")"
     # the same user can read the model: only the privilege was missing
     nobody "$U/qrun" -m "$M" -p "Hello" -n 4 --backend emu >"$T/emu.out" 2>"$T/emu.err"
     rc=$?
     [ "$rc" = 0 ] || fail "emu as nobody: exit $rc: $(cat "$T/emu.err")"
+    ;;
+
+lost_output)
+    # stdout on /dev/full: every write fails with ENOSPC; nothing may pass for success
+    "$QRUN" -m "$M" -p "Hello" -n 8 --backend emu >/dev/full 2>"$T/emu.err"
+    rc=$?; expect_lost_output emu qrun
+    "$QRUN" -m "$M" -p "Hello" -n 8 --backend emu --print-ids >/dev/full 2>"$T/ids.err"
+    rc=$?; expect_lost_output ids qrun
+    # a chat stops at the first reply it cannot write, not at the end of its input
+    printf 'Hi\nAgain\n' | "$QRUN" -m "$M" --chat -n 4 --backend emu >/dev/full 2>"$T/chat.err"
+    rc=$?; expect_lost_output chat qrun
+    printf 'Hello, world!' | "$QRUN" tokenize -m "$M" >/dev/full 2>"$T/tok.err"
+    rc=$?; expect_lost_output tok "qrun tokenize"
+    printf '9707 11' | "$QRUN" detokenize -m "$M" >/dev/full 2>"$T/detok.err"
+    rc=$?; expect_lost_output detok "qrun detokenize"
+    printf '"Hello"\n"world"\n' | "$QRUN" tokenize -m "$M" --jsonl >/dev/full 2>"$T/jsonl.err"
+    rc=$?; expect_lost_output jsonl "qrun tokenize"
+    "$QRUN" --help >/dev/full 2>"$T/help.err"
+    rc=$?; expect_lost_output help qrun
+    if [ "$(id -u)" = 0 ]; then
+        "$QRUN" -m "$M" -p "Hello" -n 8 >/dev/full 2>"$T/bpf.err"
+        rc=$?; expect_lost_output bpf qrun
+    fi
+    ;;
+
+closed_pipe)
+    # `qrun ... | head -c 1`: qrun ends at the next token it cannot write,
+    # quietly, with status 141, instead of dying by SIGPIPE or generating on.
+    # 2000 tokens take minutes here; stopping after the first few, seconds.
+    command -v perl >/dev/null || skip "needs perl"
+    backends=emu
+    [ "$(id -u)" = 0 ] && backends="emu bpf"
+    for b in $backends; do
+        start=$SECONDS
+        how=$(ended_after_first_byte "$QRUN" -m "$M" -p "Hello" -n 2000 --backend $b 2>"$T/$b.err")
+        took=$((SECONDS - start))
+        [ "$how" = "exit 141" ] || fail "$b: qrun ended by '$how', expected 'exit 141'"
+        [ ! -s "$T/$b.err" ] || fail "$b: stderr: $(cat "$T/$b.err")"
+        [ "$took" -le 20 ] || fail "$b: qrun took $took s to stop after its reader went away"
+        echo "ok $b: $how after $took s, nothing on stderr"
+    done
+    ;;
+
+detokenize)
+    # ids past the tokenizer's 151,669 but inside the model's 151,936 (Qwen3's
+    # padding) print no text, as in generation; past the model's, an error
+    out=$(printf '9707 151935 11 151669' | "$QRUN" detokenize -m "$M") || fail "padding ids: exit $?"
+    [ "$out" = "Hello," ] || fail "padding ids: got '$out'"
+    printf '9707 151936' | "$QRUN" detokenize -m "$M" >"$T/past.out" 2>"$T/past.err"
+    rc=$?
+    expect_one_line_error past
+    grep -q "151936" "$T/past.err" || fail "past: $(cat "$T/past.err")"
+    printf '[9707, 151935, 11]\n' | "$QRUN" detokenize -m "$M" --jsonl >"$T/jsonl.out" || fail "--jsonl: exit $?"
+    [ "$(cat "$T/jsonl.out")" = '"Hello,"' ] || fail "--jsonl: got $(cat "$T/jsonl.out")"
+    # a tokenizer alone knows no model: an id it lacks is an error (qrun detokenize --help)
+    printf '9707 151935' | "$QRUN" detokenize --tokenizer "$TOKDIR/tokenizer.json" >"$T/tok.out" 2>"$T/tok.err"
+    rc=$?
+    expect_one_line_error tok
+    "$QRUN" detokenize --help | grep -q "padding" || fail "detokenize --help does not say what padding ids do"
+    # generation and detokenize agree: the text qrun streams is the text of the ids it generates
+    run ids -m "$M" -p "Hello" -n 16 --backend emu --print-ids
+    [ "$rc" = 0 ] || fail "--print-ids: exit $rc: $(cat "$T/ids.err")"
+    run text -m "$M" -p "Hello" -n 16 --backend emu
+    [ "$rc" = 0 ] || fail "text: exit $rc: $(cat "$T/text.err")"
+    "$QRUN" detokenize -m "$M" <"$T/ids.out" >"$T/detok.out" || fail "detokenize of the generated ids: exit $?"
+    printf '\n' >>"$T/detok.out" # qrun ends a reply with a newline
+    cmp -s "$T/detok.out" "$T/text.out" ||
+        fail "qrun printed '$(cat "$T/text.out")', detokenize of its ids '$(cat "$T/detok.out")'"
+    echo "ok: padding ids print nothing; generation == detokenize: $(cat "$T/text.out")"
+    ;;
+
+prompt_sources)
+    # -f FILE and -p - give the tokens of -p TEXT (one newline at the end of
+    # a file is no text, as llama.cpp reads -f); their UTF-8 is checked
+    run text -m "$M" -p "Hello there" -n 4 --backend emu --print-ids
+    [ "$rc" = 0 ] || fail "-p: exit $rc: $(cat "$T/text.err")"
+    printf 'Hello there\n' >"$T/p.txt"
+    run file -m "$M" -f "$T/p.txt" -n 4 --backend emu --print-ids
+    cmp -s "$T/text.out" "$T/file.out" || fail "-f gave $(cat "$T/file.out"), -p $(cat "$T/text.out")"
+    printf 'Hello there' | "$QRUN" -m "$M" -p - -n 4 --backend emu --print-ids >"$T/stdin.out" 2>"$T/stdin.err" ||
+        fail "-p -: $(cat "$T/stdin.err")"
+    cmp -s "$T/text.out" "$T/stdin.out" || fail "-p - gave $(cat "$T/stdin.out"), -p $(cat "$T/text.out")"
+    # the chat template around -f's text, and the system prompt
+    run chat -m "$M" --chat --system "Be brief." -f "$T/p.txt" -n 4 --backend emu --print-ids
+    [ "$rc" = 0 ] || fail "--chat --system -f: exit $rc: $(cat "$T/chat.err")"
+    wrapped=$(printf '<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' |
+        "$QRUN" tokenize -m "$M")
+    run plain -m "$M" --ids "$wrapped" -n 4 --backend emu --print-ids
+    cmp -s "$T/chat.out" "$T/plain.out" || fail "--system gave $(cat "$T/chat.out"), its template $(cat "$T/plain.out")"
+    printf 'ab\xffcd' >"$T/bad.txt"
+    run badfile -m "$M" -f "$T/bad.txt" --backend emu
+    expect_one_line_error badfile
+    grep -q "invalid UTF-8 at byte offset 2" "$T/badfile.err" || fail "bad -f: $(cat "$T/badfile.err")"
+    run nofile -m "$M" -f "$T/none.txt" --backend emu
+    expect_one_line_error nofile
+    run twice -m "$M" -f "$T/p.txt" -p hi
+    expect_one_line_error twice
+    [ "$rc" = 2 ] || fail "-f with -p: exit $rc"
+    run sysalone -m "$M" -p hi --system "x"
+    expect_one_line_error sysalone
+    echo "ok: -f, -p - and -p give $(cat "$T/text.out"); --system: $(cat "$T/chat.out")"
+    ;;
+
+stop)
+    # --stop: the reply ends where its text first holds the string, which
+    # is not printed (a string across tokens too); one never met changes nothing
+    args=(-m "$M" -p "Hello" -n 16 --backend emu --temp 0.9 --seed 3)
+    run full "${args[@]}"
+    [ "$rc" = 0 ] || fail "exit $rc: $(cat "$T/full.err")"
+    full=$(cat "$T/full.out")
+    for stop in "Libre" "lter Lib" "renderItem"; do
+        at=$(perl -e 'print index($ARGV[0], $ARGV[1])' "$full" "$stop")
+        [ "$at" -gt 0 ] || fail "the sample text '$full' lacks '$stop'"
+        want=$(perl -e 'print substr($ARGV[0], 0, $ARGV[1])' "$full" "$at")
+        run cut "${args[@]}" --stop "$stop" --stop "never in this text"
+        [ "$rc" = 0 ] || fail "--stop '$stop': exit $rc: $(cat "$T/cut.err")"
+        [ "$(cat "$T/cut.out")" = "$want" ] || fail "--stop '$stop': '$(cat "$T/cut.out")', expected '$want'"
+        echo "ok --stop '$stop': '$want'"
+    done
+    run none "${args[@]}" --stop "never in this text"
+    cmp -s "$T/full.out" "$T/none.out" || fail "a stop string never met changed the text"
+    run ids "${args[@]}" --stop x --print-ids
+    expect_one_line_error ids
+    ;;
+
+sampling)
+    # --min-p 1 keeps only the most likely token: greedy at any temperature;
+    # --repeat-penalty changes greedy decoding of a looping model, the same
+    # way each run, and not at all with --repeat-last-n 0
+    run greedy -m "$M" -p "Hello" -n 12 --backend emu --print-ids
+    run minp -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 1.5 --min-p 1 --seed 9
+    cmp -s "$T/greedy.out" "$T/minp.out" || fail "--min-p 1: $(cat "$T/minp.out"), greedy $(cat "$T/greedy.out")"
+    run pen -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5
+    run pen2 -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5 --repeat-last-n -1
+    run off -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5 --repeat-last-n 0
+    [ "$(tr ' ' '\n' <"$T/greedy.out" | sort -u | wc -l)" = 1 ] || fail "greedy does not loop: $(cat "$T/greedy.out")"
+    [ "$(tr ' ' '\n' <"$T/pen.out" | sort -u | wc -l)" -gt 6 ] || fail "--repeat-penalty 5 still loops: $(cat "$T/pen.out")"
+    cmp -s "$T/greedy.out" "$T/off.out" || fail "--repeat-last-n 0 changed greedy decoding"
+    run again -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5
+    cmp -s "$T/pen.out" "$T/again.out" || fail "--repeat-penalty is not repeatable"
+    for bad in "--min-p 2" "--min-p -0.1" "--repeat-penalty 0" "--repeat-last-n -2" "--repeat-last-n x"; do
+        run bad -m "$M" -p hi $bad
+        expect_one_line_error bad
+        [ "$rc" = 2 ] || fail "$bad: exit $rc"
+    done
+    run look -m "$M" -p hi --lookup 4 --repeat-penalty 2
+    expect_one_line_error look
+    echo "ok: greedy $(cat "$T/greedy.out") / penalised $(cat "$T/pen.out")"
+    ;;
+
+chat_commands)
+    # /clear forgets the conversation: the next turn answers as a fresh chat;
+    # a line ending in \ goes on; /bye ends the chat (the rest is not read)
+    printf 'Hi there\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/fresh.out" 2>&1 ||
+        fail "fresh: $(cat "$T/fresh.out")"
+    printf 'How are you?\n/clear\nHi there\n/bye\nAgain\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu \
+        >"$T/clear.out" 2>"$T/clear.err"
+    rc=$?
+    [ "$rc" = 0 ] && [ ! -s "$T/clear.err" ] || fail "/clear: exit $rc: $(cat "$T/clear.err")"
+    [ "$(lines "$T/clear.out")" = 2 ] || fail "/bye did not end the chat: $(cat "$T/clear.out")"
+    [ "$(sed -n 2p "$T/clear.out")" = "$(cat "$T/fresh.out")" ] ||
+        fail "after /clear: '$(sed -n 2p "$T/clear.out")', a fresh chat: '$(cat "$T/fresh.out")'"
+    printf 'one\\\ntwo\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/cont.out" 2>&1 ||
+        fail "continued line: $(cat "$T/cont.out")"
+    run joined -m "$M" --chat -p "one
+two" -n 6 --print-ids --backend emu
+    [ "$(cat "$T/cont.out")" = "$(cat "$T/joined.out")" ] ||
+        fail "a line ending in \\ gave '$(cat "$T/cont.out")', the two lines as one turn '$(cat "$T/joined.out")'"
+    echo "ok: /clear gives the fresh reply '$(cat "$T/fresh.out")'; continued: '$(cat "$T/cont.out")'"
+    ;;
+
+chat_keys)
+    # on a terminal (tmux): Ctrl-C stops the reply and returns to the prompt
+    # within 0.5 s, the chat goes on; Ctrl-C at the prompt ends qrun (130)
+    command -v tmux >/dev/null || skip "needs tmux (scripts/install_deps.sh)"
+    S=qrun-keys-$$
+    sock=$T/tmux.sock
+    tm() { tmux -S "$sock" "$@"; }
+    trap 'tm kill-server 2>/dev/null' EXIT
+    tm new-session -d -s $S -x 200 -y 50 \
+        "trap '' INT; '$QRUN' -m '$M' --chat -n 2000 --backend emu --print-ids; echo \$? >'$T/status'; sleep 30"
+    screen() { tm capture-pane -p -t $S -S -200; }
+    ms() { date +%s%3N; }
+    # wait_for PATTERN: until the screen's last line matches (10 s); seen_ms:
+    # when the matching screen had been captured. The harness's own costs
+    # (tmux's send-keys, the grep after the capture) stay out of the
+    # figures below, which matter on a loaded machine
+    wait_for() {
+        local i shot
+        for i in $(seq 200); do
+            shot=$(screen)
+            seen_ms=$(ms)
+            printf '%s\n' "$shot" | grep -v '^$' | tail -1 | grep -Eq "$1" && return 0
+            sleep 0.05
+        done
+        fail "waited for '$1'; screen: $(screen | grep -v '^$' | tail -3)"
+    }
+    wait_for '^> ?$'
+    for turn in Hi Again; do
+        tm send-keys -t $S "$turn" Enter
+        wait_for '^[0-9]+ [0-9]+ [0-9]+ '       # the reply is streaming
+        tm send-keys -t $S C-c
+        t0=$(ms)                                # the key is in the terminal
+        wait_for '^> ?$'
+        took=$((seen_ms - t0))
+        echo "ok: Ctrl-C in reply to '$turn': back at the prompt in $took ms"
+        [ "$took" -le 500 ] || fail "Ctrl-C took $took ms to stop the reply"
+    done
+    tm send-keys -t $S C-c
+    t0=$(ms)
+    for i in $(seq 100); do [ -s "$T/status" ] && break; sleep 0.05; done
+    took=$(($(ms) - t0))
+    [ "$(cat "$T/status" 2>/dev/null)" = 130 ] || fail "Ctrl-C at the prompt: status '$(cat "$T/status" 2>/dev/null)'"
+    [ "$took" -le 500 ] || fail "Ctrl-C at the prompt took $took ms"
+    screen | grep -q "^qrun: interrupted$" || fail "screen: $(screen | grep -v '^$' | tail -5)"
+    echo "ok: Ctrl-C at the prompt ended qrun in $took ms, status 130"
+    ;;
+
+progress)
+    # a progress line on a terminal only (script(1) gives qrun one), and
+    # never with --quiet or when stderr is a file
+    command -v script >/dev/null || skip "needs script (util-linux)"
+    long=$(for i in $(seq 1200); do printf '%d ' $((i * 7 % 5000 + 1)); done)
+    script -qfec "'$QRUN' -m '$M' --ids '$long' -n 2 --backend emu --print-ids" /dev/null >"$T/tty.out"
+    grep -q "qrun: loading M.qpk: checksums 100% of" "$T/tty.out" || fail "no loading line: $(head -c 300 "$T/tty.out")"
+    grep -Eq "qrun: prompt: [0-9]+ of 1200 positions, [0-9.]+ tokens/s, .* left" "$T/tty.out" ||
+        fail "no prompt line: $(head -c 300 "$T/tty.out")"
+    script -qfec "'$QRUN' -m '$M' --ids '$long' -n 2 --backend emu --print-ids --quiet" /dev/null >"$T/quiet.out"
+    ! grep -q "loading\|positions" "$T/quiet.out" || fail "--quiet: $(head -c 300 "$T/quiet.out")"
+    run file -m "$M" --ids "$long" -n 2 --backend emu --print-ids
+    [ "$rc" = 0 ] && [ ! -s "$T/file.err" ] || fail "stderr to a file: $(head -c 300 "$T/file.err")"
+    echo "ok: $(tr '\r' '\n' <"$T/tty.out" | grep -a 'prompt:' | tail -1)"
+    ;;
+
+stats)
+    # --stats says what is true of each backend: no BPF maps for the host
+    # twin, a float64 cache for the reference, no ms/token without a step
+    run emu -m "$M" -p Hello -n 1 --backend emu --stats
+    [ "$rc" = 0 ] || fail "emu: $(cat "$T/emu.err")"
+    ! grep -q "BPF maps\|bpf calls\|ms/token over" "$T/emu.err" || fail "emu: $(cat "$T/emu.err")"
+    grep -q "no decode step to time" "$T/emu.err" && grep -q "kernel calls (host twin)" "$T/emu.err" ||
+        fail "emu -n 1: $(cat "$T/emu.err")"
+    grep -Eq "KV cache [0-9.]+ kB/position, peak RSS [0-9]+ MB" "$T/emu.err" || fail "units: $(cat "$T/emu.err")"
+    run ref -m "$WORK/ckpt" -p Hello -n 3 --backend ref --stats
+    [ "$rc" = 0 ] || fail "ref: $(cat "$T/ref.err")"
+    grep -q "the checkpoint mapped: each step reads its BF16 weights into float64" "$T/ref.err" &&
+        grep -q "(float64)" "$T/ref.err" && ! grep -q "calls\|KV cache 0.0" "$T/ref.err" || fail "ref: $(cat "$T/ref.err")"
+    if [ "$(id -u)" = 0 ]; then
+        run bpf -m "$M" -p Hello -n 4 --stats
+        grep -Eq "BPF maps [0-9.]+ MB \(weights [0-9.]+ MB\)" "$T/bpf.err" && grep -q "bpf calls/prompt token" "$T/bpf.err" ||
+            fail "bpf: $(cat "$T/bpf.err")"
+    fi
+    echo "ok: $(tr '\n' '|' <"$T/emu.err")"
     ;;
 
 *)

@@ -128,6 +128,36 @@ START_TEST(pf16_round_trip)
 }
 END_TEST
 
+/* the definition in quant.h, with the library calls: the smallest shift s
+ * whose rint(y / 2^s) fits the 12-bit mantissa, saturating */
+static uint16_t pf16_reference(double y)
+{
+    for (int s = 0; s <= QNT_PF16_SHIFT_MAX; s++) {
+        double t = rint(ldexp(y, -s));
+        if (t >= QNT_PF16_MANT_MIN && t <= QNT_PF16_MANT_MAX)
+            return (uint16_t)((s << 12) | ((int)t & 0xfff));
+    }
+    return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | ((y > 0 ? QNT_PF16_MANT_MAX : QNT_PF16_MANT_MIN) & 0xfff));
+}
+
+START_TEST(pf16_encode_matches_definition)
+{
+    rng = 3;
+    for (int i = 0; i < 1000000; i++) {
+        double y;
+        switch (i % 4) {
+        case 0: y = ldexp(2 * uniform() - 1, (int)(next_u64() % 60) - 20); break;
+        case 1: y = ldexp((double)(int)(next_u64() % 8192) - 4096 + 0.5 * (next_u64() % 3), (int)(next_u64() % 17));
+                break; /* ties at every shift */
+        case 2: y = ldexp(uniform(), -1060 + (int)(next_u64() % 60)); break; /* subnormal and tiny */
+        default: y = (next_u64() & 1 ? 1 : -1) * ldexp(uniform(), (int)(next_u64() % 40)); break;
+        }
+        ck_assert_msg(qnt_param_encode(y) == pf16_reference(y), "y %a: %04x, definition %04x", y,
+                      qnt_param_encode(y), pf16_reference(y));
+    }
+}
+END_TEST
+
 START_TEST(tensor_exponent)
 {
     ck_assert_int_eq(qnt_tensor_exponent(0), 0);
@@ -303,6 +333,101 @@ START_TEST(code_sums)
 }
 END_TEST
 
+/* ---- the generic build: the same bits as the one in use ---- */
+
+double qnt_generic_i4_group(const float *x, const float *w, int n, int E, qnt_method method, uint8_t *q,
+                            uint16_t *d, uint16_t *m);
+double qnt_generic_i8_group(const float *x, const float *w, int n, int E, qnt_method method, int8_t *q,
+                            uint16_t *d);
+void qnt_generic_i4_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                        uint8_t *q, uint16_t *d, uint16_t *m, qnt_damage *dmg);
+
+static const int generic_sizes[] = {32, 64, 128, 256, 7, 1, 33};
+
+START_TEST(generic_build_same_bits)
+{
+    rng = 0xfeedull + (uint64_t)_i;
+    int n = generic_sizes[_i];
+    for (int it = 0; it < 1500; it++) {
+        float x[QNT_MAX_GROUP], w[QNT_MAX_GROUP];
+        int kind = it % D_KINDS;
+        fill_group(x, n, kind, ldexp(1.0, (int)(next_u64() % 40) - 30));
+        for (int j = 0; j < n; j++)
+            w[j] = (float)(next_u64() % 7 ? 0.1 + uniform() * uniform() * 400 : 0);
+        const float *wp = it % 3 ? w : NULL;
+        int E = group_E(x, n);
+        qnt_method method = it % 5 == 0 ? QNT_RTN : it % 5 == 1 ? QNT_ABSMAX : QNT_SEARCH;
+        uint8_t q[QNT_MAX_GROUP], qg[QNT_MAX_GROUP];
+        uint16_t d, m, dg, mg;
+        double e = qnt_i4_group(x, wp, n, E, method, q, &d, &m);
+        double eg = qnt_generic_i4_group(x, wp, n, E, method, qg, &dg, &mg);
+        ck_assert_msg(memcmp(&e, &eg, sizeof e) == 0 && d == dg && m == mg && memcmp(q, qg, (size_t)n) == 0,
+                      "int4 group %d (n %d, kind %d, method %d): error %a vs %a, d %04x/%04x, m %04x/%04x", it,
+                      n, kind, (int)method, e, eg, d, dg, m, mg);
+        qnt_damage dr = {0}, drg = {0};
+        qnt_i4_row(x, wp, (uint32_t)n, n, E, method, q, &d, &m, &dr);
+        qnt_generic_i4_row(x, wp, (uint32_t)n, n, E, method, qg, &dg, &mg, &drg);
+        ck_assert(memcmp(&dr, &drg, sizeof dr) == 0);
+        if (method == QNT_ABSMAX)
+            continue;
+        e = qnt_i8_group(x, wp, n, E, method, (int8_t *)q, &d);
+        eg = qnt_generic_i8_group(x, wp, n, E, method, (int8_t *)qg, &dg);
+        ck_assert_msg(memcmp(&e, &eg, sizeof e) == 0 && d == dg && memcmp(q, qg, (size_t)n) == 0,
+                      "int8 group %d (n %d, kind %d): error %a vs %a, d %04x/%04x", it, n, kind, e, eg, d, dg);
+    }
+}
+END_TEST
+
+/* ---- rows ---- */
+
+/* A row is its groups: the same codes and parameters as qnt_i4_group /
+ * qnt_i8_group, and the damage recomputed independently (long double). */
+START_TEST(rows_are_their_groups)
+{
+    rng = 77;
+    const uint32_t cols = 512;
+    float x[512], w[512];
+    for (int it = 0; it < 40; it++) {
+        int group = (int[]){32, 64, 128, 16}[it % 4];
+        for (uint32_t j = 0; j < cols; j++) {
+            x[j] = (float)(0.02 * gauss() * (it % 5 == 0 && j % 97 == 0 ? 30 : 1));
+            w[j] = (float)(0.1 + uniform() * uniform() * 9);
+        }
+        const float *wp = it % 2 ? w : NULL;
+        int E = group_E(x, (int)cols);
+        qnt_method method = it % 3 == 0 ? QNT_RTN : QNT_SEARCH;
+        uint8_t q4[512], g4[512];
+        int8_t q8[512], g8[512];
+        uint16_t d4[32], m4[32], d8[32];
+        qnt_damage dmg4 = {0}, dmg8 = {0};
+        qnt_i4_row(x, wp, cols, group, E, method, q4, d4, m4, &dmg4);
+        qnt_i8_row(x, wp, cols, group, E, method, q8, d8, &dmg8);
+        long double ss4 = 0, ss8 = 0;
+        double mx4 = 0, mx8 = 0, amax = 0;
+        for (uint32_t g0 = 0, gi = 0; g0 < cols; g0 += (uint32_t)group, gi++) {
+            uint16_t d, m;
+            qnt_i4_group(x + g0, wp ? wp + g0 : NULL, group, E, method, g4, &d, &m);
+            ck_assert_msg(d == d4[gi] && m == m4[gi] && memcmp(g4, q4 + g0, (size_t)group) == 0, "it %d group %u: d %04x/%04x m %04x/%04x codes %d", it, gi, d, d4[gi], m, m4[gi], memcmp(g4, q4 + g0, (size_t)group));
+            qnt_i8_group(x + g0, wp ? wp + g0 : NULL, group, E, method, g8, &d);
+            ck_assert(d == d8[gi] && memcmp(g8, q8 + g0, (size_t)group) == 0);
+            for (int j = 0; j < group; j++) {
+                long double r4 = (long double)x[g0 + j] - ldexpl((long double)qnt_i4_int(g4[j], d4[gi], m4[gi]), -E);
+                long double r8 = (long double)x[g0 + j] - ldexpl((long double)qnt_param_int(d) * g8[j], -E);
+                ss4 += r4 * r4;
+                ss8 += r8 * r8;
+                mx4 = fmax(mx4, (double)fabsl(r4));
+                mx8 = fmax(mx8, (double)fabsl(r8));
+                amax = fmax(amax, fabs(x[g0 + j]));
+            }
+        }
+        close_enough(dmg4.sum_sq, ss4);
+        close_enough(dmg8.sum_sq, ss8);
+        ck_assert(dmg4.max_err == mx4 && dmg8.max_err == mx8);
+        ck_assert(dmg4.max_abs == amax && dmg8.max_abs == amax);
+    }
+}
+END_TEST
+
 /* ---- tensors ---- */
 
 static float *gen_matrix(size_t n, uint64_t seed, int outliers)
@@ -428,6 +553,7 @@ int main(void)
     Suite *s = suite_create("quant");
     TCase *tc = tcase_create("pf16");
     tcase_add_test(tc, pf16_round_trip);
+    tcase_add_test(tc, pf16_encode_matches_definition);
     tcase_add_test(tc, tensor_exponent);
     tcase_add_test(tc, code_sums);
     suite_add_tcase(s, tc);
@@ -436,9 +562,11 @@ int main(void)
     tcase_add_loop_test(tc, search_never_worse_i4, 0, 4);
     tcase_add_loop_test(tc, search_never_worse_i8, 0, 4);
     tcase_add_test(tc, edge_groups);
+    tcase_add_loop_test(tc, generic_build_same_bits, 0, (int)(sizeof generic_sizes / sizeof *generic_sizes));
     suite_add_tcase(s, tc);
     tc = tcase_create("tensors");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, rows_are_their_groups);
     tcase_add_test(tc, tensor_round_trip);
     tcase_add_test(tc, tensor_errors);
     tcase_add_test(tc, measure_1m);

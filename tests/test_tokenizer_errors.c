@@ -582,10 +582,13 @@ START_TEST(cli_usage_errors)
 }
 END_TEST
 
-static int stub_loader(const char *path, qp_tok **out, qp_err *err)
+/* "model.qpk": the Qwen3 tokenizer (151,669 ids) and a model vocabulary of
+ * 151,936, as Qwen3's checkpoints pad it. */
+static int stub_loader(const char *path, qp_tok **out, uint32_t *model_vocab, qp_err *err)
 {
     if (strcmp(path, "model.qpk") != 0)
         return qp_fail(err, "%s: not a container", path);
+    *model_vocab = 151936;
     return qp_tok_load_file(out, TOK_ASSET, err);
 }
 
@@ -605,6 +608,61 @@ START_TEST(cli_model_flag_uses_the_loader_hook)
     ck_assert_ptr_nonnull(strstr(r.err, "other.qpk: not a container"));
     done(&r);
     tok_cli_set_model_loader(NULL);
+}
+END_TEST
+
+START_TEST(cli_detokenize_drops_the_models_padding_ids)
+{
+    tok_cli_set_model_loader(stub_loader);
+    /* 151669..151935: in the model, not in the tokenizer: no text */
+    run_result r = RUN("9707 151935 11 151669", "detokenize", "-m", "model.qpk");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "Hello,");
+    done(&r);
+    r = RUN("[9707, 151935, 11]\n", "detokenize", "-m", "model.qpk", "--jsonl");
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_eq(r.out, "\"Hello,\"\n");
+    done(&r);
+    r = RUN("9707 151936", "detokenize", "-m", "model.qpk");
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_msg(strstr(r.err, "token id 151936 is neither in the tokenizer (ids 0 to 151668) nor in the "
+                                "model's vocabulary of 151936"), "%s", r.err);
+    done(&r);
+    tok_cli_set_model_loader(NULL);
+    /* a tokenizer alone cannot tell padding from a mistake */
+    r = RUN("9707 151935", "detokenize", "--tokenizer", TOK_ASSET);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "token id 151935 is not in the vocabulary"), "%s", r.err);
+    done(&r);
+}
+END_TEST
+
+/* /dev/full: every write fails with ENOSPC */
+START_TEST(cli_lost_output_is_an_error)
+{
+    const char *cmds[][4] = {{"tokenize", "--tokenizer", TOK_ASSET, NULL},
+                             {"tokenize", "--tokenizer", TOK_ASSET, "--jsonl"},
+                             {"detokenize", "--tokenizer", TOK_ASSET, NULL},
+                             {"tokenize", "--version", NULL, NULL}};
+    const char *inputs[] = {"Hello, world!", "\"Hello\"\n\"world\"\n", "9707 11 1879 0", ""};
+    for (int i = 0; i < 4; i++) {
+        FILE *fin = tmpfile(), *fout = fopen("/dev/full", "w"), *ferr = tmpfile();
+        ck_assert(fin && fout && ferr);
+        fputs(inputs[i], fin);
+        rewind(fin);
+        int argc = cmds[i][3] ? 4 : cmds[i][2] ? 3 : 2;
+        int status = tok_cli_run(argc, (char **)cmds[i], "qrun", fin, fout, ferr);
+        char *err = slurp(ferr, NULL);
+        ck_assert_msg(status == 1, "%s %s: status %d", cmds[i][0], cmds[i][1], status);
+        char want[128];
+        snprintf(want, sizeof want, "qrun %s: writing standard output: No space left on device\n", cmds[i][0]);
+        ck_assert_str_eq(err, want);
+        free(err);
+        fclose(fin);
+        fclose(fout);
+        fclose(ferr);
+    }
 }
 END_TEST
 
@@ -640,6 +698,8 @@ static Suite *suite(void)
     tcase_add_test(cli, cli_detokenize);
     tcase_add_test(cli, cli_usage_errors);
     tcase_add_test(cli, cli_model_flag_uses_the_loader_hook);
+    tcase_add_test(cli, cli_detokenize_drops_the_models_padding_ids);
+    tcase_add_test(cli, cli_lost_output_is_an_error);
     suite_add_tcase(s, cli);
     return s;
 }

@@ -1,7 +1,7 @@
 # Tokenizer tests: exact ids against Hugging Face tokenizers on a committed
 # corpus, decoding, streaming, the CLI, and refusal of malformed files.
 add_executable(qptok-cli ${CMAKE_CURRENT_LIST_DIR}/tok_cli_tool.c)
-target_link_libraries(qptok-cli PRIVATE qptok)
+target_link_libraries(qptok-cli PRIVATE qptokcli)
 
 qp_add_check_test(test_tokenizer
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.c ${CMAKE_CURRENT_LIST_DIR}/tok_test_util.c
@@ -10,7 +10,7 @@ target_include_directories(test_tokenizer PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 
 qp_add_check_test(test_tokenizer_errors
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_errors.c ${CMAKE_CURRENT_LIST_DIR}/tok_test_util.c
-    LIBS qptok LABELS tokenizer)
+    LIBS qptokcli LABELS tokenizer)
 target_include_directories(test_tokenizer_errors PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 
 # The command line as a person types it (the brief's acceptance check).

@@ -1,0 +1,18 @@
+/* lookup.h - the drafts of exact lookup decoding (qpack_lookup_step,
+ * runtime/lib_lookup.c). The next tokens are drafted by matching the latest
+ * n-gram of the text so far (prompt and output) against earlier text; the
+ * model checks the whole draft in one block pass, and the longest prefix it
+ * would itself have chosen greedily is kept, plus its own next token. */
+#ifndef QP_LOOKUP_H
+#define QP_LOOKUP_H
+
+#include <stdint.h>
+
+#define QP_LOOKUP_NGRAM_MAX 4   /* longest n-gram matched */
+
+/* Up to max tokens that followed the latest earlier occurrence of the
+ * longest suffix of hist[0..n) of QP_LOOKUP_NGRAM_MAX..1 tokens, into
+ * draft; returns how many (0: no earlier occurrence). */
+uint32_t qp_lookup_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_t *draft);
+
+#endif

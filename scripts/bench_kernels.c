@@ -1,0 +1,95 @@
+/* qp-bench-kernels MODEL.qpk [BLOCK] - a benchmark, not a test: the cost of
+ * one multiply-add in each matrix kernel, one position at a time against a
+ * block of BLOCK positions (default: the plan's default block). For each
+ * product of layer 0 (q|k|v, o, gate|up, down) it runs every row in one
+ * invocation on the BPF backend, REPS times, and prints the fastest run's
+ * nanoseconds per multiply-add for one position and per position of the
+ * block: the shortest run is the kernel's own cost, whatever else the
+ * machine is doing. Needs root. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "qpk.h"
+
+#define REPS 9
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* fastest of REPS runs of rows [0, rows) of `mode` for `block` positions,
+ * as `block` / nb invocations of nb positions each: the same work either
+ * way, so that both see the machine for as long */
+static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t mode, uint32_t rows, uint32_t nb,
+                         uint32_t block)
+{
+    double best = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now_ns();
+        for (uint32_t k = 0; k < block / nb; k++)
+        for (uint32_t first = 0; first < rows;) {
+            struct qp_matrix_rows m = qp_plan_matrix_of(p, 0, mode, first);
+            struct qk_args a = {.layer = 0, .mode = mode, .begin = first, .end = m.row0 + m.rows, .b0 = nb == 1 ? k : 0,
+                                .nb = nb};
+            qp_err err;
+            if (m.i4 && b->run(b, QP_K_QUANT_X, &a, &err))
+                return -1;
+            enum qp_kernel k = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+            if (b->run(b, k, &a, &err)) {
+                fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
+                exit(1);
+            }
+            first = m.row0 + m.rows;
+        }
+        double t = now_ns() - t0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: qp-bench-kernels MODEL.qpk [BLOCK]\n");
+        return 2;
+    }
+    uint32_t block = argc > 2 ? (uint32_t)atoi(argv[2]) : QP_BLOCK_DEFAULT;
+    struct qpk_file f;
+    struct qp_plan p;
+    struct qp_backend *b;
+    qp_err err;
+    if (qpk_open(&f, argv[1], 0, &err) || qp_plan_build(&p, &f, 64, 1, block, false, &err) ||
+        qp_bpf_create(&b, &p, &err)) {
+        fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
+        return 1;
+    }
+    const struct qk_config *c = &p.cfg;
+    /* act vectors of moderate size in every entry: the cost does not depend on the values */
+    int64_t *x = (int64_t *)b->state(b, QP_MAP_X);
+    for (size_t i = 0; i < (size_t)c->act_len * block; i++)
+        x[i] = (int64_t)((i * 2654435761u) % 2000001) - 1000000;
+    struct { const char *name; uint32_t mode, rows, cols; } prods[] = {
+        {"q|k|v", QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden},
+        {"o", QK_MV_O, c->hidden, c->q_dim},
+        {"gate|up", QK_MV_GATE_UP, 2 * c->inter, c->hidden},
+        {"down", QK_MV_DOWN, c->hidden, c->inter},
+    };
+    printf("%s, layer 0, fastest of %d runs, ns per multiply-add:\n", argv[1], REPS);
+    printf("  %-8s %10s %10s %u\n", "product", "1 position", "block of", block);
+    for (int i = 0; i < 4; i++) {
+        double macs = (double)prods[i].rows * prods[i].cols;
+        double one = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, block) / macs / block;
+        double blk = fastest_ns(b, &p, prods[i].mode, prods[i].rows, block, block) / macs / block;
+        printf("  %-8s %10.3f %14.3f\n", prods[i].name, one, blk);
+    }
+    b->destroy(b);
+    qp_plan_free(&p);
+    qpk_close(&f);
+    return 0;
+}

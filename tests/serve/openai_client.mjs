@@ -1,0 +1,70 @@
+// openai_client.mjs URL MODEL API_KEY EXPECT_DIR - the official OpenAI
+// client (npm package openai, tests/serve/package.json) against qrun serve:
+// a chat, the same chat streamed, a text completion (plain and streamed),
+// the model list, and an unknown model, which the client must see as its
+// NotFoundError. EXPECT_DIR holds qrun's own greedy texts for the same
+// prompts, the independent expectation: chat.txt (qrun --chat -p Hi -n 8)
+// and text.txt (qrun -p Hello -n 8), each with qrun's final newline.
+import { readFileSync } from 'node:fs';
+import OpenAI from 'openai';
+
+const [url, model, apiKey, dir] = process.argv.slice(2);
+const client = new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0, timeout: 60000 });
+const want = (name) => readFileSync(`${dir}/${name}`, 'utf8').replace(/\n$/, '');
+
+function check(ok, what) {
+  if (!ok) {
+    console.error(`FAIL: ${what}`);
+    process.exit(1);
+  }
+  console.log(`ok ${what}`);
+}
+
+const hi = [{ role: 'user', content: 'Hi' }];
+const chat = await client.chat.completions.create({ model, messages: hi, max_tokens: 8, temperature: 0 });
+const content = chat.choices[0].message.content;
+check(content === want('chat.txt'), `chat equals qrun --chat: ${JSON.stringify(content)}`);
+check(chat.object === 'chat.completion' && chat.choices[0].message.role === 'assistant', 'chat: object and role');
+check(chat.choices[0].finish_reason === 'length' && chat.usage.completion_tokens === 8 &&
+      chat.usage.total_tokens === chat.usage.prompt_tokens + 8, `chat: finish and usage ${JSON.stringify(chat.usage)}`);
+
+const stream = await client.chat.completions.create({
+  model, messages: hi, max_tokens: 8, temperature: 0, stream: true, stream_options: { include_usage: true },
+});
+let streamed = '', chunks = 0, usage = null, finish = null;
+for await (const chunk of stream) {
+  chunks++;
+  if (chunk.usage) usage = chunk.usage;
+  if (!chunk.choices.length) continue;
+  streamed += chunk.choices[0].delta.content ?? '';
+  finish = chunk.choices[0].finish_reason ?? finish;
+}
+check(streamed === want('chat.txt'), `streamed chat equals qrun --chat (${chunks} chunks)`);
+check(chunks >= 3 && finish === 'length' && usage && usage.completion_tokens === 8, 'streamed chat: chunks, finish, usage');
+
+const text = await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0 });
+check(text.choices[0].text === want('text.txt'), `completion equals qrun -p: ${JSON.stringify(text.choices[0].text)}`);
+let streamedText = '';
+for await (const chunk of await client.completions.create({ model, prompt: 'Hello', max_tokens: 8, temperature: 0,
+                                                             stream: true }))
+  streamedText += chunk.choices[0]?.text ?? '';
+check(streamedText === want('text.txt'), 'streamed completion equals qrun -p');
+
+const models = [];
+for await (const m of client.models.list()) models.push(m.id);
+check(models.length === 1 && models[0] === model, `models: ${models}`);
+
+try {
+  await client.chat.completions.create({ model: 'no-such-model', messages: hi, max_tokens: 1 });
+  check(false, 'an unknown model is refused');
+} catch (e) {
+  check(e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found',
+        `an unknown model is the client's NotFoundError: ${e.status} ${e.code}`);
+}
+const wrongKey = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'wrong', maxRetries: 0 });
+try {
+  await wrongKey.models.list();
+  check(false, 'a wrong key is refused');
+} catch (e) {
+  check(e instanceof OpenAI.AuthenticationError && e.status === 401, `a wrong key is the client's AuthenticationError`);
+}

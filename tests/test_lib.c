@@ -1,0 +1,876 @@
+/* test_lib.c - include/qpack.h as a user sees it, on a tiny random model
+ * with the official Qwen3 tokenizer:
+ *   - feeding and the argmax give qrun's tokens (qrun --print-ids, run as a
+ *     program, is the independent expectation), on emu and (root) bpf;
+ *   - qpack_feed_all_logits row i equals the logits of a fresh session fed
+ *     the first i + 1 tokens; a rewind gives the bits of a fresh feed;
+ *     two sessions interleaved give what each gives alone, with no
+ *     recompute (each has its own KV cache slot), on emu and bpf; a switch
+ *     of sessions recomputes only when they share a KV cache;
+ *   - checks before compute: ids outside the vocabulary, the context,
+ *     the session limit, a missing file, each with its code;
+ *   - the sampler: greedy is the argmax, a seed repeats, min-p 1 is greedy
+ *     at any temperature, the repeat penalty as llama.cpp defines it;
+ *   - text: tokenize/detokenize against known ids, the streaming decoder
+ *     never cuts a character, the chat template's exact text;
+ *   - an interrupt stops a feed from another thread;
+ *   - what qrun and qeval need: lookup decoding gives greedy decoding's
+ *     tokens and logits (plain greedy steps are the expectation), every
+ *     row of qpack_feed_each equals qpack_feed_all_logits's, progress after
+ *     each block, hidden states within 1e-3 of the float64 reference's,
+ *     qpack_model_inspect agrees with the opened model, per-kernel calls
+ *     add up, the tokenizer of a container read alone, the recorded source
+ *     files equal the folder's hashes (and a changed file differs). */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "qpack.h"
+#include "qpk_test_util.h"
+
+static char model_path[512];
+
+static void make_model(void)
+{
+    make_dir();
+    char args[512];
+    snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 2 --tokenizer-dir %s/assets/qwen3-tokenizer",
+             QP_SOURCE_DIR);
+    gen("ck", args);
+    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("ck"), path_of("m.qpk"));
+    ck_assert_msg(rc == 0, "pack: %s", out_text);
+    snprintf(model_path, sizeof model_path, "%s", path_of("m.qpk"));
+}
+
+static qpack_model *open_model(qpack_backend backend, uint32_t ctx, uint32_t sessions)
+{
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = backend;
+    p.ctx = ctx;
+    p.max_sessions = sessions;
+    qpack_model *m;
+    qpack_error e;
+    ck_assert_msg(qpack_model_open(&m, model_path, &p, &e) == QPACK_OK, "%s", e.message);
+    return m;
+}
+
+static qpack_session *new_session(qpack_model *m)
+{
+    qpack_session *s;
+    qpack_error e;
+    ck_assert_msg(qpack_session_new(&s, m, &e) == QPACK_OK, "%s", e.message);
+    return s;
+}
+
+static void feed(qpack_session *s, const int32_t *ids, size_t n)
+{
+    qpack_error e;
+    ck_assert_msg(qpack_feed(s, ids, n, &e) == QPACK_OK, "%s", e.message);
+}
+
+static const int32_t hello[] = {9707, 11, 1879, 0};    /* "Hello, world!" */
+
+/* greedy ids after the prompt, n of them, as text "a b c" */
+static void greedy(qpack_session *s, int n, char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t next = qpack_argmax(s);
+        at += (size_t)snprintf(out + at, cap - at, "%s%d", i ? " " : "", next);
+        if (i + 1 < n)
+            feed(s, &next, 1);
+    }
+}
+
+static void generates_qruns_tokens_on(qpack_backend backend, const char *name)
+{
+    int rc = run("%s -m %s --backend %s --ids '9707 11 1879 0' -n 12 --print-ids", QP_QRUN, model_path, name);
+    ck_assert_msg(rc == 0, "qrun: %s", out_text);
+    char want[512];
+    snprintf(want, sizeof want, "%s", out_text);
+    want[strcspn(want, "\n")] = 0;
+    qpack_model *m = open_model(backend, 0, 1);
+    const qpack_model_info *i = qpack_model_get_info(m);
+    ck_assert_uint_eq(i->vocab, 151936);
+    ck_assert_uint_eq(i->hidden, 64);
+    ck_assert(i->has_tokenizer);
+    ck_assert_str_eq(i->backend, name);
+    qpack_session *s = new_session(m);
+    ck_assert_ptr_null(qpack_logits(s));
+    ck_assert_int_eq(qpack_argmax(s), -1);
+    feed(s, hello, 4);
+    char got[512];
+    greedy(s, 12, got, sizeof got);
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_eq(qpack_session_pos(s), 15);
+    qpack_session_stats st;
+    qpack_session_get_stats(s, &st);
+    ck_assert_uint_eq(st.tokens, 15);
+    ck_assert_uint_gt(st.calls, 0);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+
+START_TEST(emu_generates_qruns_tokens)
+{
+    generates_qruns_tokens_on(QPACK_BACKEND_EMU, "emu");
+}
+END_TEST
+
+START_TEST(bpf_generates_qruns_tokens)
+{
+    if (geteuid() != 0)
+        return;     /* BPF needs root */
+    generates_qruns_tokens_on(QPACK_BACKEND_BPF, "bpf");
+}
+END_TEST
+
+START_TEST(all_logits_rows_equal_fresh_feeds_of_each_prefix)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 2);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    const int32_t ids[] = {9707, 11, 1879, 0, 151644, 872, 198, 9707, 11, 1879, 0, 13, 576, 1207, 374, 220, 17, 18};
+    size_t n = sizeof ids / sizeof *ids;
+    float *all = malloc(n * vocab * sizeof *all);
+    qpack_session *s = new_session(m);
+    qpack_error e;
+    ck_assert_msg(qpack_feed_all_logits(s, ids, n, all, &e) == QPACK_OK, "%s", e.message);
+    qpack_session *fresh = new_session(m);
+    for (size_t k = 1; k <= n; k += 4) {
+        ck_assert_int_eq(qpack_session_rewind(fresh, 0, &e), QPACK_OK);
+        feed(fresh, ids, k);
+        const double *l = qpack_logits(fresh);
+        for (uint32_t v = 0; v < vocab; v++)
+            ck_assert_msg(all[(k - 1) * vocab + v] == (float)l[v], "row %zu id %u", k - 1, v);
+    }
+    qpack_session_free(fresh);
+    qpack_session_free(s);
+    free(all);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(rewind_gives_the_bits_of_a_fresh_feed)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 2);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    const int32_t a[] = {9707, 11, 1879, 0, 13, 13}, b[] = {9707, 11, 576, 1207};
+    qpack_session *s = new_session(m), *fresh = new_session(m);
+    feed(s, a, 6);
+    qpack_error e;
+    ck_assert_int_eq(qpack_session_rewind(s, 7, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_int_eq(qpack_session_rewind(s, 2, &e), QPACK_OK);
+    ck_assert_ptr_null(qpack_logits(s));
+    feed(s, b + 2, 2);
+    feed(fresh, b, 4);
+    ck_assert_mem_eq(qpack_logits(s), qpack_logits(fresh), vocab * sizeof(double));
+    ck_assert_mem_eq(qpack_session_tokens(s), b, sizeof b);
+    qpack_session_free(fresh);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+END_TEST
+
+/* n greedy steps after feeding prompt: each step's logits (n * vocab
+ * doubles) into out; the session stays open */
+static void greedy_logits(qpack_session *s, int step, uint32_t vocab, double *out)
+{
+    int32_t next = qpack_argmax(s);
+    memcpy(out + (size_t)step * vocab, qpack_logits(s), vocab * sizeof *out);
+    feed(s, &next, 1);
+}
+
+#define INTERLEAVED_STEPS 6
+
+/* Each session has its own KV cache slot: two sessions fed in turn give
+ * the bits each gives alone (in slot 0, the only one in use then), and
+ * switching between them costs no kernel call (no recompute of a cache):
+ * the interleaved run makes exactly as many calls as the two alone. */
+static void interleaved_sessions_on(qpack_backend backend)
+{
+    qpack_model *m = open_model(backend, 0, 2);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    const int32_t p1[] = {9707, 11, 1879, 0}, p2[] = {576, 1207, 374, 220, 17};
+    const int32_t *prompts[2] = {p1, p2};
+    const size_t lens[2] = {4, 5};
+    size_t bytes = (size_t)INTERLEAVED_STEPS * vocab * sizeof(double);
+    double *alone[2] = {malloc(bytes), malloc(bytes)}, *mixed[2] = {malloc(bytes), malloc(bytes)};
+    qpack_session_stats st_alone[2], st_mixed[2];
+    for (int k = 0; k < 2; k++) {
+        qpack_session *s = new_session(m);
+        feed(s, prompts[k], lens[k]);
+        for (int i = 0; i < INTERLEAVED_STEPS; i++)
+            greedy_logits(s, i, vocab, alone[k]);
+        qpack_session_get_stats(s, &st_alone[k]);
+        qpack_session_free(s);
+    }
+    /* one token of each in turn; y starts after x has its prompt */
+    qpack_session *x[2] = {new_session(m), new_session(m)};
+    feed(x[0], p1, 4);
+    feed(x[1], p2, 5);
+    for (int i = 0; i < INTERLEAVED_STEPS; i++)
+        for (int k = 0; k < 2; k++)
+            greedy_logits(x[k], i, vocab, mixed[k]);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(memcmp(alone[k], mixed[k], bytes) == 0, "session %d: interleaved logits differ", k);
+        qpack_session_get_stats(x[k], &st_mixed[k]);
+        ck_assert_uint_eq(st_mixed[k].tokens, st_alone[k].tokens);
+        ck_assert_msg(st_mixed[k].calls == st_alone[k].calls,
+                      "session %d: %llu kernel calls interleaved, %llu alone (a cache was recomputed)", k,
+                      (unsigned long long)st_mixed[k].calls, (unsigned long long)st_alone[k].calls);
+    }
+    qpack_session *z;
+    qpack_error e;
+    ck_assert_int_eq(qpack_session_new(&z, m, &e), QPACK_ERR_BUSY);
+    ck_assert_ptr_nonnull(strstr(e.message, "2 sessions"));
+    /* a freed slot is taken again, and starts empty */
+    qpack_session_free(x[0]);
+    x[0] = new_session(m);
+    ck_assert_uint_eq(qpack_session_pos(x[0]), 0);
+    feed(x[0], p1, 4);
+    ck_assert_mem_eq(qpack_logits(x[0]), alone[0], vocab * sizeof(double));
+    for (int k = 0; k < 2; k++) {
+        qpack_session_free(x[k]);
+        free(alone[k]);
+        free(mixed[k]);
+    }
+    qpack_model_free(m);
+}
+
+START_TEST(interleaved_sessions_give_what_each_gives_alone)
+{
+    interleaved_sessions_on(QPACK_BACKEND_EMU);
+    if (geteuid() == 0)     /* BPF needs root */
+        interleaved_sessions_on(QPACK_BACKEND_BPF);
+}
+END_TEST
+
+/* kernel invocations of feeding ids to s */
+static uint64_t calls_of_feed(qpack_session *s, const int32_t *ids, size_t n)
+{
+    qpack_session_stats before, after;
+    qpack_session_get_stats(s, &before);
+    feed(s, ids, n);
+    qpack_session_get_stats(s, &after);
+    return after.calls - before.calls;
+}
+
+/* With fewer caches than sessions, a session whose cache another one took
+ * pays for recomputing its tokens; with one cache each, a switch is free. */
+START_TEST(kv_caches_tell_whether_a_switch_recomputes)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 2);
+    uint32_t caches = qpack_model_kv_caches(m);
+    ck_assert(caches >= 1 && caches <= 2);
+    const int32_t p1[] = {9707, 11, 1879, 0, 13, 576, 1207, 374, 220, 17, 18, 19}, p2[] = {576, 1207};
+    qpack_session *x = new_session(m), *y = new_session(m);
+    feed(x, p1, 12);
+    int32_t next = qpack_argmax(x);
+    uint64_t resident = calls_of_feed(x, &next, 1);   /* x's cache in place */
+    feed(y, p2, 2);                                    /* y's steps run */
+    next = qpack_argmax(x);
+    uint64_t switched = calls_of_feed(x, &next, 1);
+    if (caches == 2)
+        ck_assert_uint_eq(switched, resident);
+    else
+        ck_assert_msg(switched > resident, "a switch cost %llu calls, a resident step %llu",
+                      (unsigned long long)switched, (unsigned long long)resident);
+    qpack_session_free(x);
+    qpack_session_free(y);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(bad_input_is_refused_before_compute_with_its_code)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 8, 1);
+    qpack_session *s = new_session(m);
+    qpack_error e;
+    int32_t bad[] = {9707, 151936};
+    ck_assert_int_eq(qpack_feed(s, bad, 2, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(e.message, "151936"));
+    int32_t neg = -1;
+    ck_assert_int_eq(qpack_feed(s, &neg, 1, &e), QPACK_ERR_ARGUMENT);
+    int32_t nine[9] = {0};
+    ck_assert_int_eq(qpack_feed(s, nine, 9, &e), QPACK_ERR_CONTEXT);
+    ck_assert_uint_eq(qpack_session_pos(s), 0);
+    feed(s, nine, 8);
+    ck_assert_int_eq(qpack_feed(s, nine, 1, &e), QPACK_ERR_CONTEXT);
+    qpack_session_stats st;
+    qpack_session_get_stats(s, &st);
+    ck_assert_uint_eq(st.tokens, 8);
+    qpack_session_free(s);
+    qpack_model_free(m);
+
+    qpack_model *none;
+    ck_assert_int_eq(qpack_model_open(&none, "/nonexistent/m.qpk", NULL, &e), QPACK_ERR_IO);
+    ck_assert_ptr_null(none);
+    ck_assert_ptr_nonnull(strstr(e.message, "/nonexistent/m.qpk"));
+    /* 160 bytes, the text's tail zeros (the literal alone is 148: reading
+     * 160 of it overflowed, ASan) */
+    static const char junk[160] = "not a container at all, but more than the header's one hundred and twenty-eight "
+                                  "bytes long, so that the magic is what fails first .................";
+    spit(path_of("junk.qpk"), junk, sizeof junk);
+    ck_assert_int_eq(qpack_model_open(&none, path_of("junk.qpk"), NULL, &e), QPACK_ERR_FORMAT);
+    ck_assert_str_eq(qpack_status_name(QPACK_ERR_CONTEXT), "context");
+}
+END_TEST
+
+START_TEST(sampler_greedy_seeded_min_p_and_repeat_penalty)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    qpack_session *s = new_session(m);
+    feed(s, hello, 4);
+    qpack_error e;
+    qpack_sampler *g, *a, *b, *c, *mp;
+    qpack_sampler_params p = qpack_sampler_default_params();
+    ck_assert_int_eq(qpack_sampler_new(&g, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sample(g, s), qpack_argmax(s));
+    p.temperature = 5;
+    p.seed = 7;
+    ck_assert_int_eq(qpack_sampler_new(&a, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sampler_new(&b, m, &p, &e), QPACK_OK);
+    p.seed = 8;
+    ck_assert_int_eq(qpack_sampler_new(&c, m, &p, &e), QPACK_OK);
+    bool differs = false;
+    for (int i = 0; i < 50; i++) {
+        int32_t x = qpack_sample(a, s), y = qpack_sample(b, s), z = qpack_sample(c, s);
+        ck_assert_int_eq(x, y);
+        ck_assert(x >= 0 && (uint32_t)x < vocab);
+        differs |= x != z;
+    }
+    ck_assert_msg(differs, "another seed gave the same 50 draws at temperature 5");
+    p.min_p = 1;        /* only tokens as likely as the best survive */
+    ck_assert_int_eq(qpack_sampler_new(&mp, m, &p, &e), QPACK_OK);
+    for (int i = 0; i < 20; i++)
+        ck_assert_int_eq(qpack_sample(mp, s), qpack_argmax(s));
+    qpack_sampler_free(mp);     /* the refused call below sets mp to NULL */
+    p = qpack_sampler_default_params();
+    p.temperature = -1;
+    ck_assert_int_eq(qpack_sampler_new(&mp, m, &p, &e), QPACK_ERR_ARGUMENT);
+
+    /* the repeat penalty: greedy decoding until the argmax is one of the
+     * last 16 tokens (a random model soon repeats itself); then a penalty
+     * of 100 over those 16 must pick the argmax of the logits penalised by
+     * hand (llama.cpp: a positive logit divided, a negative one
+     * multiplied, each distinct token once) -- not the plain argmax */
+    int32_t top = qpack_argmax(s);
+    bool repeats = false;
+    for (int i = 0; i < 64 && !repeats; i++) {
+        feed(s, &top, 1);
+        top = qpack_argmax(s);
+        uint32_t pos = qpack_session_pos(s);
+        for (uint32_t k = pos > 16 ? pos - 16 : 0; k < pos; k++)
+            repeats |= qpack_session_tokens(s)[k] == top;
+    }
+    ck_assert_msg(repeats, "greedy decoding never repeated a recent token");
+    const double *l = qpack_logits(s);
+    uint32_t pos = qpack_session_pos(s);
+    uint32_t w = pos < 16 ? pos : 16;
+    const int32_t *recent = qpack_session_tokens(s) + (pos - w);
+    double penalty = 100, best_v = -INFINITY;
+    int32_t expect = -1;
+    for (uint32_t v = 0; v < vocab; v++) {
+        double x = l[v];
+        for (uint32_t k = 0; k < w; k++)
+            if (recent[k] == (int32_t)v) {
+                x = x > 0 ? x / penalty : x * penalty;
+                break;
+            }
+        if (x > best_v) {
+            best_v = x;
+            expect = (int32_t)v;
+        }
+    }
+    ck_assert_int_ne(expect, top);
+    qpack_sampler *rp;
+    p = qpack_sampler_default_params();
+    p.repeat_penalty = penalty;
+    p.repeat_last_n = 16;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sample(rp, s), expect);
+    qpack_sampler_free(rp);
+    qpack_sampler_free(g);
+    qpack_sampler_free(a);
+    qpack_sampler_free(b);
+    qpack_sampler_free(c);
+    qpack_sampler_free(mp);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(text_round_trips_and_the_decoder_never_cuts_a_character)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
+    const qpack_tokenizer *t = qpack_model_tokenizer(m);
+    ck_assert_ptr_nonnull(t);
+    qpack_error e;
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(qpack_tokenize(t, "Hello, world!", 13, &ids, &n, &e), QPACK_OK);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_mem_eq(ids, hello, sizeof hello);
+    free(ids);
+    const char *text = "na\xc3\xafve \xf0\x9f\x98\x80 caf\xc3\xa9 <|im_end|>";
+    ck_assert_int_eq(qpack_tokenize(t, text, strlen(text), &ids, &n, &e), QPACK_OK);
+    char *back;
+    size_t len;
+    ck_assert_int_eq(qpack_detokenize(t, ids, n, false, &back, &len, &e), QPACK_OK);
+    ck_assert_str_eq(back, text);
+    free(back);
+    /* one token at a time: every piece is whole UTF-8, and they add up */
+    qpack_decoder *d;
+    ck_assert_int_eq(qpack_decoder_new(&d, t, true, &e), QPACK_OK);
+    char joined[256] = "";
+    for (size_t i = 0; i < n; i++) {
+        const char *piece = qpack_decoder_push(d, ids[i], &len);
+        for (size_t k = 0; k < len; k++)   /* a piece never ends inside a character */
+            if (k + 1 == len)
+                ck_assert_msg(((unsigned char)piece[k] & 0xC0) != 0xC0 || false, "piece ends in a lead byte");
+        strncat(joined, piece, len);
+    }
+    strcat(joined, qpack_decoder_finish(d, true, &len));
+    ck_assert_str_eq(joined, "na\xc3\xafve \xf0\x9f\x98\x80 caf\xc3\xa9 ");   /* special token skipped */
+    int32_t emoji_half = 9843;      /* a byte-level token holding part of a 4-byte character */
+    const char *piece = qpack_decoder_push(d, emoji_half, &len);
+    (void)piece;
+    const char *tail = qpack_decoder_finish(d, false, &len);
+    ck_assert_uint_eq(len, 0);
+    (void)tail;
+    qpack_decoder_free(d);
+    free(ids);
+    ck_assert_int_eq(qpack_tokenize(t, "\xff", 1, &ids, &n, &e), QPACK_ERR_ARGUMENT);
+    /* padding ids (the model's vocabulary is larger than the tokenizer's) have no text */
+    int32_t pad = 151935;
+    ck_assert_int_eq(qpack_detokenize(t, &pad, 1, false, &back, &len, &e), QPACK_OK);
+    ck_assert_uint_eq(len, 0);
+    free(back);
+    ck_assert(qpack_token_is_end(m, 151645));      /* <|im_end|> */
+    ck_assert(qpack_token_is_end(m, 151643));      /* <|endoftext|> */
+    ck_assert(!qpack_token_is_end(m, 9707));
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(chat_render_is_qwen3s_template)
+{
+    qpack_chat_message msgs[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "<think>\nhmm\n</think>\n\nHello!"}, {"user", "Bye"},
+    };
+    char *text;
+    size_t len;
+    qpack_error e;
+    ck_assert_int_eq(qpack_chat_render(msgs, 4, false, &text, &len, &e), QPACK_OK);
+    ck_assert_str_eq(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                           "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n"
+                           "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    ck_assert_uint_eq(len, strlen(text));
+    free(text);
+    ck_assert_int_eq(qpack_chat_render(msgs + 1, 1, true, &text, &len, &e), QPACK_OK);
+    ck_assert_str_eq(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    free(text);
+    qpack_chat_message bad = {"tool", "x"};
+    ck_assert_int_eq(qpack_chat_render(&bad, 1, false, &text, &len, &e), QPACK_ERR_ARGUMENT);
+}
+END_TEST
+
+struct long_feed {
+    qpack_session *s;
+    int32_t *ids;
+    size_t n;
+    int rc;
+};
+
+static void *feed_long(void *arg)
+{
+    struct long_feed *f = arg;
+    qpack_error e;
+    f->rc = qpack_feed(f->s, f->ids, f->n, &e);
+    return NULL;
+}
+
+START_TEST(interrupt_stops_a_feed_from_another_thread)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 2048, 1);
+    struct long_feed f = {.s = new_session(m), .n = 2000};
+    f.ids = calloc(f.n, sizeof *f.ids);
+    for (size_t i = 0; i < f.n; i++)
+        f.ids[i] = (int32_t)(1000 + i * 7 % 5000);
+    pthread_t t;
+    pthread_create(&t, NULL, feed_long, &f);
+    usleep(100 * 1000);
+    qpack_session_interrupt(f.s);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(f.rc, QPACK_ERR_INTERRUPTED);
+    ck_assert_uint_eq(qpack_session_pos(f.s), 0);
+    feed(f.s, hello, 4);        /* the next feed runs normally */
+    ck_assert_uint_eq(qpack_session_pos(f.s), 4);
+    free(f.ids);
+    qpack_session_free(f.s);
+    qpack_model_free(m);
+}
+END_TEST
+
+/* ---- what qrun and qeval need beyond generating -------------------------- */
+
+/* plain greedy decoding: gen tokens after prompt, and the logits each was
+ * chosen from (gen rows of vocab) */
+static void plain_greedy(qpack_model *m, const int32_t *prompt, size_t n, int gen, int32_t *tokens, double *rows)
+{
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    qpack_session *s = new_session(m);
+    feed(s, prompt, n);
+    for (int t = 0; t < gen; t++) {
+        memcpy(rows + (size_t)t * vocab, qpack_logits(s), vocab * sizeof *rows);
+        tokens[t] = qpack_argmax(s);
+        if (t + 1 < gen)
+            feed(s, &tokens[t], 1);
+    }
+    qpack_session_free(s);
+}
+
+/* lookup decoding of the same: after each step the session's logits are
+ * those plain decoding chose the pending token from */
+static void lookup_greedy(qpack_model *m, const int32_t *prompt, size_t n, int gen, int32_t *tokens,
+                          const double *rows, qpack_session_stats *st)
+{
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    qpack_session *s = new_session(m);
+    qpack_error e;
+    feed(s, prompt, n);
+    int made = 0;
+    tokens[made++] = qpack_argmax(s);
+    while (made < gen) {
+        int32_t out[8];
+        uint32_t count;
+        ck_assert_msg(qpack_lookup_step(s, tokens[made - 1], 7, out, &count, &e) == QPACK_OK, "%s", e.message);
+        ck_assert(count >= 1 && count <= 8);
+        ck_assert_uint_eq(qpack_session_pos(s), n + (size_t)made - 1 + count);
+        for (uint32_t i = 0; i < count && made < gen; i++)
+            tokens[made++] = out[i];
+        if (made < gen || count == 1)
+            ck_assert_msg(!memcmp(qpack_logits(s), rows + (size_t)(made - 1) * vocab, vocab * sizeof *rows),
+                          "the logits after a lookup step differ from plain decoding's at token %d", made - 1);
+    }
+    qpack_session_get_stats(s, st);
+    qpack_session_free(s);
+}
+
+static void lookup_keeps_greedy_tokens_on(qpack_backend backend)
+{
+    qpack_model *m = open_model(backend, 256, 2);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    enum { GEN = 64 };
+    int32_t prompts[2][24], plain[GEN], look[GEN];
+    for (int i = 0; i < 24; i++) {
+        prompts[0][i] = (int32_t)(1000 + (i * 7919) % 50000);   /* drafts the model mostly refuses */
+        prompts[1][i] = prompts[0][i % 6];                      /* a loop the model may keep */
+    }
+    double *rows = malloc((size_t)GEN * vocab * sizeof *rows);
+    uint64_t drafted = 0, kept = 0;
+    for (int p = 0; p < 2; p++) {
+        qpack_session_stats st;
+        plain_greedy(m, prompts[p], 24, GEN, plain, rows);
+        lookup_greedy(m, prompts[p], 24, GEN, look, rows, &st);
+        ck_assert_msg(!memcmp(plain, look, sizeof plain), "prompt %d: lookup decoding chose other tokens", p);
+        ck_assert_uint_gt(st.lookup_passes, 0);
+        drafted += st.lookup_drafted;
+        kept += st.lookup_kept;
+    }
+    /* both paths were taken: drafts kept and drafts refused */
+    ck_assert_uint_gt(kept, 0);
+    ck_assert_uint_gt(drafted, kept);
+    free(rows);
+    qpack_model_free(m);
+}
+
+START_TEST(lookup_step_gives_the_tokens_and_logits_of_greedy_decoding)
+{
+    lookup_keeps_greedy_tokens_on(QPACK_BACKEND_EMU);
+    if (geteuid() == 0)
+        lookup_keeps_greedy_tokens_on(QPACK_BACKEND_BPF);
+}
+END_TEST
+
+struct rows_seen {
+    uint32_t vocab;
+    const float *want;
+    size_t seen, stop_at;
+};
+
+static int check_row(void *user, size_t i, const double *logits)
+{
+    struct rows_seen *r = user;
+    ck_assert_uint_eq(i, r->seen);
+    for (uint32_t v = 0; v < r->vocab; v++)
+        ck_assert_msg((float)logits[v] == r->want[i * r->vocab + v], "row %zu id %u", i, v);
+    return ++r->seen == r->stop_at;
+}
+
+START_TEST(feed_each_sees_every_row_and_can_stop_the_feed)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 2);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = 300 + 17 * i;
+    float *all = malloc(20 * vocab * sizeof *all);
+    qpack_session *a = new_session(m), *b = new_session(m);
+    qpack_error e;
+    ck_assert_int_eq(qpack_feed_all_logits(a, ids, 20, all, &e), QPACK_OK);
+    struct rows_seen r = {vocab, all, 0, 0};
+    ck_assert_msg(qpack_feed_each(b, ids, 20, check_row, &r, &e) == QPACK_OK, "%s", e.message);
+    ck_assert_uint_eq(r.seen, 20);
+    ck_assert_mem_eq(qpack_logits(a), qpack_logits(b), vocab * sizeof(double));
+    /* a non-zero return stops it: the session is as it was */
+    ck_assert_int_eq(qpack_session_rewind(b, 0, &e), QPACK_OK);
+    r = (struct rows_seen){vocab, all, 0, 3};
+    ck_assert_int_eq(qpack_feed_each(b, ids, 20, check_row, &r, &e), QPACK_ERR_INTERRUPTED);
+    ck_assert_uint_eq(r.seen, 3);
+    ck_assert_uint_eq(qpack_session_pos(b), 0);
+    free(all);
+    qpack_session_free(a);
+    qpack_session_free(b);
+    qpack_model_free(m);
+}
+END_TEST
+
+struct progress_log {
+    size_t done[8], total[8];
+    int n;
+};
+
+static void log_progress(void *user, size_t done, size_t total)
+{
+    struct progress_log *l = user;
+    if (l->n < 8) {
+        l->done[l->n] = done;
+        l->total[l->n] = total;
+    }
+    l->n++;
+}
+
+START_TEST(progress_comes_after_each_block_of_a_feed)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
+    uint32_t block = qpack_model_get_info(m)->block_positions;
+    ck_assert_uint_eq(block, 16);
+    qpack_session *s = new_session(m);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = 500 + i;
+    struct progress_log log = {0};
+    qpack_session_set_progress(s, log_progress, &log);
+    feed(s, ids, 40);
+    ck_assert_int_eq(log.n, 3);
+    const size_t want[] = {16, 32, 40};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(log.done[i], want[i]);
+        ck_assert_uint_eq(log.total[i], 40);
+    }
+    qpack_session_set_progress(s, NULL, NULL);
+    feed(s, ids, 4);
+    ck_assert_int_eq(log.n, 3);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(hidden_states_follow_the_reference_and_leave_the_logits_alone)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 2);
+    const qpack_model_info *i = qpack_model_get_info(m);
+    qpack_model_params rp = qpack_model_default_params();
+    rp.backend = QPACK_BACKEND_REF;
+    qpack_model *ref;
+    qpack_error e;
+    ck_assert_msg(qpack_model_open(&ref, path_of("ck"), &rp, &e) == QPACK_OK, "%s", e.message);
+    size_t n = (size_t)i->n_layers * i->hidden;
+    double *h = malloc(n * sizeof *h), *hr = malloc(n * sizeof *hr);
+    qpack_session *s = new_session(m), *plain = new_session(m), *sr = new_session(ref);
+    for (int t = 0; t < 4; t++) {
+        ck_assert_int_eq(qpack_feed_hidden(s, hello[t], h, &e), QPACK_OK);
+        ck_assert_int_eq(qpack_feed_hidden(sr, hello[t], hr, &e), QPACK_OK);
+        feed(plain, &hello[t], 1);
+        ck_assert_mem_eq(qpack_logits(s), qpack_logits(plain), i->vocab * sizeof(double));
+        double worst = 0, scale = 0;
+        for (size_t k = 0; k < n; k++) {
+            worst = fmax(worst, fabs(h[k] - hr[k]));
+            scale = fmax(scale, fabs(hr[k]));
+        }
+        ck_assert_msg(scale > 0.01 && worst < 1e-3, "position %d: hidden error %g (values up to %g)", t, worst, scale);
+    }
+    free(h);
+    free(hr);
+    qpack_session_free(s);
+    qpack_session_free(plain);
+    qpack_session_free(sr);
+    qpack_model_free(ref);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(inspect_tells_what_open_would_load_and_stats_name_the_kernels)
+{
+    qpack_model_info a, r;
+    qpack_error e;
+    ck_assert_int_eq(qpack_model_inspect(model_path, QPACK_BACKEND_EMU, &a, &e), QPACK_OK);
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = QPACK_BACKEND_EMU;
+    p.skip_tokenizer = true;
+    qpack_model *m;
+    ck_assert_int_eq(qpack_model_open(&m, model_path, &p, &e), QPACK_OK);
+    const qpack_model_info *b = qpack_model_get_info(m);
+    ck_assert_ptr_null(qpack_model_tokenizer(m));   /* skipped, but the model carries one */
+    ck_assert(a.has_tokenizer && b->has_tokenizer);
+    ck_assert_uint_eq(a.vocab, b->vocab);
+    ck_assert_uint_eq(a.n_layers, b->n_layers);
+    ck_assert_uint_eq(a.max_positions, b->max_positions);
+    ck_assert_uint_eq(a.ctx, b->ctx);
+    ck_assert_uint_eq(a.file_bytes, b->file_bytes);
+    ck_assert_double_eq(a.bits_per_weight, 32);      /* q24: int32 */
+    ck_assert_str_eq(a.format, "q24");
+    size_t len;
+    free(slurp(model_path, &len));
+    ck_assert_uint_eq(a.file_bytes, len);
+    ck_assert_int_eq(qpack_model_inspect(path_of("ck"), QPACK_BACKEND_REF, &r, &e), QPACK_OK);
+    ck_assert_uint_eq(r.vocab, a.vocab);
+    ck_assert_double_eq(r.bits_per_weight, 16);      /* the checkpoint's BF16 */
+    ck_assert_uint_eq(r.kv_bytes_per_position, 2ull * r.n_layers * r.n_kv_heads * r.head_dim * 8);
+    ck_assert_int_eq(qpack_model_inspect(path_of("nowhere"), QPACK_BACKEND_REF, &r, &e), QPACK_ERR_IO);
+
+    /* the kernels' calls add up to the session's */
+    qpack_session *s = new_session(m);
+    feed(s, hello, 4);
+    qpack_session_stats st;
+    qpack_session_get_stats(s, &st);
+    uint64_t calls = 0;
+    bool matvec = false;
+    for (uint32_t k = 0; k < st.n_kernels; k++) {
+        calls += st.kernels[k].calls;
+        matvec |= !strcmp(st.kernels[k].name, "matvec");
+    }
+    ck_assert(matvec);
+    ck_assert_uint_eq(calls, st.calls);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+END_TEST
+
+START_TEST(tokenizer_of_a_model_without_loading_it)
+{
+    qpack_tokenizer *t;
+    qpack_error e;
+    ck_assert_int_eq(qpack_tokenizer_load_model(&t, model_path, QPACK_BACKEND_EMU, &e), QPACK_OK);
+    int32_t *ids;
+    size_t n;
+    ck_assert_int_eq(qpack_tokenize(t, "Hello, world!", 13, &ids, &n, &e), QPACK_OK);
+    ck_assert_mem_eq(ids, hello, sizeof hello);
+    free(ids);
+    qpack_tokenizer_free(t);
+    ck_assert_int_eq(qpack_tokenizer_load_model(&t, path_of("ck"), QPACK_BACKEND_REF, &e), QPACK_OK);
+    ck_assert_ptr_nonnull(t);
+    qpack_tokenizer_free(t);
+    /* a container without one: none, and no error */
+    gen("bare", "--preset tiny --seed 4");
+    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bare"), path_of("bare.qpk")), 0);
+    ck_assert_int_eq(qpack_tokenizer_load_model(&t, path_of("bare.qpk"), QPACK_BACKEND_EMU, &e), QPACK_OK);
+    ck_assert_ptr_null(t);
+    ck_assert_uint_eq(qpack_utf8_check("ok \xc3\xa9", 5, NULL), 5);
+    const char *why = NULL;
+    ck_assert_uint_eq(qpack_utf8_check("ab\xff", 3, &why), 2);
+    ck_assert_ptr_nonnull(why);
+}
+END_TEST
+
+START_TEST(chat_render_next_closes_the_reply_first)
+{
+    qpack_chat_message msg = {"user", "Bye"};
+    char *text;
+    size_t len;
+    qpack_error e;
+    ck_assert_int_eq(qpack_chat_render_next(&msg, 1, false, &text, &len, &e), QPACK_OK);
+    ck_assert_str_eq(text, "<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    free(text);
+}
+END_TEST
+
+/* the list qpack records, and the folder's; one file changed tells them apart */
+START_TEST(sources_of_a_container_match_its_checkpoint)
+{
+    qpack_source_file *rec, *have;
+    size_t nr, nh;
+    qpack_error e;
+    ck_assert_int_eq(qpack_container_sources(model_path, &rec, &nr, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_checkpoint_sources(path_of("ck"), &have, &nh, &e), QPACK_OK);
+    ck_assert_uint_eq(nr, nh);
+    ck_assert_uint_ge(nr, 3);   /* config.json, tokenizer.json, model.safetensors at least */
+    for (size_t i = 0; i < nr; i++) {
+        ck_assert_str_eq(rec[i].name, have[i].name);
+        ck_assert_uint_eq(rec[i].size, have[i].size);
+        ck_assert_uint_eq(rec[i].xxh3, have[i].xxh3);
+    }
+    free(have);
+    ck_assert_int_eq(run("cp -r %s %s", path_of("ck"), path_of("ck2")), 0);
+    FILE *f = fopen(path_of("ck2/config.json"), "a");
+    ck_assert_ptr_nonnull(f);
+    fputc(' ', f);
+    fclose(f);
+    ck_assert_int_eq(qpack_checkpoint_sources(path_of("ck2"), &have, &nh, &e), QPACK_OK);
+    ck_assert_str_eq(have[0].name, "config.json");
+    ck_assert_uint_eq(have[0].size, rec[0].size + 1);
+    ck_assert_uint_ne(have[0].xxh3, rec[0].xxh3);
+    free(have);
+    free(rec);
+}
+END_TEST
+
+START_TEST(version_names_the_release)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d (git ", QPACK_VERSION_MAJOR, QPACK_VERSION_MINOR, QPACK_VERSION_PATCH);
+    ck_assert_msg(strncmp(qpack_version(), want, strlen(want)) == 0, "%s", qpack_version());
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("lib");
+    TCase *tc = tcase_create("api");
+    tcase_add_unchecked_fixture(tc, make_model, remove_dir);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, emu_generates_qruns_tokens);
+    tcase_add_test(tc, bpf_generates_qruns_tokens);
+    tcase_add_test(tc, all_logits_rows_equal_fresh_feeds_of_each_prefix);
+    tcase_add_test(tc, rewind_gives_the_bits_of_a_fresh_feed);
+    tcase_add_test(tc, interleaved_sessions_give_what_each_gives_alone);
+    tcase_add_test(tc, kv_caches_tell_whether_a_switch_recomputes);
+    tcase_add_test(tc, bad_input_is_refused_before_compute_with_its_code);
+    tcase_add_test(tc, sampler_greedy_seeded_min_p_and_repeat_penalty);
+    tcase_add_test(tc, text_round_trips_and_the_decoder_never_cuts_a_character);
+    tcase_add_test(tc, chat_render_is_qwen3s_template);
+    tcase_add_test(tc, interrupt_stops_a_feed_from_another_thread);
+    tcase_add_test(tc, version_names_the_release);
+    tcase_add_test(tc, lookup_step_gives_the_tokens_and_logits_of_greedy_decoding);
+    tcase_add_test(tc, feed_each_sees_every_row_and_can_stop_the_feed);
+    tcase_add_test(tc, progress_comes_after_each_block_of_a_feed);
+    tcase_add_test(tc, hidden_states_follow_the_reference_and_leave_the_logits_alone);
+    tcase_add_test(tc, inspect_tells_what_open_would_load_and_stats_name_the_kernels);
+    tcase_add_test(tc, tokenizer_of_a_model_without_loading_it);
+    tcase_add_test(tc, chat_render_next_closes_the_reply_first);
+    tcase_add_test(tc, sources_of_a_container_match_its_checkpoint);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,334 @@
+/* test_serve_openai.c - the parts of `qrun serve` that need no model:
+ *   - stop strings: for random texts cut into random pieces, what the
+ *     matcher releases (pushes and the flush, concatenated) is the text
+ *     before the first stop string that strstr finds in the text up to the
+ *     first piece that completes one -- and nothing past it is ever
+ *     released early;
+ *   - request bodies: each field's type and range, duplicate and unknown
+ *     keys, another model's name, the defaults, the content parts;
+ *   - response bodies: OpenAI's shapes, read back with cJSON, and a NUL
+ *     byte in generated text escaped rather than cutting the text. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+#include "stop_text.h"
+
+/* ---- stop strings -------------------------------------------------------- */
+
+static unsigned rng = 12345;
+
+static unsigned next_rand(void)
+{
+    rng = rng * 1103515245u + 12345u;
+    return (rng >> 16) & 0x7fff;
+}
+
+/* the reply by definition: the text up to the first piece that completes
+ * a stop string, cut before the earliest stop string in it (a shorter stop
+ * string that completes first wins over a longer one that started before
+ * it, as in llama.cpp) */
+static size_t reference_cut(const char *text, const size_t *ends, size_t n_pieces, const struct serve_stops *st,
+                            bool *hit)
+{
+    char prefix[64];
+    *hit = false;
+    for (size_t p = 0; p < n_pieces; p++) {
+        memcpy(prefix, text, ends[p]);
+        prefix[ends[p]] = 0;
+        size_t cut = ends[p];
+        for (unsigned i = 0; i < st->n; i++) {
+            const char *at = strstr(prefix, st->s[i]);
+            if (at && (size_t)(at - prefix) < cut) {
+                cut = (size_t)(at - prefix);
+                *hit = true;
+            }
+        }
+        if (*hit)
+            return cut;
+    }
+    return strlen(text);
+}
+
+static void random_word(char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = "abc"[next_rand() % 3];
+    out[n] = 0;
+}
+
+START_TEST(stop_strings_release_exactly_the_text_before_the_first_stop)
+{
+    char words[SERVE_MAX_STOPS][8];
+    for (int trial = 0; trial < 3000; trial++) {
+        struct serve_stops st = {.n = 1 + next_rand() % SERVE_MAX_STOPS};
+        for (unsigned i = 0; i < st.n; i++) {
+            random_word(words[i], 1 + next_rand() % 4);
+            st.s[i] = words[i];
+            st.len[i] = strlen(words[i]);
+        }
+        char text[64];
+        random_word(text, next_rand() % 40);
+        size_t len = strlen(text), ends[64], n_pieces = 0;
+        for (size_t at = 0; at < len;) {
+            size_t piece = 1 + next_rand() % 5;
+            at += piece > len - at ? len - at : piece;
+            ends[n_pieces++] = at;
+        }
+        bool want_hit;
+        size_t want = reference_cut(text, ends, n_pieces, &st, &want_hit);
+
+        struct stop_text m;
+        stop_text_init(&m, (const char *const *)st.s, (int)st.n);
+        char got[128] = "";
+        size_t got_len = 0;
+        int hit = 0;
+        for (size_t p = 0; p < n_pieces && !hit; p++) {
+            size_t from = p ? ends[p - 1] : 0;
+            const char *out;
+            size_t n;
+            hit = stop_text_push(&m, text + from, ends[p] - from, &out, &n);
+            ck_assert_int_ge(hit, 0);
+            memcpy(got + got_len, out, n);
+            got_len += n;
+            ck_assert_msg(got_len <= want, "released past the reply: text %s, got %.*s", text, (int)got_len, got);
+        }
+        if (!hit) {
+            const char *out;
+            size_t n;
+            stop_text_finish(&m, &out, &n);
+            memcpy(got + got_len, out, n);
+            got_len += n;
+        }
+        stop_text_free(&m);
+        ck_assert_msg(hit == want_hit, "text %s: hit %d, expected %d", text, hit, want_hit);
+        ck_assert_msg(got_len == want && !memcmp(got, text, want), "text %s: released %.*s, expected %.*s", text,
+                      (int)got_len, got, (int)want, text);
+    }
+}
+END_TEST
+
+START_TEST(stop_strings_hold_back_only_a_possible_start)
+{
+    char a[] = "END";
+    struct serve_stops st = {.s = {a}, .len = {3}, .n = 1};
+    struct stop_text m;
+    stop_text_init(&m, (const char *const *)st.s, (int)st.n);
+    const char *out;
+    size_t n;
+    ck_assert_int_eq(stop_text_push(&m, "Hello E", 7, &out, &n), 0);
+    ck_assert_uint_eq(n, 6);     /* "Hello " released, "E" held */
+    ck_assert_int_eq(stop_text_push(&m, "x", 1, &out, &n), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert(!memcmp(out, "Ex", 2));
+    ck_assert_int_eq(stop_text_push(&m, " EN", 3, &out, &n), 0);
+    ck_assert_uint_eq(n, 1);     /* " " released, "EN" held */
+    ck_assert_int_eq(stop_text_push(&m, "D and more", 10, &out, &n), 1);
+    ck_assert_uint_eq(n, 0);     /* the stop string and all after it dropped */
+    stop_text_free(&m);
+}
+END_TEST
+
+/* ---- requests ------------------------------------------------------------ */
+
+static int parse(enum serve_kind kind, const char *body, struct serve_request *q, struct serve_error *e)
+{
+    return serve_parse_request(kind, body, strlen(body), "M", q, e);
+}
+
+/* body is refused with status http, naming param (NULL: none) */
+static void refused(enum serve_kind kind, const char *body, int http, const char *param)
+{
+    struct serve_request q;
+    struct serve_error e;
+    ck_assert_msg(parse(kind, body, &q, &e) == -1, "accepted: %s", body);
+    ck_assert_msg(e.http == http, "%s: status %d, expected %d (%s)", body, e.http, http, e.message);
+    ck_assert_msg(!strcmp(e.param, param ? param : ""), "%s: param '%s', expected '%s'", body, e.param,
+                  param ? param : "");
+    ck_assert_msg(e.message[0] && !strchr(e.message, '\n'), "%s: message '%s'", body, e.message);
+}
+
+START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
+{
+    refused(SERVE_CHAT, "", 400, NULL);
+    refused(SERVE_CHAT, "{", 400, NULL);
+    refused(SERVE_CHAT, "[]", 400, NULL);
+    refused(SERVE_CHAT, "{} x", 400, NULL);
+    refused(SERVE_CHAT, "{}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": []}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": \"hi\"}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400,
+            "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", 400,
+            "messages");
+    const char *msg = "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]";
+    char body[512];
+    static const struct {
+        const char *field, *param;
+        int http;
+    } bad[] = {
+        {"\"max_tokens\": \"8\"", "max_tokens", 400}, {"\"max_tokens\": 0", "max_tokens", 400},
+        {"\"max_tokens\": 2.5", "max_tokens", 400}, {"\"temperature\": \"hot\"", "temperature", 400},
+        {"\"temperature\": 2.5", "temperature", 400}, {"\"top_p\": 1.5", "top_p", 400},
+        {"\"seed\": 1.5", "seed", 400}, {"\"stream\": 1", "stream", 400}, {"\"stop\": 5", "stop", 400},
+        {"\"stop\": \"\"", "stop", 400}, {"\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]", "stop", 400},
+        {"\"stop\": \"\xff\"", "stop", 400}, {"\"n\": 2", "n", 400}, {"\"frequency_penalty\": 1", "frequency_penalty", 400},
+        {"\"logit_bias\": {}", "logit_bias", 400}, {"\"prompt\": \"x\"", "prompt", 400},
+        {"\"model\": 7", "model", 400}, {"\"model\": \"other\"", "model", 404},
+        {"\"stream_options\": {\"include_usage\": \"yes\"}", "stream_options.include_usage", 400},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(body, sizeof body, "{%s, %s}", msg, bad[i].field);
+        refused(SERVE_CHAT, body, bad[i].http, bad[i].param);
+    }
+    /* a key twice, an escaped NUL: JSON readers would disagree on them */
+    snprintf(body, sizeof body, "{%s, \"max_tokens\": 1, \"max_tokens\": 9}", msg);
+    refused(SERVE_CHAT, body, 400, NULL);
+    refused(SERVE_COMPLETION, "{\"prompt\": \"a\\u0000b\"}", 400, NULL);
+    refused(SERVE_COMPLETION, "{\"prompt\": [[1, 2], [3]]}", 400, "prompt");
+    refused(SERVE_COMPLETION, "{\"prompt\": [1, -2]}", 400, "prompt");
+    refused(SERVE_COMPLETION, "{\"prompt\": []}", 400, "prompt");
+    refused(SERVE_COMPLETION, "{\"messages\": []}", 400, "messages");
+    refused(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", 400, "echo");
+}
+END_TEST
+
+START_TEST(requests_get_openais_defaults_and_their_fields)
+{
+    struct serve_request q;
+    struct serve_error e;
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": \"Hi\", \"model\": \"M\", \"user\": \"u\", \"n\": 1}", &q, &e),
+                     0);
+    ck_assert_str_eq(q.prompt, "Hi");
+    ck_assert(q.has_max_tokens);
+    ck_assert_uint_eq(q.max_tokens, 16);        /* OpenAI's default for completions */
+    ck_assert(q.sampling.temperature == 1 && q.sampling.top_p == 1);
+    ck_assert(!q.stream && !q.has_seed);
+    serve_request_free(&q);
+
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": [\"Hi\"], \"top_p\": 0, \"seed\": -3, \"max_tokens\": null}",
+                           &q, &e), 0);
+    ck_assert_str_eq(q.prompt, "Hi");
+    ck_assert(q.sampling.temperature == 0);     /* top_p 0 leaves the most likely token */
+    ck_assert(q.has_seed && q.sampling.seed == (uint64_t)-3);
+    serve_request_free(&q);
+
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": [9707, 11], \"stop\": \"\\n\", \"stream\": true, "
+                                             "\"stream_options\": {\"include_usage\": true}}", &q, &e), 0);
+    ck_assert_uint_eq(q.n_prompt_ids, 2);
+    ck_assert_int_eq(q.prompt_ids[1], 11);
+    ck_assert_uint_eq(q.stops.n, 1);
+    ck_assert_str_eq(q.stops.s[0], "\n");
+    ck_assert(q.stream && q.include_usage);
+    serve_request_free(&q);
+
+    ck_assert_int_eq(parse(SERVE_CHAT, "{\"messages\": [{\"role\": \"developer\", \"content\": \"Be brief.\"}, "
+                                       "{\"role\": \"user\", \"name\": \"ann\", \"content\": [{\"type\": \"text\", "
+                                       "\"text\": \"Hel\"}, {\"type\": \"text\", \"text\": \"lo\"}]}], "
+                                       "\"max_completion_tokens\": 7, \"temperature\": 0, \"stop\": [\"a\", \"bc\"], "
+                                       "\"chat_template_kwargs\": {\"enable_thinking\": true}}", &q, &e), 0);
+    ck_assert_uint_eq(q.n_msgs, 2);
+    ck_assert_str_eq(q.msgs[0].role, "system");
+    ck_assert_str_eq(q.msgs[1].content, "Hello");
+    ck_assert(!q.has_max_tokens || q.max_tokens == 7);
+    ck_assert_uint_eq(q.max_tokens, 7);
+    ck_assert_uint_eq(q.stops.n, 2);
+    ck_assert(q.think);
+    serve_request_free(&q);
+    ck_assert_int_eq(parse(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &q, &e), 0);
+    ck_assert(!q.has_max_tokens && !q.think);   /* a chat runs to its end or the context */
+    serve_request_free(&q);
+}
+END_TEST
+
+/* ---- responses ----------------------------------------------------------- */
+
+static cJSON *parse_json(char *text)
+{
+    ck_assert_ptr_nonnull(text);
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_msg(j != NULL, "not JSON: %s", text);
+    free(text);
+    return j;
+}
+
+static const char *str_at(const cJSON *j, const char *a, const char *b)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, a);
+    if (b)
+        v = cJSON_GetObjectItemCaseSensitive(v, b);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+START_TEST(responses_have_openais_shapes)
+{
+    struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
+    struct serve_usage u = {.prompt_tokens = 5, .completion_tokens = 3};
+    cJSON *j = parse_json(serve_completion_json(&chat, "Hi \"there\"\n", 11, "stop", &u));
+    ck_assert_str_eq(str_at(j, "object", NULL), "chat.completion");
+    const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_str_eq(str_at(c0, "message", "role"), "assistant");
+    ck_assert_str_eq(str_at(c0, "message", "content"), "Hi \"there\"\n");
+    ck_assert_str_eq(str_at(c0, "finish_reason", NULL), "stop");
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "usage"), "total_tokens")
+                         ->valueint, 8);
+    cJSON_Delete(j);
+
+    j = parse_json(serve_chunk_json(&chat, "", 0, true, NULL));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_str_eq(str_at(j, "object", NULL), "chat.completion.chunk");
+    ck_assert_str_eq(str_at(c0, "delta", "role"), "assistant");
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c0, "finish_reason")));
+    cJSON_Delete(j);
+    j = parse_json(serve_chunk_json(&chat, NULL, 0, false, "length"));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c0, "delta")), 0);
+    ck_assert_str_eq(str_at(c0, "finish_reason", NULL), "length");
+    cJSON_Delete(j);
+
+    struct serve_reply_meta cmpl = {.kind = SERVE_COMPLETION, .id = "cmpl-1", .created = 1, .model = "M"};
+    char *raw = serve_chunk_json(&cmpl, "a\0b", 3, false, NULL);
+    ck_assert_ptr_nonnull(strstr(raw, "\"text\":\"a\\u0000b\""));
+    j = parse_json(raw);
+    ck_assert_str_eq(str_at(j, "object", NULL), "text_completion");
+    cJSON_Delete(j);
+    j = parse_json(serve_usage_chunk_json(&cmpl, &u));
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "choices")), 0);
+    cJSON_Delete(j);
+
+    struct serve_error e;
+    serve_error_set(&e, 404, "invalid_request_error", "model_not_found", "model", "no model %s", "x");
+    j = parse_json(serve_error_json(&e));
+    ck_assert_str_eq(str_at(j, "error", "message"), "no model x");
+    ck_assert_str_eq(str_at(j, "error", "code"), "model_not_found");
+    ck_assert_str_eq(str_at(j, "error", "param"), "model");
+    cJSON_Delete(j);
+    j = parse_json(serve_models_json("M", 2, false));
+    ck_assert_str_eq(str_at(j, "object", NULL), "list");
+    ck_assert_str_eq(str_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0), "id", NULL), "M");
+    cJSON_Delete(j);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("serve_openai");
+    TCase *tc = tcase_create("units");
+    tcase_add_test(tc, stop_strings_release_exactly_the_text_before_the_first_stop);
+    tcase_add_test(tc, stop_strings_hold_back_only_a_possible_start);
+    tcase_add_test(tc, requests_of_the_wrong_shape_are_refused_naming_the_field);
+    tcase_add_test(tc, requests_get_openais_defaults_and_their_fields);
+    tcase_add_test(tc, responses_have_openais_shapes);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

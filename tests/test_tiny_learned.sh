@@ -1,0 +1,48 @@
+#!/bin/bash
+# test_tiny_learned.sh QPACK QEVAL DATA_DIR
+#
+# The committed model with learned weights (DATA_DIR = tests/data/tiny-learned,
+# made by scripts/train_tiny_qwen3.py) packed to q24 and scored by qeval on
+# the first 256 tokens of its held-out text (eval.txt):
+#   - the float64 reference's perplexity is below PPL_BOUND: a model that
+#     does not predict from context does not get there (on these tokens the
+#     training text's unigram frequencies score 775, a uniform model 2048,
+#     the trained model 83; a broken forward pass or tokenizer lands in the
+#     hundreds or thousands);
+#   - the reference's NLL per token is the one an independent implementation,
+#     the trainer's torch model in float64 on the same BF16 weights, wrote
+#     into expected.json (to 1e-9: both are float64 over the same sums);
+#   - q24's perplexity is within 1 % of the reference's.
+# BPF when root (as CI runs), else the host twin (bit-identical to BPF).
+set -u
+
+QPACK=$1 QEVAL=$2 DATA=$3
+PPL_BOUND=200     # unigram model of the training text: 775 on these tokens; the model: 83 (README)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
+work=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$work"' EXIT
+
+"$QPACK" pack "$DATA/model" -o "$work/q24.qpk" --quiet || fail "qpack pack $DATA/model"
+# One short prompt instead of qeval's random ones: the text is what is measured here.
+printf 'The package\n' >"$work/prompt.txt"
+backend=bpf
+[ "$(id -u)" = 0 ] || backend=emu
+"$QEVAL" --ref "$DATA/model" "$work/q24.qpk" --prompts "$work/prompt.txt" --text "$DATA/eval.txt" \
+    --backend "$backend" --json >"$work/eval.json" 2>"$work/eval.err" ||
+    fail "qeval: $(cat "$work/eval.err")"
+
+jq -e '.reference.text_tokens == 255 and .models[0].text_tokens == 255' "$work/eval.json" >/dev/null ||
+    fail "expected 255 scored tokens (256 positions of the model): $(jq -c '.reference' "$work/eval.json")"
+ref=$(jq '.reference.text_ppl' "$work/eval.json")
+q24=$(jq '.models[0].text_ppl' "$work/eval.json")
+echo "perplexity of the first 256 tokens of eval.txt: reference $ref, q24 ($backend) $q24"
+jq -e --argjson bound "$PPL_BOUND" '.reference.text_ppl < $bound' "$work/eval.json" >/dev/null ||
+    fail "reference perplexity $ref is not below $PPL_BOUND: the model or the reference is broken"
+want=$(jq '.eval_first_window.nll' "$DATA/expected.json") || fail "no $DATA/expected.json"
+jq -e --argjson want "$want" '(.reference.text_nll - $want) | fabs < 1e-9' "$work/eval.json" >/dev/null ||
+    fail "reference NLL $(jq '.reference.text_nll' "$work/eval.json") is not torch's $want (expected.json)"
+jq -e '(.models[0].text_ppl / .reference.text_ppl - 1) | fabs < 0.01' "$work/eval.json" >/dev/null ||
+    fail "q24 perplexity $q24 is not within 1 % of the reference's $ref"
+echo "ok"

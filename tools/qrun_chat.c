@@ -1,0 +1,307 @@
+/* qrun_chat.c - the interactive chat: one user turn per line of stdin (a
+ * line ending in \ goes on on the next), /clear and /bye, the KV cache kept
+ * across turns, the oldest turns dropped when the context fills.
+ *
+ * The conversation is a list of turns, each its template text's tokens and
+ * the reply's tokens as printed. The session holds a prefix of their
+ * concatenation: before a turn, the part of the conversation past the
+ * longest prefix the session already holds is fed (usually the last reply's
+ * last token, which generation prints but does not feed, and the new turn).
+ * So a reply stopped by Ctrl-C, a turn whose feed was interrupted and a
+ * conversation cut at its oldest turns all resume from what the session
+ * actually holds. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_out.h"
+#include "qrun.h"
+
+static void turn_free(struct turn *t)
+{
+    free(t->user);
+    free(t->ids);
+    free(t->reply);
+}
+
+void qrun_turns_free(struct run_state *r)
+{
+    for (size_t i = 0; i < r->n_turns; i++)
+        turn_free(&r->turns[i]);
+    free(r->turns);
+    r->turns = NULL;
+    r->n_turns = 0;
+}
+
+/* The tokens of a turn's template text: as the first turn (with the system
+ * prompt) or as one that follows a reply. */
+static int turn_ids(struct run_state *r, struct turn *t, bool first, qpack_error *err)
+{
+    const struct options *o = r->o;
+    qpack_chat_message msgs[2] = {{"system", o->system}, {"user", t->user}};
+    const qpack_chat_message *m = first && o->system ? msgs : msgs + 1;
+    size_t n = first && o->system ? 2 : 1, len;
+    char *text;
+    int rc = first ? qpack_chat_render(m, n, o->think, &text, &len, err)
+                   : qpack_chat_render_next(m, n, o->think, &text, &len, err);
+    if (rc)
+        return -1;
+    free(t->ids);
+    t->ids = NULL;
+    rc = qrun_tokenize(r, text, len, &t->ids, &t->n_ids, err);
+    free(text);
+    return rc;
+}
+
+/* The conversation from turn k on (turns[k] rendered as the first), and
+ * then `next`: its tokens, or with out NULL only their count. */
+static size_t conversation(const struct run_state *r, size_t k, const struct turn *first, const struct turn *next,
+                           int32_t *out)
+{
+    size_t n = 0;
+    for (size_t i = k; i <= r->n_turns; i++) {
+        const struct turn *t = i == r->n_turns ? next : &r->turns[i];
+        const struct turn *ids = i == k ? first : t;
+        if (out)
+            memcpy(out + n, ids->ids, ids->n_ids * sizeof *out);
+        n += ids->n_ids;
+        if (i < r->n_turns) {
+            if (out)
+                memcpy(out + n, t->reply, t->n_reply * sizeof *out);
+            n += t->n_reply;
+        }
+    }
+    return n;
+}
+
+/* The positions a turn needs: the conversation and its reply (the last
+ * token of which is printed, not fed). */
+static uint64_t need_of(const struct run_state *r, size_t conv)
+{
+    return conv + (r->o->n_new > 0 ? (uint64_t)r->o->n_new - 1 : 0);
+}
+
+/* Makes the conversation and the new turn fit the context with its reply,
+ * dropping the oldest turns; -1 (with a message) when the turn does not
+ * fit even alone. *first is the turn that now opens the conversation,
+ * rendered as the first. */
+static int make_room(struct run_state *r, struct turn *new_turn, struct turn *first, unsigned lineno,
+                     qpack_error *err)
+{
+    size_t k = 0;
+    if (!r->n_turns)
+        *first = *new_turn;
+    else
+        *first = r->turns[0];
+    if (need_of(r, conversation(r, 0, first, new_turn, NULL)) <= r->ctx)
+        return 0;
+    for (k = 1; k <= r->n_turns; k++) {
+        struct turn *t = k == r->n_turns ? new_turn : &r->turns[k];
+        *first = (struct turn){.user = t->user};
+        if (turn_ids(r, first, true, err))
+            return -1;
+        if (need_of(r, conversation(r, k, first, new_turn, NULL)) <= r->ctx)
+            break;
+        free(first->ids);
+        first->ids = NULL;
+    }
+    if (k > r->n_turns) {
+        snprintf(err->message, sizeof err->message,
+                 "input line %u: this turn and -n %d do not fit the context of %u positions even alone (see -c); "
+                 "turn ignored", lineno, r->o->n_new, r->ctx);
+        return -1;
+    }
+    fprintf(stderr, "qrun: the conversation fills the context of %u positions: dropping the oldest %zu turn%s\n",
+            r->ctx, k, k == 1 ? "" : "s");
+    /* turn k opens the conversation now */
+    for (size_t i = 0; i < k; i++)
+        turn_free(&r->turns[i]);
+    memmove(r->turns, r->turns + k, (r->n_turns - k) * sizeof *r->turns);
+    r->n_turns -= k;
+    struct turn *opener = r->n_turns ? &r->turns[0] : new_turn;
+    free(opener->ids);
+    opener->ids = first->ids;
+    opener->n_ids = first->n_ids;
+    *first = *opener;
+    return 0;
+}
+
+/* Feeds what the session lacks of the conversation with the new turn. */
+static int feed_conversation(struct run_state *r, const struct turn *first, const struct turn *new_turn,
+                             qpack_error *err)
+{
+    size_t n = conversation(r, 0, first, new_turn, NULL);
+    int32_t *all = malloc((n ? n : 1) * sizeof *all);
+    if (!all) {
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return -1;
+    }
+    conversation(r, 0, first, new_turn, all);
+    const int32_t *held = qpack_session_tokens(r->s);
+    uint32_t pos = qpack_session_pos(r->s), same = 0;
+    while (same < pos && same < n && held[same] == all[same])
+        same++;
+    if (same == n)
+        same--;     /* the last token is fed again: its logits start the reply */
+    int rc = qpack_session_rewind(r->s, same, err) ? -1 : qrun_feed(r, all + same, n - same, err);
+    free(all);
+    return rc;
+}
+
+static bool vocab_ok(const struct run_state *r, const struct turn *t, unsigned lineno)
+{
+    for (size_t i = 0; i < t->n_ids; i++)
+        if ((uint32_t)t->ids[i] >= r->info->vocab) {
+            fprintf(stderr, "qrun: input line %u: token %d is outside this model's vocabulary of %u; line ignored\n",
+                    lineno, t->ids[i], r->info->vocab);
+            return false;
+        }
+    return true;
+}
+
+static int add_turn(struct run_state *r, struct turn *t, qpack_error *err)
+{
+    struct turn *v = realloc(r->turns, (r->n_turns + 1) * sizeof *v);
+    if (!v) {
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return -1;
+    }
+    r->turns = v;
+    r->turns[r->n_turns++] = *t;
+    return 0;
+}
+
+/* One user turn: its tokens, room in the context, the feed, the reply. A
+ * turn refused (its text, its size) sets bad_input and returns 0. */
+static int chat_turn(struct run_state *r, const char *user, unsigned lineno, qpack_error *err)
+{
+    struct turn t = {.user = strdup(user)}, first;
+    if (!t.user || turn_ids(r, &t, r->n_turns == 0, err)) {
+        turn_free(&t);
+        return -1;
+    }
+    if (!vocab_ok(r, &t, lineno)) {
+        r->bad_input = true;
+        turn_free(&t);
+        return 0;
+    }
+    if (make_room(r, &t, &first, lineno, err)) {
+        turn_free(&t);
+        if (!strstr(err->message, "turn ignored"))
+            return -1;
+        fprintf(stderr, "qrun: %s\n", err->message);
+        r->bad_input = true;
+        return 0;
+    }
+    int rc = feed_conversation(r, &first, &t, err);
+    if (rc) {
+        turn_free(&t);
+        return qrun_stop_signal || qrun_reply_stopped ? 0 : -1;
+    }
+    if (add_turn(r, &t, err)) {
+        turn_free(&t);
+        return -1;
+    }
+    rc = qrun_reply(r, r->ctx - qpack_session_pos(r->s), err);
+    if (!rc || r->in_reply)
+        qrun_end_reply(r, !rc);
+    return rc;
+}
+
+/* /clear: the conversation and its cache go */
+static int clear_conversation(struct run_state *r, qpack_error *err)
+{
+    qrun_turns_free(r);
+    return qpack_session_rewind(r->s, 0, err) ? -1 : 0;
+}
+
+/* Reads one turn: a line, and the lines after one ending in \ (joined by a
+ * newline). 1 at the end of input, -1 on a read error. */
+static int read_turn(char **text, size_t *len, size_t *cap, unsigned *lineno, unsigned *first_line, bool tty,
+                     qpack_error *err)
+{
+    char *line = NULL;
+    size_t line_cap = 0;
+    *len = 0;
+    *first_line = *lineno + 1;
+    for (bool more = true; more;) {
+        if (tty) {
+            fputs(*len ? ". " : "> ", stderr);
+            fflush(stderr);
+        }
+        errno = 0;
+        ssize_t n = getline(&line, &line_cap, stdin);
+        if (n < 0) {
+            bool failed = ferror(stdin) && errno;
+            if (failed)
+                snprintf(err->message, sizeof err->message, "reading stdin: %s", strerror(errno));
+            else if (tty)
+                fputc('\n', stderr);
+            free(line);
+            return failed ? -1 : *len ? 0 : 1;
+        }
+        ++*lineno;
+        size_t l = (size_t)n;
+        if (l && line[l - 1] == '\n')
+            l--;
+        if (l && line[l - 1] == '\r')
+            l--;
+        more = l && line[l - 1] == '\\';
+        if (more)
+            line[l - 1] = '\n';   /* the backslash becomes the line break */
+        if (*len + l + 1 > *cap) {
+            size_t c = (*len + l + 1) * 2;
+            char *t = realloc(*text, c);
+            if (!t) {
+                free(line);
+                snprintf(err->message, sizeof err->message, "out of memory");
+                return -1;
+            }
+            *text = t;
+            *cap = c;
+        }
+        memcpy(*text + *len, line, l);
+        *len += l;
+        (*text)[*len] = 0;
+    }
+    free(line);
+    return 0;
+}
+
+int qrun_interactive(struct run_state *r, qpack_error *err)
+{
+    bool tty = isatty(STDIN_FILENO);
+    qrun_prompt_shown = tty;
+    char *text = NULL;
+    size_t cap = 0, len;
+    unsigned lineno = 0, first_line;
+    int rc = 0;
+    while (!rc && !qrun_stop_signal && !qp_stdout_failed()) {
+        qrun_reply_stopped = 0;
+        qrun_set_phase(QRUN_WAITING);
+        int got = read_turn(&text, &len, &cap, &lineno, &first_line, tty, err);
+        qrun_set_phase(QRUN_WORKING);
+        if (got)
+            rc = got < 0 ? -1 : 0;
+        if (got)
+            break;
+        char what[32];
+        snprintf(what, sizeof what, "input line %u", first_line);
+        if (!qrun_text_ok(what, text, len, "; line ignored")) {
+            r->bad_input = true;
+            continue;
+        }
+        if (!len)
+            continue;
+        if (!strcmp(text, "/bye"))
+            break;
+        if (!strcmp(text, "/clear")) {
+            rc = clear_conversation(r, err);
+            continue;
+        }
+        rc = chat_turn(r, text, first_line, err);
+    }
+    free(text);
+    return rc;
+}

@@ -1,0 +1,280 @@
+/* serve.c - `qrun serve`: options, start-up, signals and shutdown.
+ *
+ * The model is loaded once; `--parallel` sessions share its weight maps
+ * (serve_sched.c); libmicrohttpd answers on threads of its own
+ * (serve_http.c). The main thread only waits for SIGINT or SIGTERM, which
+ * every thread blocks, and then shuts down in order: stop accepting, end
+ * what waits and interrupt what runs (each client gets its answer or its
+ * error), close the connections, free the sessions and the model (every
+ * BPF object with it), exit 0. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_out.h"
+#include "serve.h"
+
+#define DRAIN_MS 5000           /* at shutdown, for the last answers to go out */
+
+struct serve_opts {
+    const char *model, *host, *api_key, *name;
+    unsigned port, parallel, queue, timeout_s, threads;
+    uint32_t ctx;
+    qpack_backend backend;
+    bool no_verify, quiet;
+};
+
+static const char usage_text[] =
+    "usage: qrun serve -m MODEL.qpk [options]\n"
+    "\n"
+    "An OpenAI-compatible HTTP server: the model is loaded once and answers\n"
+    "  POST /v1/chat/completions   messages through Qwen3's chat template\n"
+    "  POST /v1/completions        a prompt as text or as token ids\n"
+    "       (max_tokens, temperature, top_p, seed, stop, stream: server-sent\n"
+    "       events ending in \"data: [DONE]\", stream_options.include_usage;\n"
+    "       chat: chat_template_kwargs.enable_thinking, default false)\n"
+    "  GET  /v1/models             the model, named by --name\n"
+    "  GET  /health                {\"status\":\"ok\"}\n"
+    "  GET  /metrics               Prometheus text: requests, tokens, seconds, sessions, BPF map bytes\n"
+    "  GET  /                      a chat page that streams replies\n"
+    "\n"
+    "  -m, --model PATH       the .qpk container\n"
+    "      --host ADDR        address to listen on (default 127.0.0.1: this machine only)\n"
+    "      --port N           TCP port (default 8080; 0: any free port, printed at start)\n"
+    "      --parallel N       sessions generating at once, each with its own sequence, all\n"
+    "                         sharing the weights (1 to 64, default 1)\n"
+    "      --queue N          requests that may wait for a session (0 to 1024, default 16);\n"
+    "                         beyond them a request gets 503 with a JSON error\n"
+    "      --api-key KEY      requests need the header Authorization: Bearer KEY (401\n"
+    "                         otherwise); / and /health stay open\n"
+    "      --name NAME        the model's id in /v1/models and in replies (default: the\n"
+    "                         file's name without .qpk); a request naming another gets 404\n"
+    "  -c, --ctx N            positions per session (default min(4096, model's)); a longer\n"
+    "                         prompt gets 400 context_length_exceeded, a reply stops there\n"
+    "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
+    "      --threads N        1 or 2 threads computing each step (default 2)\n"
+    "      --no-verify        skip the container's checksums at start-up (your own files only)\n"
+    "      --timeout S        close a connection idle for S seconds (1 to 3600, default 60)\n"
+    "      --quiet            no line per request on stderr\n"
+    "      --version          the version and the git commit\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "Request bodies must be JSON (Content-Type: application/json, at most 1 MiB); a\n"
+    "malformed or oversized one, a field of the wrong type, an unknown field or model, or\n"
+    "a prompt longer than the context gets a 4xx status with OpenAI's error object. A\n"
+    "client that disconnects stops its generation. SIGINT or SIGTERM: stop accepting,\n"
+    "cancel what waits or runs, release every BPF object, exit 0.\n"
+    "Exit status: 0 stopped by a signal, 1 error, 2 bad usage.\n";
+
+static int print_usage(void)
+{
+    qp_stdout_write(usage_text, sizeof usage_text - 1);
+    return qp_stdout_finish("qrun serve", 0);
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "qrun serve: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (try qrun serve --help)\n");
+    return 2;
+}
+
+/* a whole decimal number in [lo, hi] */
+static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+        return false;
+    *out = (unsigned)v;
+    return true;
+}
+
+enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
+       O_QUIET, O_VERSION };
+
+/* returns -1 to go on, else an exit status */
+static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
+{
+    unsigned v;
+    switch (opt) {
+    case O_PORT:
+        if (!parse_uint(arg, 0, 65535, &o->port))
+            return bad_usage("--port must be 0 to 65535, not '%s'", arg);
+        return -1;
+    case O_PARALLEL:
+        if (!parse_uint(arg, 1, 64, &o->parallel))
+            return bad_usage("--parallel must be 1 to 64, not '%s'", arg);
+        return -1;
+    case O_QUEUE:
+        if (!parse_uint(arg, 0, 1024, &o->queue))
+            return bad_usage("--queue must be 0 to 1024, not '%s'", arg);
+        return -1;
+    case O_THREADS:
+        if (!parse_uint(arg, 1, 2, &o->threads))
+            return bad_usage("--threads must be 1 or 2, not '%s'", arg);
+        return -1;
+    case O_TIMEOUT:
+        if (!parse_uint(arg, 1, 3600, &o->timeout_s))
+            return bad_usage("--timeout must be 1 to 3600 seconds, not '%s'", arg);
+        return -1;
+    case 'c':
+        if (!parse_uint(arg, 1, UINT32_MAX, &v))
+            return bad_usage("--ctx must be a positive number, not '%s'", arg);
+        o->ctx = v;
+        return -1;
+    }
+    return bad_usage("%s", "internal error: unknown option");
+}
+
+static int parse_options(int argc, char **argv, struct serve_opts *o)
+{
+    static const struct option longs[] = {
+        {"model", required_argument, 0, 'm'}, {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT}, {"parallel", required_argument, 0, O_PARALLEL},
+        {"queue", required_argument, 0, O_QUEUE}, {"api-key", required_argument, 0, O_API_KEY},
+        {"name", required_argument, 0, O_NAME}, {"ctx", required_argument, 0, 'c'},
+        {"backend", required_argument, 0, O_BACKEND}, {"threads", required_argument, 0, O_THREADS},
+        {"no-verify", no_argument, 0, O_NO_VERIFY}, {"timeout", required_argument, 0, O_TIMEOUT},
+        {"quiet", no_argument, 0, O_QUIET}, {"version", no_argument, 0, O_VERSION},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
+    *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
+                             .threads = 2, .backend = QPACK_BACKEND_BPF};
+    opterr = 0;
+    optind = 1;
+    int opt, rc;
+    while ((opt = getopt_long(argc, argv, ":m:c:h", longs, NULL)) != -1) {
+        switch (opt) {
+        case 'm': o->model = optarg; break;
+        case O_HOST: o->host = optarg; break;
+        case O_API_KEY: o->api_key = optarg; break;
+        case O_NAME: o->name = optarg; break;
+        case O_NO_VERIFY: o->no_verify = true; break;
+        case O_QUIET: o->quiet = true; break;
+        case O_BACKEND:
+            if (!strcmp(optarg, "bpf"))
+                o->backend = QPACK_BACKEND_BPF;
+            else if (!strcmp(optarg, "emu"))
+                o->backend = QPACK_BACKEND_EMU;
+            else
+                return bad_usage("--backend must be bpf or emu, not '%s'", optarg);
+            break;
+        case O_VERSION: exit(qp_print_version("qrun"));
+        case 'h': exit(print_usage());
+        case ':': return bad_usage("option '%s' needs a value", argv[optind - 1]);
+        case '?': return bad_usage("unknown option '%s'", argv[optind - 1]);
+        default:
+            if ((rc = parse_number_option(opt, optarg, o)) >= 0)
+                return rc;
+        }
+    }
+    if (optind < argc)
+        return bad_usage("unexpected argument '%s'", argv[optind]);
+    if (!o->model)
+        return bad_usage("%s", "no model: give -m MODEL.qpk");
+    if (o->api_key && !*o->api_key)
+        return bad_usage("%s", "--api-key must not be empty");
+    return -1;
+}
+
+/* the file's name without its directory and ".qpk" */
+static void model_name(const char *path, char *out, size_t cap)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t n = strlen(base);
+    if (n > 4 && !strcmp(base + n - 4, ".qpk"))
+        n -= 4;
+    snprintf(out, cap, "%.*s", (int)n, base);
+}
+
+/* blocks the stop signals in this thread and in every thread it starts */
+static void block_stop_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+static int open_model(const struct serve_opts *o, qpack_model **m)
+{
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = o->backend;
+    p.ctx = o->ctx;
+    p.max_sessions = o->parallel;
+    p.threads = o->threads;
+    p.no_verify = o->no_verify;
+    qpack_error e;
+    if (qpack_model_open(m, o->model, &p, &e)) {
+        fprintf(stderr, "qrun serve: %s\n", e.message);
+        return 1;
+    }
+    return 0;
+}
+
+static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
+{
+    char name[256];
+    if (o->name)
+        snprintf(name, sizeof name, "%s", o->name);
+    else
+        model_name(o->model, name, sizeof name);
+    struct serve_sched *sched;
+    qpack_error e;
+    if (serve_sched_new(&sched, m, o->parallel, o->queue, &e)) {
+        fprintf(stderr, "qrun serve: %s\n", e.message);
+        return 1;
+    }
+    struct serve_http_config cfg = {
+        .model = m, .sched = sched, .model_id = name, .api_key = o->api_key, .host = o->host, .port = o->port,
+        .timeout_s = o->timeout_s, .max_connections = 4 * (o->parallel + o->queue) + 64, .log = !o->quiet,
+    };
+    struct serve_http *http;
+    char msg[600];
+    if (serve_http_start(&http, &cfg, msg, sizeof msg)) {
+        fprintf(stderr, "qrun serve: %s\n", msg);
+        serve_sched_free(sched);
+        return 1;
+    }
+    const qpack_model_info *i = qpack_model_get_info(m);
+    bool v6 = strchr(o->host, ':') != NULL;
+    fprintf(stderr, "qrun serve: %s (%s, %s, context %u) on http://%s%s%s:%u/ with %u session%s and a queue of %u\n",
+            name, i->format, i->backend, i->ctx, v6 ? "[" : "", o->host, v6 ? "]" : "", serve_http_port(http),
+            o->parallel, o->parallel == 1 ? "" : "s", o->queue);
+    int sig = 0;
+    sigwait(stop, &sig);
+    fprintf(stderr, "qrun serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    serve_http_quiesce(http);
+    serve_sched_stop(sched);
+    serve_http_drain(http, DRAIN_MS);
+    serve_http_stop(http);
+    serve_sched_free(sched);
+    return 0;
+}
+
+int serve_main(int argc, char **argv)
+{
+    struct serve_opts o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    sigset_t stop;
+    block_stop_signals(&stop);
+    qpack_model *m;
+    if (open_model(&o, &m))
+        return 1;
+    rc = run(&o, m, &stop);
+    qpack_model_free(m);
+    if (!rc)
+        fprintf(stderr, "qrun serve: stopped\n");
+    return rc;
+}

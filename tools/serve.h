@@ -1,0 +1,221 @@
+/* serve.h - `qrun serve`: an OpenAI-compatible HTTP server over
+ * include/qpack.h. The parts, one file each:
+ *
+ *   serve.c          options, start-up, signals, shutdown
+ *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
+ *   serve_openai.c   request bodies parsed strictly, response bodies built
+ *   serve_sched.c    the sessions: a worker per session, a bounded queue
+ *   serve_metrics.c  counters and their Prometheus text
+ *   serve_page.html  the chat page (compiled in as serve_page_html)
+ */
+#ifndef QP_SERVE_H
+#define QP_SERVE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qpack.h"
+#include "stop_text.h"
+
+/* `qrun serve ARGS`: argv[0] is "serve". Returns the exit status. */
+int serve_main(int argc, char **argv);
+
+/* ---- stop strings (stop_text.c) ------------------------------------------
+ * OpenAI's and llama.cpp's semantics: the first token whose text completes
+ * a stop string ends the reply, just before the earliest stop string in
+ * it; the stop string is not part of the reply. While streaming, text that
+ * may be the start of a stop string is held back until it is known not to
+ * be one. The matcher is stop_text.h's, which qrun's --stop uses too. */
+
+#define SERVE_MAX_STOPS 4       /* OpenAI's limit */
+#define SERVE_MAX_STOP_LEN 256  /* bytes of one stop string */
+
+struct serve_stops {
+    char *s[SERVE_MAX_STOPS];   /* non-empty, well-formed UTF-8 */
+    size_t len[SERVE_MAX_STOPS];
+    unsigned n;
+};
+
+
+/* ---- requests and responses (serve_openai.c) ---------------------------- */
+
+enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
+
+#define SERVE_MAX_MESSAGES 4096
+#define SERVE_MAX_PROMPT_IDS 65536
+
+struct serve_request {
+    enum serve_kind kind;
+    qpack_chat_message *msgs;   /* chat: role and content malloc'd */
+    size_t n_msgs;
+    char *prompt;               /* completion as text (malloc'd), or */
+    int32_t *prompt_ids;        /* as token ids */
+    size_t n_prompt_ids;
+    bool has_max_tokens;
+    uint32_t max_tokens;
+    qpack_sampler_params sampling;
+    bool has_seed;
+    struct serve_stops stops;
+    bool stream, include_usage;
+    bool think;                 /* chat_template_kwargs.enable_thinking */
+};
+
+/* An error as OpenAI shapes it: {"error": {"message", "type", "param", "code"}}. */
+struct serve_error {
+    int http;                   /* 400, 401, 404, ... */
+    const char *type;           /* "invalid_request_error", "server_error", ... */
+    const char *code;           /* NULL or "context_length_exceeded", "model_not_found", ... */
+    char param[64];             /* "" or the request field at fault */
+    char message[512];
+};
+
+void serve_error_set(struct serve_error *e, int http, const char *type, const char *code, const char *param,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Parses a request body of the kind's endpoint: strict JSON (no key twice,
+ * no escaped NUL), every field of the right type and range, unknown fields
+ * refused. model_id: the one model served (a "model" naming another is
+ * refused with 404). Returns 0, or -1 with *err filled. */
+int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const char *model_id,
+                        struct serve_request *req, struct serve_error *err);
+void serve_request_free(struct serve_request *req);
+
+/* Response bodies, malloc'd NUL-terminated JSON (NULL when out of memory). */
+char *serve_error_json(const struct serve_error *e);
+
+struct serve_usage {
+    uint32_t prompt_tokens, completion_tokens;
+};
+
+struct serve_reply_meta {
+    enum serve_kind kind;
+    const char *id;             /* "chatcmpl-..." or "cmpl-..." */
+    long long created;          /* unix seconds */
+    const char *model;
+};
+
+char *serve_completion_json(const struct serve_reply_meta *r, const char *text, size_t len, const char *finish,
+                            const struct serve_usage *u);
+
+/* One streamed chunk: the first of a chat carries the role (role_chunk);
+ * finish is NULL until the last; usage_chunk: the chunk after the last
+ * with the usage and no choice (stream_options.include_usage). */
+char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_t len, bool role_chunk,
+                       const char *finish);
+char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u);
+
+char *serve_models_json(const char *model_id, long long created, bool one);
+
+/* ---- the sessions (serve_sched.c) ---------------------------------------- */
+
+struct serve_sched;
+struct serve_job;
+
+/* A worker per session (parallel of them) and a queue of at most
+ * queue_max waiting jobs. */
+int serve_sched_new(struct serve_sched **out, qpack_model *model, unsigned parallel, unsigned queue_max,
+                    qpack_error *err);
+
+/* Stops (serve_sched_stop) and frees every session. */
+void serve_sched_free(struct serve_sched *s);
+
+/* A job of generating up to max_new tokens after prompt[0..n) (the job
+ * takes the array). stops may be NULL. The caller holds one reference. */
+struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, const qpack_sampler_params *sp,
+                                const struct serve_stops *stops);
+void serve_job_ref(struct serve_job *j);
+void serve_job_unref(struct serve_job *j);
+
+/* Queues the job: 0, or -1 when the queue is full or the server stops
+ * (the job is then untouched). */
+int serve_sched_submit(struct serve_sched *s, struct serve_job *j);
+
+/* Ends the job: removed from the queue, or its generation interrupted. */
+void serve_job_cancel(struct serve_job *j);
+
+enum serve_job_state { SERVE_JOB_WAITING, SERVE_JOB_RUNNING, SERVE_JOB_DONE };
+
+/* Waits up to timeout_ms for text or the end; appends the text released
+ * since the last call to *buf (malloc'd, grown; *len bytes). Returns the
+ * state, -1 when out of memory. */
+int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len, size_t *cap);
+
+/* After SERVE_JOB_DONE: why it ended ("stop" or "length"; NULL for an
+ * error, then *err holds it), and the token counts. */
+const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_error *err);
+
+/* Stops: waiting jobs end as cancelled, running ones are interrupted, the
+ * workers are joined; later submits fail. The sessions stay until
+ * serve_sched_free (they must go before the model). */
+void serve_sched_stop(struct serve_sched *s);
+
+/* ---- HTTP (serve_http.c) ------------------------------------------------- */
+
+#define SERVE_MAX_BODY (1u << 20)   /* bytes of a request body */
+
+struct serve_http_config {
+    qpack_model *model;
+    struct serve_sched *sched;
+    const char *model_id;       /* the name /v1/models gives the model */
+    const char *api_key;        /* NULL: no authentication */
+    const char *host;           /* numeric address or name to bind */
+    unsigned port;              /* 0: any free port */
+    unsigned timeout_s;         /* an idle connection is closed after it */
+    unsigned max_connections;
+    bool log;                   /* a line per request on stderr */
+};
+
+struct serve_http;
+
+/* Listens and serves on threads of its own. Returns 0, or -1 with a line
+ * in msg. */
+int serve_http_start(struct serve_http **out, const struct serve_http_config *cfg, char *msg, size_t msg_len);
+
+/* The port it listens on (the one chosen when cfg.port was 0). */
+unsigned serve_http_port(const struct serve_http *h);
+
+/* Stops accepting connections; requests in progress go on. */
+void serve_http_quiesce(struct serve_http *h);
+
+/* Waits until no request is in progress (their answers sent), at most
+ * timeout_ms. */
+void serve_http_drain(struct serve_http *h, unsigned timeout_ms);
+
+/* Closes every connection and joins their threads. */
+void serve_http_stop(struct serve_http *h);
+
+/* ---- counters (serve_metrics.c) ----------------------------------------- */
+
+enum serve_endpoint {
+    SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
+    SERVE_EP_OTHER, SERVE_EP_COUNT
+};
+
+#define SERVE_STATUS_SLOTS 12   /* 200 400 401 404 405 408 413 415 429 500 503, other */
+
+struct serve_metrics {
+    atomic_ullong requests[SERVE_EP_COUNT][SERVE_STATUS_SLOTS];
+    atomic_ullong prompt_tokens, completion_tokens, cached_tokens;
+    atomic_ullong prompt_us, decode_us;         /* microseconds in prompt feeds, in decoding */
+    atomic_ullong first_token_us, first_tokens; /* time to first token: sum and count */
+    atomic_ullong cancelled, rejected;          /* clients gone; 503s for a full queue */
+    atomic_uint busy, waiting;                  /* sessions generating, jobs queued */
+    unsigned parallel, queue_max;
+};
+
+extern struct serve_metrics serve_metrics;
+
+void serve_metrics_count(enum serve_endpoint ep, int http_status);
+
+/* The Prometheus text exposition of the counters and the model's memory;
+ * malloc'd. */
+char *serve_metrics_text(const qpack_model *model);
+
+/* ---- the chat page (generated from serve_page.html) ---------------------- */
+
+extern const char serve_page_html[];
+extern const size_t serve_page_html_len;
+
+#endif

@@ -1,0 +1,699 @@
+/* serve_http.c - the HTTP side of `qrun serve`, on libmicrohttpd.
+ *
+ * A thread per connection (MHD_USE_THREAD_PER_CONNECTION): a request's
+ * thread parses it, tokenizes the prompt, queues the job and then waits
+ * for its text, so a slow reader or a long generation holds only its own
+ * thread. While it waits it polls its socket: a client that has gone away
+ * (POLLRDHUP, POLLHUP) cancels its job at once, whether it was still
+ * queued, feeding its prompt or decoding.
+ *
+ * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page).
+ * Every error is OpenAI's JSON error object with its HTTP status. With an
+ * API key, everything but / and /health needs "Authorization: Bearer KEY".
+ * Request bodies must say Content-Type: application/json: a cross-site
+ * page cannot then send one without a CORS preflight, which this server
+ * never grants. */
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+#define WAIT_MS 100             /* how often a waiting request checks its client */
+#define STREAM_BLOCK 16384
+#define CLIENT_GONE 499         /* nginx's status for a client that closed its connection */
+
+struct serve_http {
+    struct serve_http_config cfg;
+    struct MHD_Daemon *d;
+    uint32_t vocab, ctx;
+    long long started;          /* unix seconds: the model's "created" */
+    char log_line[512];         /* libmicrohttpd's last message, for a failed start */
+    atomic_bool running;        /* started: messages go to stderr */
+    atomic_uint active;         /* requests between their first call and their end */
+};
+
+struct stream;
+
+/* one request (MHD's con_cls) */
+struct request {
+    enum serve_endpoint ep;
+    bool one_model;             /* GET /v1/models/ID */
+    char method[16], url[128];  /* for the log line */
+    int status;
+    bool responded;             /* a response is queued: discard the rest of the body */
+    bool too_large;             /* the body passed SERVE_MAX_BODY: dropped */
+    size_t dropped;
+    char *body;
+    size_t len, cap;
+    double t0;
+    struct serve_usage usage;
+    struct stream *stream;      /* an SSE response still open */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+static enum MHD_Result send_body(struct MHD_Connection *c, struct request *r, int status, char *body,
+                                 const char *type, const char *header, const char *value)
+{
+    if (!body)
+        return MHD_NO;          /* out of memory: drop the connection */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    if (header)
+        MHD_add_response_header(resp, header, value);
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    r->responded = true;
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, struct request *r, int status, char *body)
+{
+    return send_body(c, r, status, body, "application/json", NULL, NULL);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e)
+{
+    const char *header = NULL, *value = NULL;
+    if (e->http == 401)
+        header = "WWW-Authenticate", value = "Bearer";
+    else if (e->http == 503)
+        header = "Retry-After", value = "1";
+    return send_body(c, r, e->http, serve_error_json(e), "application/json", header, value);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
+                            const char *param, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+static enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
+                            const char *param, const char *fmt, ...)
+{
+    struct serve_error e;
+    serve_error_set(&e, http, type, code, param, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof e.message, fmt, ap);
+    va_end(ap);
+    return send_error(c, r, &e);
+}
+
+/* ---- the client ---------------------------------------------------------- */
+
+/* true when the peer closed its side or the socket failed */
+static bool client_gone(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* ---- routes and checks before the body ----------------------------------- */
+
+static enum serve_endpoint route(const char *url, const char *model_id, bool *one_model)
+{
+    static const struct {
+        const char *path;
+        enum serve_endpoint ep;
+    } routes[] = {
+        {"/v1/chat/completions", SERVE_EP_CHAT}, {"/v1/completions", SERVE_EP_COMPLETIONS},
+        {"/v1/models", SERVE_EP_MODELS}, {"/health", SERVE_EP_HEALTH}, {"/metrics", SERVE_EP_METRICS},
+        {"/", SERVE_EP_PAGE},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (!strcmp(url, routes[i].path))
+            return routes[i].ep;
+    *one_model = !strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, model_id);
+    if (*one_model)
+        return SERVE_EP_MODELS;
+    return SERVE_EP_OTHER;
+}
+
+static bool is_post(enum serve_endpoint ep)
+{
+    return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS;
+}
+
+/* constant time in the key's length */
+static bool authorized(const struct serve_http *h, struct MHD_Connection *c, enum serve_endpoint ep)
+{
+    if (!h->cfg.api_key || ep == SERVE_EP_PAGE || ep == SERVE_EP_HEALTH)
+        return true;
+    const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!got || strncasecmp(got, "Bearer ", 7))
+        return false;
+    got += 7;
+    size_t n = strlen(h->cfg.api_key);
+    if (strlen(got) != n)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(got[i] ^ h->cfg.api_key[i]);
+    return diff == 0;
+}
+
+static bool is_json_type(const char *type)
+{
+    if (!type)
+        return false;
+    size_t n = strlen("application/json");
+    return !strncasecmp(type, "application/json", n) && (type[n] == 0 || type[n] == ';' || type[n] == ' ');
+}
+
+/* the first call of a request: everything that does not need the body.
+ * Returns MHD_YES to go on reading it (r->responded when answered). */
+static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c, struct request *r,
+                                  const char *url, const char *method)
+{
+    if (r->ep == SERVE_EP_OTHER)
+        return fail(c, r, 404, "invalid_request_error", "not_found", NULL, "No route for %.16s %.200s", method, url);
+    const char *want = is_post(r->ep) ? "POST" : "GET";
+    if (strcmp(method, want) && !(strcmp(want, "GET") == 0 && strcmp(method, "HEAD") == 0)) {
+        struct serve_error e;
+        serve_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.200s takes %s, not %.16s",
+                        url, want, method);
+        return send_body(c, r, 405, serve_error_json(&e), "application/json", "Allow", want);
+    }
+    if (!authorized(h, c, r->ep))
+        return fail(c, r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                    "Missing or incorrect API key: send the header Authorization: Bearer KEY");
+    if (!is_post(r->ep))
+        return MHD_YES;
+    if (!is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+        return fail(c, r, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                    "The body must be JSON, with the header Content-Type: application/json");
+    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (length && strtoull(length, NULL, 10) > SERVE_MAX_BODY)
+        return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL,
+                    "The body has %.24s bytes: at most %u", length, SERVE_MAX_BODY);
+    return MHD_YES;
+}
+
+/* A body without a Content-Length (chunked) that grows past the limit:
+ * libmicrohttpd takes a response only before the body or after all of
+ * it, so the rest is read and dropped, and the 413 goes out at the end --
+ * unless the client sends more than DISCARD_MAX, then the connection is
+ * closed. */
+#define DISCARD_MAX (16u * SERVE_MAX_BODY)
+
+static enum MHD_Result take_body(struct request *r, const char *data, size_t n)
+{
+    if (r->too_large || r->len + n > SERVE_MAX_BODY) {
+        r->too_large = true;
+        r->dropped += n;
+        return r->dropped > DISCARD_MAX ? MHD_NO : MHD_YES;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4096;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (!b)
+            return MHD_NO;
+        r->body = b;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return MHD_YES;
+}
+
+/* ---- GET endpoints ------------------------------------------------------- */
+
+static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    switch (r->ep) {
+    case SERVE_EP_HEALTH:
+        return send_json(c, r, 200, strdup("{\"status\":\"ok\"}"));
+    case SERVE_EP_MODELS:
+        return send_json(c, r, 200, serve_models_json(h->cfg.model_id, h->started, r->one_model));
+    case SERVE_EP_METRICS:
+        return send_body(c, r, 200, serve_metrics_text(h->cfg.model), "text/plain; version=0.0.4; charset=utf-8",
+                         NULL, NULL);
+    case SERVE_EP_PAGE: {
+        char *page = malloc(serve_page_html_len + 1);
+        if (page)
+            memcpy(page, serve_page_html, serve_page_html_len + 1);
+        return send_body(c, r, 200, page, "text/html; charset=utf-8", "Content-Security-Policy",
+                         "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                         "connect-src 'self'; img-src data:");
+    }
+    default:
+        return MHD_NO;
+    }
+}
+
+/* ---- generation ---------------------------------------------------------- */
+
+#define BAD_PROMPT(e, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, "prompt", __VA_ARGS__), -1)
+
+/* ids given as such, checked against the vocabulary */
+static int given_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+                     struct serve_error *e)
+{
+    for (size_t i = 0; i < q->n_prompt_ids; i++)
+        if ((uint32_t)q->prompt_ids[i] >= h->vocab)
+            return BAD_PROMPT(e, "token id %d is outside the vocabulary (0 to %u)", q->prompt_ids[i], h->vocab - 1);
+    if (!(*ids = malloc(q->n_prompt_ids * sizeof **ids)))
+        return BAD_PROMPT(e, "out of memory");
+    memcpy(*ids, q->prompt_ids, q->n_prompt_ids * sizeof **ids);
+    *n = q->n_prompt_ids;
+    return 0;
+}
+
+/* the prompt's ids: the messages through Qwen3's chat template, or the
+ * text, tokenized; or the ids given */
+static int prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+                      struct serve_error *e)
+{
+    *ids = NULL;
+    *n = 0;
+    if (q->prompt_ids)
+        return given_ids(h, q, ids, n, e);
+    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    if (!tok)
+        return BAD_PROMPT(e, "the model carries no tokenizer: send the prompt as token ids to /v1/completions");
+    qpack_error err;
+    char *rendered = NULL;
+    const char *text = q->prompt;
+    size_t len = text ? strlen(text) : 0;
+    if (q->kind == SERVE_CHAT) {
+        if (qpack_chat_render(q->msgs, q->n_msgs, q->think, &rendered, &len, &err))
+            return BAD_PROMPT(e, "%s", err.message);
+        text = rendered;
+    }
+    int rc = qpack_tokenize(tok, text, len, ids, n, &err);
+    free(rendered);
+    if (rc)
+        return BAD_PROMPT(e, "%s", err.message);
+    if (*n == 0)
+        return BAD_PROMPT(e, "the prompt has no tokens");
+    return 0;
+}
+
+/* "chatcmpl-" or "cmpl-" and 24 random hex digits */
+static void reply_id(enum serve_kind kind, char out[48])
+{
+    unsigned char r[12] = {0};
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+        memset(r, 0, sizeof r);
+    int at = snprintf(out, 48, "%s", kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-");
+    for (size_t i = 0; i < sizeof r; i++)
+        at += snprintf(out + at, (size_t)(48 - at), "%02x", r[i]);
+}
+
+/* a job that ended without a reply: the server stopping, or a failure */
+static void job_failure(const qpack_error *err, struct serve_error *e)
+{
+    if (err->code == QPACK_ERR_INTERRUPTED)
+        serve_error_set(e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
+    else
+        serve_error_set(e, 500, "server_error", qpack_status_name(err->code), NULL, "%s", err->message);
+}
+
+/* a reply as one JSON body: waits for the job's end, watching the client */
+static enum MHD_Result reply_whole(struct MHD_Connection *c, struct request *r, struct serve_job *j,
+                                   const struct serve_reply_meta *meta)
+{
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    int state;
+    while ((state = serve_job_take(j, WAIT_MS, &text, &len, &cap)) != SERVE_JOB_DONE)
+        if (state < 0 || client_gone(c)) {
+            serve_job_cancel(j);
+            free(text);
+            r->status = CLIENT_GONE;
+            return MHD_NO;      /* closes the connection */
+        }
+    qpack_error err;
+    const char *finish = serve_job_result(j, &r->usage, &err);
+    enum MHD_Result ok;
+    if (finish) {
+        ok = send_json(c, r, 200, serve_completion_json(meta, text ? text : "", len, finish, &r->usage));
+    } else {
+        struct serve_error e;
+        job_failure(&err, &e);
+        ok = send_error(c, r, &e);
+    }
+    free(text);
+    return ok;
+}
+/* Appends p[0..n) to *buf, which holds *len of its *cap bytes, growing it
+ * by doubling; -1 when out of memory (the buffer as it was). */
+static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n)
+            c *= 2;
+        char *t = realloc(*buf, c);
+        if (!t)
+            return -1;
+        *buf = t;
+        *cap = c;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+
+/* ---- server-sent events -------------------------------------------------- */
+
+struct stream {
+    struct serve_http *h;
+    struct MHD_Connection *c;
+    struct request *r;          /* NULL once the request is gone */
+    struct serve_job *job;
+    struct serve_reply_meta meta;
+    char id[48];
+    bool include_usage, role_sent, finished;
+    char *text;                 /* taken from the job */
+    size_t text_len, text_cap;
+    char *out;                  /* event bytes to send */
+    size_t out_len, out_off, out_cap;
+};
+
+static int add_bytes(struct stream *st, const char *p, size_t n)
+{
+    return buf_append(&st->out, &st->out_len, &st->out_cap, p, n);
+}
+
+/* "data: JSON\n\n"; takes json */
+static int add_event(struct stream *st, char *json)
+{
+    int rc = !json || add_bytes(st, "data: ", 6) || add_bytes(st, json, strlen(json)) || add_bytes(st, "\n\n", 2);
+    free(json);
+    return rc ? -1 : 0;
+}
+
+static int finish_stream(struct stream *st)
+{
+    struct serve_usage u;
+    qpack_error err;
+    const char *finish = serve_job_result(st->job, &u, &err);
+    if (st->r)
+        st->r->usage = u;
+    int rc = 0;
+    if (finish) {
+        rc = add_event(st, serve_chunk_json(&st->meta, NULL, 0, false, finish));
+        if (!rc && st->include_usage)
+            rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
+    } else {
+        struct serve_error e;
+        job_failure(&err, &e);
+        rc = add_event(st, serve_error_json(&e));
+    }
+    st->finished = true;
+    return rc || add_bytes(st, "data: [DONE]\n\n", 14) ? -1 : 0;
+}
+
+/* the next events: the role, text, or the end; none after WAIT_MS */
+static int produce(struct stream *st)
+{
+    if (!st->role_sent) {
+        st->role_sent = true;
+        if (st->meta.kind == SERVE_CHAT)
+            return add_event(st, serve_chunk_json(&st->meta, "", 0, true, NULL));
+    }
+    int state = serve_job_take(st->job, WAIT_MS, &st->text, &st->text_len, &st->text_cap);
+    if (state < 0)
+        return -1;
+    if (st->text_len) {
+        int rc = add_event(st, serve_chunk_json(&st->meta, st->text, st->text_len, false, NULL));
+        st->text_len = 0;
+        if (rc)
+            return -1;
+    }
+    if (state == SERVE_JOB_DONE)
+        return finish_stream(st);
+    return client_gone(st->c) ? -1 : 0;
+}
+
+/* libmicrohttpd's content reader: blocks (this connection's thread) until
+ * there is something to send */
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *st = cls;
+    while (st->out_off == st->out_len) {
+        if (st->finished)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        st->out_off = st->out_len = 0;
+        if (produce(st)) {
+            serve_job_cancel(st->job);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+    size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
+    memcpy(buf, st->out + st->out_off, n);
+    st->out_off += n;
+    return (ssize_t)n;
+}
+
+static void free_stream(void *cls)
+{
+    struct stream *st = cls;
+    if (!st->finished)
+        serve_job_cancel(st->job);     /* the client went away */
+    if (st->r)
+        st->r->stream = NULL;
+    serve_job_unref(st->job);
+    free(st->text);
+    free(st->out);
+    free(st);
+}
+
+static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection *c, struct request *r,
+                                    struct serve_job *j, const struct serve_reply_meta *meta, bool include_usage)
+{
+    struct stream *st = calloc(1, sizeof *st);
+    if (!st) {
+        serve_job_cancel(j);
+        return MHD_NO;
+    }
+    *st = (struct stream){.h = h, .c = c, .r = r, .job = j, .meta = *meta, .include_usage = include_usage};
+    snprintf(st->id, sizeof st->id, "%s", meta->id);
+    st->meta.id = st->id;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, read_stream, st,
+                                                                  free_stream);
+    if (!resp) {
+        serve_job_cancel(j);
+        free(st);
+        return MHD_NO;
+    }
+    serve_job_ref(j);
+    r->stream = st;
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    r->status = 200;
+    r->responded = true;
+    return ok;
+}
+
+static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    enum serve_kind kind = r->ep == SERVE_EP_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
+    struct serve_request q;
+    struct serve_error e;
+    if (serve_parse_request(kind, r->body ? r->body : "", r->len, h->cfg.model_id, &q, &e))
+        return send_error(c, r, &e);
+    int32_t *ids;
+    size_t n;
+    if (prompt_ids(h, &q, &ids, &n, &e)) {
+        serve_request_free(&q);
+        return send_error(c, r, &e);
+    }
+    if (n > h->ctx) {
+        free(ids);
+        serve_request_free(&q);
+        return fail(c, r, 400, "invalid_request_error", "context_length_exceeded", kind == SERVE_CHAT ? "messages" : "prompt",
+                    "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
+    }
+    struct serve_job *j = serve_job_new(ids, (uint32_t)n, q.has_max_tokens ? q.max_tokens : UINT32_MAX, &q.sampling,
+                                        &q.stops);
+    bool stream = q.stream, include_usage = q.include_usage;
+    serve_request_free(&q);
+    if (!j) {
+        free(ids);
+        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    if (serve_sched_submit(h->cfg.sched, j)) {
+        serve_job_unref(j);
+        atomic_fetch_add(&serve_metrics.rejected, 1);
+        return fail(c, r, 503, "server_error", "server_busy", NULL,
+                    "The server is busy: %u requests are running and %u waiting; try again later",
+                    serve_metrics.parallel, serve_metrics.queue_max);
+    }
+    char id[48];
+    reply_id(kind, id);
+    struct serve_reply_meta meta = {.kind = kind, .id = id, .created = (long long)time(NULL),
+                                    .model = h->cfg.model_id};
+    enum MHD_Result ok = stream ? reply_stream(h, c, r, j, &meta, include_usage) : reply_whole(c, r, j, &meta);
+    serve_job_unref(j);
+    return ok;
+}
+
+/* ---- libmicrohttpd's callbacks ------------------------------------------- */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *data, size_t *data_size, void **con_cls)
+{
+    (void)version;
+    struct serve_http *h = cls;
+    struct request *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r)))
+            return MHD_NO;
+        *con_cls = r;
+        atomic_fetch_add(&h->active, 1);
+        r->t0 = now_s();
+        r->ep = route(url, h->cfg.model_id, &r->one_model);
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->url, sizeof r->url, "%s", url);
+        return check_head(h, c, r, url, method);
+    }
+    if (*data_size) {
+        size_t n = *data_size;
+        *data_size = 0;
+        return r->responded ? MHD_YES : take_body(r, data, n);
+    }
+    if (r->responded)
+        return MHD_YES;
+    if (r->too_large)
+        return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
+                    SERVE_MAX_BODY);
+    return is_post(r->ep) ? serve_generate(h, c, r) : serve_get(h, c, r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    struct serve_http *h = cls;
+    struct request *r = *con_cls;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    if (r->stream)
+        r->stream->r = NULL;
+    serve_metrics_count(r->ep, r->status);
+    if (h->cfg.log) {
+        char tokens[64] = "";
+        if (r->usage.prompt_tokens)
+            snprintf(tokens, sizeof tokens, ", %u + %u tokens", r->usage.prompt_tokens, r->usage.completion_tokens);
+        fprintf(stderr, "qrun serve: %s %s %d (%.3f s%s)%s\n", r->method, r->url, r->status, now_s() - r->t0, tokens,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost");
+    }
+    free(r->body);
+    free(r);
+    atomic_fetch_sub(&h->active, 1);
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    struct serve_http *h = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\r\n")] = 0;
+    if (strstr(line, "Application reported internal error"))
+        return;                 /* our own choice to close: the request's line says so */
+    if (!atomic_load(&h->running))   /* starting: kept for the error line */
+        snprintf(h->log_line, sizeof h->log_line, "%s", line);
+    else if (h->cfg.log)
+        fprintf(stderr, "qrun serve: http: %s\n", line);
+}
+
+/* ---- the daemon ---------------------------------------------------------- */
+
+int serve_http_start(struct serve_http **out, const struct serve_http_config *cfg, char *msg, size_t msg_len)
+{
+    *out = NULL;
+    struct serve_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return snprintf(msg, msg_len, "out of memory"), -1;
+    h->cfg = *cfg;
+    h->vocab = qpack_model_get_info(cfg->model)->vocab;
+    h->ctx = qpack_model_get_info(cfg->model)->ctx;
+    h->started = (long long)time(NULL);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%u", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(msg, msg_len, "cannot use --host %s: %s", cfg->host, gai_strerror(gai));
+        free(h);
+        return -1;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        snprintf(msg, msg_len, "cannot listen on %s port %u: %s", cfg->host, cfg->port,
+                 h->log_line[0] ? h->log_line : "libmicrohttpd failed to start");
+        free(h);
+        return -1;
+    }
+    atomic_store(&h->running, true);
+    *out = h;
+    return 0;
+}
+
+unsigned serve_http_port(const struct serve_http *h)
+{
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    return i ? i->port : 0;
+}
+
+void serve_http_quiesce(struct serve_http *h)
+{
+    MHD_socket fd = MHD_quiesce_daemon(h->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+void serve_http_drain(struct serve_http *h, unsigned timeout_ms)
+{
+    for (unsigned waited = 0; atomic_load(&h->active) && waited < timeout_ms; waited += 10)
+        usleep(10 * 1000);
+}
+
+void serve_http_stop(struct serve_http *h)
+{
+    if (!h)
+        return;
+    MHD_stop_daemon(h->d);
+    free(h);
+}

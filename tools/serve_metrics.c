@@ -1,0 +1,128 @@
+/* serve_metrics.c - the server's counters and GET /metrics, Prometheus's
+ * text exposition format (version 0.0.4). Counters are atomics that any
+ * thread bumps; the text is a snapshot. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "serve.h"
+
+struct serve_metrics serve_metrics;
+
+static const int status_of_slot[SERVE_STATUS_SLOTS] = {200, 400, 401, 404, 405, 408, 413, 415, 429, 500, 503, 0};
+
+static const char *const endpoint_names[SERVE_EP_COUNT] = {
+    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/", "other",
+};
+
+void serve_metrics_count(enum serve_endpoint ep, int http_status)
+{
+    unsigned slot = SERVE_STATUS_SLOTS - 1;     /* any other status */
+    for (unsigned i = 0; i + 1 < SERVE_STATUS_SLOTS; i++)
+        if (status_of_slot[i] == http_status)
+            slot = i;
+    atomic_fetch_add(&serve_metrics.requests[ep][slot], 1);
+}
+
+struct text {
+    char *s;
+    size_t len, cap;
+    bool failed;
+};
+
+static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct text *t, const char *fmt, ...)
+{
+    for (int tries = 0; tries < 2 && !t->failed; tries++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+        } else if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        } else {
+            size_t cap = (t->cap + (size_t)n) * 2;
+            char *s = realloc(t->s, cap);
+            if (!s)
+                t->failed = true;
+            else
+                t->s = s, t->cap = cap;
+        }
+    }
+}
+
+static void metric(struct text *t, const char *name, const char *type, const char *help, double value)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %.15g\n", name, help, name, type, name, value);
+}
+
+static double seconds(atomic_ullong *us)
+{
+    return (double)atomic_load(us) / 1e6;
+}
+
+static void requests(struct text *t)
+{
+    put(t, "# HELP qpack_requests_total HTTP requests answered, by endpoint and status code.\n"
+           "# TYPE qpack_requests_total counter\n");
+    for (int ep = 0; ep < SERVE_EP_COUNT; ep++)
+        for (int slot = 0; slot < SERVE_STATUS_SLOTS; slot++) {
+            unsigned long long n = atomic_load(&serve_metrics.requests[ep][slot]);
+            if (!n)
+                continue;
+            if (status_of_slot[slot])
+                put(t, "qpack_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", endpoint_names[ep],
+                    status_of_slot[slot], n);
+            else
+                put(t, "qpack_requests_total{endpoint=\"%s\",code=\"other\"} %llu\n", endpoint_names[ep], n);
+        }
+}
+
+char *serve_metrics_text(const qpack_model *model)
+{
+    const qpack_model_info *i = qpack_model_get_info(model);
+    struct serve_metrics *m = &serve_metrics;
+    struct text t = {.s = malloc(4096), .cap = 4096};
+    if (!t.s)
+        return NULL;
+    requests(&t);
+    metric(&t, "qpack_prompt_tokens_total", "counter", "Prompt tokens of finished prompt feeds.",
+           (double)atomic_load(&m->prompt_tokens));
+    metric(&t, "qpack_prompt_cached_tokens_total", "counter",
+           "Prompt tokens a session already held from its previous request (not computed again).",
+           (double)atomic_load(&m->cached_tokens));
+    metric(&t, "qpack_completion_tokens_total", "counter", "Tokens generated.",
+           (double)atomic_load(&m->completion_tokens));
+    metric(&t, "qpack_prompt_seconds_total", "counter", "Seconds spent feeding prompts.", seconds(&m->prompt_us));
+    metric(&t, "qpack_decode_seconds_total", "counter", "Seconds spent generating tokens.", seconds(&m->decode_us));
+    metric(&t, "qpack_time_to_first_token_seconds_sum", "counter",
+           "Seconds from a request's arrival in the queue to its first token, summed.",
+           seconds(&m->first_token_us));
+    metric(&t, "qpack_time_to_first_token_seconds_count", "counter", "Requests that got a first token.",
+           (double)atomic_load(&m->first_tokens));
+    metric(&t, "qpack_requests_cancelled_total", "counter",
+           "Generations stopped because the client went away (or the server stopped).",
+           (double)atomic_load(&m->cancelled));
+    metric(&t, "qpack_requests_rejected_total", "counter", "Requests refused with 503 because the queue was full.",
+           (double)atomic_load(&m->rejected));
+    metric(&t, "qpack_sessions_busy", "gauge", "Sessions running a request.", atomic_load(&m->busy));
+    metric(&t, "qpack_sessions", "gauge", "Sessions (--parallel).", m->parallel);
+    metric(&t, "qpack_queue_waiting", "gauge", "Requests waiting for a session.", atomic_load(&m->waiting));
+    metric(&t, "qpack_queue_capacity", "gauge", "Requests that may wait (--queue).", m->queue_max);
+    metric(&t, "qpack_bpf_map_bytes", "gauge", "Bytes of every BPF map of the model (0 for emu).",
+           (double)i->map_bytes);
+    metric(&t, "qpack_weight_bytes", "gauge", "Bytes of the weights in BPF maps, shared by every session.",
+           (double)i->weight_bytes);
+    metric(&t, "qpack_kv_cache_bytes", "gauge", "Bytes of the KV caches (context x bytes per position x caches).",
+           (double)i->ctx * (double)i->kv_bytes_per_position * qpack_model_kv_caches(model));
+    metric(&t, "qpack_context_positions", "gauge", "Positions per session.", i->ctx);
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
