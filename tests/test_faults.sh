@@ -271,10 +271,14 @@ signals)
         : >"$W/$name.out"
         env --default-signal=INT,TERM "$QRUN" "$@" </dev/null >"$W/$name.out" 2>"$W/$name.err" &
         pid=$!
-        for i in $(seq 2000); do
+        # by the clock: on a busy machine the exec can take a while, and a
+        # signal that reaches env before it resets SIGINT is lost
+        for i in $(seq 4000); do
             [ /proc/$pid/exe -ef "$QRUN" ] && return 0
             kill -0 $pid 2>/dev/null || return 0
+            sleep 0.005
         done
+        fail "$name: qrun did not start within 20 s"
     }
     # check NAME SIG PHASE: the exit of a signalled run
     check() {
@@ -631,16 +635,20 @@ pack_signals)
     mkdir -p "$D"
     # launch: qpack pack in the background with the default dispositions (a
     # background job of a script ignores SIGINT); sets pid. Returns once the
-    # process runs qpack (a signal before the exec would hit a copy of this
-    # script, whose EXIT trap removes $W)
+    # process runs qpack: a signal before the exec would hit a copy of this
+    # script (whose EXIT trap removes $W) or env, which still ignores SIGINT
+    # until it resets it, so the pack would complete. On a busy machine the
+    # exec can take a while: wait up to 20 s, by the clock.
     launch() {
         local i
         env --default-signal=INT,TERM,HUP "$QPACK" pack "$W/big" -o "$D/OUT.qpk" --quiet 2>"$W/sig.err" &
         pid=$!
-        for i in $(seq 2000); do
+        for i in $(seq 4000); do
             [ /proc/$pid/exe -ef "$QPACK" ] && return 0
-            kill -0 $pid 2>/dev/null || return 0
+            kill -0 $pid 2>/dev/null || fail "qpack pack ended before it could be signalled: $(cat "$W/sig.err")"
+            sleep 0.005
         done
+        fail "qpack did not start within 20 s"
     }
     for sig in INT TERM HUP; do
         want=$((128 + $(kill -l $sig)))
@@ -685,8 +693,9 @@ pack_signals)
     # nohup: a SIGHUP ignored when qpack starts stays ignored, the pack completes
     (trap '' HUP && exec "$QPACK" pack "$W/big" -o "$D/OUT.qpk" --quiet) 2>"$W/hup.err" &
     pid=$!
-    for i in $(seq 2000); do
+    for i in $(seq 4000); do
         [ /proc/$pid/exe -ef "$QPACK" ] && break
+        sleep 0.005
     done
     sleep 0.3
     kill -HUP $pid 2>/dev/null
