@@ -306,6 +306,11 @@ typedef struct qpack_session_stats {
     qpack_kernel_stats kernels[QPACK_KERNELS_MAX];   /* engine's order (0 for ref) */
     uint64_t lookup_passes;     /* qpack_lookup_step: block passes, */
     uint64_t lookup_drafted, lookup_kept;   /* draft tokens proposed, and kept */
+    /* bpf: the programs' own run time as the kernel clocks it, with
+     * preemption off (a call's time above also counts the system call and
+     * any wait for the core); 0 for emu and ref */
+    double max_run_ms;          /* the longest program run */
+    uint64_t slow_runs;         /* program runs over 10 ms */
 } qpack_session_stats;
 
 void qpack_session_get_stats(const qpack_session *session, qpack_session_stats *stats);

@@ -19,8 +19,11 @@ enum qp_kernel {
 struct qp_backend {
     const char *name;
     /* one kernel invocation; safe to call from two threads at once on
-     * disjoint ranges */
-    int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err);
+     * disjoint ranges. prog_ns (may be NULL) gets the time the program
+     * itself ran as the kernel clocked it (bpf: preemption is off while a
+     * socket filter's test run runs, so a wait for the core is not in it;
+     * 0 from backends that have no such clock) */
+    int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err);
     void (*destroy)(struct qp_backend *b);
     /* readable memory of a state map (NULL for weight maps); for tests */
     const void *(*state)(struct qp_backend *b, enum qp_map_id id);

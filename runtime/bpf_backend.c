@@ -62,7 +62,7 @@ static size_t map_bytes(const struct qp_mapspec *m)
     return (n + (size_t)page - 1) / (size_t)page * (size_t)page;
 }
 
-static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err)
 {
     struct bpfb *s = (struct bpfb *)b;
     uint8_t data[ETH_HLEN + sizeof *a];
@@ -73,6 +73,8 @@ static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args
         return qp_fail(err, "BPF kernel %s: test run failed: %s", qp_kernel_name(k), strerror(errno));
     if (opts.retval != 0)
         return qp_fail(err, "BPF kernel %s rejected its arguments", qp_kernel_name(k));
+    if (prog_ns)
+        *prog_ns = opts.duration;   /* per repeat; repeat is 1 */
     return 0;
 }
 

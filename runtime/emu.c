@@ -50,8 +50,10 @@ struct emu {
     uint8_t *state;                     /* one allocation for every state map */
 };
 
-static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err)
 {
+    if (prog_ns)
+        *prog_ns = 0;   /* no kernel clock: the host twin's time is the call's */
     struct emu *e = (struct emu *)b;
     qk_host = &e->maps;
     qk_host_cfg = &e->cfg;

@@ -75,13 +75,17 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     if (fw->interrupt && atomic_load(fw->interrupt))
         return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
     double t0 = now_ms();
-    int rc = fw->b->run(fw->b, k, a, err);
-    double ms = now_ms() - t0;
+    uint64_t prog_ns = 0;
+    int rc = fw->b->run(fw->b, k, a, &prog_ns, err);
+    double ms = now_ms() - t0, prog_ms = prog_ns / 1e6;
     pthread_mutex_lock(&fw->stats_mu);
     fw->stats.calls++;
     fw->stats.kernel_ms[k] += ms;
     fw->stats.kernel_calls[k]++;
     fw->stats.slow_calls += ms > QP_SLOW_CALL_MS;
+    fw->stats.slow_progs += prog_ms > QP_SLOW_CALL_MS;
+    if (prog_ms > fw->stats.max_prog_ms)
+        fw->stats.max_prog_ms = prog_ms;
     if (ms > fw->stats.max_call_ms) {
         fw->stats.max_call_ms = ms;
         snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));

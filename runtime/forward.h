@@ -18,6 +18,8 @@ struct qp_forward_stats {
     uint64_t calls;              /* kernel invocations so far */
     double max_call_ms;          /* longest single invocation */
     uint64_t slow_calls;         /* invocations over QP_SLOW_CALL_MS */
+    double max_prog_ms;          /* longest program run as the kernel clocked it (bpf; 0 on emu) */
+    uint64_t slow_progs;         /* program runs over QP_SLOW_CALL_MS by that clock */
     char max_call_kernel[32];
     double kernel_ms[QP_K_COUNT];   /* time inside each kernel, summed over threads */
     uint64_t kernel_calls[QP_K_COUNT];

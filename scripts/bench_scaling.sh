@@ -16,6 +16,9 @@
 #                     kernels bound their work per call to stay under it,
 #                     so a few calls over it among hundreds of thousands
 #                     are the call's thread losing its core, not its work
+#   prog ms, >10      the same for the programs alone, as the kernel clocks
+#                     them (bpf_prog_test_run's duration; preemption is off
+#                     while a socket filter runs): the kernels' own work
 #   bpf=emu           every logit of the 64 prompt positions, BPF against the
 #                     host twin (qrun --backend emu), compared byte for byte:
 #                     "same" or "DIFFER" (QP_EMU=0 skips it)
@@ -68,8 +71,8 @@ bpf_equals_emu() {
 
 echo "bench_scaling.sh: $runs runs per row (medians), load before: $(cut -d' ' -f1-3 /proc/loadavg)," \
      "$(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
-printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %8s %7s %6s %8s %8s\n' size fmt "pack s" "pack MB" "file MB" \
-       "start ms" prompt decode "long ms" ">10ms" "maps MB" "kv kB" GMAC ms/GMAC bpf=emu
+printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %7s %5s %8s %7s %6s %8s %8s\n' size fmt "pack s" "pack MB" "file MB" \
+       "start ms" prompt decode "long ms" ">10ms" "prog ms" ">10" "maps MB" "kv kB" GMAC ms/GMAC bpf=emu
 for size in $sizes; do
     ck=$work/$size
     [ -f "$ck/config.json" ] || "$bin/qp-gen-checkpoint" "$ck" --preset "$size" --seed 1 >/dev/null
@@ -99,12 +102,14 @@ for size in $sizes; do
             decode=$(field '.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*')
             long=$(field '.*longest call \([0-9.]*\) ms.*')
             over=$(field '.* \([0-9]*\) of [0-9]* calls over 10 ms.*')
+            prog=$(field '.*kernel clock, preemption off): longest \([0-9.]*\) ms.*')
+            prog_over=$(field '.*kernel clock, preemption off): longest [0-9.]* ms, \([0-9]*\) over.*')
             maps=$(field '.*BPF maps \([0-9.]*\) MB.*')
             kv=$(field '.*KV cache \([0-9.]*\) kB\/position.*')
             per=$(awk -v d="$decode" -v g="$gmac" 'BEGIN { printf "%.1f", d / g }')
             same=$(bpf_equals_emu "$qpk" "$vocab")
-            printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %8s %7s %6s %8s %8s\n' "$size" "$fmt" "$pack_s" \
-                   "$pack_mb" "$file_mb" "$start" "$prompt" "$decode" "$long" "$over" "$maps" "$kv" "$gmac" "$per" "$same"
+            printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %7s %5s %8s %7s %6s %8s %8s\n' "$size" "$fmt" "$pack_s" \
+                   "$pack_mb" "$file_mb" "$start" "$prompt" "$decode" "$long" "$over" "$prog" "$prog_over" "$maps" "$kv" "$gmac" "$per" "$same"
         fi
         [ "${QP_KEEP:-0}" = 1 ] || rm -f "$qpk"
     done

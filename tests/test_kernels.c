@@ -100,7 +100,7 @@ static void fill(int64_t *v, size_t n, enum pattern p, int64_t limit)
 static int run_both(enum qp_kernel k, const struct qk_args *a)
 {
     qp_err e1 = {{0}}, e2 = {{0}};
-    int r1 = bpf->run(bpf, k, a, &e1), r2 = emu->run(emu, k, a, &e2);
+    int r1 = bpf->run(bpf, k, a, NULL, &e1), r2 = emu->run(emu, k, a, NULL, &e2);
     ck_assert_msg(r1 == r2, "%s: bpf returned %d (%s), emu %d (%s)", qp_kernel_name(k), r1, e1.msg, r2, e2.msg);
     return r1;
 }
@@ -484,11 +484,11 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     ck_assert_msg(memcmp(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X)) == 0,
                   "slot 0's attention changed with slot 1's cache");
     qp_err err = {{0}};
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, &err), 0);
-    ck_assert_int_ne(emu->run(emu, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, NULL, &err), 0);
+    ck_assert_int_ne(emu->run(emu, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, NULL, &err), 0);
     att.kv_slot = c->slots;
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &att, &err), 0);
-    ck_assert_int_ne(emu->run(emu, QP_K_ATTENTION, &att, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &att, NULL, &err), 0);
+    ck_assert_int_ne(emu->run(emu, QP_K_ATTENTION, &att, NULL, &err), 0);
     free(kc);
     free(vc);
     free(qkv);
@@ -512,20 +512,20 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         qp_err err = {{0}};
-        ck_assert_int_ne(bpf->run(bpf, QP_K_MATVEC, &bad[i], &err), 0);
+        ck_assert_int_ne(bpf->run(bpf, QP_K_MATVEC, &bad[i], NULL, &err), 0);
         ck_assert_msg(strstr(err.msg, "rejected its arguments"), "%s", err.msg);
     }
     /* each product kernel refuses the other encoding's matrices */
     qp_err err = {{0}};
     enum qp_kernel other = row_is_i4(0, QK_MV_O, 0) ? QP_K_MATVEC : QP_K_MATVEC4;
     ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4, .nb = 1},
-                              &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx, .nb = 1}, &err), 0);
+                              NULL, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, NULL, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx, .nb = 1}, NULL, &err), 0);
     /* a block whose last position is past the context */
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx - 1, .nb = 2}, &err), 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx - 1, .nb = 2}, NULL, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
-                                                                   .end = c->n_heads + 1, .nb = 1}, &err), 0);
+                                                                   .end = c->n_heads + 1, .nb = 1}, NULL, &err), 0);
 }
 END_TEST
 

@@ -112,6 +112,13 @@ static void generates_qruns_tokens_on(qpack_backend backend, const char *name)
     qpack_session_get_stats(s, &st);
     ck_assert_uint_eq(st.tokens, 15);
     ck_assert_uint_gt(st.calls, 0);
+    /* the kernel clocks the program inside the call we time around it */
+    ck_assert(st.max_run_ms <= st.max_call_ms);
+    ck_assert_uint_le(st.slow_runs, st.slow_calls);
+    if (!strcmp(name, "bpf"))
+        ck_assert(st.max_run_ms > 0);
+    else
+        ck_assert(st.max_run_ms == 0 && st.slow_runs == 0);
     qpack_session_free(s);
     qpack_model_free(m);
 }
