@@ -1292,13 +1292,15 @@ struct qk_attn_ctx {
     u32 kv0;            /* KV cache row of position 0 (qk_kv_row0) */
     u32 b0, b;          /* block entries: the first of the invocation, the task's */
     u32 head, kv_head, chunk, first, count;
-    u32 min_shift;      /* smallest V vector shift read (qk_attn_part) */
-    s64 max_score;
-    u64 sum;
-    s32 score_exp;
     u32 has_ext;        /* the layer's K has extension bits (klayout) */
+    /* per head of the task (head, head + 1): */
+    u32 min_shift[2];   /* smallest V vector shift read (qk_attn_part) */
+    s64 max_score[2];
+    u64 sum[2];
+    s32 score_exp[2];
 };
 
+/* the score of the task's head at position j */
 static long qk_attn_score_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
@@ -1336,9 +1338,74 @@ QK_UNROLL
     }
     s = qm_rshift_round(s, qm_cache_untag(k));   /* to the layer's K exponent */
     sc[j] = s;
-    if (i == 0 || s > cx->max_score)
-        cx->max_score = s;
+    if (i == 0 || s > cx->max_score[0])
+        cx->max_score[0] = s;
     return 0;
+}
+
+/* the scores of the task's two heads at position j, which share their K
+ * head: each K entry is read once for both */
+static long qk_attn_score2_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 j = cx->first + (u32)i, head = cx->head, kv_head = cx->kv_head;
+    const s64 *q = QK_LOOKUP(qrot, cx->b);
+    const s16 *k = QK_LOOKUP(kcache, cx->kv0 + j);
+    s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + head);
+    s64 *sc2 = QK_LOOKUP(scores, cx->b * C.n_heads + head + 1);
+    if (!q || !k || !sc || !sc2 || j >= C.ctx || head >= C.n_heads - 1 || kv_head >= C.n_kv_heads)
+        return 1;
+    q += head * C.head_dim;
+    const s64 *q2 = q + C.head_dim;
+    k += kv_head * C.head_dim;
+    s64 s = 0, s2 = 0;
+    for (u32 d = 0; d < C.head_dim; d += 16) {
+        const s64 *qb = q + d, *qb2 = q2 + d;
+        const s16 *kb = k + d;
+QK_UNROLL
+        for (int t = 0; t < 16; t++) {
+            s64 kt = kb[t];
+            s += qb[t] * kt;
+            s2 += qb2[t] * kt;
+            QK_KEEP(s);
+            QK_KEEP(s2);
+        }
+    }
+    if (cx->has_ext) {
+        const s64 *corr = q + C.q_dim, *corr2 = q2 + C.q_dim;   /* qk_query_corr_cb */
+        for (u32 d = 0; d < C.head_dim; d += 16) {
+            const s64 *cb = corr + d, *cb2 = corr2 + d;
+            const s16 *kb = k + d;
+QK_UNROLL
+            for (int t = 0; t < 16; t++) {
+                s64 kt = kb[t] & 1;
+                s += cb[t] * kt;
+                s2 += cb2[t] * kt;
+                QK_KEEP(s);
+                QK_KEEP(s2);
+            }
+        }
+    }
+    u32 sh = qm_cache_untag(k);   /* to the layer's K exponent */
+    s = qm_rshift_round(s, sh);
+    s2 = qm_rshift_round(s2, sh);
+    sc[j] = s;
+    sc2[j] = s2;
+    if (i == 0 || s > cx->max_score[0])
+        cx->max_score[0] = s;
+    if (i == 0 || s2 > cx->max_score[1])
+        cx->max_score[1] = s2;
+    return 0;
+}
+
+/* the softmax weight (Q30, before normalising) of head h of the task at
+ * position j, whose score is sc[j] */
+QM_INLINE u64 qk_attn_weight(struct qk_attn_ctx *cx, u32 h, s64 score)
+{
+    u64 t = (u64)(cx->max_score[h & 1] - score);
+    u64 p = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp[h & 1], QK_SF(attn_c)));
+    cx->sum[h & 1] += p;
+    return p;
 }
 
 static long qk_attn_value_cb(u64 i, void *vctx)
@@ -1350,15 +1417,13 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     s64 *part = QK_LOOKUP(parts, (cx->b * C.n_heads + cx->head) * C.max_chunks + cx->chunk);
     if (!v || !sc || !part || j >= C.ctx || kv_head >= C.n_kv_heads)
         return 1;
-    u64 t = (u64)(cx->max_score - sc[j]);
-    u64 p = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
-    cx->sum += p;
+    u64 p = qk_attn_weight(cx, 0, sc[j]);
     if (p == 0)
         return 0;
     v += kv_head * C.head_dim;
     u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
-    if (sh < cx->min_shift)
-        cx->min_shift = sh;
+    if (sh < cx->min_shift[0])
+        cx->min_shift[0] = sh;
     /* |w| <= 2^38 and |v| < 2^15: a chunk's 256 positions keep |acc| < 2^61 */
     s64 w = qm_v_weight(p, qm_cache_untag(v + 4), sh), *acc = part + QK_PART_ACC;
     for (u32 d = 0; d < C.head_dim; d += 16) {
@@ -1374,17 +1439,101 @@ QK_UNROLL
     return 0;
 }
 
+/* the values of the task's two heads at position j: each V entry is read
+ * once for both when both weigh it; when one head's weight is 0 (its
+ * softmax underflowed there), the other's alone, as qk_attn_value_cb */
+static long qk_attn_value2_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 j = cx->first + (u32)i, kv_head = cx->kv_head, key = cx->b * C.n_heads + cx->head;
+    const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j);
+    const s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
+    s64 *part = QK_LOOKUP(parts, key * C.max_chunks + cx->chunk);
+    s64 *part2 = QK_LOOKUP(parts, (key + 1) * C.max_chunks + cx->chunk);
+    if (!v || !sc || !sc2 || !part || !part2 || j >= C.ctx || kv_head >= C.n_kv_heads)
+        return 1;
+    u64 p = qk_attn_weight(cx, 0, sc[j]), p2 = qk_attn_weight(cx, 1, sc2[j]);
+    if ((p | p2) == 0)
+        return 0;
+    v += kv_head * C.head_dim;
+    u32 sh = qm_cache_untag(v), st = qm_cache_untag(v + 4);
+    if (p && sh < cx->min_shift[0])
+        cx->min_shift[0] = sh;
+    if (p2 && sh < cx->min_shift[1])
+        cx->min_shift[1] = sh;
+    s64 w = qm_v_weight(p, st, sh), w2 = qm_v_weight(p2, st, sh);
+    s64 *acc = part + QK_PART_ACC, *acc2 = part2 + QK_PART_ACC;
+    if (p == 0 || p2 == 0) {
+        s64 *one = p ? acc : acc2;
+        w = p ? w : w2;
+        for (u32 d = 0; d < C.head_dim; d += 16) {
+            s64 *ab = one + d;
+            const s16 *vb = v + d;
+QK_UNROLL
+            for (int t = 0; t < 16; t++) {
+                s64 wv = vb[t];
+                QK_MUL_INTO(wv, w);
+                ab[t] += wv;
+            }
+        }
+        return 0;
+    }
+    for (u32 d = 0; d < C.head_dim; d += 16) {
+        s64 *ab = acc + d, *ab2 = acc2 + d;
+        const s16 *vb = v + d;
+QK_UNROLL
+        for (int t = 0; t < 16; t++) {
+            s64 wv = vb[t], wv2 = wv;
+            QK_MUL_INTO(wv, w);
+            QK_MUL_INTO(wv2, w2);
+            ab[t] += wv;
+            ab2[t] += wv2;
+        }
+    }
+    return 0;
+}
+
+/* starts head h of the task: its exponent, its sums, its zeroed partial */
+QM_INLINE int qk_attn_head_init(struct qk_attn_ctx *t, const struct qk_scalars *sc, u32 h, u32 head)
+{
+    t->score_exp[h & 1] = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] +
+                          qk_exp_const(C.k_exp[QK_IDX(t->layer, QK_MAX_LAYERS)]) - QK_KBOOST_MAX;
+    t->max_score[h & 1] = 0;
+    t->sum[h & 1] = 0;
+    t->min_shift[h & 1] = QM_CACHE_SH_MAX;
+    s64 *part = QK_LOOKUP(parts, (t->b * C.n_heads + head) * C.max_chunks + t->chunk);
+    if (!part)
+        return -1;
+    for (u32 d = 0; d < C.head_dim; d++)
+        part[QK_PART_ACC + d] = 0;
+    return 0;
+}
+
+/* ends head h of the task: its maximum, sum and shift beside its sums */
+QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
+{
+    s64 *part = QK_LOOKUP(parts, (t->b * C.n_heads + head) * C.max_chunks + t->chunk);
+    if (!part)
+        return -1;
+    part[0] = t->max_score[h & 1];
+    part[1] = (s64)t->sum[h & 1];
+    part[2] = t->min_shift[h & 1];
+    return 0;
+}
+
+/* task (entry, group of C.attn_heads heads, chunk) */
 static long qk_attn_task_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
     u32 task = cx->first_task + (u32)i, layer = cx->layer, n_chunks = cx->n_chunks;
+    u32 pair = C.attn_heads == 2, groups = C.n_heads >> pair;
     if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    u32 per_entry = C.n_heads * n_chunks, b = cx->b0 + task / per_entry;
-    u32 head = task % per_entry / n_chunks, chunk = task % n_chunks, pos = cx->pos + b;
+    u32 per_entry = groups * n_chunks, b = cx->b0 + task / per_entry;
+    u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks, pos = cx->pos + b;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
-    if (!sc || !kl || head >= C.n_heads || head >= QK_MAX_HEADS || chunk >= C.max_chunks)
+    if (!sc || !kl || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
         return 1;
     if (chunk * QK_ATTN_CHUNK > pos)
         return 0;       /* past this entry's position: the block's later entries have it */
@@ -1397,22 +1546,18 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     t.count = pos + 1 - t.first;
     if (t.count > QK_ATTN_CHUNK)
         t.count = QK_ATTN_CHUNK;
-    t.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
-                  QK_KBOOST_MAX;
-    t.max_score = 0;
-    t.sum = 0;
     t.has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
-    t.min_shift = QM_CACHE_SH_MAX;
-    s64 *part = QK_LOOKUP(parts, (b * C.n_heads + head) * C.max_chunks + chunk);
-    if (!part)
+    if (qk_attn_head_init(&t, sc, 0, head) || (pair && qk_attn_head_init(&t, sc, 1, head + 1)))
         return 1;
-    for (u32 d = 0; d < C.head_dim; d++)
-        part[QK_PART_ACC + d] = 0;
-    QK_LOOP(t.count, qk_attn_score_cb, &t);
-    QK_LOOP(t.count, qk_attn_value_cb, &t);
-    part[0] = t.max_score;
-    part[1] = (s64)t.sum;
-    part[2] = t.min_shift;
+    if (pair) {
+        QK_LOOP(t.count, qk_attn_score2_cb, &t);
+        QK_LOOP(t.count, qk_attn_value2_cb, &t);
+    } else {
+        QK_LOOP(t.count, qk_attn_score_cb, &t);
+        QK_LOOP(t.count, qk_attn_value_cb, &t);
+    }
+    if (qk_attn_head_done(&t, 0, head) || (pair && qk_attn_head_done(&t, 1, head + 1)))
+        return 1;
     return 0;
 }
 
@@ -1428,7 +1573,9 @@ QM_INLINE int qk_attention(const struct qk_args *a)
     if (!qk_kv_ok(a))
         return -1;
     u32 n_chunks = qk_attn_chunks(a);
-    if (a->begin >= a->end || a->end > a->nb * C.n_heads * n_chunks)
+    if (C.attn_heads != 1 && C.attn_heads != 2)
+        return -1;
+    if (a->begin >= a->end || a->end > a->nb * (C.n_heads >> (C.attn_heads == 2)) * n_chunks)
         return -1;
     struct qk_attn_ctx cx = {.layer = a->layer, .pos = a->pos, .n_chunks = n_chunks, .first_task = a->begin,
                               .kv0 = qk_kv_row0(a->kv_slot, a->layer), .b0 = a->b0};

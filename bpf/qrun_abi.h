@@ -51,6 +51,8 @@ struct qk_config {
     u32 has_i4;                 /* any i4g matrix: the act vector is quantised (quant_x) */
     u32 block;                  /* positions per block (1..QK_MAX_BLOCK): entries of the per-position maps */
     u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qkernels.h) */
+    u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
+                                   come in pairs (one read of K and V serves both), else 1 */
     u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
     u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
@@ -64,6 +66,12 @@ struct qk_config {
     struct qm_sf inv_head_dim;  /* 1 / head_dim */
     struct qm_sf attn_c;        /* log2(e) / sqrt(head_dim) */
 };
+
+/* attention tasks per (block entry, chunk): one per attn_heads query heads */
+static inline u32 qk_attn_groups(const struct qk_config *c)
+{
+    return c->n_heads / c->attn_heads;
+}
 
 /* kernel invocation arguments, little-endian, at the start of data_in */
 struct qk_args {

@@ -20,9 +20,10 @@ struct qp_backend {
     const char *name;
     /* one kernel invocation; safe to call from two threads at once on
      * disjoint ranges. prog_ns (may be NULL) gets the time the program
-     * itself ran as the kernel clocked it (bpf: preemption is off while a
-     * socket filter's test run runs, so a wait for the core is not in it;
-     * 0 from backends that have no such clock) */
+     * itself ran as the kernel clocked it (bpf: bpf_prog_test_run's
+     * duration, from the program's start to its end with migration off: a
+     * preemption inside the run counts, the system call around it and a
+     * wait before or after it do not; 0 from backends without that clock) */
     int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err);
     void (*destroy)(struct qp_backend *b);
     /* readable memory of a state map (NULL for weight maps); for tests */

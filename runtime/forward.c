@@ -452,16 +452,18 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
     return rc ? rc : check_range(fw, mode == QK_MV_LOGITS ? "vocabulary projection" : NULL, layer, err);
 }
 
-/* Attention (entry, head, chunk) tasks of entries [0, nb), a few per job;
+/* Attention (entry, head group, chunk) tasks of entries [0, nb), a few per job;
  * then the per-head merge. */
 static int attention(struct qp_forward *fw, uint32_t slot, uint32_t layer, uint32_t pos0, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    uint32_t last = pos0 + nb - 1, chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * c->n_heads * chunks;
+    uint32_t last = pos0 + nb - 1, chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_groups(c) * chunks;
     /* a task's work in matvec multiply-adds (3 BPF instructions each): a
      * position of a head costs ~6.5 instructions per multiply-add of its
-     * scores and values, plus ~290 for its exponential and V weight */
-    uint32_t per_task = (last + 1 < QK_ATTN_CHUNK ? last + 1 : QK_ATTN_CHUNK) * (c->head_dim * 4 + 100);
+     * scores and values, plus ~290 for its exponential and V weight (a pair
+     * of heads costs less than twice that: the estimate errs short) */
+    uint32_t per_task = (last + 1 < QK_ATTN_CHUNK ? last + 1 : QK_ATTN_CHUNK) * (c->head_dim * 4 + 100) *
+                        c->attn_heads;
     uint32_t step = MACS_PER_CALL / per_task;
     step = step < 1 ? 1 : step;
     uint32_t parts = fw->threads > 1 ? 2 : 1;  /* at least one job per thread */

@@ -439,6 +439,7 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     c->slots = slots;
     c->block = block;
     c->max_chunks = (ctx + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
+    c->attn_heads = c->n_heads / c->n_kv_heads % 2 == 0 ? 2 : 1;
     c->act_len = c->hidden > c->q_dim ? c->hidden : c->q_dim;
     c->act_len = c->inter > c->act_len ? c->inter : c->act_len;
     for (uint32_t l = 0; l < c->n_layers; l++) {

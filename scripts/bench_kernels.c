@@ -5,7 +5,12 @@
  * invocation on the BPF backend, REPS times, and prints the fastest run's
  * nanoseconds per multiply-add for one position and per position of the
  * block: the shortest run is the kernel's own cost, whatever else the
- * machine is doing. Needs root. */
+ * machine is doing. Then attention: layer 0's heads for one position at
+ * ATTN_POS over a cache of zeros (every position weighted, the most work),
+ * a task (QK_ATTN_CHUNK positions of one head, or of a pair of heads) per
+ * invocation, timed by the kernel's clock (the programs alone): ns per
+ * multiply-add of its scores and values and ns per (position, head), with
+ * one head a task and with the plan's choice. Needs root. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +20,7 @@
 #include "qpk.h"
 
 #define REPS 9
+#define ATTN_POS 4095
 
 static double now_ns(void)
 {
@@ -53,6 +59,29 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
     return best;
 }
 
+/* fastest of REPS runs of layer 0's attention for one position at pos, all
+ * heads, `step` tasks per invocation; the programs' own nanoseconds */
+static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint32_t pos, uint32_t step)
+{
+    uint32_t tasks = qk_attn_groups(c) * (pos / QK_ATTN_CHUNK + 1);
+    double best = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        double sum = 0;
+        for (uint32_t t = 0; t < tasks; t += step) {
+            struct qk_args a = {.layer = 0, .pos = pos, .nb = 1, .begin = t, .end = t + step < tasks ? t + step : tasks};
+            uint64_t ns = 0;
+            qp_err err;
+            if (b->run(b, QP_K_ATTENTION, &a, &ns, &err)) {
+                fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
+                exit(1);
+            }
+            sum += (double)ns;
+        }
+        best = sum < best ? sum : best;
+    }
+    return best;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -64,7 +93,7 @@ int main(int argc, char **argv)
     struct qp_plan p;
     struct qp_backend *b;
     qp_err err;
-    if (qpk_open(&f, argv[1], 0, &err) || qp_plan_build(&p, &f, 64, 1, block, false, &err) ||
+    if (qpk_open(&f, argv[1], 0, &err) || qp_plan_build(&p, &f, ATTN_POS + 1, 1, block, false, &err) ||
         qp_bpf_create(&b, &p, &err)) {
         fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
         return 1;
@@ -87,6 +116,24 @@ int main(int argc, char **argv)
         double one = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, block) / macs / block;
         double blk = fastest_ns(b, &p, prods[i].mode, prods[i].rows, block, block) / macs / block;
         printf("  %-8s %10.3f %14.3f\n", prods[i].name, one, blk);
+    }
+    /* one task per invocation (a task is a chunk of QK_ATTN_CHUNK positions
+     * of attn_heads heads), one head per task against the plan's choice */
+    double pos_heads = (double)(ATTN_POS + 1) * c->n_heads;
+    uint32_t choice = c->attn_heads;
+    for (uint32_t heads = 1; heads <= choice; heads++) {
+        struct qp_backend *ab = b;
+        p.cfg.attn_heads = heads;
+        if (heads != choice && qp_bpf_create(&ab, &p, &err)) {
+            fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
+            return 1;
+        }
+        double ns = attention_ns(ab, c, ATTN_POS, 1);
+        printf("attention at position %u, layer 0, %u head%s a task (kernel clock): %.3f ms, %.3f ns per "
+               "multiply-add, %.1f ns per (position, head)\n", ATTN_POS, heads, heads > 1 ? "s" : "", ns / 1e6,
+               ns / (pos_heads * c->head_dim * 2), ns / pos_heads);
+        if (ab != b)
+            ab->destroy(ab);
     }
     b->destroy(b);
     qp_plan_free(&p);

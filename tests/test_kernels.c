@@ -217,7 +217,7 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
             struct qk_args rope = {.layer = 1, .pos = pos, .nb = 1};
             run_both(QP_K_ROPE_STORE, &rope);
         }
-        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2, .nb = 1};
+        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
         run_both(QP_K_ATTENTION, &att);
         run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
         snprintf(what, sizeof what, "rope/attention, pattern %d", p);
@@ -395,7 +395,7 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
             }
         set_state(QP_MAP_KCACHE, kc);
         set_state(QP_MAP_VCACHE, vc);
-        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads * chunks, .nb = 1});
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = qk_attn_groups(c) * chunks, .nb = 1});
         run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention over a written cache");
         const int64_t *x = emu->state(emu, QP_MAP_X);
@@ -411,6 +411,77 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
     free(kc);
     free(vc);
     free(want);
+}
+END_TEST
+
+/* kernel k on backend b, which must accept it */
+static void run_on(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a)
+{
+    qp_err err = {{0}};
+    ck_assert_msg(b->run(b, k, a, NULL, &err) == 0, "%s on %s: %s", qp_kernel_name(k), b->name, err.msg);
+}
+
+/* The query heads that share a K/V head are taken two to a task (one read
+ * of each K and V entry serves both): taken one at a time instead, on both
+ * backends, the block's attention output is the same to the bit. The cache
+ * is written by rope_store from act values of every pattern size, over
+ * three chunks, and read by a block of entries. */
+START_TEST(attention_in_head_pairs_equals_one_head_at_a_time)
+{
+    static struct qp_plan single;
+    const struct qk_config *c = &plan.cfg;
+    ck_assert_uint_eq(c->attn_heads, 2);    /* tiny: 4 query heads on 2 K/V heads */
+    single = plan;
+    single.cfg.attn_heads = 1;
+    struct qp_backend *pairs[2] = {bpf, emu}, *ones[2], *all[4];
+    qp_err err = {{0}};
+    ck_assert_msg(qp_bpf_create(&ones[0], &single, &err) == 0 && qp_emu_create(&ones[1], &single, &err) == 0, "%s",
+                  err.msg);
+    memcpy(all, pairs, sizeof pairs);
+    memcpy(all + 2, ones, sizeof ones);
+    uint32_t nb = c->block, pos0 = 596, chunks = (pos0 + nb - 1) / QK_ATTN_CHUNK + 1;
+    size_t qkv_len = map_len(QP_MAP_QKV), x_len = map_len(QP_MAP_X);
+    int64_t *qkv = malloc(qkv_len);
+    uint8_t *x = malloc(x_len);
+    ck_assert(qkv && x);
+    fill(qkv, qkv_len / 8, MIXED, 1ll << 40);
+    /* the odd heads' queries 0, so their weights stay flat, and the even
+     * heads' scaled up by 2^12 after rope_store (their exponents), so their
+     * weights underflow at most positions: pairs meet positions that one of
+     * their heads skips */
+    size_t row = c->q_dim + 2 * c->kv_dim, scal_stride = (plan.maps[QP_MAP_SCAL].value_size + 7) / 8 * 8;
+    for (uint32_t b = 0; b < nb; b++)
+        for (uint32_t h = 1; h < c->n_heads; h += 2)
+            memset(qkv + b * row + h * c->head_dim, 0, c->head_dim * sizeof *qkv);
+    for (int i = 0; i < 4; i++) {
+        /* every state map as bpf's, which earlier tests left in use */
+        for (int id = 0; id < QP_MAP_COUNT; id++)
+            if (i && bpf->state(bpf, id))
+                memcpy((void *)all[i]->state(all[i], id), bpf->state(bpf, id), map_len(id));
+        memcpy((void *)all[i]->state(all[i], QP_MAP_QKV), qkv, qkv_len);
+        for (uint32_t pos = 0; pos <= pos0; pos += nb)
+            run_on(all[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = pos, .nb = nb});
+        for (uint32_t b = 0; b < nb; b++) {
+            struct qk_scalars *sc = (void *)((uint8_t *)all[i]->state(all[i], QP_MAP_SCAL) + b * scal_stride);
+            for (uint32_t h = 0; h < c->n_heads; h += 2)
+                sc->q_exp[h] += 12;
+        }
+        uint32_t heads_a_task = i < 2 ? 2 : 1;
+        run_on(all[i], QP_K_ATTENTION, &(struct qk_args){.layer = 1, .pos = pos0, .nb = nb, .begin = 0,
+                                                         .end = nb * c->n_heads / heads_a_task * chunks});
+        run_on(all[i], QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = pos0, .nb = nb, .begin = 0,
+                                                          .end = c->n_heads});
+        if (i == 0)
+            memcpy(x, all[i]->state(all[i], QP_MAP_X), x_len);
+        ck_assert_msg(memcmp(x, all[i]->state(all[i], QP_MAP_X), x_len) == 0,
+                      "attention output of %s, %u head(s) a task, differs from bpf's with 2", all[i]->name,
+                      heads_a_task);
+    }
+    ck_assert(any_nonzero(QP_MAP_X));
+    ones[0]->destroy(ones[0]);
+    ones[1]->destroy(ones[1]);
+    free(qkv);
+    free(x);
 }
 END_TEST
 
@@ -467,7 +538,7 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
                       positions[i]);
     }
     /* attention of slot 0 at position 299, then again with slot 1 refilled */
-    struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads * 2, .nb = 1, .kv_slot = 0};
+    struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1, .kv_slot = 0};
     struct qk_args merge = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1, .kv_slot = 0};
     run_ok(QP_K_ATTENTION, &att);
     run_ok(QP_K_ATTN_MERGE, &merge);
@@ -525,7 +596,7 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     /* a block whose last position is past the context */
     ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx - 1, .nb = 2}, NULL, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
-                                                                   .end = c->n_heads + 1, .nb = 1}, NULL, &err), 0);
+                                                                   .end = qk_attn_groups(c) + 1, .nb = 1}, NULL, &err), 0);
 }
 END_TEST
 
@@ -543,6 +614,7 @@ int main(void)
         tcase_add_test(tc, k_cache_extension_bits_narrow_the_heavy_channels);
         tcase_add_test(tc, v_cache_vectors_fill_their_int16_range);
         tcase_add_test(tc, attention_is_the_weighted_mean_of_the_cache);
+        tcase_add_test(tc, attention_in_head_pairs_equals_one_head_at_a_time);
         tcase_add_test(tc, a_slots_cache_is_untouched_by_another_slots_steps);
         suite_add_tcase(s, tc);
     }
