@@ -306,9 +306,10 @@ typedef struct qpack_session_stats {
     qpack_kernel_stats kernels[QPACK_KERNELS_MAX];   /* engine's order (0 for ref) */
     uint64_t lookup_passes;     /* qpack_lookup_step: block passes, */
     uint64_t lookup_drafted, lookup_kept;   /* draft tokens proposed, and kept */
-    /* bpf: the programs' own run time as the kernel clocks it, with
-     * preemption off (a call's time above also counts the system call and
-     * any wait for the core); 0 for emu and ref */
+    /* bpf: the programs' own run time as the kernel clocks it, from start
+     * to end (a call's time above also counts the system call around the
+     * run and any wait for the core before or after it; a preemption
+     * inside the run counts in both); 0 for emu and ref */
     double max_run_ms;          /* the longest program run */
     uint64_t slow_runs;         /* program runs over 10 ms */
 } qpack_session_stats;

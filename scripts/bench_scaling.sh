@@ -17,8 +17,8 @@
 #                     so a few calls over it among hundreds of thousands
 #                     are the call's thread losing its core, not its work
 #   prog ms, >10      the same for the programs alone, as the kernel clocks
-#                     them (bpf_prog_test_run's duration; preemption is off
-#                     while a socket filter runs): the kernels' own work
+#                     them (bpf_prog_test_run's duration, program start to
+#                     end): without the system call around each run
 #   bpf=emu           every logit of the 64 prompt positions, BPF against the
 #                     host twin (qrun --backend emu), compared byte for byte:
 #                     "same" or "DIFFER" (QP_EMU=0 skips it)
@@ -102,8 +102,8 @@ for size in $sizes; do
             decode=$(field '.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*')
             long=$(field '.*longest call \([0-9.]*\) ms.*')
             over=$(field '.* \([0-9]*\) of [0-9]* calls over 10 ms.*')
-            prog=$(field '.*kernel clock, preemption off): longest \([0-9.]*\) ms.*')
-            prog_over=$(field '.*kernel clock, preemption off): longest [0-9.]* ms, \([0-9]*\) over.*')
+            prog=$(field '.*kernel clock): longest \([0-9.]*\) ms.*')
+            prog_over=$(field '.*kernel clock): longest [0-9.]* ms, \([0-9]*\) over.*')
             maps=$(field '.*BPF maps \([0-9.]*\) MB.*')
             kv=$(field '.*KV cache \([0-9.]*\) kB\/position.*')
             per=$(awk -v d="$decode" -v g="$gmac" 'BEGIN { printf "%.1f", d / g }')

@@ -660,7 +660,7 @@ static void print_generation(const struct run_state *r, const qpack_session_stat
         fprintf(stderr, ", longest call %.2f ms (%s), %" PRIu64 " of %" PRIu64 " calls over 10 ms", st->max_call_ms,
                 st->max_call_kernel, st->slow_calls, st->calls);
         if (!strcmp(i->backend, "bpf"))
-            fprintf(stderr, "; the programs alone (kernel clock, preemption off): longest %.2f ms, %" PRIu64
+            fprintf(stderr, "; the programs alone (kernel clock): longest %.2f ms, %" PRIu64
                     " over 10 ms", st->max_run_ms, st->slow_runs);
     }
     fputc('\n', stderr);
