@@ -1408,6 +1408,22 @@ QM_INLINE u64 qk_attn_weight(struct qk_attn_ctx *cx, u32 h, s64 score)
     return p;
 }
 
+/* acc += w * v over a head's entries. |w| <= 2^38 and |v| < 2^15: a
+ * chunk's 256 positions keep |acc| < 2^61 */
+QM_INLINE void qk_attn_add_v(s64 *acc, const s16 *v, s64 w)
+{
+    for (u32 d = 0; d < C.head_dim; d += 16) {
+        s64 *ab = acc + d;
+        const s16 *vb = v + d;
+QK_UNROLL
+        for (int t = 0; t < 16; t++) {
+            s64 wv = vb[t];
+            QK_MUL_INTO(wv, w);
+            ab[t] += wv;
+        }
+    }
+}
+
 static long qk_attn_value_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
@@ -1424,18 +1440,7 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
     if (sh < cx->min_shift[0])
         cx->min_shift[0] = sh;
-    /* |w| <= 2^38 and |v| < 2^15: a chunk's 256 positions keep |acc| < 2^61 */
-    s64 w = qm_v_weight(p, qm_cache_untag(v + 4), sh), *acc = part + QK_PART_ACC;
-    for (u32 d = 0; d < C.head_dim; d += 16) {
-        s64 *ab = acc + d;
-        const s16 *vb = v + d;
-QK_UNROLL
-        for (int t = 0; t < 16; t++) {
-            s64 wv = vb[t];
-            QK_MUL_INTO(wv, w);
-            ab[t] += wv;
-        }
-    }
+    qk_attn_add_v(part + QK_PART_ACC, v, qm_v_weight(p, qm_cache_untag(v + 4), sh));
     return 0;
 }
 
@@ -1464,18 +1469,7 @@ static long qk_attn_value2_cb(u64 i, void *vctx)
     s64 w = qm_v_weight(p, st, sh), w2 = qm_v_weight(p2, st, sh);
     s64 *acc = part + QK_PART_ACC, *acc2 = part2 + QK_PART_ACC;
     if (p == 0 || p2 == 0) {
-        s64 *one = p ? acc : acc2;
-        w = p ? w : w2;
-        for (u32 d = 0; d < C.head_dim; d += 16) {
-            s64 *ab = one + d;
-            const s16 *vb = v + d;
-QK_UNROLL
-            for (int t = 0; t < 16; t++) {
-                s64 wv = vb[t];
-                QK_MUL_INTO(wv, w);
-                ab[t] += wv;
-            }
-        }
+        qk_attn_add_v(p ? acc : acc2, v, p ? w : w2);
         return 0;
     }
     for (u32 d = 0; d < C.head_dim; d += 16) {
