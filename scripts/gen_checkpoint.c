@@ -37,12 +37,14 @@ static const char usage[] =
     "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b|4b|8b|14b] [--hidden N] [--intermediate N]\n"
     "       [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N]\n"
     "       [--seed S] [--shards N] [--untied] [--stress] [--tokenizer-dir DIR]\n"
-    "       [--dtype bf16|f16|f32]\n"
+    "       [--dtype bf16|f16|f32] [--init fixed|fan-in]\n"
     "       " PROG " --version\n"
     "Writes a random Qwen3 checkpoint (Hugging Face layout) into OUT_DIR.\n"
     "The preset (default tiny) is applied first; size flags override it wherever they are.\n"
     "4b, 8b and 14b are written in 3, 5 and 8 shards (as published) unless --shards is given.\n"
-    "Values: matrices N(0, 0.02), norm weights 1 + N(0, 0.1). --stress adds 4 massive\n"
+    "Values: matrices N(0, 0.02), norm weights 1 + N(0, 0.1). --init fan-in draws each\n"
+    "matrix from N(0, 0.02 * sqrt(1024 / its input width)) instead, so that every matrix\n"
+    "product's output has the scale of 0.6B's q_proj at every width. --stress adds 4 massive\n"
     "hidden channels (x40 in the embedding columns and the o_proj/down_proj rows, /40 in\n"
     "the final norm), max(2, n/32) entries in [128, 400] in every norm (off the massive\n"
     "channels), and a final norm x8. Previous checkpoint files in OUT_DIR are replaced\n"
@@ -61,6 +63,7 @@ struct options {
     uint64_t seed;
     uint32_t shards;
     bool stress;
+    bool fan_in_init;           /* --init fan-in: std 0.02 * sqrt(1024 / cols) */
     const char *tokenizer_dir;
     bool vocab_given;           /* --vocab, not the preset's */
     enum st_dtype dtype;
@@ -201,6 +204,11 @@ static int parse_flag(struct options *o, int argc, char **argv, int *i, qp_err *
     } else if (strcmp(flag, "--dtype") == 0) {
         ++*i;
         return parse_dtype(value, &o->dtype, err);
+    } else if (strcmp(flag, "--init") == 0) {
+        if (!value || (strcmp(value, "fixed") && strcmp(value, "fan-in")))
+            return qp_fail(err, "--init needs fixed or fan-in, got '%s'", value ? value : "");
+        o->fan_in_init = strcmp(value, "fan-in") == 0;
+        ++*i;
     } else if (flag[0] == '-')
         return qp_fail(err, "unknown option '%s'", flag);
     else if (o->out_dir)
@@ -548,9 +556,12 @@ static int write_tensor(struct stw_writer *w, const struct gen_tensor *g, const 
         return emit_values(w, sc->values, g->cols, o->dtype, sc->bytes, err);
     }
     uint64_t step = CHUNK_VALUES / g->cols;           /* rows per chunk, at least 1 */
+    /* A fixed std makes a wider model's products (and logits) larger: its
+     * output's scale grows as sqrt(cols). fan-in keeps 0.6B's scale. */
+    float std = o->fan_in_init ? 0.02f * sqrtf(1024.0f / (float)g->cols) : 0.02f;
     for (uint64_t row = 0; row < g->rows; row += step) {
         uint64_t rows = g->rows - row < step ? g->rows - row : step;
-        fill_normal(&r, sc->values, rows * g->cols, 0.0f, 0.02f);
+        fill_normal(&r, sc->values, rows * g->cols, 0.0f, std);
         if (s->on && g->boost != BOOST_NONE)
             boost_rows(sc->values, row, rows, g->cols, g, s);
         if (emit_values(w, sc->values, rows * g->cols, o->dtype, sc->bytes, err))
@@ -800,10 +811,10 @@ static void print_summary(const struct options *o, const struct gen_tensor *t, u
         snprintf(stress, sizeof(stress), ", stress (massive channels %u %u %u %u)",
                  s->channel[0], s->channel[1], s->channel[2], s->channel[3]);
     printf("%s: wrote %s: qwen3 (preset %s), %u tensors, %.1f M parameters, %.1f MB %s in %u "
-           "file%s, seed %llu, %s%s, %.1f s\n", PROG, o->out_dir, o->preset, n, params / 1e6,
+           "file%s, seed %llu, %s%s%s, %.1f s\n", PROG, o->out_dir, o->preset, n, params / 1e6,
            bytes / 1e6, st_dtype_name(o->dtype), o->shards, o->shards > 1 ? "s" : "",
            (unsigned long long)o->seed, o->cfg.tie_word_embeddings ? "tied" : "untied",
-           stress, seconds);
+           o->fan_in_init ? ", fan-in init" : "", stress, seconds);
 }
 
 static int generate(const struct options *o, qp_err *err)

@@ -376,6 +376,36 @@ START_TEST(values_are_normal_with_the_requested_scale)
 }
 END_TEST
 
+/* sqrt(mean of squares) of a tensor's values */
+static double rms_of(const struct st_tensor *t)
+{
+    double sum2 = 0;
+    for (uint64_t i = 0; i < t->numel; i++)
+        sum2 += st_get_f32(t, i) * st_get_f32(t, i);
+    return sqrt(sum2 / (double)t->numel);
+}
+
+/* --init fan-in: std 0.02 * sqrt(1024 / input width), so q_proj (input
+ * 256) gets 0.04 and down_proj (input 768) 0.02 * sqrt(4/3). */
+START_TEST(fan_in_init_scales_each_matrix_by_its_input_width)
+{
+    ck_assert_int_eq(gen("m", "--hidden 256 --intermediate 768 --heads 4 --head-dim 64 "
+                              "--vocab 2048 --init fan-in"), 0);
+    struct st_model m;
+    open_model(&m, "m");
+    double q = rms_of(tensor(&m, "model.layers.0.self_attn.q_proj.weight"));
+    double down = rms_of(tensor(&m, "model.layers.0.mlp.down_proj.weight"));
+    ck_assert_msg(fabs(q / 0.04 - 1) < 0.02, "q_proj std %g, want 0.04", q);
+    ck_assert_msg(fabs(down / (0.02 * sqrt(1024.0 / 768)) - 1) < 0.02, "down_proj std %g", down);
+    double norm = rms_of(tensor(&m, "model.layers.0.input_layernorm.weight"));
+    ck_assert_msg(fabs(norm - 1) < 0.05, "norms keep 1 + N(0, 0.1): rms %g", norm);
+    st_close(&m);
+    char *out = slurp(path_of("stdout"), NULL);
+    ck_assert_msg(strstr(out, ", fan-in init") != NULL, "summary: %s", out);
+    free(out);
+}
+END_TEST
+
 /* The massive channels the last run printed, in increasing order. */
 static void printed_massive_channels(uint32_t ch[4])
 {
@@ -607,6 +637,7 @@ static const struct {
     { "--seed -1", "--seed needs a non-negative integer" },
     { "other", "two output folders given" },
     { "--stress --hidden 8", "--stress needs at least 16 hidden channels" },
+    { "--init xavier", "--init needs fixed or fan-in, got 'xavier'" },
 };
 
 START_TEST(bad_arguments_fail_with_a_message)
@@ -647,6 +678,7 @@ static Suite *gen_suite(void)
     tcase_add_test(tc, tied_lm_head_is_byte_identical_to_the_embedding);
     tcase_add_test(tc, untied_lm_head_is_drawn_independently);
     tcase_add_test(tc, values_are_normal_with_the_requested_scale);
+    tcase_add_test(tc, fan_in_init_scales_each_matrix_by_its_input_width);
     tcase_add_test(tc, stress_adds_four_massive_channels);
     tcase_add_test(tc, stress_gives_every_norm_large_entries);
     tcase_add_test(tc, sharded_and_single_hold_identical_tensors);
