@@ -136,6 +136,14 @@ START_TEST(accumulator)
     ck_assert_double_eq_tol(a.max_kl, qe_kl(ref, off, 4), 1e-15);
     ck_assert_double_eq_tol(qe_acc_kl_mean(&a), qe_kl(ref, off, 4) / 2, 1e-15);
     ck_assert(a.max_kl > 0);
+    /* spreads: {1,2,3,4} has SD sqrt(1.25); {1,2,3.5,3} mean 2.375, SD sqrt(0.921875) */
+    ck_assert_double_eq_tol(qe_sd(ref, 4), sqrt(1.25), 1e-15);
+    ck_assert_double_eq_tol(qe_acc_ref_sd(&a), sqrt(1.25), 1e-15);
+    ck_assert_double_eq_tol(qe_acc_sd(&a), (sqrt(1.25) + sqrt(0.921875)) / 2, 1e-15);
+    ck_assert_double_eq_tol(qe_acc_sd(&s), sqrt(1.25), 1e-15);   /* a shift keeps the spread */
+    ck_assert_double_eq_tol(qe_acc_rel_rms(&s), 0.5 / sqrt(1.25), 1e-15);
+    struct qe_acc none = {0};
+    ck_assert_double_eq(qe_acc_rel_rms(&none), 0);
 }
 END_TEST
 

@@ -23,10 +23,12 @@ uint32_t qe_topk(const double *x, uint32_t n, uint32_t k, uint32_t *idx);    /* 
 uint32_t qe_overlap(const uint32_t *a, const uint32_t *b, uint32_t k);
 double qe_topk_overlap(const double *a, const double *b, uint32_t n, uint32_t k);
 uint32_t qe_common_prefix(const uint32_t *a, uint32_t na, const uint32_t *b, uint32_t nb);
+double qe_sd(const double *x, uint32_t n);                                   /* standard deviation */
 
 /* logit statistics of one model against the reference, over positions */
 struct qe_acc {
     double max_err, sum_abs_err, sum_sq_err, sum_kl, max_kl, sum_top5;
+    double sum_sd, sum_ref_sd;    /* the spread of the model's and the reference's logits */
     uint64_t logits, positions, top1;
 };
 
@@ -36,6 +38,9 @@ double qe_acc_mae(const struct qe_acc *a);   /* mean absolute logit error */
 double qe_acc_kl_mean(const struct qe_acc *a);
 double qe_acc_top1_pct(const struct qe_acc *a);
 double qe_acc_top5(const struct qe_acc *a);
+double qe_acc_sd(const struct qe_acc *a);      /* mean over positions of the logits' SD */
+double qe_acc_ref_sd(const struct qe_acc *a);  /* the same of the reference's logits */
+double qe_acc_rel_rms(const struct qe_acc *a); /* RMS error / reference SD: comparable across models */
 
 /* ---- a run ------------------------------------------------------------- */
 

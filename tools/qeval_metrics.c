@@ -94,6 +94,18 @@ uint32_t qe_common_prefix(const uint32_t *a, uint32_t na, const uint32_t *b, uin
     return i;
 }
 
+/* the standard deviation of a logit vector: its spread, which sets what a
+ * logit error means (an error of 0.3 matters more when the logits span 1) */
+double qe_sd(const double *x, uint32_t n)
+{
+    double mean = 0, sq = 0;
+    for (uint32_t i = 0; i < n; i++)
+        mean += x[i];
+    mean /= n;
+    for (uint32_t i = 0; i < n; i++)
+        sq += (x[i] - mean) * (x[i] - mean);
+    return sqrt(sq / n);
+}
 
 void qe_acc_add(struct qe_acc *a, const double *ref, const double *ours, uint32_t n)
 {
@@ -108,6 +120,8 @@ void qe_acc_add(struct qe_acc *a, const double *ref, const double *ours, uint32_
     a->max_kl = fmax(a->max_kl, kl);
     a->sum_top5 += qe_topk_overlap(ref, ours, n, QE_TOPK);
     a->top1 += qe_argmax(ref, n) == qe_argmax(ours, n);
+    a->sum_sd += qe_sd(ours, n);
+    a->sum_ref_sd += qe_sd(ref, n);
     a->logits += n;
     a->positions++;
 }
@@ -117,4 +131,7 @@ double qe_acc_mae(const struct qe_acc *a) { return a->logits ? a->sum_abs_err / 
 double qe_acc_kl_mean(const struct qe_acc *a) { return a->positions ? a->sum_kl / (double)a->positions : 0; }
 double qe_acc_top1_pct(const struct qe_acc *a) { return a->positions ? 100.0 * (double)a->top1 / (double)a->positions : 0; }
 double qe_acc_top5(const struct qe_acc *a) { return a->positions ? a->sum_top5 / (double)a->positions : 0; }
+double qe_acc_sd(const struct qe_acc *a) { return a->positions ? a->sum_sd / (double)a->positions : 0; }
+double qe_acc_ref_sd(const struct qe_acc *a) { return a->positions ? a->sum_ref_sd / (double)a->positions : 0; }
+double qe_acc_rel_rms(const struct qe_acc *a) { return a->sum_ref_sd > 0 ? qe_acc_rms(a) / qe_acc_ref_sd(a) : 0; }
 

@@ -78,6 +78,13 @@ MODEL_CELL_FN(c_top1, snprintf(out, CELL, "%" PRIu64 "/%" PRIu64 " (%.2f%%)", r-
 MODEL_CELL_FN(c_top5, snprintf(out, CELL, "%.4f", qe_acc_top5(&r->acc)))
 MODEL_CELL_FN(c_greedy, snprintf(out, CELL, "%.2f of %u", per((double)r->greedy_prefix_sum, r->greedy_prompts),
                                  x->prompts[0].gen))
+/* the reference's spread is measured beside the first container's */
+static double logit_sd(const struct ctx *x, const struct result *r, bool is_ref)
+{
+    return is_ref ? (x->o->n_models ? qe_acc_ref_sd(&x->res[1].acc) : 0) : qe_acc_sd(&r->acc);
+}
+CELL_FN(c_sd, snprintf(out, CELL, "%.3g", logit_sd(x, r, c == 0)))
+MODEL_CELL_FN(c_rel_err, snprintf(out, CELL, "%.3g", qe_acc_rel_rms(&r->acc)))
 CELL_FN(c_nll, snprintf(out, CELL, "%.4f", per(r->text_nll_sum, r->text_tokens)))
 CELL_FN(c_ppl, snprintf(out, CELL, "%.4g", exp(per(r->text_nll_sum, r->text_tokens))))
 
@@ -97,6 +104,8 @@ static void fill_table(struct table *t, const struct ctx *x)
     add_row(t, x, "logit max abs error", c_max_err);
     add_row(t, x, "logit mean abs error", c_mae);
     add_row(t, x, "logit RMS error", c_rms);
+    add_row(t, x, "logit SD (spread)", c_sd);
+    add_row(t, x, "RMS error / ref SD", c_rel_err);
     add_row(t, x, "KL(ref||model) mean", c_kl_mean);
     add_row(t, x, "KL(ref||model) max", c_kl_max);
     add_row(t, x, "top-1 agreement", c_top1);
@@ -214,6 +223,9 @@ static cJSON *result_json(const struct ctx *x, const struct result *r, bool is_r
         cJSON_AddNumberToObject(j, "top5_overlap", qe_acc_top5(&r->acc));
         cJSON_AddNumberToObject(j, "greedy_prefix_mean", per((double)r->greedy_prefix_sum, r->greedy_prompts));
     }
+    cJSON_AddNumberToObject(j, "logit_sd", logit_sd(x, r, is_ref));
+    if (!is_ref)
+        cJSON_AddNumberToObject(j, "rms_err_per_ref_sd", qe_acc_rel_rms(&r->acc));
     if (x->n_text) {
         double nll = per(r->text_nll_sum, r->text_tokens);
         cJSON_AddNumberToObject(j, "text_tokens", (double)r->text_tokens);
