@@ -22,6 +22,16 @@ same() {
         fail "--lookup run: $(cat "$T/look.err")"
     cmp -s "$T/plain.out" "$T/look.out" || fail "--lookup changed the tokens for '$1': $(cat "$T/plain.out") / $(cat "$T/look.out")"
     [ "$(wc -w <"$T/look.out")" = 60 ] || fail "--lookup printed $(wc -w <"$T/look.out") ids, not 60"
+    # ms/token is per token printed after the first (a step may make several),
+    # ms/step per decode step: ms/token x tokens = ms/step x steps, up to the
+    # rounding of the two figures to 0.1 ms
+    gen=$(grep '^qrun: generated ' "$T/look.err")
+    echo "$gen" | awk '{ if (match($0, /, [0-9.]+ ms\/token over [0-9]+ decode steps \([0-9.]+ ms\/step, [0-9]+ tokens/) == 0) exit 1
+        split(substr($0, RSTART, RLENGTH), f, /[ (]+/); per_tok = f[2]; steps = f[5]; per_step = f[8]; toks = f[10]
+        if (toks != 59 || steps > toks) exit 1
+        d = per_tok * toks - per_step * steps; if (d < 0) d = -d
+        if (d > 0.05 * (toks + steps) + 0.01 * per_step * steps) exit 1 }' ||
+        fail "--lookup's stats line does not add up (59 tokens from its steps): $gen"
     grep '^qrun: lookup: ' "$T/look.err" || fail "--stats has no lookup line"
 }
 

@@ -501,6 +501,7 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
             break;
         r->in_reply++;
         r->generated++;
+        r->step_tokens += i > 0;      /* the first came from the prompt's pass */
         if (cached) {
             fed_printed++;
             continue;
@@ -648,9 +649,12 @@ static void print_generation(const struct run_state *r, const qpack_session_stat
     bool ref = !strcmp(i->backend, "ref");
     const char *calls = !strcmp(i->backend, "bpf") ? "bpf calls" : "kernel calls (host twin)";
     fprintf(stderr, "qrun: generated %u token%s", r->generated, r->generated == 1 ? "" : "s");
-    if (r->decode_steps)
-        fprintf(stderr, ", %.1f ms/token over %u decode steps", r->gen_ms / r->decode_steps, r->decode_steps);
-    else if (r->generated)
+    /* per token, not per step: a --lookup step can make several */
+    if (r->decode_steps && r->step_tokens)
+        fprintf(stderr, ", %.1f ms/token over %u decode steps", r->gen_ms / r->step_tokens, r->decode_steps);
+    if (r->decode_steps && r->o->lookup)
+        fprintf(stderr, " (%.1f ms/step, %u tokens from them)", r->gen_ms / r->decode_steps, r->step_tokens);
+    if (!r->decode_steps && r->generated)
         fprintf(stderr, " (the first comes from the prompt's pass: no decode step to time)");
     if (!ref) {
         if (r->prompt_tokens)

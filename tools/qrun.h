@@ -69,6 +69,7 @@ struct run_state {
     struct stop_text stop;
     double load_ms, prompt_ms, gen_ms;
     uint32_t prompt_tokens, generated, decode_steps;
+    uint32_t step_tokens;       /* tokens printed that decode steps made (not a prompt's pass) */
     uint64_t prompt_calls, decode_calls;
     struct turn *turns;         /* interactive */
     size_t n_turns;
