@@ -14,23 +14,24 @@ uint32_t qp_lookup_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_
     for (uint32_t g = QP_LOOKUP_NGRAM_MAX; g >= 1; g--) {
         if (g >= n)
             continue;
-        /* the latest earlier occurrence followed by max tokens, or else
-         * the earliest (the longest continuation): in a loop of period
-         * P, the occurrences P, 2P, ... back all continue alike */
-        uint32_t found = 0;
-        for (uint32_t end = n - 1; end >= g; end--) {
+        /* the latest earlier occurrence followed by max tokens, else the
+         * latest of all */
+        uint32_t latest = 0, full = 0;
+        for (uint32_t end = n - 1; end >= g && !full; end--) {
             if (!same_ngram(hist, end, n, g))
                 continue;
-            found = end;
-            if (n - end >= max)
-                break;
+            latest = latest ? latest : end;
+            full = n - end >= max ? end : 0;
         }
-        if (found) {
-            uint32_t k = 0;
-            for (; k < max && found + k < n; k++)
-                draft[k] = hist[found + k];
-            return k;
-        }
+        uint32_t found = full ? full : latest;
+        if (!found)
+            continue;
+        /* a continuation that runs past the text goes on into the draft
+         * itself (an overlapping copy, as in LZ77): a loop of period
+         * n - found is drafted for all max tokens */
+        for (uint32_t k = 0; k < max; k++)
+            draft[k] = found + k < n ? hist[found + k] : draft[found + k - n];
+        return max;
     }
     return 0;
 }

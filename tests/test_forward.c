@@ -543,7 +543,8 @@ END_TEST
 /* ---- lookup decoding's drafts (the decoding itself: test_lib) ------- */
 
 /* the draft is what followed the latest earlier occurrence of the longest
- * matching suffix, preferring one followed by the whole draft */
+ * matching suffix, preferring one followed by the whole draft, and repeats
+ * the period it found when the text ends first */
 START_TEST(lookup_drafts_continue_the_latest_match)
 {
     const uint32_t loop[] = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
@@ -559,6 +560,17 @@ START_TEST(lookup_drafts_continue_the_latest_match)
     ck_assert_uint_eq(qp_lookup_draft(short_match, 4, 2, d), 2);
     ck_assert_uint_eq(d[0], 7);
     ck_assert_uint_eq(d[1], 5);
+    /* too little text after the latest match: the copy goes on with the
+     * period it found (3 here; 1 for a run of one token) */
+    const uint32_t period3[] = {1, 2, 3, 1, 2, 3, 1};
+    ck_assert_uint_eq(qp_lookup_draft(period3, 7, 5, d), 5);
+    const uint32_t want3[] = {2, 3, 1, 2, 3};
+    for (int i = 0; i < 5; i++)
+        ck_assert_uint_eq(d[i], want3[i]);
+    const uint32_t run[] = {6, 7, 7, 7, 7, 7};
+    ck_assert_uint_eq(qp_lookup_draft(run, 6, 8, d), 8);
+    for (int i = 0; i < 8; i++)
+        ck_assert_uint_eq(d[i], 7);
 }
 END_TEST
 

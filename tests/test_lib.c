@@ -546,7 +546,7 @@ static void plain_greedy(qpack_model *m, const int32_t *prompt, size_t n, int ge
 /* lookup decoding of the same: after each step the session's logits are
  * those plain decoding chose the pending token from */
 static void lookup_greedy(qpack_model *m, const int32_t *prompt, size_t n, int gen, int32_t *tokens,
-                          const double *rows, qpack_session_stats *st)
+                          const double *rows, qpack_session_stats *st, uint32_t *backoffs)
 {
     uint32_t vocab = qpack_model_get_info(m)->vocab;
     qpack_session *s = new_session(m);
@@ -554,11 +554,26 @@ static void lookup_greedy(qpack_model *m, const int32_t *prompt, size_t n, int g
     feed(s, prompt, n);
     int made = 0;
     tokens[made++] = qpack_argmax(s);
+    uint64_t last_drafted = 0, last_kept = 0;
     while (made < gen) {
         int32_t out[8];
         uint32_t count;
+        qpack_session_stats before, after;
+        qpack_session_get_stats(s, &before);
         ck_assert_msg(qpack_lookup_step(s, tokens[made - 1], 7, out, &count, &e) == QPACK_OK, "%s", e.message);
         ck_assert(count >= 1 && count <= 8);
+        /* the draft's length adapts: none after a draft refused at its
+         * first token, at most twice the last after one kept whole */
+        qpack_session_get_stats(s, &after);
+        uint64_t drafted = after.lookup_drafted - before.lookup_drafted;
+        uint64_t kept = after.lookup_kept - before.lookup_kept;
+        if (last_drafted && !last_kept) {
+            ck_assert_uint_eq(drafted, 0);
+            ++*backoffs;
+        }
+        if (last_drafted && last_kept == last_drafted)
+            ck_assert_uint_le(drafted, 2 * last_drafted);
+        last_drafted = drafted, last_kept = kept;
         ck_assert_uint_eq(qpack_session_pos(s), n + (size_t)made - 1 + count);
         for (uint32_t i = 0; i < count && made < gen; i++)
             tokens[made++] = out[i];
@@ -582,10 +597,11 @@ static void lookup_keeps_greedy_tokens_on(qpack_backend backend)
     }
     double *rows = malloc((size_t)GEN * vocab * sizeof *rows);
     uint64_t drafted = 0, kept = 0;
+    uint32_t backoffs = 0;
     for (int p = 0; p < 2; p++) {
         qpack_session_stats st;
         plain_greedy(m, prompts[p], 24, GEN, plain, rows);
-        lookup_greedy(m, prompts[p], 24, GEN, look, rows, &st);
+        lookup_greedy(m, prompts[p], 24, GEN, look, rows, &st, &backoffs);
         ck_assert_msg(!memcmp(plain, look, sizeof plain), "prompt %d: lookup decoding chose other tokens", p);
         ck_assert_uint_gt(st.lookup_passes, 0);
         drafted += st.lookup_drafted;
@@ -594,6 +610,7 @@ static void lookup_keeps_greedy_tokens_on(qpack_backend backend)
     /* both paths were taken: drafts kept and drafts refused */
     ck_assert_uint_gt(kept, 0);
     ck_assert_uint_gt(drafted, kept);
+    ck_assert_uint_gt(backoffs, 0);      /* a refused draft was followed by none */
     free(rows);
     qpack_model_free(m);
 }
