@@ -276,8 +276,13 @@ void qpack_session_set_progress(qpack_session *session, void (*progress)(void *u
  * max_draft + 1, out has room for max_draft + 1): the same tokens, and the
  * same logits, as *count plain steps of the argmax. Afterwards the session
  * holds pending and out[0 .. *count - 1); out[*count - 1] is the new
- * pending token, not yet fed. The draft is cut to the context's room;
- * QPACK_ERR_CONTEXT when not even pending fits. */
+ * pending token, not yet fed. The draft is cut to the context's room and
+ * adapts to the session's text: its length doubles (up to max_draft) after
+ * a draft kept whole and falls to the part kept after one refused (none
+ * after a draft refused at its first token, then 1), because a drafted
+ * position costs about half a plain step. A continuation that runs past
+ * the text repeats the period found. QPACK_ERR_CONTEXT when not even
+ * pending fits. */
 int qpack_lookup_step(qpack_session *session, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,
                       qpack_error *err);
 
