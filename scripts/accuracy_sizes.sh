@@ -21,6 +21,12 @@
 # reference's ms per position and peak RSS (qeval's reference column).
 # Files go to ${QP_BENCH_DIR:-/tmp/qp-bench}/accuracy and are deleted after
 # each size unless QP_KEEP=1 (8B's checkpoint is 16 GB, its float32 copy 32).
+# QP_KERNELS=0 leaves the kernels' share out (it runs the reference again,
+# on float32 weights: 2x its time). QP_INIT=fan-in generates checkpoints
+# with qp-gen-checkpoint --init fan-in (matrices N(0, 0.02 sqrt(1024/width)))
+# instead of the fixed N(0, 0.02), whose products and logits grow with the
+# width; "ref SD" is the reference logits' spread and "RMS/SD" the RMS
+# error in units of it, which compares models of different spreads.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -29,6 +35,7 @@ work=${QP_BENCH_DIR:-/tmp/qp-bench}/accuracy
 sizes=${QP_SIZES:-"4b 8b"}
 formats=${QP_FORMATS:-"int8 int4"}
 positions=${QP_POSITIONS:-2}
+init=${QP_INIT:-fixed}
 mkdir -p "$work/refcache"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -50,16 +57,18 @@ pairs() {
 # pick LINE KEY: the value of KEY in a line of evaluate's output
 pick() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 row() {
-    printf '%s %s %s %s %s %s %s %s %s\n' "$1" "$2" "$3" "$(pick "$4" kl_mean)" "$(pick "$4" logit_mae)" \
-        "$(pick "$4" logit_max_abs_err)" "$(pick "$4" top1_agree)" "$(pick "$4" positions)" "$(pick "$4" greedy_prefix_mean)" |
-        awk '{ printf "%-5s %-5s %-8s %10.3g %8.4f %8.3f %7s %7.2f\n", $1, $2, $3, $4, $5, $6, $7 "/" $8, $9 }'
+    printf '%s %s %s %s %s %s %s %s %s %s %s\n' "$1" "$2" "$3" "$(pick "$4" kl_mean)" "$(pick "$4" logit_mae)" \
+        "$(pick "$4" logit_max_abs_err)" "$(pick "$4" top1_agree)" "$(pick "$4" positions)" "$(pick "$4" greedy_prefix_mean)" \
+        "$(pick "$(pairs 2)" logit_sd)" "$(pick "$4" rms_err_per_ref_sd)" |
+        awk '{ printf "%-5s %-5s %-8s %10.3g %8.4f %8.3f %7s %7.2f %7.3f %7.3f\n", $1, $2, $3, $4, $5, $6, $7 "/" $8, $9, $10, $11 }'
 }
 
-printf '%-5s %-5s %-8s %10s %8s %8s %7s %7s\n' size fmt share "mean KL" MAE "max err" top-1 prefix
+echo "checkpoints: qp-gen-checkpoint --preset SIZE --seed 1 --init $init"
+printf '%-5s %-5s %-8s %10s %8s %8s %7s %7s %7s %7s\n' size fmt share "mean KL" MAE "max err" top-1 prefix "ref SD" "RMS/SD"
 for size in $sizes; do
-    ck=$work/$size
+    ck=$work/$size-$init
     ref_note="reference of $size: cached"
-    [ -f "$ck/config.json" ] || "$bin/qp-gen-checkpoint" "$ck" --preset "$size" --seed 1 >/dev/null
+    [ -f "$ck/config.json" ] || "$bin/qp-gen-checkpoint" "$ck" --preset "$size" --seed 1 --init "$init" >/dev/null
     case $size in 0.6b|1.7b|tiny) split=${QP_SPLIT:-1} ;; *) split=${QP_SPLIT:-0} ;; esac
     for fmt in $formats; do
         qpk=$work/$size-$fmt.qpk
@@ -69,10 +78,12 @@ for size in $sizes; do
         [ "$(pick "$r" cached)" = true ] ||
             ref_note="reference of $size: $(pick "$r" prompt_ms_per_token) ms/position, peak RSS $(pick "$r" peak_rss_bytes | awk '{ printf "%.1f GB", $1 / 1e9 }')"
         deq=$work/$size-$fmt-deq
-        mkdir -p "$deq"
-        "$build/scripts/qp-dequant" "$qpk" "$deq/model.safetensors"
-        cp "$ck/config.json" "$deq/"
-        row "$size" "$fmt" kernels "$(evaluate "$deq" "$qpk")"
+        if [ "${QP_KERNELS:-1}" = 1 ] || [ "$split" = 1 ]; then
+            mkdir -p "$deq"
+            "$build/scripts/qp-dequant" "$qpk" "$deq/model.safetensors"
+            cp "$ck/config.json" "$deq/"
+        fi
+        [ "${QP_KERNELS:-1}" = 0 ] || row "$size" "$fmt" kernels "$(evaluate "$deq" "$qpk")"
         if [ "$split" = 1 ]; then
             "$bin/qpack" pack "$deq" -o "$deq.qpk" --quiet
             row "$size" "$fmt" weights "$(evaluate "$ck" "$deq.qpk" --backend emu)"

@@ -25,7 +25,8 @@
 # Medians of QP_RUNS runs (default 3) for the qrun figures; one pack each.
 # QP_SIZES (default "0.6b 1.7b 4b 8b 14b") and QP_FORMATS (default "q24
 # int4"; q24 only up to 4b, whose 16 GB of maps is this machine's limit)
-# choose the rows. Checkpoints and containers go to
+# choose the rows. QP_STREAM=1 runs qrun --stream (weights read from the
+# file each step, not held in maps) and lets q24 run at 8b and 14b too. Checkpoints and containers go to
 # ${QP_BENCH_DIR:-/tmp/qp-bench}/scaling and are deleted after their rows
 # unless QP_KEEP=1 (8B's checkpoint is 16 GB, 14B's 30 GB). A size the
 # machine cannot load is reported with qrun's one-line reason.
@@ -39,6 +40,8 @@ work=${QP_BENCH_DIR:-/tmp/qp-bench}/scaling
 runs=${QP_RUNS:-3}
 sizes=${QP_SIZES:-"0.6b 1.7b 4b 8b 14b"}
 formats=${QP_FORMATS:-"q24 int4"}
+stream=
+[ "${QP_STREAM:-0}" = 0 ] || stream=--stream
 mkdir -p "$work"
 log=$(mktemp "$work/log.XXXXXX")
 trap 'rm -f "$log" "$log.t"' EXIT INT TERM
@@ -69,7 +72,7 @@ bpf_equals_emu() {
     rm -f "$work/logits.bpf" "$work/logits.emu"
 }
 
-echo "bench_scaling.sh: $runs runs per row (medians), load before: $(cut -d' ' -f1-3 /proc/loadavg)," \
+echo "bench_scaling.sh: $runs runs per row (medians)${stream:+, qrun $stream}, load before: $(cut -d' ' -f1-3 /proc/loadavg)," \
      "$(nproc) cores, $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
 printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %7s %5s %8s %7s %6s %8s %8s\n' size fmt "pack s" "pack MB" "file MB" \
        "start ms" prompt decode "long ms" ">10ms" "prog ms" ">10" "maps MB" "kv kB" GMAC ms/GMAC bpf=emu
@@ -79,7 +82,7 @@ for size in $sizes; do
     vocab=$(jq .vocab_size "$ck/config.json")
     gmac=$(awk -v m="$(macs "$ck")" 'BEGIN { printf "%.4g", m / 1e9 }')
     for fmt in $formats; do
-        case $fmt:$size in q24:8b | q24:14b) continue ;; esac
+        case ${QP_STREAM:-0}:$fmt:$size in 0:q24:8b | 0:q24:14b) continue ;; esac
         qpk=$work/$size-$fmt.qpk
         /usr/bin/time -f "%e %M" -o "$log.t" "$bin/qpack" pack "$ck" -o "$qpk" --format "$fmt" --quiet \
             >/dev/null
@@ -89,7 +92,7 @@ for size in $sizes; do
         : >"$log"
         reason=
         for _ in $(seq "$runs"); do
-            if ! "$bin/qrun" -m "$qpk" --ids "$(ids 64 "$vocab")" -n 16 -c 256 --print-ids --stats >/dev/null 2>>"$log"; then
+            if ! "$bin/qrun" -m "$qpk" $stream --ids "$(ids 64 "$vocab")" -n 16 -c 256 --print-ids --stats >/dev/null 2>>"$log"; then
                 reason=$(grep -v '^qrun: \(backend\|generated\|kernel\|BPF\)' "$log" | tail -1)
                 break
             fi
