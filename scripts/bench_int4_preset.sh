@@ -11,6 +11,8 @@
 #               down_proj int8)
 #   int4-2611   the rule of 2026-11, through --keep: embedding int8, v_proj
 #               int4 between the outer eighths (28 layers: 0-2 and 25-27)
+#   int4-d8     the preset with down_proj int8 one layer further in on each
+#               side (3 and 24): 3.3 MB more (QP_VARIANTS adds it)
 #
 # Takes ~2 min per seed on 2 quiet cores (qeval's float64 reference is
 # cached in the work folder). Needs jq.
@@ -19,6 +21,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-int4}
 seeds=${QP_SEEDS:-1 2 3}
+variants=${QP_VARIANTS:-int4 int4-2611}
 mkdir -p "$work"
 
 variant_args() {
@@ -28,6 +31,8 @@ variant_args() {
         "--keep model.layers.*.self_attn.v_proj.weight=int4" \
         "--keep model.layers.[0-2].self_attn.v_proj.weight=int8" \
         "--keep model.layers.2[5-7].self_attn.v_proj.weight=int8" ;;
+    int4-d8) echo "--format int4 --keep model.layers.3.mlp.down_proj.weight=int8" \
+        "--keep model.layers.24.mlp.down_proj.weight=int8" ;;
     esac
 }
 
@@ -36,7 +41,7 @@ for seed in $seeds; do
     src=$work/0.6b-s$seed
     [ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed "$seed" >/dev/null
     set --
-    for v in int4 int4-2611; do
+    for v in $variants; do
         out=$src-$v.qpk
         # shellcheck disable=SC2046
         [ "$out" -nt "$build/bin/qpack" ] || "$build/bin/qpack" pack "$src" -o "$out" $(variant_args $v) --quiet
