@@ -44,7 +44,7 @@ stream=
 [ "${QP_STREAM:-0}" = 0 ] || stream=--stream
 mkdir -p "$work"
 log=$(mktemp "$work/log.XXXXXX")
-trap 'rm -f "$log" "$log.t"' EXIT INT TERM
+trap 'rm -f "$log" "$log.t" "$log.e"' EXIT INT TERM
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else print "-" }'; }
 # field REGEX: the median of one sed capture over the runs' stats lines
@@ -66,7 +66,8 @@ bpf_equals_emu() {
     [ "${QP_EMU:-1}" = 1 ] || { echo -; return; }
     for b in bpf emu; do
         "$bin/qrun" -m "$1" --backend $b --ids "$(ids 64 "$2")" -n 1 -c 256 --print-ids \
-            --dump-logits-all "$work/logits.$b" >/dev/null 2>&1 || { echo "$b failed"; return; }
+            --dump-logits-all "$work/logits.$b" >/dev/null 2>"$log.e" ||
+            { echo "$b failed: $(tail -1 "$log.e")"; return; }
     done
     cmp -s "$work/logits.bpf" "$work/logits.emu" && echo same || echo DIFFER
     rm -f "$work/logits.bpf" "$work/logits.emu"
