@@ -280,7 +280,7 @@ void qpack_session_set_progress(qpack_session *session, void (*progress)(void *u
  * adapts to the session's text: its length doubles (up to max_draft) after
  * a draft kept whole and falls to the part kept after one refused (none
  * after a draft refused at its first token, then 1), because a drafted
- * position costs about half a plain step. A continuation that runs past
+ * position costs about 0.6 of a plain step. A continuation that runs past
  * the text repeats the period found. QPACK_ERR_CONTEXT when not even
  * pending fits. */
 int qpack_lookup_step(qpack_session *session, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,

@@ -55,8 +55,8 @@ static int make_block(const qpack_session *s, int32_t pending, uint32_t max_draf
 /* The next draft's length after a pass that drafted `drafted` tokens and
  * kept `kept`: doubled after a draft kept whole, cut to the part kept after
  * one refused (0: the next step drafts nothing, the one after 1 token). A
- * drafted position costs about half a plain step, so a text that stops
- * repeating soon stops paying for long drafts. */
+ * drafted position costs about 0.6 of a plain step on int4 (README), so a
+ * text that stops repeating soon stops paying for long drafts. */
 static void adapt_draft_len(qpack_session *s, uint32_t max_draft, uint32_t drafted, uint32_t kept)
 {
     if (drafted > 0)
