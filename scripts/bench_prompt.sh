@@ -84,7 +84,7 @@ done
 
 prompt_re='.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*'
 decode_re='.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*'
-calls_re='.* \([0-9.]*\) bpf calls\/token.*'
+calls_re='.* \([0-9.]*\) bpf calls\/prompt token.*'
 longest_re='.*longest call \([0-9.]*\) ms.*'
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 echo "bench_prompt.sh: Qwen3-0.6B shape, $runs runs each (medians), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
