@@ -665,10 +665,12 @@ progress)
     # a progress line on a terminal only (script(1) gives qrun one), and
     # never with --quiet or when stderr is a file
     command -v script >/dev/null || skip "needs script (util-linux)"
-    long=$(for i in $(seq 1200); do printf '%d ' $((i * 7 % 5000 + 1)); done)
+    # 2,040 positions take ~0.8 s on emu here; 1,200 took 0.3 s, the very
+    # delay before qrun draws a prompt line, so a quiet machine drew none
+    long=$(for i in $(seq 2040); do printf '%d ' $((i * 7 % 5000 + 1)); done)
     script -qfec "'$QRUN' -m '$M' --ids '$long' -n 2 --backend emu --print-ids" /dev/null >"$T/tty.out"
     grep -q "qrun: loading M.qpk: checksums 100% of" "$T/tty.out" || fail "no loading line: $(head -c 300 "$T/tty.out")"
-    grep -Eq "qrun: prompt: [0-9]+ of 1200 positions, [0-9.]+ tokens/s, .* left" "$T/tty.out" ||
+    grep -Eq "qrun: prompt: [0-9]+ of 2040 positions, [0-9.]+ tokens/s, .* left" "$T/tty.out" ||
         fail "no prompt line: $(head -c 300 "$T/tty.out")"
     script -qfec "'$QRUN' -m '$M' --ids '$long' -n 2 --backend emu --print-ids --quiet" /dev/null >"$T/quiet.out"
     ! grep -q "loading\|positions" "$T/quiet.out" || fail "--quiet: $(head -c 300 "$T/quiet.out")"
