@@ -47,8 +47,7 @@ struct qpack_session {
     struct ref_model *ref;      /* ref backend: this session's own reference */
     atomic_bool interrupt;
     qpack_session_stats stats;
-    uint32_t lookup_len;        /* qpack_lookup_step: the next draft's length, */
-    bool lookup_len_set;        /* once a pass has set it (lib_lookup.c) */
+    uint32_t lookup_len;        /* qpack_lookup_step: the next draft's length at most (lib_lookup.c) */
     void (*progress)(void *user, size_t done, size_t total);
     void *progress_user;
 };

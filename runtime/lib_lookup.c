@@ -57,15 +57,12 @@ static int make_block(const qpack_session *s, int32_t pending, uint32_t max_draf
  * one refused (0: the next step drafts nothing, the one after 1 token). A
  * drafted position costs about 0.6 of a plain step on int4 (README), so a
  * text that stops repeating soon stops paying for long drafts. */
-static void adapt_draft_len(qpack_session *s, uint32_t max_draft, uint32_t drafted, uint32_t kept)
+static void adapt_draft_len(qpack_session *s, uint32_t drafted, uint32_t kept)
 {
     if (drafted > 0)
         s->lookup_len = kept == drafted ? 2 * drafted : kept;
-    else if (!s->lookup_len_set)
-        s->lookup_len = max_draft;        /* no match yet: the full length stays */
     else if (s->lookup_len == 0)
         s->lookup_len = 1;                /* after a step that drafted nothing on purpose */
-    s->lookup_len_set = true;
 }
 
 int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,
@@ -77,8 +74,7 @@ int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int
         return qp_lib_fail(err, QPACK_ERR_CONTEXT, "the session holds all %u positions of its context", info->ctx);
     uint32_t room = info->ctx - s->pos - 1;
     max_draft = max_draft < room ? max_draft : room;
-    if (s->lookup_len_set && s->lookup_len < max_draft)
-        max_draft = s->lookup_len;
+    max_draft = max_draft < s->lookup_len ? max_draft : s->lookup_len;
     int32_t *block = malloc((max_draft + 1) * sizeof *block);
     double *last = malloc(info->vocab * sizeof *last);
     uint32_t k = 0, pos0 = s->pos;
@@ -97,7 +93,7 @@ int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int
         s->stats.lookup_passes++;
         s->stats.lookup_drafted += k;
         s->stats.lookup_kept += v.count - 1;
-        adapt_draft_len(s, max_draft, k, v.count - 1);
+        adapt_draft_len(s, k, v.count - 1);
     }
     free(block);
     free(last);

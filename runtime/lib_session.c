@@ -56,6 +56,7 @@ int qpack_session_new(qpack_session **out, qpack_model *m, qpack_error *err)
     }
     s->m = m;
     s->slot = slot;
+    s->lookup_len = UINT32_MAX;             /* no draft yet: max_draft decides */
     int rc = QPACK_OK;
     if (!(s->tokens = malloc((size_t)m->info.ctx * sizeof *s->tokens)) ||
         !(s->logits = malloc((size_t)m->info.vocab * sizeof *s->logits)))
