@@ -5,7 +5,9 @@
  * invocation on the BPF backend, REPS times, and prints the fastest run's
  * nanoseconds per multiply-add for one position and per position of the
  * block: the shortest run is the kernel's own cost, whatever else the
- * machine is doing. Then attention: layer 0's heads for one position at
+ * machine is doing. One layer's matrix stays in the caches from run to
+ * run; the last column runs the product of every layer in turn, one
+ * position, so its weights come from memory as in decoding. Then attention: layer 0's heads for one position at
  * ATTN_POS over a cache of zeros (every position weighted, the most work),
  * a task (QK_ATTN_CHUNK positions of one head, or of a pair of heads) per
  * invocation, timed by the kernel's clock (the programs alone): ns per
@@ -33,15 +35,16 @@ static double now_ns(void)
  * as `block` / nb invocations of nb positions each: the same work either
  * way, so that both see the machine for as long */
 static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t mode, uint32_t rows, uint32_t nb,
-                         uint32_t block)
+                         uint32_t block, uint32_t layers)
 {
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
         double t0 = now_ns();
+        for (uint32_t layer = 0; layer < layers; layer++)
         for (uint32_t k = 0; k < block / nb; k++)
         for (uint32_t first = 0; first < rows;) {
-            struct qp_matrix_rows m = qp_plan_matrix_of(p, 0, mode, first);
-            struct qk_args a = {.layer = 0, .mode = mode, .begin = first, .end = m.row0 + m.rows, .b0 = nb == 1 ? k : 0,
+            struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, first);
+            struct qk_args a = {.layer = layer, .mode = mode, .begin = first, .end = m.row0 + m.rows, .b0 = nb == 1 ? k : 0,
                                 .nb = nb};
             qp_err err;
             if (m.i4 && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
@@ -59,27 +62,29 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
     return best;
 }
 
-/* fastest of REPS runs of layer 0's attention for one position at pos, all
- * heads, `step` tasks per invocation; the programs' own nanoseconds */
-static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint32_t pos, uint32_t step)
+/* layer 0's attention for one position at pos, all heads, one task per
+ * invocation: the sum over tasks of each task's fastest of REPS runs, by
+ * the programs' own nanoseconds (a sum of per-run totals would keep every
+ * run's worst interruptions) */
+static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint32_t pos)
 {
     uint32_t tasks = qk_attn_groups(c) * (pos / QK_ATTN_CHUNK + 1);
-    double best = 1e30;
-    for (int r = 0; r < REPS; r++) {
-        double sum = 0;
-        for (uint32_t t = 0; t < tasks; t += step) {
-            struct qk_args a = {.layer = 0, .pos = pos, .nb = 1, .begin = t, .end = t + step < tasks ? t + step : tasks};
+    double sum = 0;
+    for (uint32_t t = 0; t < tasks; t++) {
+        double best = 1e30;
+        for (int r = 0; r < REPS; r++) {
+            struct qk_args a = {.layer = 0, .pos = pos, .nb = 1, .begin = t, .end = t + 1};
             uint64_t ns = 0;
             qp_err err;
             if (b->run(b, QP_K_ATTENTION, &a, &ns, &err)) {
                 fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
                 exit(1);
             }
-            sum += (double)ns;
+            best = (double)ns < best ? (double)ns : best;
         }
-        best = sum < best ? sum : best;
+        sum += best;
     }
-    return best;
+    return sum;
 }
 
 int main(int argc, char **argv)
@@ -110,12 +115,13 @@ int main(int argc, char **argv)
         {"down", QK_MV_DOWN, c->hidden, c->inter},
     };
     printf("%s, layer 0, fastest of %d runs, ns per multiply-add:\n", argv[1], REPS);
-    printf("  %-8s %10s %10s %u\n", "product", "1 position", "block of", block);
+    printf("  %-8s %10s %10s %u %14s\n", "product", "1 position", "block of", block, "every layer");
     for (int i = 0; i < 4; i++) {
         double macs = (double)prods[i].rows * prods[i].cols;
-        double one = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, block) / macs / block;
-        double blk = fastest_ns(b, &p, prods[i].mode, prods[i].rows, block, block) / macs / block;
-        printf("  %-8s %10.3f %14.3f\n", prods[i].name, one, blk);
+        double one = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, block, 1) / macs / block;
+        double blk = fastest_ns(b, &p, prods[i].mode, prods[i].rows, block, block, 1) / macs / block;
+        double all = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, 1, c->n_layers) / macs / c->n_layers;
+        printf("  %-8s %10.3f %14.3f %14.3f\n", prods[i].name, one, blk, all);
     }
     /* one task per invocation (a task is a chunk of QK_ATTN_CHUNK positions
      * of attn_heads heads), one head per task against the plan's choice */
@@ -128,7 +134,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
             return 1;
         }
-        double ns = attention_ns(ab, c, ATTN_POS, 1);
+        double ns = attention_ns(ab, c, ATTN_POS);
         printf("attention at position %u, layer 0, %u head%s a task (kernel clock): %.3f ms, %.3f ns per "
                "multiply-add, %.1f ns per (position, head)\n", ATTN_POS, heads, heads > 1 ? "s" : "", ns / 1e6,
                ns / (pos_heads * c->head_dim * 2), ns / pos_heads);

@@ -11,14 +11,20 @@
 #            after the run, at most 10 minutes) holds one of the cores; the
 #            ratio to the quiet run's target is <= 2.5
 #   longest  the longest single kernel invocation of the run (target <= 10 ms)
-#   lookup   "after" only: decode ms/token of 64 tokens after a prompt that
-#            repeats (the random model falls into a loop), with --lookup 8
-#            against without it, and the speed-up (target >= 1.5)
+#   lookup   "after" only, --lookup QP_LOOKUP (default 8) against without
+#            it, decode ms/token and the speed-up (target >= 1.5), twice:
+#            "falling"  64 tokens after a short prompt that repeats: the
+#                       random model takes ~20 tokens to fall into a loop,
+#                       and drafts are refused on the way;
+#            "looping"  96 tokens after that prompt followed by the model's
+#                       own first 40 tokens (from a plain run): a prompt
+#                       whose continuation repeats, every draft kept
 # "after" is BUILD_DIR's qrun with its default block; "before" is
 # QRUN_BEFORE (a qrun binary, e.g. the main branch's build) or, when unset,
 # the same qrun with QP_BLOCK=1 (one position per block: the prompt speed
 # before blocks). QP_FORMATS="q24 int4" picks the formats; QP_SKIP_LONG=1
-# skips the 4096 context (its prompt takes minutes "before").
+# skips the 4096 context (its prompt takes minutes "before"); QP_LOOKUP_ONLY=1
+# runs the lookup lines alone.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -60,12 +66,21 @@ measure() {
     run "$2" "$3" "$4" "$5" "$6" | sed "s/^/$1 /" >>"$log"
 }
 
+# lookup TAG MODEL IDS NEW: decode without and with --lookup, interleaved
+lookup() {
+    "$after" -m "$2" --no-verify --ids "$3" -n "$4" --print-ids --stats 2>&1 >/dev/null | sed "s/^/$1-plain /" >>"$log"
+    "$after" -m "$2" --no-verify --ids "$3" -n "$4" --print-ids --stats --lookup "$look_n" 2>&1 >/dev/null |
+        sed "s/^/$1-lookup /" >>"$log"
+}
+look_n=${QP_LOOKUP:-8}
+
 for fmt in ${QP_FORMATS:-q24 int4}; do
     model=$src.qpk
     [ "$fmt" = int4 ] && model=$work/0.6b-int4.qpk
     i=0
     while [ "$i" -lt "$runs" ]; do
         for which in before after; do
+            [ -z "${QP_LOOKUP_ONLY:-}" ] || break
             measure "$fmt-$which-prompt" "$which" "$model" 512 1 600
             measure "$fmt-$which-d16" "$which" "$model" 16 17 64
             [ -n "${QP_SKIP_LONG:-}" ] || measure "$fmt-$which-d4096" "$which" "$model" 4080 17 4096
@@ -74,10 +89,10 @@ for fmt in ${QP_FORMATS:-q24 int4}; do
             measure "$fmt-$which-busy" "$which" "$model" 16 17 64
             stop_busy
         done
-        loop="9707 11 1879 0 9707 11 1879 0 9707 11 1879 0"
-        "$after" -m "$model" --no-verify --ids "$loop" -n 65 --print-ids --stats 2>&1 >/dev/null | sed "s/^/$fmt-plain /" >>"$log"
-        "$after" -m "$model" --no-verify --ids "$loop" -n 65 --print-ids --stats --lookup 8 2>&1 >/dev/null |
-            sed "s/^/$fmt-lookup /" >>"$log"
+        falling="9707 11 1879 0 9707 11 1879 0 9707 11 1879 0"
+        looping="$falling $("$after" -m "$model" --no-verify --ids "$falling" -n 40 --print-ids 2>/dev/null)"
+        lookup "$fmt-falling" "$model" "$falling" 65
+        lookup "$fmt-looping" "$model" "$looping" 97
         i=$((i + 1))
     done
 done
@@ -101,7 +116,12 @@ for fmt in ${QP_FORMATS:-q24 int4}; do
 done
 echo "(ms/token; calls: bpf calls per prompt token; longest: ms, over every run of the row)"
 for fmt in ${QP_FORMATS:-q24 int4}; do
-    plain=$(field "$fmt-plain" "$decode_re") look=$(field "$fmt-lookup" "$decode_re")
-    kept=$(grep "^$fmt-lookup qrun: lookup" "$log" | tail -1 | sed 's/.*qrun: lookup: //')
-    echo "$fmt lookup on a repeating continuation: $plain ms/token plain, $look with --lookup 8 ($kept), speed-up $(ratio "$plain" "$look")"
+    for case in falling looping; do
+        t=$fmt-$case
+        plain=$(field "$t-plain" "$decode_re") look=$(field "$t-lookup" "$decode_re")
+        pass=$(field "$t-lookup" '.*(\([0-9.]*\) ms\/step.*')
+        kept=$(grep "^$t-lookup qrun: lookup" "$log" | tail -1 | sed 's/.*qrun: lookup: //')
+        echo "$fmt lookup, $case: $plain ms/token plain, $look with --lookup $look_n ($pass ms/pass; $kept)," \
+            "speed-up $(ratio "$plain" "$look")"
+    done
 done
