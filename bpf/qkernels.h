@@ -1297,7 +1297,7 @@ struct qk_attn_ctx {
     u32 min_shift[2];   /* smallest V vector shift read (qk_attn_part) */
     s64 max_score[2];
     u64 sum[2];
-    s32 score_exp[2];
+    struct qm_lin lin[2];   /* the score's log2-domain argument (qk_attn_weight) */
 };
 
 /* the score of the task's head at position j */
@@ -1402,8 +1402,11 @@ QK_UNROLL
  * position j, whose score is sc[j] */
 QM_INLINE u64 qk_attn_weight(struct qk_attn_ctx *cx, u32 h, s64 score)
 {
+    const struct qm_lin *lin = &cx->lin[h & 1];
     u64 t = (u64)(cx->max_score[h & 1] - score);
-    u64 p = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp[h & 1], QK_SF(attn_c)));
+    if (t >= lin->t_cut)
+        return 0;
+    u64 p = qm_exp2_neg_q30(qm_lin_arg_q24(lin, t));
     cx->sum[h & 1] += p;
     return p;
 }
@@ -1487,11 +1490,12 @@ QK_UNROLL
     return 0;
 }
 
-/* starts head h of the task: its exponent, its sums, its zeroed partial */
+/* starts head h of the task: its scores' scale, its sums, its zeroed partial */
 QM_INLINE int qk_attn_head_init(struct qk_attn_ctx *t, const struct qk_scalars *sc, u32 h, u32 head)
 {
-    t->score_exp[h & 1] = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] +
-                          qk_exp_const(C.k_exp[QK_IDX(t->layer, QK_MAX_LAYERS)]) - QK_KBOOST_MAX;
+    s32 score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] +
+                    qk_exp_const(C.k_exp[QK_IDX(t->layer, QK_MAX_LAYERS)]) - QK_KBOOST_MAX;
+    t->lin[h & 1] = qm_lin_make(score_exp, QK_SF(attn_c));
     t->max_score[h & 1] = 0;
     t->sum[h & 1] = 0;
     t->min_shift[h & 1] = QM_CACHE_SH_MAX;

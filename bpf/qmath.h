@@ -228,7 +228,9 @@ QM_INLINE u32 qm_exp2_neg_q30(u64 u24)
     u64 y = (r * QM_LN2_Q30) >> 24;              /* r * 2^-24 * ln 2, Q30 */
     u64 y2 = (y * y) >> 30;
     u64 y3 = (y2 * y) >> 30;
-    u64 poly = (1ull << 30) - y + (y2 >> 1) - y3 / 6;
+    /* y3 <= 1364 here, and y3 / 6 == (y3 * 10923) >> 16 for every
+     * y3 < 2^15: no 64-bit division (tens of cycles on x86) */
+    u64 poly = (1ull << 30) - y + (y2 >> 1) - ((y3 * 10923) >> 16);
     u64 p = (qm_exp2_table[k & 63] * poly + (1ull << 29)) >> 30;
     if (n)
         p = (p + (1ull << (n - 1))) >> n;
@@ -247,6 +249,51 @@ QM_INLINE u64 qm_log2_arg_q24(u64 t, s32 e, struct qm_sf c)
         return (u64)QM_EXP2_CUTOFF << 24;
     u64 q = sh <= -63 ? 0 : v.m >> (u32)-sh;
     return q > ((u64)QM_EXP2_CUTOFF << 24) ? ((u64)QM_EXP2_CUTOFF << 24) : q;
+}
+
+/* qm_log2_arg_q24 for many t at one e and c (attention's scores of a
+ * head): the factor 2^e c 2^24 = c.m 2^-s is fixed, so u = t c.m 2^-s is a
+ * multiply and two shifts, u = ((t >> pre) c.m) >> post, and t >= t_cut
+ * is past the exp2 cutoff (a weight of 0) without computing u. */
+struct qm_lin {
+    u64 t_cut;      /* the least t whose u reaches the cutoff; ~0 for none */
+    u32 m;          /* c.m */
+    u16 pre, post;  /* pre + post = s; post <= 34 unless pre = 32 */
+};
+
+/* t < t_cut keeps (t >> pre) c.m below 2^64: u < cutoff = 31 2^24 < 2^29
+ * means t < 2^(s-2), so (t >> pre) c.m < 2^(s+30-pre) <= 2^64 for
+ * pre >= s - 34. Dropping those pre bits of t moves u by less than
+ * 2^(pre+32-s) <= 1/4 of its last unit. */
+QM_INLINE struct qm_lin qm_lin_make(s32 e, struct qm_sf c)
+{
+    struct qm_lin l = {~0ull, (u32)c.m, 0, 0};
+    s32 s = -(c.e + e + 24);
+    if (c.m == 0)
+        return l;                       /* u = 0 for every t */
+    if (s <= 0) {
+        l.t_cut = 1;                    /* u >= 2^31 for every t > 0 */
+        return l;
+    }
+    u32 pre = s > 34 ? (u32)(s - 34) : 0;
+    if (pre > 32)
+        pre = 32;                       /* (t >> 32) c.m < 2^64 for every t */
+    u32 post = (u32)s - pre;
+    l.pre = (u16)pre;
+    l.post = (u16)(post & 63);       /* s < 2^31: post < 2^31 - pre; above 63, u = 0 */
+    if (post > 63)
+        l.m = 0;
+    if (post <= 34) {
+        u64 x_cut = (u64)QM_EXP2_CUTOFF << (24 + post);     /* < 2^63 */
+        l.t_cut = ((x_cut + c.m - 1) / c.m) << pre;         /* < 2^32 before the shift */
+    }
+    return l;
+}
+
+/* u (Q24) for a t below l->t_cut */
+QM_INLINE u64 qm_lin_arg_q24(const struct qm_lin *l, u64 t)
+{
+    return ((t >> (l->pre & 63)) * (u64)l->m) >> (l->post & 63);
 }
 
 /* sigmoid(x) in Q30 for x = x_q32 * 2^-32: 1 / (1 + 2^(-|x| log2 e)),
@@ -412,14 +459,38 @@ QM_INLINE u32 qm_v_stretch(u64 max16)
     return s < 16 ? 0 : s > 31 ? 15 : (u32)(s - 16);
 }
 
+/* qm_v_weight's division by m = 16 + st, st = 0..15: 2^22 = q m + r, and
+ * ceil(2^33 / m) */
+static const u32 qm_div_q[16] = {
+    262144, 246723, 233016, 220752, 209715, 199728, 190650, 182361,
+    174762, 167772, 161319, 155344, 149796, 144631, 139810, 135300,
+};
+static const u32 qm_div_r[16] = {
+    0, 13, 16, 16, 4, 16, 4, 1,
+    16, 4, 10, 16, 16, 5, 4, 4,
+};
+static const u32 qm_div_magic[16] = {
+    536870912, 505290271, 477218589, 452101821, 429496730, 409044505, 390451573, 373475418,
+    357913942, 343597384, 330382100, 318145726, 306783379, 296204642, 286331154, 277094665,
+};
+
 /* attention weight p (Q30) for a V vector at shift sh and stretch st:
  * p * 16 / (16 + st) / 2^sh with QM_V_WEIGHT_FRAC more fraction bits,
  * rounded once. Undoing the vector's scale in its weight, once per
  * position, leaves the loop over its entries a multiply-add. */
 QM_INLINE s64 qm_v_weight(u64 p, u32 st, u32 sh)
 {
-    u64 d = (16 + (u64)(st & 15)) << (sh & 15);
-    return (s64)(((p << (4 + QM_V_WEIGHT_FRAC)) + d / 2) / d);
+    /* round(p 2^12 / ((16 + st) 2^sh)) = floor(n / m) for m = 16 + st and
+     * n = (p 2^12 + m 2^sh / 2) >> sh < 2^43 (p <= 2^30), without a 64-bit
+     * division: n = a 2^22 + b, and 2^22 = q m + r, so floor(n / m) =
+     * a q + floor((a r + b) / m), the last with a numerator below 2^27,
+     * where the multiply by ceil(2^33 / m) and shift is exact
+     * (tests/test_qmath.c checks it against the division) */
+    u32 i = st & 15;
+    u64 m = 16 + (u64)i;
+    u64 n = ((p << (4 + QM_V_WEIGHT_FRAC)) + ((m << (sh & 15)) >> 1)) >> (sh & 15);
+    u64 a = n >> 22, b = n & ((1u << 22) - 1);
+    return (s64)(a * qm_div_q[i] + (((a * qm_div_r[i] + b) * qm_div_magic[i]) >> 33));
 }
 
 #endif

@@ -11,7 +11,7 @@
 enum qmt_fn {
     QMT_RSHIFT_ROUND, QMT_SCALE_POW2, QMT_BITLEN, QMT_MUL_Q30, QMT_SF_MAKE, QMT_SF_MUL, QMT_SF_ADD,
     QMT_SF_RSQRT, QMT_EXP2_NEG, QMT_LOG2_ARG, QMT_SIGMOID, QMT_ACT_SHIFT, QMT_ACC_TO_Q32, QMT_CACHE16,
-    QMT_V_STRETCH, QMT_V_WEIGHT, QMT_SCALE_CHECKED,
+    QMT_V_STRETCH, QMT_V_WEIGHT, QMT_SCALE_CHECKED, QMT_LIN_ARG,
     QMT_COUNT,
 };
 
@@ -49,6 +49,12 @@ QM_INLINE void qmt_eval(u32 fn, struct qmt_case *c)
         u64 bad = 0;
         c->r0 = qm_scale_pow2_checked(c->a, (s32)c->b, &bad);
         c->r1 = (s64)bad;
+        break;
+    }
+    case QMT_LIN_ARG: {
+        struct qm_lin l = qm_lin_make((s32)c->b, y);
+        c->r0 = (u64)c->a >= l.t_cut ? -1 : (s64)qm_lin_arg_q24(&l, (u64)c->a);
+        c->r1 = (s64)l.t_cut;
         break;
     }
     default: break;

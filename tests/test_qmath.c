@@ -73,13 +73,14 @@ static void fill_inputs(uint32_t fn, struct qmt_case *c, uint32_t n)
         case QMT_SF_MUL:
         case QMT_SF_ADD:
         case QMT_LOG2_ARG:
+        case QMT_LIN_ARG:
         case QMT_SF_RSQRT:
-            if (fn != QMT_LOG2_ARG)
+            if (fn != QMT_LOG2_ARG && fn != QMT_LIN_ARG)
                 c[i].a = i == 0 ? 0 : (int64_t)((1ull << 31) | (next_u64() >> 33));
             c[i].b = (int64_t)(next_u64() % 120) - 60;
             c[i].c = (int64_t)((1ull << 31) | (next_u64() >> 33));
             c[i].d = (int64_t)(next_u64() % 120) - 60;
-            if (fn == QMT_LOG2_ARG)
+            if (fn == QMT_LOG2_ARG || fn == QMT_LIN_ARG)
                 c[i].a = (int64_t)(next_u64() >> (next_u64() % 64));
             break;
         case QMT_EXP2_NEG: c[i].a = (int64_t)(next_u64() % (40ull << 24)); break;
@@ -156,6 +157,19 @@ START_TEST(v_stretch_is_exact)
                 if (fabs(exact - trunc(exact)) != 0.5)
                     ck_assert_int_eq(qm_v_weight(p, st, sh), (int64_t)nearbyint(exact));
             }
+    /* and the same bits as the division it replaces, for every st and sh
+     * over p = 0 .. 2^30: the first 2^13 values, then a stride */
+    for (uint64_t p = 0; p <= (1u << 30); p += p < (1u << 13) ? 1 : 131071)
+        for (uint32_t st = 0; st < 16; st++)
+            for (uint32_t sh = 0; sh < 16; sh++) {
+                uint64_t d = (16ull + st) << sh;
+                ck_assert_int_eq(qm_v_weight(p, st, sh), (int64_t)(((p << 12) + d / 2) / d));
+            }
+    for (uint32_t st = 0; st < 16; st++)
+        for (uint32_t sh = 0; sh < 16; sh++) {
+            uint64_t p = 1u << 30, d = (16ull + st) << sh;
+            ck_assert_int_eq(qm_v_weight(p, st, sh), (int64_t)(((p << 12) + d / 2) / d));
+        }
     for (uint64_t max16 = 0; max16 < (1u << 15); max16++) {
         uint32_t st = qm_v_stretch(max16);
         ck_assert(st == 0 || (max16 + 1) * (16 + st) <= 32767u * 16);
@@ -187,6 +201,55 @@ START_TEST(scale_checked_flags_exactly_the_values_out_of_range)
         ck_assert_msg((bad != 0) == outside, "x %lld s %d: flag %d, want %d", (long long)x, s, bad != 0, outside);
         ck_assert_msg(outside || got == (int64_t)exact, "x %lld s %d: %lld, want %lld", (long long)x, s,
                       (long long)got, (long long)exact);
+    }
+}
+END_TEST
+
+/* attention's per-head form of qm_log2_arg_q24: below t_cut, u is the
+ * exact t c 2^(e+24) rounded down, or one less (the dropped low bits of t
+ * are worth under 1/4); at t_cut the exact value has reached the exp2
+ * cutoff and one below it has not; and it follows qm_log2_arg_q24 (which
+ * rounds t and the product to 32 bits) within its rounding */
+START_TEST(lin_arg_is_the_exact_product)
+{
+    const long double cut = (long double)QM_EXP2_CUTOFF * (1 << 24);
+    for (int i = 0; i < 400000; i++) {
+        struct qm_sf c = {(1ull << 31) | (next_u64() >> 33), (int32_t)(next_u64() % 40) - 60};
+        int32_t e = (int32_t)(next_u64() % 60) - 40;
+        uint64_t t = next_u64() >> (next_u64() % 64);
+        struct qm_lin l = qm_lin_make(e, c);
+        long double f = ldexpl((long double)c.m, c.e + e + 24), exact = (long double)t * f;
+        if (t < l.t_cut) {
+            uint64_t u = qm_lin_arg_q24(&l, t);
+            ck_assert_msg(exact < cut + 1, "t %llu below t_cut %llu: exact %Lg", (unsigned long long)t,
+                          (unsigned long long)l.t_cut, exact);
+            ck_assert_msg((long double)u <= exact && (long double)u > exact - 2, "t %llu e %d: u %llu, exact %Lg",
+                          (unsigned long long)t, e, (unsigned long long)u, exact);
+            uint64_t old = qm_log2_arg_q24(t, e, c);
+            ck_assert_msg(fabsl((long double)old - (long double)u) <= 2 + exact * 0x1p-30L,
+                          "t %llu e %d: %llu against qm_log2_arg_q24's %llu", (unsigned long long)t, e,
+                          (unsigned long long)u, (unsigned long long)old);
+        }
+        if (l.t_cut != ~0ull) {
+            ck_assert_msg((long double)l.t_cut * f >= cut - 0.25L, "t_cut %llu: exact %Lg below the cutoff",
+                          (unsigned long long)l.t_cut, (long double)l.t_cut * f);
+            if (l.t_cut > 0)
+                ck_assert((long double)qm_lin_arg_q24(&l, l.t_cut - 1) < cut);
+        }
+    }
+}
+END_TEST
+
+/* exp2's polynomial divides y^3 by 6 with a multiply and a shift: the
+ * same quotient for every y^3 its argument's fraction can make (and up to
+ * 2^15) */
+START_TEST(exp2_sixth_is_a_division)
+{
+    for (uint64_t y3 = 0; y3 < (1u << 15); y3++)
+        ck_assert_uint_eq((y3 * 10923) >> 16, y3 / 6);
+    for (uint64_t r = 0; r < (1u << 18); r++) {
+        uint64_t y = (r * QM_LN2_Q30) >> 24, y2 = (y * y) >> 30, y3 = (y2 * y) >> 30;
+        ck_assert_uint_lt(y3, 1u << 15);
     }
 }
 END_TEST
@@ -247,6 +310,8 @@ int main(void)
     TCase *acc = tcase_create("accuracy");
     tcase_add_test(acc, v_stretch_is_exact);
     tcase_add_test(acc, scale_checked_flags_exactly_the_values_out_of_range);
+    tcase_add_test(acc, lin_arg_is_the_exact_product);
+    tcase_add_test(acc, exp2_sixth_is_a_division);
     tcase_add_test(acc, exp2_neg_is_accurate);
     tcase_add_test(acc, rsqrt_is_accurate);
     tcase_add_test(acc, sigmoid_is_accurate);
