@@ -280,9 +280,9 @@ QM_INLINE struct qm_lin qm_lin_make(s32 e, struct qm_sf c)
         pre = 32;                       /* (t >> 32) c.m < 2^64 for every t */
     u32 post = (u32)s - pre;
     l.pre = (u16)pre;
-    l.post = (u16)(post & 63);       /* s < 2^31: post < 2^31 - pre; above 63, u = 0 */
+    l.post = (u16)(post & 63);
     if (post > 63)
-        l.m = 0;
+        l.m = 0;                        /* (t >> 32) c.m < 2^64: u = 0 */
     if (post <= 34) {
         u64 x_cut = (u64)QM_EXP2_CUTOFF << (24 + post);     /* < 2^63 */
         l.t_cut = ((x_cut + c.m - 1) / c.m) << pre;         /* < 2^32 before the shift */
