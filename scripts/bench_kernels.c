@@ -7,12 +7,14 @@
  * block: the shortest run is the kernel's own cost, whatever else the
  * machine is doing. One layer's matrix stays in the caches from run to
  * run; the last column runs the product of every layer in turn, one
- * position, so its weights come from memory as in decoding. Then attention: layer 0's heads for one position at
- * ATTN_POS over a cache of zeros (every position weighted, the most work),
- * a task (QK_ATTN_CHUNK positions of one head, or of a pair of heads) per
- * invocation, timed by the kernel's clock (the programs alone): ns per
- * multiply-add of its scores and values and ns per (position, head), with
- * one head a task and with the plan's choice. Needs root. */
+ * position, so its weights come from memory as in decoding. Then
+ * attention: layer 0's heads for one position at ATTN_POS over a cache of
+ * zeros (every position weighted, the most work), a task (QK_ATTN_CHUNK
+ * positions of one head, or of a pair of heads) per invocation, each
+ * task's fastest of REPS runs by the kernel's clock (the programs alone),
+ * summed: ns per multiply-add of its scores and values and ns per
+ * (position, head), with one head a task and with the plan's choice.
+ * Needs root. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +46,8 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
         for (uint32_t k = 0; k < block / nb; k++)
         for (uint32_t first = 0; first < rows;) {
             struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, first);
-            struct qk_args a = {.layer = layer, .mode = mode, .begin = first, .end = m.row0 + m.rows, .b0 = nb == 1 ? k : 0,
-                                .nb = nb};
+            struct qk_args a = {.layer = layer, .mode = mode, .begin = first, .end = m.row0 + m.rows,
+                                .b0 = nb == 1 ? k : 0, .nb = nb};
             qp_err err;
             if (m.i4 && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
                 return -1;
@@ -114,7 +116,7 @@ int main(int argc, char **argv)
         {"gate|up", QK_MV_GATE_UP, 2 * c->inter, c->hidden},
         {"down", QK_MV_DOWN, c->hidden, c->inter},
     };
-    printf("%s, layer 0, fastest of %d runs, ns per multiply-add:\n", argv[1], REPS);
+    printf("%s, layer 0 (last column: every layer), fastest of %d runs, ns per multiply-add:\n", argv[1], REPS);
     printf("  %-8s %10s %10s %u %14s\n", "product", "1 position", "block of", block, "every layer");
     for (int i = 0; i < 4; i++) {
         double macs = (double)prods[i].rows * prods[i].cols;
