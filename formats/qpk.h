@@ -21,7 +21,7 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    0
+#define QPK_VERSION_MINOR    1                 /* 1.1: the packed encodings i6g, i4k */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
@@ -95,7 +95,20 @@ enum qpk_encoding {
      * of the 4 rows (bits 16k + 4c: row k, column 4w + c), then per group the
      * 4 rows' d, then their m (QPK.md, "Layout of i4g"). */
     QPK_ENC_I4G = 4,
+    /* i8g stored in less room (QPK.md, "Packed encodings"): 6-bit codes q
+     * in [-32, 31], four to 3 bytes, and one pf16 d per row and group
+     * (D = qnt_param_int(d), |D| <= 2^20). qrun expands it to i8g as it
+     * loads; the kernels never see it. */
+    QPK_ENC_I6G = 5,
+    /* i4g with its parameters in super-blocks of QPK_I4K_GROUPS groups: per
+     * row and super-block, pf16 scales for d and m and 6-bit multiples of
+     * them per group (0.5 bits per weight instead of 32 / group_size).
+     * qrun expands it to i4g as it loads. */
+    QPK_ENC_I4K = 6,
 };
+
+#define QPK_I4K_GROUPS       8                 /* i4k: groups per super-block */
+#define QPK_I4K_SUPER_BYTES  64                /* i4k: a super-block's parameters for 4 rows */
 
 #define QPK_CONFIG_TIED 1u         /* qpk_config.flags: lm_head is embed_tokens */
 
@@ -224,8 +237,29 @@ const char *qpk_encoding_name(unsigned encoding);
 const char *qpk_section_name(unsigned kind);
 const char *qpk_format_name(unsigned weight_format);
 
-/* Bytes of one 4-row block of an i4g matrix: 2 * cols of codes, 16 per group. */
-uint64_t qpk_i4g_block_bytes(uint32_t cols, uint32_t group);
+/* Bytes of one 4-row block of a grouped matrix (i8g, i4g, i6g, i4k) of
+ * cols columns in groups of group; 0 for other encodings. */
+uint64_t qpk_block_bytes(unsigned encoding, uint32_t cols, uint32_t group);
+
+/* The encoding the kernels read for a stored one: i6g is run as i8g and
+ * i4k as i4g (qpk_expand_blocks); every other encoding as itself. */
+unsigned qpk_kernel_encoding(unsigned encoding);
+bool qpk_encoding_packed(unsigned encoding);
+
+/* Bytes of one row block of t in its kernel encoding. */
+uint64_t qpk_kernel_stride(const struct qpk_tensor *t);
+
+/* Rewrites n_blocks row blocks of t, read from src (t->row_stride bytes
+ * each), into its kernel encoding at dst (qpk_kernel_stride bytes each).
+ * For an encoding that is not packed this is a copy. Every bit pattern of
+ * a checked tensor expands to a valid block: the reader's shape checks
+ * are all it relies on. */
+void qpk_expand_blocks(const struct qpk_tensor *t, const uint8_t *src, uint64_t n_blocks, uint8_t *dst);
+
+/* The 6-bit fields of the packed encodings: field i of a little-endian bit
+ * stream, bits [6i, 6i + 6), four fields to 3 bytes. */
+unsigned qpk_bits6_get(const uint8_t *stream, uint64_t i);
+void qpk_bits6_put(uint8_t *stream, uint64_t i, unsigned v);
 
 /* Expected logical shape of a role under cfg; false for unknown roles. */
 bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows, uint32_t *cols);

@@ -25,6 +25,8 @@ const char *qpk_encoding_name(unsigned encoding)
     case QPK_ENC_I32S: return "i32s";
     case QPK_ENC_I8G: return "i8g";
     case QPK_ENC_I4G: return "i4g";
+    case QPK_ENC_I6G: return "i6g";
+    case QPK_ENC_I4K: return "i4k";
     default: return "unknown";
     }
 }
@@ -39,9 +41,16 @@ const char *qpk_format_name(unsigned weight_format)
     }
 }
 
-uint64_t qpk_i4g_block_bytes(uint32_t cols, uint32_t group)
+uint64_t qpk_block_bytes(unsigned encoding, uint32_t cols, uint32_t group)
 {
-    return (uint64_t)cols * 2 + (uint64_t)(cols / group) * 16;
+    uint64_t c = cols, groups = group ? cols / group : 0;
+    switch (encoding) {
+    case QPK_ENC_I8G: return c * 4 + groups * 16;     /* 4 x (8-bit code), 4 x i32 D per group */
+    case QPK_ENC_I4G: return c * 2 + groups * 16;     /* 4 x (4-bit code), 4 x (d, m) per group */
+    case QPK_ENC_I6G: return c * 3 + groups * 8;      /* 4 x (6-bit code), 4 x pf16 d per group */
+    case QPK_ENC_I4K: return c * 2 + groups / QPK_I4K_GROUPS * QPK_I4K_SUPER_BYTES;
+    default: return 0;
+    }
 }
 
 const char *qpk_section_name(unsigned kind)

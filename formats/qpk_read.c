@@ -201,7 +201,8 @@ static int check_i32s(const struct qpk_tensor *t, const char *name, qp_err *err)
     return 0;
 }
 
-/* i8g and i4g: 4-row blocks of codes then per-group parameters */
+/* i8g, i4g, i6g and i4k: 4-row blocks of codes then per-group parameters
+ * (i4k: per super-block of QPK_I4K_GROUPS groups) */
 static int check_grouped(const struct qpk_tensor *t, const char *name, qp_err *err)
 {
     const char *enc = qpk_encoding_name(t->encoding);
@@ -209,11 +210,13 @@ static int check_grouped(const struct qpk_tensor *t, const char *name, qp_err *e
     if (g < QPK_GROUP_MIN || g > QPK_GROUP_MAX || (g & (g - 1)) || t->cols % g)
         return qp_fail(err, "%s: tensor %s: %s group size %u is not a power of two in %d..%d dividing its %u columns",
                        name, t->name, enc, g, QPK_GROUP_MIN, QPK_GROUP_MAX, t->cols);
+    if (t->encoding == QPK_ENC_I4K && t->cols % (g * QPK_I4K_GROUPS))
+        return qp_fail(err, "%s: tensor %s: i4k's super-blocks of %d groups of %u do not divide its %u columns", name,
+                       t->name, QPK_I4K_GROUPS, g, t->cols);
     if (t->scale_exp < QPK_SCALE_EXP_MIN || t->scale_exp > QPK_SCALE_EXP_MAX)
         return qp_fail(err, "%s: tensor %s: %s scale_exp %d outside %d..%d", name, t->name, enc, t->scale_exp,
                        QPK_SCALE_EXP_MIN, QPK_SCALE_EXP_MAX);
-    uint64_t block = t->encoding == QPK_ENC_I4G ? qpk_i4g_block_bytes(t->cols, g)
-                                                : (uint64_t)t->cols * 4 + (uint64_t)(t->cols / g) * 16;
+    uint64_t block = qpk_block_bytes(t->encoding, t->cols, g);
     if (t->rows_per_block != 4 || t->rows % 4 || t->row_stride != block)
         return qp_fail(err, "%s: tensor %s: %s [%u, %u] with groups of %u needs 4-row blocks of %" PRIu64
                        " bytes (has rows_per_block %u, row_stride %" PRIu64 ")",
@@ -228,7 +231,9 @@ static int check_tensor_encoding(const struct qpk_tensor *t, const char *name, q
     case QPK_ENC_Q24: rc = check_q24(t, name, err); break;
     case QPK_ENC_I32S: rc = check_i32s(t, name, err); break;
     case QPK_ENC_I8G:
-    case QPK_ENC_I4G: return check_grouped(t, name, err);
+    case QPK_ENC_I4G:
+    case QPK_ENC_I6G:
+    case QPK_ENC_I4K: return check_grouped(t, name, err);
     default:
         return qp_fail(err, "%s: tensor %s has unknown encoding %u (made by a newer qpack?)", name,
                        t->name, t->encoding);
@@ -246,7 +251,7 @@ static bool encoding_allowed(unsigned weight_format, unsigned role, unsigned enc
     switch (weight_format) {
     case QPK_FORMAT_Q24: return encoding == QPK_ENC_Q24;
     case QPK_FORMAT_INT8: return encoding == QPK_ENC_I8G;
-    case QPK_FORMAT_INT4: return encoding == QPK_ENC_I4G || encoding == QPK_ENC_I8G;
+    case QPK_FORMAT_INT4: return encoding == QPK_ENC_I4G || encoding == QPK_ENC_I8G || qpk_encoding_packed(encoding);
     default: return false;
     }
 }
@@ -338,17 +343,19 @@ static int check_complete(const struct qpk_file *f, const char *name, qp_err *er
 }
 
 /* The kernels keep one group size per encoding: every i8g tensor of a
- * container has the same one, and every i4g tensor. */
+ * container has the same one, and every i4g tensor; i6g counts as i8g and
+ * i4k as i4g, which they are expanded to. */
 static int check_groups(const struct qpk_file *f, const char *name, qp_err *err)
 {
     const struct qpk_tensor *first[QPK_ENC_I4G + 1] = {0};
     for (uint32_t i = 0; i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
-        if (t->encoding != QPK_ENC_I8G && t->encoding != QPK_ENC_I4G)
+        unsigned enc = qpk_kernel_encoding(t->encoding);
+        if (enc != QPK_ENC_I8G && enc != QPK_ENC_I4G)
             continue;
-        const struct qpk_tensor *ref = first[t->encoding];
+        const struct qpk_tensor *ref = first[enc];
         if (!ref)
-            first[t->encoding] = t;
+            first[enc] = t;
         else if (t->group_size != ref->group_size)
             return qp_fail(err, "%s: tensor %s: %s group size %u differs from the %u of %s (one group size per "
                            "encoding)", name, t->name, qpk_encoding_name(t->encoding), t->group_size,

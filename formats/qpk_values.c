@@ -70,23 +70,24 @@ static int check_i32s_row(const char *path, const struct qpk_tensor *t, const ui
     return 0;
 }
 
-/* i8g: codes in [-127, 127] (no -128) and |D| <= QPK_I8_MAX_SCALE */
-static int check_i8g_block(const char *path, const struct qpk_tensor *t, const uint8_t *blk,
+/* i8g: codes in [-127, 127] (no -128) and |D| <= QPK_I8_MAX_SCALE; t may
+ * be the i8g view of an i6g tensor (enc names the stored encoding) */
+static int check_i8g_block(const char *path, const struct qpk_tensor *t, const char *enc, const uint8_t *blk,
                            uint32_t row0, qp_err *err)
 {
     uint64_t n_codes = (uint64_t)t->cols * 4;
     const uint8_t *bad = memchr(blk, 0x80, n_codes);
     if (bad) {
         uint64_t i = (uint64_t)(bad - blk);
-        return qp_fail(err, "%s: tensor %s: row %u, column %" PRIu64 ": code -128, outside i8g's [-127, 127]",
-                       path, t->name, row0 + (uint32_t)(i / 16 % 4), i / 64 * 16 + i % 16);
+        return qp_fail(err, "%s: tensor %s: row %u, column %" PRIu64 ": code -128, outside %s's [-127, 127]",
+                       path, t->name, row0 + (uint32_t)(i / 16 % 4), i / 64 * 16 + i % 16, enc);
     }
     const uint8_t *scales = blk + n_codes;
     for (uint32_t i = 0; i < t->cols / t->group_size * 4; i++) {
         int32_t d = (int32_t)le32(scales + 4 * i);
         if (abs32(d) > QPK_I8_MAX_SCALE)
-            return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside i8g's +-2^20", path,
-                           t->name, row0 + i % 4, i / 4, d);
+            return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside %s's +-2^20", path,
+                           t->name, row0 + i % 4, i / 4, d, enc);
     }
     return 0;
 }
@@ -131,23 +132,70 @@ static int check_embed_block(const char *path, const struct qpk_tensor *t, const
     return 0;
 }
 
+/* i6g, on the stored bytes: the scales as i8g's (|D| <= 2^20); sets
+ * *embed_near when an embedding's group could reach the residual stream's
+ * bound (|D| x 32, the largest |q|), which the expanded block then decides */
+static int check_i6g_block(const char *path, const struct qpk_tensor *t, const uint8_t *blk, uint32_t row0,
+                           bool *embed_near, qp_err *err)
+{
+    const uint8_t *params = blk + (uint64_t)t->cols * 3;
+    *embed_near = false;
+    for (uint32_t i = 0; i < t->cols / t->group_size * 4; i++) {
+        int32_t d = qnt_param_int((uint16_t)le16(params + 2 * i));
+        if (abs32(d) > QPK_I8_MAX_SCALE)
+            return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside i6g's +-2^20", path,
+                           t->name, row0 + i % 4, i / 4, d);
+        *embed_near |= t->role == QPK_ROLE_EMBED && ldexp(32.0 * abs32(d), -t->scale_exp) >= EMBED_MAX_MAG;
+    }
+    return 0;
+}
+
+/* one block in its kernel encoding (t: the kernel's view of the tensor) */
+static int check_block(const char *path, const struct qpk_tensor *t, const char *enc, const uint8_t *blk,
+                       uint32_t row0, qp_err *err)
+{
+    int rc = 0;
+    switch (t->encoding) {
+    case QPK_ENC_Q24: rc = check_q24_block(path, t, blk, row0, err); break;
+    case QPK_ENC_I32S: rc = check_i32s_row(path, t, blk, err); break;
+    case QPK_ENC_I8G: rc = check_i8g_block(path, t, enc, blk, row0, err); break;
+    default: break;     /* i4g: every code and pf16 pair is in range by construction */
+    }
+    if (!rc && t->role == QPK_ROLE_EMBED && t->encoding != QPK_ENC_Q24)
+        rc = check_embed_block(path, t, blk, row0, err);
+    return rc;
+}
+
+/* A packed tensor (i6g, i4k) is checked as the kernels will read it: i6g's
+ * scales on the stored bytes, and where more is to check (an embedding
+ * near the residual stream's bound) each block expanded first, as qrun
+ * expands it. */
 int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t first_block,
                      const uint8_t *data, uint64_t n_blocks, qp_err *err)
 {
-    for (uint64_t b = 0; b < n_blocks; b++) {
+    struct qpk_tensor view = *t;
+    uint8_t *expanded = NULL;
+    if (qpk_encoding_packed(t->encoding)) {
+        if (qpk_kernel_encoding(t->encoding) == QPK_ENC_I4G && t->role != QPK_ROLE_EMBED)
+            return 0;   /* nothing of i4g to check */
+        view.encoding = (uint16_t)qpk_kernel_encoding(t->encoding);
+        view.row_stride = qpk_kernel_stride(t);
+        if (!(expanded = malloc(view.row_stride)))
+            return qp_fail(err, "%s: tensor %s: out of memory", path, t->name);
+    }
+    int rc = 0;
+    for (uint64_t b = 0; b < n_blocks && !rc; b++) {
         const uint8_t *blk = data + b * t->row_stride;
         uint32_t row0 = (uint32_t)((first_block + b) * t->rows_per_block);
-        int rc = 0;
-        switch (t->encoding) {
-        case QPK_ENC_Q24: rc = check_q24_block(path, t, blk, row0, err); break;
-        case QPK_ENC_I32S: rc = check_i32s_row(path, t, blk, err); break;
-        case QPK_ENC_I8G: rc = check_i8g_block(path, t, blk, row0, err); break;
-        default: break;     /* i4g: every code and pf16 pair is in range by construction */
+        bool expand = expanded != NULL;
+        if (t->encoding == QPK_ENC_I6G && ((rc = check_i6g_block(path, t, blk, row0, &expand, err)) || !expand))
+            continue;   /* checked without expanding: the common case */
+        if (expand) {
+            qpk_expand_blocks(t, blk, 1, expanded);
+            blk = expanded;
         }
-        if (!rc && t->role == QPK_ROLE_EMBED && t->encoding != QPK_ENC_Q24)
-            rc = check_embed_block(path, t, blk, row0, err);
-        if (rc)
-            return rc;
+        rc = check_block(path, &view, qpk_encoding_name(t->encoding), blk, row0, err);
     }
-    return 0;
+    free(expanded);
+    return rc;
 }

@@ -45,6 +45,31 @@ uint16_t qnt_param_encode(double y)
     return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
 }
 
+/* v / 2^s rounded to nearest, ties to even (s >= 1; v >> s floors) */
+static inline int64_t shift_round_even(int64_t v, int s)
+{
+    return (v + ((int64_t)1 << (s - 1)) - 1 + ((v >> s) & 1)) >> s;
+}
+
+uint16_t qnt_param_product(uint16_t scale, unsigned a)
+{
+    int64_t v = (int64_t)qnt_param_int(scale) * a;
+    uint64_t mag = v < 0 ? (uint64_t)-v : (uint64_t)v;
+    /* below 2^11 (or -2^11) v fits with shift 0; else the least shift that
+     * can fit it is bits - 12 (only -2^11 x 2^s fits there), the next one
+     * fits unless rounding carries to 2^11, and then the one after */
+    if (mag <= 2048 && v >= QNT_PF16_MANT_MIN && v <= QNT_PF16_MANT_MAX)
+        return (uint16_t)(v & 0xfff);
+    int s = 64 - __builtin_clzll(mag) - 12;
+    for (int k = 0; k < 3 && s <= QNT_PF16_SHIFT_MAX; k++, s++) {
+        int64_t t = s ? shift_round_even(v, s) : v;
+        if (t >= QNT_PF16_MANT_MIN && t <= QNT_PF16_MANT_MAX)
+            return (uint16_t)((s << 12) | (t & 0xfff));
+    }
+    int t = v > 0 ? QNT_PF16_MANT_MAX : QNT_PF16_MANT_MIN;
+    return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
+}
+
 int qnt_tensor_exponent(double max_abs)
 {
     if (!(max_abs > 0))
@@ -180,6 +205,7 @@ typedef struct grp {
     v8f wf[MAX_V8];
     double sw, sx, sxx;   /* Σ w, Σ w X, Σ w X^2 */
     double min, max, amax, amax_signed;
+    double i8max;         /* INT8's largest code: 127, or 31 for 6-bit codes (i6g) */
 } grp;
 
 /* min, max, largest |x| and the first value that has it */
@@ -207,6 +233,7 @@ VINLINE void grp_range(grp *g, const float *x, double scale)
 HOT static void grp_init(grp *g, const float *x, const float *w, int n, int E)
 {
     g->n = n;
+    g->i8max = 127;
     g->n4 = (n + 3) / 4;
     g->n8 = (n + 7) / 8;
     bool have_w = false;
@@ -562,7 +589,7 @@ HOT static void i4_damage(const grp *g, const uint8_t *q, uint16_t d, uint16_t m
 /* ======================= INT8 ======================= */
 
 /* The search's candidates: scales amax / steps for steps 120.5, 121, ...,
- * 128, 16 at once; the best fit is refined (at most I8_ROUNDS rounds). */
+ * 128 (scaled by i8max / 127 for 6-bit codes), 16 at once; the best fit is refined (at most I8_ROUNDS rounds). */
 #define I8_CAND_V8 2
 #define I8_CANDS (8 * I8_CAND_V8)
 #define I8_ROUNDS 4
@@ -572,7 +599,7 @@ static const v8f i8_cand_steps[I8_CAND_V8] = {
     {124.5f, 125.0f, 125.5f, 126.0f, 126.5f, 127.0f, 127.5f, 128.0f},
 };
 
-/* v clamped to ±127 (NaN to -127) and rounded half away from zero */
+/* v clamped to ±i8max (NaN to -i8max) and rounded half away from zero */
 VINLINE v8f i8_round8(v8f v, v8f lo, v8f hi, v8f half)
 {
     v = vclamp8(v, lo, hi);
@@ -591,9 +618,10 @@ VINLINE v4i i8_round4(v4d v, v4d lo, v4d hi, v4d half)
 HOT static void i8_candidate_sums(const grp *g, v8f *sll, v8f *slx)
 {
     const float *X = (const float *)g->Xf, *W = (const float *)g->wf;
-    v8f zero = {0}, lo = splat8(-127), hi = splat8(127), half = splat8(0.5f);
+    float top = (float)g->i8max;
+    v8f zero = {0}, lo = splat8(-top), hi = splat8(top), half = splat8(0.5f);
     for (int c = 0; c < I8_CAND_V8; c++) {
-        v8f aa = zero, ax = zero, vis = i8_cand_steps[c] / (float)g->amax;
+        v8f aa = zero, ax = zero, vis = i8_cand_steps[c] * (top / 127.0f) / (float)g->amax;
         for (int j = 0; j < g->n; j++) {
             v8f q = i8_round8(X[j] * vis, lo, hi, half), wq = W[j] * q;
             aa += wq * q;
@@ -607,7 +635,8 @@ HOT static void i8_candidate_sums(const grp *g, v8f *sll, v8f *slx)
 /* the same for one scale, a value per lane */
 HOT static void i8_code_sums(const grp *g, double s, double *sll, double *slx)
 {
-    v8f aa = {0}, ax = {0}, is = splat8((float)(1.0 / s)), lo = splat8(-127), hi = splat8(127), half = splat8(0.5f);
+    float top = (float)g->i8max;
+    v8f aa = {0}, ax = {0}, is = splat8((float)(1.0 / s)), lo = splat8(-top), hi = splat8(top), half = splat8(0.5f);
     for (int k = 0; k < g->n8; k++) {
         v8f q = i8_round8(g->Xf[k] * is, lo, hi, half), wq = g->wf[k] * q;
         aa += wq * q;
@@ -623,7 +652,7 @@ HOT static double i8_assign_int(const grp *g, uint16_t d, int8_t *q)
 {
     double D = qnt_param_int(d);
     v4d vD = splat4(D), iD = splat4(D > 0 ? 1.0 / D : 0), e = {0};
-    v4d lo = splat4(-127), hi = splat4(127), half = splat4(0.5);
+    v4d lo = splat4(-g->i8max), hi = splat4(g->i8max), half = splat4(0.5);
     for (int k = 0; k < g->n4; k++) {
         v4i qi = D > 0 ? i8_round4(g->X[k] * iD, lo, hi, half) : (v4i){0};
         v4s8 qb = __builtin_convertvector(qi, v4s8);
@@ -636,7 +665,7 @@ HOT static double i8_assign_int(const grp *g, uint16_t d, int8_t *q)
 
 static double i8_rtn(const grp *g, int8_t *q, uint16_t *d)
 {
-    *d = qnt_param_encode(g->amax / 127.0);
+    *d = qnt_param_encode(g->amax / g->i8max);
     return i8_assign_int(g, *d, q);
 }
 
@@ -662,7 +691,7 @@ static double i8_search_real(const grp *g)
         }
     }
     if (best == INFINITY)
-        return g->amax / 127.0;
+        return g->amax / g->i8max;
     for (int it = 0; it < I8_ROUNDS; it++) {
         double a, c;
         i8_code_sums(g, slx / sll, &a, &c);
@@ -751,18 +780,106 @@ void qnt_i4_row(const float *x, const float *w, uint32_t cols, int group, int E,
     }
 }
 
-void qnt_i8_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
-                int8_t *q, uint16_t *d, qnt_damage *dmg)
+static void i8_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                   double i8max, int8_t *q, uint16_t *d, qnt_damage *dmg)
 {
     grp g;
     int8_t codes[QNT_MAX_GROUP];
     for (uint32_t g0 = 0, gi = 0; g0 < cols; g0 += (uint32_t)group, gi++) {
         double sum_sq, max_err;
         grp_init(&g, x + g0, w ? w + g0 : NULL, group, E);
+        g.i8max = i8max;
         i8_quantise(&g, method, codes, &d[gi]);
         i8_damage(&g, codes, d[gi], &sum_sq, &max_err);
         damage_add(dmg, &g, sum_sq, max_err, E);
         memcpy(q + g0, codes, (size_t)group);
+    }
+}
+
+void qnt_i8_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg)
+{
+    i8_row(x, w, cols, group, E, method, 127, q, d, dmg);
+}
+
+void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg)
+{
+    i8_row(x, w, cols, group, E, method, QNT_I6_MAX, q, d, dmg);
+}
+
+/* ======================= INT4 super-blocks (i4k) ======================= */
+
+/* Writes n pf16 parameters p as 6-bit multiples sub[i] of one pf16 scale,
+ * the k-quants' way: the scale is the largest |P| / 63 with its sign, so
+ * sub[i] = round(P_i / S) lands in 0..63 (a P of the other sign gets 0),
+ * and p[i] becomes what a reader expands: qnt_param_product(S, sub[i]). */
+static void i4k_fit_scale(uint16_t *p, int n, uint16_t *scale, uint8_t *sub)
+{
+    double big = 0;
+    for (int i = 0; i < n; i++)
+        if (fabs((double)qnt_param_int(p[i])) > fabs(big))
+            big = qnt_param_int(p[i]);
+    *scale = qnt_param_encode(big / QNT_I4K_SUB_MAX);
+    double S = qnt_param_int(*scale);
+    for (int i = 0; i < n; i++) {
+        double a = S != 0 ? round(qnt_param_int(p[i]) / S) : 0;
+        sub[i] = (uint8_t)(a < 0 ? 0 : a > QNT_I4K_SUB_MAX ? QNT_I4K_SUB_MAX : a);
+        p[i] = qnt_param_product(*scale, sub[i]);
+    }
+}
+
+/* A group with D < 0 (an absmax solution) as the same line with D > 0:
+ * D q - M = (-D) (15 - q) - (M - 15 D), the codes reversed (they are
+ * assigned again later). The multiples of d's scale are unsigned, so a
+ * negative D would become 0 or take its whole super-block's scale. */
+static void i4k_positive(uint16_t *d, uint16_t *m)
+{
+    int64_t D = qnt_param_int(*d), M = qnt_param_int(*m);
+    if (D >= 0)
+        return;
+    *d = qnt_param_encode((double)-D);
+    *m = qnt_param_encode((double)(M - 15 * D));
+}
+
+/* With d fixed (its rounding to a 6-bit multiple is done), the offset m
+ * that fits the group's codes best: M = Σ w (D q - X) / Σ w, alternated
+ * with the codes' assignment (three rounds). */
+static void i4k_refit_m(const grp *g, uint16_t d, uint16_t *m, uint8_t *q)
+{
+    for (int it = 0; it < 3 && g->sw > 0; it++) {
+        lsum ls;
+        i4_assign_int(g, d, *m, q, &ls);
+        *m = qnt_param_encode(((double)qnt_param_int(d) * ls.sl - g->sx) / g->sw);
+    }
+}
+
+void qnt_i4k_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                 uint8_t *q, uint16_t *sd, uint16_t *sm, uint8_t *sub, qnt_damage *dmg)
+{
+    static __thread grp g[QNT_I4K_GROUPS];     /* 8 KB each: not on a thread's stack */
+    uint8_t codes[QNT_MAX_GROUP];
+    uint32_t span = (uint32_t)group * QNT_I4K_GROUPS;
+    for (uint32_t s0 = 0, si = 0; s0 < cols; s0 += span, si++) {
+        uint16_t d[QNT_I4K_GROUPS], m[QNT_I4K_GROUPS];
+        uint8_t *a = sub + 2 * QNT_I4K_GROUPS * si, *b = a + QNT_I4K_GROUPS;
+        for (int i = 0; i < QNT_I4K_GROUPS; i++) {
+            uint32_t g0 = s0 + (uint32_t)(i * group);
+            grp_init(&g[i], x + g0, w ? w + g0 : NULL, group, E);
+            i4_quantise(&g[i], method, codes, &d[i], &m[i]);
+            i4k_positive(&d[i], &m[i]);
+        }
+        i4k_fit_scale(d, QNT_I4K_GROUPS, &sd[si], a);
+        for (int i = 0; i < QNT_I4K_GROUPS; i++)
+            i4k_refit_m(&g[i], d[i], &m[i], codes);
+        i4k_fit_scale(m, QNT_I4K_GROUPS, &sm[si], b);
+        for (int i = 0; i < QNT_I4K_GROUPS; i++) {
+            double sum_sq, max_err;
+            i4_assign_int(&g[i], d[i], m[i], codes, NULL);
+            i4_damage(&g[i], codes, d[i], m[i], &sum_sq, &max_err);
+            damage_add(dmg, &g[i], sum_sq, max_err, E);
+            memcpy(q + s0 + (uint32_t)(i * group), codes, (size_t)group);
+        }
     }
 }
 

@@ -150,6 +150,10 @@ static inline int32_t qnt_param_int(uint16_t v)
  * ±(2047 << 15) / -2048 << 15. y finite. */
 uint16_t qnt_param_encode(double y);
 
+/* The pf16 of the exact product pf(scale) * a (a >= 0), in integers: what
+ * qnt_param_encode gives for it (the i4k encoding's parameters). */
+uint16_t qnt_param_product(uint16_t scale, unsigned a);
+
 /* ---- per-tensor exponent ---- */
 
 /* E covers every finite float: 2^-149 (the smallest subnormal) still gets
@@ -204,6 +208,26 @@ void qnt_i4_row(const float *x, const float *w, uint32_t cols, int group, int E,
                 uint8_t *q, uint16_t *d, uint16_t *m, qnt_damage *dmg);
 void qnt_i8_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
                 int8_t *q, uint16_t *d, qnt_damage *dmg);
+
+/* The same with codes in -31..31 (6 bits; the i6g encoding): the search's
+ * candidates and the rounding of qnt_i8_row scaled to the smaller range. */
+#define QNT_I6_MAX 31
+void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg);
+
+/* INT4 with the parameters in super-blocks of QNT_I4K_GROUPS groups (the
+ * i4k encoding, after llama.cpp's k-quants): per super-block si, pf16
+ * scales sd[si] and sm[si], and 6-bit multiples sub[16 si + i] (d) and
+ * sub[16 si + 8 + i] (m) for its groups i = 0..7; group i's parameters are
+ * qnt_param_product(sd, sub) and likewise for m. Each group
+ * is first quantised as qnt_i4_row would; then d is rounded to its
+ * multiple, m refitted to the rounded d and rounded to its multiple, and
+ * the codes assigned to the final pair, which the damage measures. cols a
+ * multiple of QNT_I4K_GROUPS * group. */
+#define QNT_I4K_GROUPS 8
+#define QNT_I4K_SUB_MAX 63
+void qnt_i4k_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                 uint8_t *q, uint16_t *sd, uint16_t *sm, uint8_t *sub, qnt_damage *dmg);
 
 /* ---- whole tensors ---- */
 

@@ -147,13 +147,14 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
     return safe ? 0 : 1;
 }
 
-/* "int4: 12 i4g g32, 3 i8g g128, 9 i32s": the container's format and its
- * tensors by encoding (each encoding has one group size per container) */
+/* "int4: 9 i32s, 3 i8g g128, 12 i4g g32, 1 i6g g128": the container's
+ * format and its tensors by encoding (each has one group size per
+ * container) */
 static void print_encodings(const struct qpk_file *f)
 {
     printf("encodings   %s:", qpk_format_name(f->cfg.weight_format));
     const char *sep = " ";
-    for (unsigned enc = QPK_ENC_Q24; enc <= QPK_ENC_I4G; enc++) {
+    for (unsigned enc = QPK_ENC_Q24; enc <= QPK_ENC_I4K; enc++) {
         uint32_t n = 0, group = 0;
         for (uint32_t i = 0; i < f->n_tensors; i++)
             if (f->tensors[i].encoding == enc) {

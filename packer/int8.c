@@ -10,11 +10,6 @@
 
 #define TILE_COLS 16
 
-uint64_t i8_block_bytes(uint32_t cols, uint32_t group)
-{
-    return (uint64_t)cols * QUANT_BLOCK_ROWS + (uint64_t)(cols / group) * QUANT_BLOCK_ROWS * 4;
-}
-
 /* One row (k of the block): its groups quantised, the codes into row k of
  * every tile, the scales after the tiles, group-major. */
 static void quantise_row(const struct quant_matrix *m, const float *x, uint32_t k, uint8_t *block,
@@ -30,8 +25,27 @@ static void quantise_row(const struct quant_matrix *m, const float *x, uint32_t 
         put32(scales + ((uint64_t)g * QUANT_BLOCK_ROWS + k) * 4, (uint32_t)qnt_param_int(d[g]));
 }
 
+/* i6g: the codes in the same order as 6-bit fields, then each group's 4
+ * pf16 d */
+static void quantise_row6(const struct quant_matrix *m, const float *x, uint32_t k, uint8_t *block,
+                          uint8_t *scratch, qnt_damage *dmg)
+{
+    int8_t *q = (int8_t *)scratch;
+    uint16_t *d = (uint16_t *)(scratch + m->cols);
+    qnt_i6_row(x, m->importance, m->cols, (int)m->group, m->E, m->method, q, d, dmg);
+    for (uint32_t c = 0; c < m->cols; c++)
+        qpk_bits6_put(block, (uint64_t)(c / TILE_COLS) * QUANT_BLOCK_ROWS * TILE_COLS + k * TILE_COLS + c % TILE_COLS,
+                      (unsigned)q[c] & 63);
+    uint8_t *params = block + (uint64_t)m->cols * 3;
+    for (uint32_t g = 0; g < m->cols / m->group; g++)
+        put16(params + ((uint64_t)g * QUANT_BLOCK_ROWS + k) * 2, d[g]);
+}
+
 int i8_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, const struct quant_progress *progress,
                     qnt_damage *dmg, qp_err *err)
 {
-    return quant_write_matrix(w, m, i8_block_bytes(m->cols, m->group), quantise_row, progress, dmg, err);
+    if (m->encoding == QPK_ENC_I6G)
+        return quant_write_matrix(w, m, qpk_block_bytes(QPK_ENC_I6G, m->cols, m->group), quantise_row6, progress,
+                                  dmg, err);
+    return quant_write_matrix(w, m, qpk_block_bytes(QPK_ENC_I8G, m->cols, m->group), quantise_row, progress, dmg, err);
 }

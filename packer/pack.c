@@ -102,13 +102,15 @@ static void usage_pack(FILE *out)
                  "             one that cannot be written is refused before any work (exit 2)\n"
                  "  --format   q24: int32 Q24 matrices (the default, exact for BF16);\n"
                  "             int8: every matrix as int8 codes, one scale per group of columns;\n"
-                 "             int4: mixed, after llama.cpp's Q4_K_M: int4 codes (two 16-bit\n"
-                 "             parameters per group) for every matrix, the embedding too,\n"
-                 "             except every v_proj, down_proj of the first and last eighth\n"
-                 "             of the layers and an untied lm_head, which stay int8 with\n"
-                 "             groups of 128: the matrices whose error costs the most\n"
-                 "             (Qwen3-0.6B: 0.39 GB, below Q4_K_M's 0.40 GB);\n"
-                 "             int4-pure: every matrix int4 (0.37 GB).\n"
+                 "             int4: mixed, after llama.cpp's Q4_K_M: int4 codes for every\n"
+                 "             matrix (their parameters in super-blocks of 8 groups: i4k),\n"
+                 "             except the embedding, int6 (6-bit codes, groups of 128), and\n"
+                 "             every v_proj, down_proj of the first and last eighth of the\n"
+                 "             layers and an untied lm_head, int8 with groups of 128: the\n"
+                 "             matrices whose error costs the most (Qwen3-0.6B: 0.39 GB,\n"
+                 "             below Q4_K_M's 0.40 GB);\n"
+                 "             int4-pure: every matrix int4, two 16-bit parameters per group\n"
+                 "             (i4g, 0.37 GB).\n"
                  "             Norm scales stay exact\n"
                  "  --group N  group size of the int8 (int8) or int4 (int4, int4-pure) matrices:\n"
                  "             32 (default), 64 or 128\n"
@@ -117,8 +119,9 @@ static void usage_pack(FILE *out)
                  "             round-to-nearest, symmetric, for int8 and int4) or minmax\n"
                  "             (int4: round-to-nearest over the group's min..max; int8: = rtn)\n"
                  "  --keep PATTERN=FMT   int4 and int4-pure: every matrix whose Hugging Face\n"
-                 "             name matches the glob PATTERN is stored as FMT, int8 (groups of\n"
-                 "             128) or int4 (--group); repeatable, later ones win. E.g.\n"
+                 "             name matches the glob PATTERN is stored as FMT, int8 or int6\n"
+                 "             (groups of 128) or int4 (--group); repeatable, later ones win.\n"
+                 "             E.g.\n"
                  "             --keep 'model.layers.*.mlp.down_proj.weight=int8'\n"
                  "  --calibrate TEXT   int8, int4, int4-pure with --quant search: run the float64\n"
                  "             reference over the first N tokens of the UTF-8 file TEXT (windows of\n"
@@ -384,22 +387,26 @@ static uint32_t choose_int8_group(const struct packer *p)
         return p->opt.group;
     uint32_t g = PRECISION_INT8_GROUP;
     for (uint32_t i = 0; i < p->n_plan; i++)
-        while (p->plan[i].t.encoding == QPK_ENC_I8G && g > QPK_GROUP_MIN && p->plan[i].t.cols % g)
+        while (qpk_kernel_encoding(p->plan[i].t.encoding) == QPK_ENC_I8G && g > QPK_GROUP_MIN && p->plan[i].t.cols % g)
             g /= 2;
     return g;
 }
 
 /* Group, stride and exponent of one quantised matrix (the exponent takes a
- * pass over the source, which is then let go until it is written). */
+ * pass over the source, which is then let go until it is written). The
+ * int4 preset's i4g matrices take super-blocks (i4k) where the columns
+ * hold whole ones. */
 static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
 {
     struct qpk_tensor *t = &pl->t;
-    bool int8 = t->encoding == QPK_ENC_I8G;
+    bool int8 = qpk_kernel_encoding(t->encoding) == QPK_ENC_I8G;
     t->group_size = int8 ? p->i8_group : p->opt.group;
     if (t->cols % t->group_size)
         return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the %s group %u", p->opt.src, t->name,
                        t->cols, int8 ? "int8" : "int4", t->group_size);
-    t->row_stride = int8 ? i8_block_bytes(t->cols, t->group_size) : i4_block_bytes(t->cols, t->group_size);
+    if (t->encoding == QPK_ENC_I4G && p->opt.prec.format == PACK_INT4 && t->cols % (t->group_size * QPK_I4K_GROUPS) == 0)
+        t->encoding = QPK_ENC_I4K;
+    t->row_stride = qpk_block_bytes(t->encoding, t->cols, t->group_size);
     t->scale_exp = quant_tensor_exponent(&p->model, pl->src);
     st_release(&p->model, pl->src);
     return 0;
@@ -415,7 +422,7 @@ static int settle_matrices(struct packer *p, qp_err *err)
                        unmatched->pattern);
     p->i8_group = choose_int8_group(p);
     for (uint32_t i = 0; i < p->n_plan; i++) {
-        unsigned enc = p->plan[i].t.encoding;
+        unsigned enc = qpk_kernel_encoding(p->plan[i].t.encoding);
         if ((enc == QPK_ENC_I8G || enc == QPK_ENC_I4G) && settle_quantised(p, &p->plan[i], err))
             return -1;
     }
@@ -614,7 +621,7 @@ static void settle_norm_exponents(struct packer *p)
  * round-to-nearest is formats/quant.h's QNT_RTN (min/max is the same). */
 static qnt_method method_for(qnt_method opt, unsigned encoding)
 {
-    return encoding == QPK_ENC_I8G && opt == QNT_ABSMAX ? QNT_RTN : opt;
+    return qpk_kernel_encoding(encoding) == QPK_ENC_I8G && opt == QNT_ABSMAX ? QNT_RTN : opt;
 }
 
 static const char *quantiser_name(qnt_method opt)
@@ -690,11 +697,11 @@ static int write_quantised(struct packer *p, struct qpk_writer *w, struct planne
 {
     qnt_damage d = {0};
     float *importance = column_importance(p, pl);
-    bool int4 = pl->t.encoding == QPK_ENC_I4G;
+    bool int4 = qpk_kernel_encoding(pl->t.encoding) == QPK_ENC_I4G;
     struct quant_matrix m = {.model = &p->model, .src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols,
                              .group = pl->t.group_size, .E = pl->t.scale_exp,
                              .method = method_for(p->opt.quant, pl->t.encoding), .importance = importance,
-                             .format = int4 ? "int4" : "int8"};
+                             .format = int4 ? "int4" : "int8", .encoding = pl->t.encoding};
     struct quant_progress progress = {quant_progress, &p->prog};
     int rc = int4 ? i4_write_matrix(w, &m, &progress, &d, err) : i8_write_matrix(w, &m, &progress, &d, err);
     free(importance);
@@ -716,7 +723,7 @@ static double tensor_work(const struct packer *p, const struct planned *pl)
 {
     double n = (double)pl->t.rows * pl->t.cols;
     bool search = p->opt.quant == QNT_SEARCH;
-    switch (pl->t.encoding) {
+    switch (qpk_kernel_encoding(pl->t.encoding)) {
     case QPK_ENC_I4G: return n * (search ? 40 : 10);
     case QPK_ENC_I8G: return n * (search ? 20 : 8);
     default: return n * 2;
@@ -831,15 +838,20 @@ static cJSON *source_files_json(struct packer *p, qp_err *err)
     return files;
 }
 
-/* "q24", "i8g", "i4g" or "i4g+i8g": the matrix encodings the plan uses */
-static const char *matrix_encodings(const struct packer *p)
+/* The matrix encodings the plan uses, joined by '+' in a fixed order:
+ * "q24", "i8g", "i4g+i8g", "i8g+i6g+i4k", ... */
+static void matrix_encodings(const struct packer *p, char *out, size_t n)
 {
-    bool i4 = false, i8 = false;
-    for (uint32_t i = 0; i < p->n_plan; i++) {
-        i4 |= p->plan[i].t.encoding == QPK_ENC_I4G;
-        i8 |= p->plan[i].t.encoding == QPK_ENC_I8G;
+    static const unsigned order[] = {QPK_ENC_Q24, QPK_ENC_I4G, QPK_ENC_I8G, QPK_ENC_I6G, QPK_ENC_I4K};
+    size_t len = 0;
+    out[0] = 0;
+    for (unsigned k = 0; k < sizeof order / sizeof *order; k++) {
+        bool used = false;
+        for (uint32_t i = 0; i < p->n_plan && !used; i++)
+            used = p->plan[i].t.encoding == order[k];
+        if (used)
+            len += (size_t)snprintf(out + len, n - len, "%s%s", len ? "+" : "", qpk_encoding_name(order[k]));
     }
-    return i4 && i8 ? "i4g+i8g" : i4 ? "i4g" : i8 ? "i8g" : "q24";
 }
 
 /* settings.calibration: what --calibrate ran */
@@ -885,7 +897,9 @@ static char *provenance_json(struct packer *p, qp_err *err)
     cJSON_AddStringToObject(root, "packer", "qpack " QPACK_VERSION);
     cJSON_AddStringToObject(root, "format", precision_format_name(p->opt.prec.format));
     cJSON *settings = cJSON_AddObjectToObject(root, "settings");
-    cJSON_AddStringToObject(settings, "matrices", matrix_encodings(p));
+    char matrices[64];
+    matrix_encodings(p, matrices, sizeof matrices);
+    cJSON_AddStringToObject(settings, "matrices", matrices);
     if (precision_quantised(p->opt.prec.format))
         quant_settings_json(p, settings);
     cJSON_AddStringToObject(settings, "norms", "i32s");
@@ -935,19 +949,31 @@ static void print_tensor_errors(const struct packer *p)
     }
 }
 
-/* "12 i4g (groups of 32), 3 i8g (groups of 128)": a quantised pack's matrices */
+/* The tensors of each encoding in a family, "140 i4k + 12 i4g", or ""
+ * when it has none; true when it had some. */
+static bool print_family(const struct packer *p, const unsigned enc[2], const char *lead)
+{
+    uint32_t n[2] = {0, 0};
+    for (uint32_t i = 0; i < p->n_plan; i++)
+        for (unsigned k = 0; k < 2; k++)
+            n[k] += p->plan[i].t.encoding == enc[k];
+    for (unsigned k = 0; k < 2; k++)
+        if (n[k])
+            fprintf(stderr, "%s %u %s", k && n[0] ? " +" : lead, n[k], qpk_encoding_name(enc[k]));
+    return n[0] || n[1];
+}
+
+/* "140 i4k + 12 i4g (groups of 32), 1 i6g + 3 i8g (groups of 128)": a
+ * quantised pack's matrices */
 static void print_matrix_mix(const struct packer *p)
 {
-    uint32_t n4 = 0, n8 = 0;
-    for (uint32_t i = 0; i < p->n_plan; i++) {
-        n4 += p->plan[i].t.encoding == QPK_ENC_I4G;
-        n8 += p->plan[i].t.encoding == QPK_ENC_I8G;
-    }
+    static const unsigned int4[2] = {QPK_ENC_I4K, QPK_ENC_I4G}, int8[2] = {QPK_ENC_I6G, QPK_ENC_I8G};
     fprintf(stderr, "qpack: matrices:");
-    if (n4)
-        fprintf(stderr, " %u i4g (groups of %u)%s", n4, p->opt.group, n8 ? "," : "");
-    if (n8)
-        fprintf(stderr, " %u i8g (groups of %u%s)", n8, p->i8_group,
+    bool any4 = print_family(p, int4, "");
+    if (any4)
+        fprintf(stderr, " (groups of %u)", p->opt.group);
+    if (print_family(p, int8, any4 ? "," : ""))
+        fprintf(stderr, " (groups of %u%s)", p->i8_group,
                 p->opt.prec.format != PACK_INT8 && p->i8_group != PRECISION_INT8_GROUP
                     ? ": " STR(PRECISION_INT8_GROUP) " does not divide their columns" : "");
     fprintf(stderr, "\n");

@@ -3,13 +3,15 @@
  * The int4 preset follows llama.cpp's Q4_K_M rule: the tensors whose error
  * costs the most keep more bits (Q4_K_M: token_embd/output at 6 bits, and
  * attn_v and ffn_down in the first and last eighth of the layers and every
- * third layer between). Our int8 costs 8.25 bits, not 6, so the rule is
- * rebalanced to fit Q4_K_M's 397 MB on Qwen3-0.6B: every v_proj, and
- * down_proj of the first and last eighth of the layers are i8g with groups
- * of 128; a separate lm_head (untied models) too; everything else, the
- * embedding included, i4g with --group (5 bits at g32): 0.393e9 bytes of
- * tensor data. Measured (scripts/bench_int4_preset.sh): int4 embeddings
- * cost less error per byte saved than int4 v_proj. */
+ * third layer between). Here: the embedding (the vocabulary projection of
+ * a tied model) is i6g, 6-bit codes in groups of 128 (6.125 bits); every
+ * v_proj, and down_proj of the first and last eighth of the layers, are
+ * i8g with groups of 128, as is a separate lm_head (untied models);
+ * everything else int4 with --group, as i4k (parameters in super-blocks,
+ * 4.5 bits at g32) where the columns hold whole super-blocks, else i4g
+ * (5 bits at g32). On Qwen3-0.6B that is 0.392e9 bytes of tensor data,
+ * below Q4_K_M's 0.397e9. Measured (scripts/bench_int4_preset.sh): the tied
+ * embedding carries the largest logit errors, so its bits buy the most. */
 #include "precision.h"
 
 #include <fnmatch.h>
@@ -55,10 +57,12 @@ int precision_add_keep(struct precision *p, const char *arg, qp_err *err)
     struct keep_rule *r = &p->keep[p->n_keep];
     if (!strcmp(eq + 1, "int8"))
         r->encoding = QPK_ENC_I8G;
+    else if (!strcmp(eq + 1, "int6"))
+        r->encoding = QPK_ENC_I6G;
     else if (!strcmp(eq + 1, "int4"))
         r->encoding = QPK_ENC_I4G;
     else
-        return qp_fail(err, "--keep '%s': unknown format '%s' (int8 or int4)", arg, eq + 1);
+        return qp_fail(err, "--keep '%s': unknown format '%s' (int8, int6 or int4)", arg, eq + 1);
     r->arg = arg;
     memcpy(r->pattern, arg, (size_t)(eq - arg));
     r->pattern[eq - arg] = 0;
@@ -67,15 +71,17 @@ int precision_add_keep(struct precision *p, const char *arg, qp_err *err)
     return 0;
 }
 
-/* The mixed int4 preset: which matrices stay int8. */
-static bool int4_keeps_int8(unsigned role, unsigned layer, unsigned n_layers)
+/* The mixed int4 preset: which matrices keep more bits (i6g, i8g) than
+ * int4 (i4g; i4k where settle_quantised finds whole super-blocks). */
+static unsigned int4_preset(unsigned role, unsigned layer, unsigned n_layers)
 {
     unsigned eighth = n_layers / 8;
     switch (role) {
+    case QPK_ROLE_EMBED: return QPK_ENC_I6G;
     case QPK_ROLE_LM_HEAD:
-    case QPK_ROLE_V: return true;
-    case QPK_ROLE_DOWN: return layer < eighth || layer >= n_layers - eighth;
-    default: return false;
+    case QPK_ROLE_V: return QPK_ENC_I8G;
+    case QPK_ROLE_DOWN: return layer < eighth || layer >= n_layers - eighth ? QPK_ENC_I8G : QPK_ENC_I4G;
+    default: return QPK_ENC_I4G;
     }
 }
 
@@ -84,7 +90,7 @@ static unsigned preset_encoding(enum pack_format format, unsigned role, unsigned
     switch (format) {
     case PACK_Q24: return QPK_ENC_Q24;
     case PACK_INT8: return QPK_ENC_I8G;
-    case PACK_INT4: return int4_keeps_int8(role, layer, n_layers) ? QPK_ENC_I8G : QPK_ENC_I4G;
+    case PACK_INT4: return int4_preset(role, layer, n_layers);
     default: return QPK_ENC_I4G;
     }
 }

@@ -163,13 +163,14 @@ struct copy_batch {
     int fd;
     uint32_t first_key, n_keys, value_size;
     const uint8_t *data;        /* in the container's mapping (read by pread) or in memory */
+    const struct qpk_tensor *packed;  /* non-NULL: data holds its stored blocks, expanded on the way */
     const char *map;            /* for the error */
 };
 
 struct copy_job {
     struct copy_batch *batches;
     uint32_t n_batches;
-    size_t batch_bytes;         /* of the largest batch: each thread's buffer */
+    size_t batch_bytes;         /* of the largest batch: each thread's buffers (two) */
     const struct qpk_file *file;
     _Atomic uint32_t next;
     _Atomic int failed_errno;
@@ -177,21 +178,29 @@ struct copy_job {
 };
 
 /* The bytes of a batch: its data itself, or read from the container into
- * buf when the data lies in the container's mapping. NULL with errno set
- * (EFAULT when the file ends early). */
-static const uint8_t *batch_source(const struct copy_job *j, const struct copy_batch *b, size_t len, uint8_t *buf)
+ * buf when the data lies in the container's mapping, or for a packed
+ * tensor read into stored and expanded into buf (both batch_bytes).
+ * NULL with errno set (EFAULT when the file ends early). */
+static const uint8_t *batch_source(const struct copy_job *j, const struct copy_batch *b, uint8_t *buf,
+                                   uint8_t *stored)
 {
     const struct qpk_file *f = j->file;
     if (!f || b->data < f->map || b->data >= f->map + f->size)
         return b->data;     /* a table the plan computed */
-    return qpk_read(f, (uint64_t)(b->data - f->map), buf, len) ? NULL : buf;
+    if (b->packed) {
+        if (qpk_read(f, (uint64_t)(b->data - f->map), stored, (size_t)b->n_keys * b->packed->row_stride))
+            return NULL;
+        qpk_expand_blocks(b->packed, stored, b->n_keys, buf);
+        return buf;
+    }
+    return qpk_read(f, (uint64_t)(b->data - f->map), buf, (size_t)b->n_keys * b->value_size) ? NULL : buf;
 }
 
 static void *copy_worker(void *arg)
 {
     struct copy_job *j = arg;
     uint32_t keys[COPY_KEYS];
-    uint8_t *buf = malloc(j->batch_bytes);
+    uint8_t *buf = malloc(2 * j->batch_bytes);
     if (!buf) {
         int zero = 0;
         atomic_compare_exchange_strong(&j->failed_errno, &zero, ENOMEM);
@@ -205,7 +214,7 @@ static void *copy_worker(void *arg)
         for (uint32_t k = 0; k < b->n_keys; k++)
             keys[k] = b->first_key + k;
         __u32 count = b->n_keys;
-        const uint8_t *bytes = batch_source(j, b, (size_t)b->n_keys * b->value_size, buf);
+        const uint8_t *bytes = batch_source(j, b, buf, buf + j->batch_bytes);
         if (!bytes || bpf_map_update_batch(b->fd, keys, bytes, &count, NULL) || count != b->n_keys) {
             int e = errno ? errno : EIO, zero = 0;
             if (atomic_compare_exchange_strong(&j->failed_errno, &zero, e))
@@ -232,8 +241,10 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
                 uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
                 if (out)
                     out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
-                                                 spec->value_size, seg->data + (size_t)at * spec->value_size,
-                                                 spec->name};
+                                                 spec->value_size,
+                                                 seg->data + (size_t)at * (seg->packed ? seg->packed->row_stride
+                                                                                       : spec->value_size),
+                                                 seg->packed, spec->name};
             }
         }
     }
@@ -242,7 +253,7 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
         if (out)
             out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, QP_MAP_WORK)), at,
                                          work->max_entries - at < COPY_KEYS ? work->max_entries - at : COPY_KEYS,
-                                         work->value_size, zeros, work->name};
+                                         work->value_size, zeros, NULL, work->name};
     return n;
 }
 

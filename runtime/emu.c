@@ -1,7 +1,8 @@
 /* emu.c - the host twin: bpf/qkernels.h compiled for the host. A "map" is
  * a bounds-checked view: a lookup past the last entry gives NULL exactly as
  * an array map lookup does, and weight maps read the container in place
- * through the plan's segments. */
+ * through the plan's segments (a packed tensor's, i6g or i4k, from a copy
+ * expanded when the emu is made). */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +49,10 @@ struct emu {
     struct qk_host_maps maps;
     struct qk_config cfg;
     uint8_t *state;                     /* one allocation for every state map */
+    /* a weight map's segments when some were packed: those expanded into
+     * buffers of their own, which differ from the plan's data */
+    struct qp_segment *own_segs[QP_MAP_COUNT];
+    const struct qp_plan *plan;
 };
 
 static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err)
@@ -78,11 +83,54 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
 }
 
+static void free_own_segs(struct emu *e)
+{
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *s = &e->plan->maps[i];
+        for (uint32_t k = 0; e->own_segs[i] && k < s->n_segs; k++)
+            if (e->own_segs[i][k].data != s->segs[k].data)
+                free((void *)e->own_segs[i][k].data);
+        free(e->own_segs[i]);
+    }
+}
+
 static void emu_destroy(struct qp_backend *b)
 {
     struct emu *e = (struct emu *)b;
+    free_own_segs(e);
     free(e->state);
     free(e);
+}
+
+/* The segments of a weight map with every packed tensor expanded into
+ * memory of its own; NULL when none is packed or on failure (*failed). */
+static struct qp_segment *expand_segments(const struct qp_mapspec *s, bool *failed)
+{
+    bool any = false;
+    for (uint32_t k = 0; k < s->n_segs; k++)
+        any |= s->segs[k].packed != NULL;
+    if (!any)
+        return NULL;
+    struct qp_segment *own = calloc(s->n_segs, sizeof *own);
+    for (uint32_t k = 0; own && k < s->n_segs; k++) {
+        own[k] = s->segs[k];
+        if (!own[k].packed)
+            continue;
+        uint8_t *buf = malloc((size_t)own[k].n_keys * s->value_size);
+        if (!buf) {
+            for (uint32_t j = 0; j < k; j++)
+                if (own[j].data != s->segs[j].data)
+                    free((void *)own[j].data);
+            free(own);
+            own = NULL;
+            break;
+        }
+        qpk_expand_blocks(own[k].packed, own[k].data, own[k].n_keys, buf);
+        own[k].data = buf;
+        own[k].packed = NULL;
+    }
+    *failed = !own;
+    return own;
 }
 
 static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
@@ -98,6 +146,7 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     if (!e)
         return qp_fail(err, "out of memory");
     e->cfg = plan->cfg;
+    e->plan = plan;
     struct qk_hmap *m = &e->maps.w_hid;   /* the fields follow enum qp_map_id's order */
     uint64_t state = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
@@ -111,8 +160,16 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     uint64_t at = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         const struct qp_mapspec *s = &plan->maps[i];
-        m[i] = (struct qk_hmap){.segs = s->segs, .n_segs = s->n_segs, .value_size = s->value_size,
-                                .max_entries = s->max_entries};
+        bool failed = false;
+        e->own_segs[i] = expand_segments(s, &failed);
+        m[i] = (struct qk_hmap){.segs = e->own_segs[i] ? e->own_segs[i] : s->segs, .n_segs = s->n_segs,
+                                .value_size = s->value_size, .max_entries = s->max_entries};
+        if (failed) {
+            free_own_segs(e);
+            free(e->state);
+            free(e);
+            return qp_fail(err, "out of memory for the expanded weights of map %s", s->name);
+        }
         if (!s->segs) {
             m[i].base = e->state + at;
             at += qp_map_bytes(s);

@@ -125,27 +125,55 @@ static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, 
     return 0;
 }
 
-/* --stream: copies blocks [group, group + n) of a weight map, verbatim, to
- * work keys [key, key + n), one read per run of blocks adjacent in the file. */
+/* --stream: reads n row blocks of a packed tensor (i6g, i4k), from block
+ * `first` of segment seg, and expands them to work keys [key, key + n),
+ * IOV_BATCH blocks per read. */
+static int read_packed(struct qp_forward *fw, const struct qp_segment *seg, uint32_t first, uint32_t key,
+                       uint32_t n, qp_err *err)
+{
+    const struct qpk_file *f = fw->plan->file;
+    const struct qpk_tensor *t = seg->packed;
+    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
+    uint8_t *stored = malloc((size_t)IOV_BATCH * t->row_stride);
+    if (!stored)
+        return qp_fail(err, "out of memory");
+    int rc = 0;
+    for (uint32_t done = 0; done < n && !rc;) {
+        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
+        uint64_t at = (uint64_t)(seg->data - f->map) + (uint64_t)(first + done) * t->row_stride;
+        if (qpk_read(f, at, stored, (size_t)count * t->row_stride))
+            rc = qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
+                         errno == EFAULT ? "the model file was truncated or changed on disk" : strerror(errno));
+        else    /* the work map's entries are value_size apart, wider than some blocks */
+            for (uint32_t i = 0; i < count; i++)
+                qpk_expand_blocks(t, stored + (uint64_t)i * t->row_stride, 1,
+                                  fw->b->work + (uint64_t)(key + done + i) * stride);
+        done += count;
+    }
+    free(stored);
+    return rc;
+}
+
+/* --stream: copies blocks [group, group + n) of a weight map to work keys
+ * [key, key + n): verbatim, one read per run of blocks in one segment (the
+ * run read IOV_BATCH blocks at a time), or expanded when the segment is a
+ * packed tensor's. */
 static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
 {
     const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
-    const uint8_t *run_src = NULL;
-    uint32_t run = 0;           /* blocks [b - run, b) are adjacent in the file */
-    for (uint32_t b = 0; b < n; b++) {
-        const uint8_t *src = qp_plan_block(fw->plan, map, group + b);
-        if (!src || key + b >= w->max_entries)
+    for (uint32_t b = 0; b < n;) {
+        const struct qp_segment *seg = qp_plan_segment(fw->plan, map, group + b);
+        if (!seg || key + n > w->max_entries)
             return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
-        if (run && src != run_src + (uint64_t)run * m->value_size) {
-            if (read_blocks(fw, run_src, key + b - run, run, m->value_size, err))
-                return -1;
-            run = 0;
-        }
-        if (!run)
-            run_src = src;
-        run++;
+        uint32_t i = group + b - seg->first_key, run = n - b < seg->n_keys - i ? n - b : seg->n_keys - i;
+        int rc = seg->packed ? read_packed(fw, seg, i, key + b, run, err)
+                             : read_blocks(fw, seg->data + (uint64_t)i * m->value_size, key + b, run, m->value_size,
+                                           err);
+        if (rc)
+            return -1;
+        b += run;
     }
-    return run ? read_blocks(fw, run_src, key + n - run, run, m->value_size, err) : 0;
+    return 0;
 }
 
 /* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the

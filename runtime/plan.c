@@ -44,11 +44,17 @@ static double i32s_max_abs(const struct qpk_tensor *t)
     return ldexp((double)i32s_max_q(t), -t->scale_exp);
 }
 
-/* value of element (r, c) of a blocked matrix (q24, i8g or i4g) */
-static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+/* the encoding the kernels read t in (i6g as i8g, i4k as i4g) */
+static unsigned kernel_enc(const struct qpk_tensor *t)
 {
-    const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
-    if (t->encoding == QPK_ENC_I4G) {
+    return qpk_kernel_encoding(t->encoding);
+}
+
+/* value of element (r, c) of a blocked matrix (q24, i8g or i4g) whose row
+ * block holding r is at blk, in its kernel encoding */
+static double matrix_value(const struct qpk_tensor *t, const uint8_t *blk, uint32_t r, uint32_t c)
+{
+    if (kernel_enc(t) == QPK_ENC_I4G) {
         uint64_t word = 0;
         memcpy(&word, blk + 8 * ((uint64_t)(c / 16) * 4 + r % 4), 8);   /* little-endian host */
         unsigned q = (unsigned)(word >> (4 * (c % 16))) & 15;
@@ -57,7 +63,7 @@ static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
         return ldexp((double)qnt_param_int(dm[r % 4]) * q - (double)qnt_param_int(dm[4 + r % 4]), -t->scale_exp);
     }
     uint64_t at = (uint64_t)(c / QPK_Q24_TILE_COLS) * 64 + (r % 4) * 16 + c % 16;
-    if (t->encoding == QPK_ENC_I8G) {
+    if (kernel_enc(t) == QPK_ENC_I8G) {
         int32_t d;
         memcpy(&d, blk + (uint64_t)t->cols * 4 + ((uint64_t)(c / t->group_size) * 4 + r % 4) * 4, 4);
         return ldexp((double)d * (int8_t)blk[at], -t->scale_exp);
@@ -67,18 +73,25 @@ static double matrix_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
     return ldexp((double)q, -24);
 }
 
-/* largest Euclidean norm of a row of a matrix */
+/* largest Euclidean norm of a row of a matrix (-1: out of memory) */
 static double max_row_norm(const struct qpk_tensor *t)
 {
+    uint8_t *expanded = qpk_encoding_packed(t->encoding) ? malloc(qpk_kernel_stride(t)) : NULL;
+    if (qpk_encoding_packed(t->encoding) && !expanded)
+        return -1;
     double best = 0;
     for (uint32_t r = 0; r < t->rows; r++) {
+        const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
+        if (expanded && r % QPK_Q24_TILE_ROWS == 0)
+            qpk_expand_blocks(t, blk, 1, expanded);
         double ss = 0;
         for (uint32_t c = 0; c < t->cols; c++) {
-            double v = matrix_value(t, r, c);
+            double v = matrix_value(t, expanded ? expanded : blk, r, c);
             ss += v * v;
         }
         best = fmax(best, sqrt(ss));
     }
+    free(expanded);
     return best;
 }
 
@@ -93,16 +106,19 @@ static int32_t cache_exponent(double bound)
 /* K after q/k RMSNorm and RoPE: |k_i| <= sqrt(head_dim) max|g|. V = W_v x
  * with x the input RMSNorm's output: |v_j| <= |W_v row j| |x|, and
  * |x| <= sqrt(hidden) max|g|. Neither bound can be exceeded. */
-static void kv_exponents(struct qp_plan *p, const struct qpk_file *f)
+static int kv_exponents(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
 {
     struct qk_config *c = &p->cfg;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         double gk = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_K_NORM, l));
         double gx = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l));
         double wv = max_row_norm(qpk_tensor_of(f, QPK_ROLE_V, l));
+        if (wv < 0)
+            return qp_fail(err, "out of memory");
         c->k_exp[l] = cache_exponent(sqrt((double)c->head_dim) * gk);
         c->v_exp[l] = cache_exponent(wv * sqrt((double)c->hidden) * gx);
     }
+    return 0;
 }
 
 /* the larger |g| of RoPE pair i (channels i and i + half) */
@@ -236,8 +252,8 @@ static int add_seg(struct qp_plan *p, enum qp_map_id id, uint32_t key, const str
     if (!s)
         return qp_fail(err, "out of memory");
     m->segs = s;
-    uint32_t n = (uint32_t)(t->nbytes / m->value_size);
-    s[m->n_segs++] = (struct qp_segment){key, n, t->data};
+    uint32_t n = (uint32_t)(t->nbytes / t->row_stride);
+    s[m->n_segs++] = (struct qp_segment){key, n, t->data, qpk_encoding_packed(t->encoding) ? t : NULL};
     return 0;
 }
 
@@ -252,7 +268,7 @@ static const unsigned layer_matrix_roles[7] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_
 
 static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
 {
-    int i4 = t->encoding == QPK_ENC_I4G;
+    int i4 = kernel_enc(t) == QPK_ENC_I4G;
     return role == QPK_ROLE_O ? o_maps[i4] : role == QPK_ROLE_DOWN ? down_maps[i4] : hid_maps[i4];
 }
 
@@ -267,19 +283,19 @@ static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t co
             const struct qpk_tensor *t = qpk_tensor_of(f, layer_matrix_roles[k], l);
             enum qp_map_id m = matrix_map(layer_matrix_roles[k], t);
             c->w_key[l * 8 + k] = counts[m];
-            c->w_i4[l] |= (uint32_t)(t->encoding == QPK_ENC_I4G) << k;
+            c->w_i4[l] |= (uint32_t)(kernel_enc(t) == QPK_ENC_I4G) << k;
             counts[m] += t->rows / QPK_Q24_TILE_ROWS;
         }
     const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
     const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
     enum qp_map_id m = matrix_map(QPK_ROLE_EMBED, embed);
     c->embed_key = c->lm_key = counts[m];
-    c->embed_i4 = c->lm_i4 = embed->encoding == QPK_ENC_I4G;
+    c->embed_i4 = c->lm_i4 = kernel_enc(embed) == QPK_ENC_I4G;
     counts[m] += embed->rows / QPK_Q24_TILE_ROWS;
     if (head) {
         m = matrix_map(QPK_ROLE_LM_HEAD, head);
         c->lm_key = counts[m];
-        c->lm_i4 = head->encoding == QPK_ENC_I4G;
+        c->lm_i4 = kernel_enc(head) == QPK_ENC_I4G;
         counts[m] += head->rows / QPK_Q24_TILE_ROWS;
     }
 }
@@ -347,9 +363,9 @@ void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mod
 /* the adjustment qk_row_adj adds to a product's exponent for a tensor */
 static int32_t row_adj(const struct qpk_tensor *t)
 {
-    if (t->encoding == QPK_ENC_I4G)
+    if (kernel_enc(t) == QPK_ENC_I4G)
         return 24 + QK_I4_GROUP_SHIFT - t->scale_exp;
-    return t->encoding == QPK_ENC_I8G ? 24 + QK_I8_GROUP_SHIFT - t->scale_exp : 0;
+    return kernel_enc(t) == QPK_ENC_I8G ? 24 + QK_I8_GROUP_SHIFT - t->scale_exp : 0;
 }
 
 static uint32_t log2_u32(uint32_t v)
@@ -370,11 +386,11 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
     c->w4_group = QK_XQ_BLOCK;
     for (uint32_t i = 0; i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
-        if (t->encoding == QPK_ENC_I4G) {
+        if (kernel_enc(t) == QPK_ENC_I4G) {
             c->has_i4 = 1;
             c->w4_group = t->group_size;
         } else if (!qpk_role_is_norm(t->role)) {
-            c->w_enc = t->encoding;
+            c->w_enc = kernel_enc(t);
             if (t->group_size)
                 c->w_group = t->group_size;
         }
@@ -388,8 +404,9 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
             c->w_adj[l * 8 + k] = row_adj(qpk_tensor_of(f, layer_matrix_roles[k], l));
 }
 
-/* Every wide matrix shares one encoding and every grouped encoding one
- * power-of-two group size (i4g: at least one 32-entry act block). */
+/* Every wide matrix shares one kernel encoding and every grouped encoding
+ * one power-of-two group size (i4g: at least one 32-entry act block); i6g
+ * counts as i8g and i4k as i4g. */
 static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
 {
     const struct qpk_tensor *wide = NULL, *i4 = NULL;
@@ -397,13 +414,13 @@ static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
         const struct qpk_tensor *t = &f->tensors[i];
         if (qpk_role_is_norm(t->role))
             continue;
-        const struct qpk_tensor **first = t->encoding == QPK_ENC_I4G ? &i4 : &wide;
+        const struct qpk_tensor **first = kernel_enc(t) == QPK_ENC_I4G ? &i4 : &wide;
         if (!*first)
             *first = t;
-        if (t->encoding == QPK_ENC_I4G && t->group_size < QK_XQ_BLOCK)
-            return qp_fail(err, "%s: tensor %s: the kernels need i4g groups of at least %d columns (has %u)",
-                           f->path, t->name, QK_XQ_BLOCK, t->group_size);
-        bool bad = t->encoding != (*first)->encoding || t->group_size != (*first)->group_size ||
+        if (kernel_enc(t) == QPK_ENC_I4G && t->group_size < QK_XQ_BLOCK)
+            return qp_fail(err, "%s: tensor %s: the kernels need %s groups of at least %d columns (has %u)",
+                           f->path, t->name, qpk_encoding_name(t->encoding), QK_XQ_BLOCK, t->group_size);
+        bool bad = kernel_enc(t) != kernel_enc(*first) || t->group_size != (*first)->group_size ||
                    (t->group_size & (t->group_size - 1));
         if (bad)
             return qp_fail(err, "%s: tensor %s: the kernels need one encoding for the q24/int8 matrices and one "
@@ -516,7 +533,8 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
 }
 
-const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, uint32_t value_size, uint32_t key)
+/* the segment holding key, or NULL */
+static const struct qp_segment *segment_of(const struct qp_segment *segs, uint32_t n_segs, uint32_t key)
 {
     uint32_t lo = 0, hi = n_segs;
     while (hi - lo > 1) {
@@ -528,13 +546,21 @@ const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, 
     }
     if (!n_segs || key < segs[lo].first_key || key - segs[lo].first_key >= segs[lo].n_keys)
         return NULL;
-    return segs[lo].data + (uint64_t)(key - segs[lo].first_key) * value_size;
+    return &segs[lo];
 }
 
-const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key)
+const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, uint32_t value_size, uint32_t key)
+{
+    const struct qp_segment *s = segment_of(segs, n_segs, key);
+    if (!s || s->packed)
+        return NULL;
+    return s->data + (uint64_t)(key - s->first_key) * value_size;
+}
+
+const struct qp_segment *qp_plan_segment(const struct qp_plan *p, enum qp_map_id id, uint32_t key)
 {
     const struct qp_mapspec *m = &p->maps[id];
-    return qp_segments_find(m->segs, m->n_segs, m->value_size, key);
+    return segment_of(m->segs, m->n_segs, key);
 }
 
 uint64_t qp_map_bytes(const struct qp_mapspec *m)
@@ -611,8 +637,7 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uin
     if (qp_plan_layout(p, f, ctx, slots, block, stream, err))
         return -1;
     const struct qpk_config *q = &f->cfg;
-    kv_exponents(p, f);
-    if (weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_klayout(p, f, err)) {
+    if (kv_exponents(p, f, err) || weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_klayout(p, f, err)) {
         qp_plan_free(p);
         return -1;
     }

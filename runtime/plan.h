@@ -18,7 +18,11 @@ enum qp_map_id {
 /* a run of map keys filled from one source */
 struct qp_segment {
     uint32_t first_key, n_keys;
-    const uint8_t *data;        /* n_keys * value_size bytes */
+    const uint8_t *data;        /* n_keys * value_size bytes, or packed's stored blocks */
+    /* a packed tensor (i6g, i4k): data holds n_keys of its row blocks, each
+     * expanded to value_size bytes as it is copied (qpk_expand_blocks);
+     * NULL: data is the map's bytes verbatim */
+    const struct qpk_tensor *packed;
 };
 
 struct qp_mapspec {
@@ -93,10 +97,11 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
                            enum qp_map_id *map, uint32_t *key);
 
-/* The bytes of key `key` of a weight map (NULL when no segment holds it). */
-const uint8_t *qp_plan_block(const struct qp_plan *p, enum qp_map_id id, uint32_t key);
+/* The segment of a weight map that holds key `key` (NULL when none does). */
+const struct qp_segment *qp_plan_segment(const struct qp_plan *p, enum qp_map_id id, uint32_t key);
 
-/* The same over any sorted segment list of a map with value_size bytes. */
+/* The bytes of key `key` in a sorted segment list of a map with value_size
+ * bytes; NULL when no segment holds it or the one that does is packed. */
 const uint8_t *qp_segments_find(const struct qp_segment *segs, uint32_t n_segs, uint32_t value_size, uint32_t key);
 void qp_plan_free(struct qp_plan *p);
 

@@ -7,8 +7,9 @@
  * weights against the original) and what the integer kernels add on top
  * (the container against the reference on these weights).
  *
- * Decoding follows formats/QPK.md's layouts; the values are the exact
- * integers times 2^-scale_exp, rounded once to float. */
+ * Decoding follows formats/QPK.md's layouts (a packed tensor, i6g or
+ * i4k, through the i8g or i4g block qrun rewrites it to); the values are
+ * the exact integers times 2^-scale_exp, rounded once to float. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,12 @@ static uint16_t get16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
-/* the integer of element (r, c), to be scaled by 2^-scale_exp */
-static double element(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+/* the integer of element (r, c), to be scaled by 2^-scale_exp, from the
+ * row block blk holding r in t's kernel encoding */
+static double element(const struct qpk_tensor *t, const uint8_t *blk, uint32_t r, uint32_t c)
 {
-    const uint8_t *blk = t->data + (uint64_t)(r / t->rows_per_block) * t->row_stride;
     uint32_t k = r % t->rows_per_block;
-    switch (t->encoding) {
+    switch (qpk_kernel_encoding(t->encoding)) {
     case QPK_ENC_Q24:
         return get32(blk + ((uint64_t)(c / 16) * 64 + k * 16 + c % 16) * 4);
     case QPK_ENC_I32S:
@@ -66,33 +67,42 @@ int main(int argc, char **argv)
         return 1;
     }
     struct stw_tensor *decl = calloc(f.n_tensors, sizeof *decl);
-    size_t widest = 0;
+    size_t widest = 0, widest_block = 0;
     for (uint32_t i = 0; i < f.n_tensors; i++) {
         const struct qpk_tensor *t = &f.tensors[i];
         bool vector = qpk_role_is_norm(t->role);
         decl[i] = (struct stw_tensor){.name = t->name, .dtype = ST_F32, .ndim = vector ? 1 : 2,
                                       .shape = {vector ? t->cols : t->rows, t->cols}};
         widest = t->cols > widest ? t->cols : widest;
+        widest_block = qpk_kernel_stride(t) > widest_block ? qpk_kernel_stride(t) : widest_block;
     }
     struct stw_writer *w = NULL;
     float *row = malloc(widest * sizeof *row);
-    int rc = !row || stw_open(&w, argv[2], decl, f.n_tensors, &err);
+    uint8_t *expanded = malloc(widest_block);
+    int rc = !row || !expanded || stw_open(&w, argv[2], decl, f.n_tensors, &err);
     for (uint32_t i = 0; !rc && i < f.n_tensors; i++) {
         const struct qpk_tensor *t = &f.tensors[i];
         double scale = ldexp(1.0, -t->scale_exp);
         for (uint32_t r = 0; !rc && r < t->rows; r++) {
+            const uint8_t *blk = t->data + (uint64_t)(r / t->rows_per_block) * t->row_stride;
+            if (qpk_encoding_packed(t->encoding)) {
+                if (r % t->rows_per_block == 0)
+                    qpk_expand_blocks(t, blk, 1, expanded);
+                blk = expanded;
+            }
             for (uint32_t c = 0; c < t->cols; c++)
-                row[c] = (float)(element(t, r, c) * scale);
+                row[c] = (float)(element(t, blk, r, c) * scale);
             rc = stw_write(w, row, (size_t)t->cols * sizeof *row, &err);
         }
     }
     if (!rc)
         rc = stw_finish(w, &err);
-    else if (row)
+    else if (row && expanded)
         stw_abort(w);
     if (rc)
-        fprintf(stderr, "qp-dequant: %s\n", row ? err.msg : "out of memory");
+        fprintf(stderr, "qp-dequant: %s\n", row && expanded ? err.msg : "out of memory");
     free(row);
+    free(expanded);
     free(decl);
     qpk_close(&f);
     return rc ? 1 : 0;

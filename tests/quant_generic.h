@@ -18,3 +18,6 @@
 #define qnt_tensor_code_sums qnt_generic_tensor_code_sums
 #define qnt_i4_row qnt_generic_i4_row
 #define qnt_i8_row qnt_generic_i8_row
+#define qnt_i6_row qnt_generic_i6_row
+#define qnt_i4k_row qnt_generic_i4k_row
+#define qnt_param_product qnt_generic_param_product

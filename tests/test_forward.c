@@ -11,6 +11,7 @@
 
 #include "forward.h"
 #include "lookup.h"
+#include "qpk_write.h"
 #include "ref.h"
 #include "session.h"
 
@@ -249,6 +250,78 @@ START_TEST(real_widths_0_6b_and_1_7b_run_exactly)
         qp_session_close(&ref);
         check_i4_widths(ckpt, shapes[k]);
     }
+}
+END_TEST
+
+/* Writes dest: the container src with every packed tensor (i6g, i4k)
+ * stored as the i8g / i4g blocks qpk_expand_blocks makes of it. Returns
+ * how many tensors were packed. */
+static unsigned write_expanded(const char *src, const char *dest)
+{
+    struct qpk_file f;
+    qp_err err = {{0}};
+    ck_assert_msg(qpk_open(&f, src, QPK_VERIFY, &err) == 0, "%s", err.msg);
+    struct qpk_tensor *ts = calloc(f.n_tensors, sizeof *ts);
+    ck_assert_ptr_nonnull(ts);
+    unsigned packed = 0;
+    for (uint32_t i = 0; i < f.n_tensors; i++) {
+        ts[i] = f.tensors[i];
+        packed += qpk_encoding_packed(ts[i].encoding);
+        ts[i].encoding = (uint16_t)qpk_kernel_encoding(ts[i].encoding);
+        ts[i].row_stride = qpk_kernel_stride(&f.tensors[i]);
+    }
+    struct qpk_writer *w;
+    ck_assert_msg(qpk_writer_open(&w, dest, &f.cfg, NULL, 0, ts, f.n_tensors, &err) == 0, "%s", err.msg);
+    for (uint32_t i = 0; i < f.n_tensors; i++) {
+        uint64_t blocks = ts[i].rows / ts[i].rows_per_block;
+        uint8_t *data = malloc(blocks * ts[i].row_stride);
+        ck_assert_ptr_nonnull(data);
+        qpk_expand_blocks(&f.tensors[i], f.tensors[i].data, blocks, data);
+        ck_assert_msg(qpk_writer_begin_tensor(w, i, &err) == 0 &&
+                      qpk_writer_write(w, data, blocks * ts[i].row_stride, &err) == 0 &&
+                      qpk_writer_end_tensor(w, &err) == 0, "%s", err.msg);
+        free(data);
+    }
+    ck_assert_msg(qpk_writer_finish(w, "{}", &err) == 0, "%s", err.msg);
+    free(ts);
+    qpk_close(&f);
+    return packed;
+}
+
+/* The int4 preset's packed tensors (the embedding i6g, the matrices with
+ * whole super-blocks i4k) run exactly as the i8g / i4g they expand to:
+ * resident (expanded as the maps are filled), --stream (as blocks are
+ * staged) and the host twin (expanded at its start) all give the logits
+ * of the container that stores the expansion, bit for bit. */
+START_TEST(packed_encodings_run_as_their_expansion)
+{
+    char ckpt[256], qpk[256], packed[300], expanded[300];
+    make_model("packed", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 15", ckpt, qpk);
+    snprintf(packed, sizeof packed, "%s/packed-int4.qpk", dir);
+    snprintf(expanded, sizeof expanded, "%s/expanded.qpk", dir);
+    sh(QP_QPACK " pack %s -o %s --quiet --format int4", ckpt, packed);
+    ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
+    struct qp_session res, str, emu, exp;
+    open_session(&res, packed, QP_BACKEND_BPF, 64);
+    open_session_mode(&str, packed, QP_BACKEND_BPF, 64, true);
+    open_session(&emu, packed, QP_BACKEND_EMU, 64);
+    open_session(&exp, expanded, QP_BACKEND_BPF, 64);
+    qp_err err = {{0}};
+    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
+        uint32_t a, b, c, d;
+        ck_assert_msg(qp_session_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
+        size_t bytes = res.vocab * sizeof(int64_t);
+        ck_assert_msg(memcmp(res.b->logits, exp.b->logits, bytes) == 0, "resident != expanded at %u", pos);
+        ck_assert_msg(memcmp(str.b->logits, exp.b->logits, bytes) == 0, "--stream != expanded at %u", pos);
+        ck_assert_msg(memcmp(emu.b->logits, exp.b->logits, bytes) == 0, "emu != expanded at %u", pos);
+    }
+    qp_session_close(&res);
+    qp_session_close(&str);
+    qp_session_close(&emu);
+    qp_session_close(&exp);
 }
 END_TEST
 
@@ -588,6 +661,7 @@ int main(void)
     tcase_add_test(tc, reference_cache_rounding_costs_what_its_width_allows);
     tcase_add_test(tc, stream_mode_equals_resident_mode);
     tcase_add_test(tc, real_widths_0_6b_and_1_7b_run_exactly);
+    tcase_add_test(tc, packed_encodings_run_as_their_expansion);
     tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
     tcase_add_loop_test(tc, blocks_give_the_bits_of_one_step_per_position, 0, 5);
     tcase_add_test(tc, stress_blocks_give_the_bits_of_one_step_per_position);

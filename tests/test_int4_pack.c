@@ -88,6 +88,8 @@ static uint64_t expected_nbytes(const struct qpk_tensor *t)
     switch (t->encoding) {
     case QPK_ENC_I4G: return n / 2 + n / g * 4;     /* 4 bits + 2 x u16 per group */
     case QPK_ENC_I8G: return n + n / g * 4;         /* 8 bits + i32 per group */
+    case QPK_ENC_I6G: return n * 3 / 4 + n / g * 2; /* 6 bits + pf16 per group */
+    case QPK_ENC_I4K: return n / 2 + n / (8 * g) * 16;  /* 4 bits + 16 bytes per 8 groups */
     case QPK_ENC_I32S: return ((uint64_t)t->cols * 4 + 7) / 8 * 8;
     default: return n * 4;
     }
@@ -300,6 +302,220 @@ START_TEST(int4_pack_is_deterministic)
 }
 END_TEST
 
+/* ------------------------------- 1b. the packed encodings i6g and i4k */
+
+/* The pf16 nearest to the integer v, ties to even, smallest shift first
+ * (QPK.md, "Packed encodings"), by integer arithmetic. */
+static uint16_t pf16_of_int(int64_t v)
+{
+    for (int s = 0; s <= 15; s++) {
+        int64_t q = v >> s, r = v - q * ((int64_t)1 << s), half = s ? (int64_t)1 << (s - 1) : 1;
+        if (s && (r > half || (r == half && (q & 1))))
+            q++;
+        if (q >= -2048 && q <= 2047)
+            return (uint16_t)(s << 12 | (q & 0xfff));
+    }
+    return v > 0 ? 0xf7ff : 0xf800;
+}
+
+/* 6-bit field i of a little-endian bit stream: bits [6i, 6i + 6), bit by bit */
+static unsigned field6(const uint8_t *p, uint64_t i)
+{
+    unsigned v = 0;
+    for (unsigned b = 0; b < 6; b++) {
+        uint64_t bit = 6 * i + b;
+        v |= (unsigned)(p[bit / 8] >> (bit % 8) & 1) << b;
+    }
+    return v;
+}
+
+/* i6g, from the bytes: the code of (r, c) and its group's d */
+static int i6_code(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+{
+    const uint8_t *block = t->data + (uint64_t)(r / 4) * t->row_stride;
+    int v = (int)field6(block, (uint64_t)(c / 16) * 64 + (r % 4) * 16 + c % 16);
+    return v >= 32 ? v - 64 : v;
+}
+
+static uint16_t i6_param(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+{
+    const uint8_t *block = t->data + (uint64_t)(r / 4) * t->row_stride;
+    return le16(block + 3 * (uint64_t)t->cols + 2 * ((uint64_t)(c / t->group_size) * 4 + r % 4));
+}
+
+/* i4k, from the bytes: group c / g's super-block scale (m: the offset's)
+ * and 6-bit multiple, and the pf16 they make */
+static void i4k_parts(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m, uint16_t *scale, unsigned *sub)
+{
+    const uint8_t *sb = t->data + (uint64_t)(r / 4) * t->row_stride + 2 * (uint64_t)t->cols +
+                        64 * (uint64_t)(c / t->group_size / 8);
+    *scale = le16(sb + (m ? 8 : 0) + 2 * (r % 4));
+    *sub = field6(sb + 16 + 12 * (r % 4), (m ? 8 : 0) + c / t->group_size % 8);
+}
+
+static uint16_t i4k_param(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m)
+{
+    uint16_t scale;
+    unsigned sub;
+    i4k_parts(t, r, c, m, &scale, &sub);
+    return pf16_of_int(pf16_value(scale) * sub);
+}
+
+static double packed_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
+{
+    if (t->encoding == QPK_ENC_I6G)
+        return ldexp((double)pf16_value(i6_param(t, r, c)) * i6_code(t, r, c), -t->scale_exp);
+    int64_t D = pf16_value(i4k_param(t, r, c, false)), M = pf16_value(i4k_param(t, r, c, true));
+    return ldexp((double)(D * (int64_t)i4_code(t, r, c) - M), -t->scale_exp);
+}
+
+/* One packed matrix against qnt_i6_row / qnt_i4k_row run on its source
+ * rows: the same codes and parameters, and the error of the values decoded
+ * by QPK.md is the provenance's. */
+static void check_packed_against_quantiser(struct st_model *m, const struct qpk_tensor *t, bool tied, cJSON *prov)
+{
+    uint64_t n = (uint64_t)t->rows * t->cols;
+    uint32_t groups = t->cols / t->group_size, supers = groups / 8;
+    float *x = source_values(m, t->name, n), *w = importance_of(m, t, tied, QNT_SEARCH);
+    uint8_t *q = malloc(t->cols), *sub = malloc(16 * (size_t)supers + 1);
+    uint16_t *d = malloc(2 * (size_t)groups), *sd = malloc(2 * (size_t)supers + 2), *sm = malloc(2 * (size_t)supers + 2);
+    ck_assert(q && sub && d && sd && sm);
+    double sse = 0, max_err = 0;
+    for (uint32_t r = 0; r < t->rows; r++) {
+        qnt_damage dmg = {0};
+        const float *xr = x + (uint64_t)r * t->cols, *wr = w ? w + (uint64_t)r * t->cols : NULL;
+        if (t->encoding == QPK_ENC_I6G)
+            qnt_i6_row(xr, wr, t->cols, (int)t->group_size, t->scale_exp, QNT_SEARCH, (int8_t *)q, d, &dmg);
+        else
+            qnt_i4k_row(xr, wr, t->cols, (int)t->group_size, t->scale_exp, QNT_SEARCH, q, sd, sm, sub, &dmg);
+        for (uint32_t c = 0; c < t->cols; c++) {
+            uint32_t gi = c / t->group_size;
+            if (t->encoding == QPK_ENC_I6G) {
+                ck_assert_msg(i6_code(t, r, c) == (int8_t)q[c] && i6_param(t, r, c) == d[gi],
+                              "%s[%u, %u]: code %d d %04x, quantiser %d %04x", t->name, r, c, i6_code(t, r, c),
+                              i6_param(t, r, c), (int8_t)q[c], d[gi]);
+                ck_assert_int_le(abs(i6_code(t, r, c)), 31);
+            } else {
+                uint16_t s_d, s_m;
+                unsigned a, b;
+                i4k_parts(t, r, c, false, &s_d, &a);
+                i4k_parts(t, r, c, true, &s_m, &b);
+                ck_assert_msg(i4_code(t, r, c) == q[c], "%s[%u, %u]: code", t->name, r, c);
+                ck_assert_msg(s_d == sd[gi / 8] && s_m == sm[gi / 8] && a == sub[16 * (gi / 8) + gi % 8] &&
+                              b == sub[16 * (gi / 8) + 8 + gi % 8], "%s[%u, %u]: super-block", t->name, r, c);
+            }
+            double e = fabs((double)xr[c] - packed_value(t, r, c));
+            sse += e * e;
+            max_err = fmax(max_err, e);
+        }
+    }
+    const cJSON *p = provenance_tensor(prov, t->name);
+    ck_assert_double_eq(number(p, "max_error"), max_err);
+    ck_assert_double_eq_tol(number(p, "rms_error"), sqrt(sse / (double)n), 1e-9 * sqrt(sse / (double)n));
+    free(x), free(w), free(q), free(sub), free(d), free(sd), free(sm);
+}
+
+/* hidden 256, MLP 512: 8 groups of 32 divide every int4 matrix's columns */
+#define WIDER "--preset tiny --hidden 256 --intermediate 512 --head-dim 32"
+
+START_TEST(int4_preset_packed_matrices_match_quantiser)
+{
+    make_dir();
+    gen("ck", WIDER " --seed 76");
+    pack_with("ck", "out.qpk", "--format int4 --quiet");
+    qp_err err = {{0}};
+    struct st_model m;
+    ck_assert_msg(st_open_dir(&m, path_of("ck"), &err) == 0, "%s", err.msg);
+    struct qpk_file f = open_qpk("out.qpk");
+    cJSON *prov = provenance(&f);
+    unsigned n6 = 0, n4k = 0;
+    for (uint32_t i = 0; i < f.n_tensors; i++) {
+        const struct qpk_tensor *t = &f.tensors[i];
+        if (!qpk_encoding_packed(t->encoding))
+            continue;
+        n6 += t->encoding == QPK_ENC_I6G;
+        n4k += t->encoding == QPK_ENC_I4K;
+        ck_assert_uint_eq(t->nbytes, expected_nbytes(t));
+        check_packed_against_quantiser(&m, t, f.cfg.flags & QPK_CONFIG_TIED, prov);
+    }
+    /* the embedding; q, k, o, gate, up of both layers (down_proj and v_proj
+     * are int8: 2 layers have no inner eighth) */
+    ck_assert_uint_eq(n6, 1);
+    ck_assert_uint_eq(n4k, 2 * 5);
+    cJSON_Delete(prov);
+    qpk_close(&f);
+    st_close(&m);
+    remove_dir();
+}
+END_TEST
+
+/* qpk_expand_blocks by hand: an i6g block's codes sign-extended and its
+ * pf16 d as int32 D; an i4k block's parameters as pf16(scale x multiple) */
+START_TEST(expansion_gives_the_kernel_encodings)
+{
+    struct qpk_tensor t = {.encoding = QPK_ENC_I6G, .rows = 4, .cols = 32, .group_size = 16, .rows_per_block = 4};
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    ck_assert_uint_eq(t.row_stride, 3 * 32 + 2 * 8);
+    ck_assert_uint_eq(qpk_kernel_stride(&t), 4 * 32 + 4 * 2 * 4);
+    uint8_t in[512] = {0}, out[512];
+    for (unsigned n = 0; n < 128; n++)
+        qpk_bits6_put(in, n, (unsigned)((int)(n % 64) - 32) & 63);     /* codes -32..31 */
+    for (unsigned i = 0; i < 8; i++)
+        put16(in + 96 + 2 * i, (uint16_t)(3 << 12 | (5 + i)));         /* D = (5 + i) * 8 */
+    qpk_expand_blocks(&t, in, 1, out);
+    for (unsigned n = 0; n < 128; n++) {
+        ck_assert_uint_eq(qpk_bits6_get(in, n), (unsigned)((int)(n % 64) - 32) & 63);
+        ck_assert_int_eq((int8_t)out[n], (int)(n % 64) - 32);
+    }
+    for (unsigned i = 0; i < 8; i++)
+        ck_assert_int_eq((int32_t)le32(out + 128 + 4 * i), (int)(5 + i) * 8);
+
+    t = (struct qpk_tensor){.encoding = QPK_ENC_I4K, .rows = 4, .cols = 128, .group_size = 16, .rows_per_block = 4};
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    ck_assert_uint_eq(t.row_stride, 2 * 128 + 64);
+    memset(in, 0, sizeof in);
+    for (unsigned b = 0; b < 256; b++)
+        in[b] = (uint8_t)(b * 7);                                        /* codes: copied as they are */
+    uint8_t *sb = in + 256;
+    for (unsigned k = 0; k < 4; k++) {
+        put16(sb + 2 * k, (uint16_t)(1 << 12 | (3 + k)));               /* scale of d: 2 (3 + k) */
+        put16(sb + 8 + 2 * k, k == 3 ? 2047 : (uint16_t)(0xfff & -(int)(k + 1)));   /* of m: -(k + 1), row 3 2047 */
+        for (unsigned i = 0; i < 8; i++) {
+            qpk_bits6_put(sb + 16 + 12 * k, i, 7 * i + 1);
+            qpk_bits6_put(sb + 16 + 12 * k, 8 + i, 63 - i);
+        }
+    }
+    qpk_expand_blocks(&t, in, 1, out);
+    ck_assert_int_eq(memcmp(out, in, 256), 0);
+    for (unsigned g = 0; g < 8; g++)
+        for (unsigned k = 0; k < 4; k++) {
+            uint16_t d = le16(out + 256 + 16 * g + 2 * k), mm = le16(out + 256 + 16 * g + 8 + 2 * k);
+            ck_assert_uint_eq(d, (uint16_t)(2 * (3 + k) * (7 * g + 1)));   /* < 2048: shift 0, exact */
+            if (k < 3)
+                ck_assert_uint_eq(mm, (uint16_t)(0xfff & -(int)((k + 1) * (63 - g))));
+        }
+    /* row 3, group 0: 2047 x 63 = 128961 = 2015.02 x 2^6 -> mantissa 2015, shift 6 */
+    ck_assert_uint_eq(le16(out + 256 + 8 + 6), 6 << 12 | 2015);
+}
+END_TEST
+
+/* the writer and the reader check an i6g scale as the i8g one it becomes */
+START_TEST(i6g_scale_past_2_20_is_refused)
+{
+    struct qpk_tensor t = {.name = "w", .role = QPK_ROLE_O, .encoding = QPK_ENC_I6G, .rows = 4, .cols = 16,
+                           .group_size = 16, .rows_per_block = 4};
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    uint8_t block[64] = {0};
+    qp_err err = {{0}};
+    put16(block + 48 + 2, (uint16_t)(9 << 12 | 2047));        /* 2047 x 2^9 < 2^20 */
+    ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    put16(block + 48 + 2, (uint16_t)(10 << 12 | 1025));       /* 1025 x 2^10 > 2^20 */
+    ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1, group 0: scale 1049600, outside i6g's +-2^20"), "%s",
+                  err.msg);
+}
+END_TEST
+
 /* --------------------------------------------------- 2. the int4 preset */
 
 static unsigned encoding_of(const struct qpk_file *f, unsigned role, unsigned layer)
@@ -310,13 +526,18 @@ static unsigned encoding_of(const struct qpk_file *f, unsigned role, unsigned la
 }
 
 /* The preset's rule, restated: int8 for an untied lm_head, every v_proj,
- * and down_proj of the first and last eighth of the layers; the embedding
- * is int4 like the rest. */
-static bool preset_int8(const struct qpk_tensor *t, uint32_t n_layers)
+ * and down_proj of the first and last eighth of the layers; int6 for the
+ * embedding; the rest int4, in super-blocks (i4k) where 8 groups of 32
+ * divide the columns. */
+static unsigned preset_encoding(const struct qpk_tensor *t, uint32_t n_layers)
 {
     uint32_t e = n_layers / 8;
-    return t->role == QPK_ROLE_LM_HEAD || t->role == QPK_ROLE_V ||
-           (t->role == QPK_ROLE_DOWN && (t->layer < e || t->layer >= n_layers - e));
+    if (t->role == QPK_ROLE_LM_HEAD || t->role == QPK_ROLE_V ||
+        (t->role == QPK_ROLE_DOWN && (t->layer < e || t->layer >= n_layers - e)))
+        return QPK_ENC_I8G;
+    if (t->role == QPK_ROLE_EMBED)
+        return QPK_ENC_I6G;
+    return t->cols % 256 ? QPK_ENC_I4G : QPK_ENC_I4K;
 }
 
 START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
@@ -327,15 +548,15 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
     struct qpk_file f = open_qpk("out.qpk");
     ck_assert_uint_eq(f.cfg.weight_format, QPK_FORMAT_INT4);
     uint64_t bytes = 0, weights = 0;
-    unsigned n8 = 0, lines = 0;
+    unsigned n8 = 0, n4k = 0, lines = 0;
     for (uint32_t i = 0; i < f.n_tensors; i++) {
         const struct qpk_tensor *t = &f.tensors[i];
         if (!qpk_role_is_norm(t->role)) {
-            bool int8 = preset_int8(t, 16);
-            n8 += int8;
-            ck_assert_msg(t->encoding == (int8 ? QPK_ENC_I8G : QPK_ENC_I4G), "%s: encoding %s", t->name,
-                          qpk_encoding_name(t->encoding));
-            ck_assert_uint_eq(t->group_size, int8 ? 128 : 32);
+            unsigned enc = preset_encoding(t, 16);
+            n8 += enc == QPK_ENC_I8G;
+            n4k += enc == QPK_ENC_I4K;
+            ck_assert_msg(t->encoding == enc, "%s: encoding %s", t->name, qpk_encoding_name(t->encoding));
+            ck_assert_uint_eq(t->group_size, qpk_kernel_encoding(enc) == QPK_ENC_I8G ? 128 : 32);
         }
         ck_assert_uint_eq(t->nbytes, expected_nbytes(t));
         bytes += expected_nbytes(t);
@@ -345,18 +566,20 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
         snprintf(line, sizeof line, "qpack:   %s ", t->name);
         lines += strstr(out_text, line) != NULL;
     }
-    /* lm_head, the 16 v_proj, down_proj of layers 0, 1, 14, 15 */
+    /* lm_head, the 16 v_proj, down_proj of layers 0, 1, 14, 15; the other
+     * 12 down_proj (256 columns) in super-blocks */
     ck_assert_uint_eq(n8, 1 + 16 + 4);
-    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER), QPK_ENC_I4G);
+    ck_assert_uint_eq(n4k, 12);
+    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER), QPK_ENC_I6G);
     ck_assert_uint_eq(lines, f.n_tensors);
     ck_assert_double_eq_tol(printed_bits_per_weight(), 8.0 * (double)bytes / (double)weights, 0.0006);
-    assert_out_has("qpack: matrices: 93 i4g (groups of 32), 21 i8g (groups of 128)\n");
+    assert_out_has("qpack: matrices: 12 i4k + 80 i4g (groups of 32), 1 i6g + 21 i8g (groups of 128)\n");
 
     cJSON *prov = provenance(&f);
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(prov, "settings");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(prov, "format")->valuestring, "int4");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "preset")->valuestring, "int4");
-    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "matrices")->valuestring, "i4g+i8g");
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "matrices")->valuestring, "i4g+i8g+i6g+i4k");
     ck_assert_int_eq(number(s, "int8_group"), 128);
     ck_assert_int_eq(number(s, "group"), 32);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "keep")), 0);
@@ -374,7 +597,7 @@ START_TEST(int4_preset_on_narrow_model_halves_int8_group)
     assert_out_has("i8g (groups of 64: 128 does not divide their columns)");
     struct qpk_file f = open_qpk("out.qpk");
     for (uint32_t i = 0; i < f.n_tensors; i++)
-        if (f.tensors[i].encoding == QPK_ENC_I8G)
+        if (qpk_kernel_encoding(f.tensors[i].encoding) == QPK_ENC_I8G)
             ck_assert_uint_eq(f.tensors[i].group_size, 64);
     qpk_close(&f);
     remove_dir();
@@ -415,7 +638,8 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
               "--format int4 --quiet --keep 'model.layers.3.mlp.gate_proj.weight=int8' "
               "--keep 'model.embed_tokens.weight=int8' "
               "--keep 'model.layers.*.self_attn.v_proj.weight=int4' "
-              "--keep 'model.layers.2.self_attn.v_proj.weight=int8'");
+              "--keep 'model.layers.2.self_attn.v_proj.weight=int8' "
+              "--keep 'model.layers.5.mlp.up_proj.weight=int6'");
     struct qpk_file f = open_qpk("out.qpk");
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_GATE, 3), QPK_ENC_I8G);
     ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_GATE, 3)->group_size, 128);
@@ -428,10 +652,12 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
     /* untouched by the rules: the preset */
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 0), QPK_ENC_I8G);
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 7), QPK_ENC_I8G);
-    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 1), QPK_ENC_I4G);
+    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 1), QPK_ENC_I4K);   /* 256 columns: super-blocks */
+    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_UP, 5), QPK_ENC_I6G);
+    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_UP, 5)->group_size, 128);
     cJSON *prov = provenance(&f);
     const cJSON *keep = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(prov, "settings"), "keep");
-    ck_assert_int_eq(cJSON_GetArraySize(keep), 4);
+    ck_assert_int_eq(cJSON_GetArraySize(keep), 5);
     ck_assert_str_eq(cJSON_GetArrayItem(keep, 3)->valuestring, "model.layers.2.self_attn.v_proj.weight=int8");
     cJSON_Delete(prov);
     qpk_close(&f);
@@ -484,7 +710,7 @@ START_TEST(keep_is_rejected_outside_int4_and_when_malformed)
         {"--format int8 --keep 'model.*=int8'", "not int8"},
         {"--format int4 --keep 'model.*'", "expected PATTERN=FMT"},
         {"--format int4 --keep '=int8'", "expected PATTERN=FMT"},
-        {"--format int4 --keep 'model.*=int2'", "unknown format 'int2' (int8 or int4)"},
+        {"--format int4 --keep 'model.*=int2'", "unknown format 'int2' (int8, int6 or int4)"},
         {"--format int5", "unknown format 'int5'"},
         {"--format q24 --group 64", "--group and --quant apply to --format int8, int4 and int4-pure"},
     };
@@ -649,6 +875,32 @@ static void q24_container(struct qpk_config *c, struct qpk_tensor *t, uint32_t n
     c->weight_format = QPK_FORMAT_Q24;
 }
 
+static struct qpk_tensor *first_encoded(struct qpk_tensor *ts, uint32_t n, unsigned encoding)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ts[i].encoding == encoding)
+            return &ts[i];
+    ck_abort_msg("no %s tensor", qpk_encoding_name(encoding));
+    return NULL;
+}
+static void i4k_group_64(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
+{
+    (void)c;
+    struct qpk_tensor *k = first_encoded(t, n, QPK_ENC_I4K);
+    k->group_size = 64;
+    k->row_stride = 2 * (uint64_t)k->cols;
+}
+static void i6g_stride_plus_8(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
+{
+    (void)c;
+    first_encoded(t, n, QPK_ENC_I6G)->row_stride += 8;
+}
+static void i4k_as_i4g(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
+{
+    (void)c;
+    first_encoded(t, n, QPK_ENC_I4K)->encoding = QPK_ENC_I4G;
+}
+
 static void pack_int4_pure(void)
 {
     make_dir();
@@ -702,7 +954,7 @@ START_TEST(reader_rejects_mixed_i8g_group_sizes_in_int4_container)
     gen("ck", "--preset tiny --seed 102");
     pack_with("ck", "good.qpk", "--format int4 --quiet --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
     rewrite("good.qpk", "mixed.qpk", mixed_i8_groups);
-    expect_rejected("mixed.qpk", "i8g group size 64 differs from the 32 of");
+    expect_rejected("mixed.qpk", "v_proj.weight: i8g group size 32 differs from the 64 of model.embed_tokens.weight");
     remove_dir();
 }
 END_TEST
@@ -727,6 +979,30 @@ START_TEST(reader_rejects_i4g_outside_int4_containers)
 }
 END_TEST
 
+/* i4k's super-blocks must fill the columns, strides are exact, and a
+ * tensor's bytes are read as the encoding it names */
+START_TEST(reader_checks_packed_encodings)
+{
+    make_dir();
+    gen("ck", WIDER " --seed 103");
+    pack_with("ck", "good.qpk", "--format int4 --quiet");
+    rewrite("good.qpk", "same.qpk", keep_all);
+    struct qpk_file f = open_qpk("same.qpk");
+    qpk_close(&f);
+    rewrite("good.qpk", "g64.qpk", i4k_group_64);
+    expect_rejected("g64.qpk", "i4k's super-blocks of 8 groups of 64 do not divide its 256 columns");
+    rewrite("good.qpk", "stride.qpk", i6g_stride_plus_8);
+    expect_rejected("stride.qpk", "model.embed_tokens.weight: i6g [512, 256] with groups of 128 needs 4-row blocks "
+                                  "of 784 bytes (has rows_per_block 4, row_stride 792)");
+    rewrite("good.qpk", "as_i4g.qpk", i4k_as_i4g);
+    expect_rejected("as_i4g.qpk", "q_proj.weight: i4g [128, 256] with groups of 32 needs 4-row blocks of 640 bytes "
+                                  "(has rows_per_block 4, row_stride 576)");
+    rewrite("good.qpk", "int8.qpk", int8_container);
+    expect_rejected("int8.qpk", "in int8 containers");
+    remove_dir();
+}
+END_TEST
+
 /* ---------------------------------------------------- 6. qpack info */
 
 START_TEST(info_shows_format_encodings_and_groups)
@@ -735,7 +1011,7 @@ START_TEST(info_shows_format_encodings_and_groups)
     gen("ck", "--preset tiny --seed 111");
     pack_with("ck", "out.qpk", "--format int4 --quiet");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("out.qpk")), 0);
-    assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 13 i4g g32");
+    assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 12 i4g g32, 1 i6g g64");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
     cJSON *root = cJSON_Parse(out_text);
     ck_assert_ptr_nonnull(root);
@@ -767,6 +1043,12 @@ static Suite *suite(void)
     tcase_add_test(tc, int4_pack_is_deterministic);
     suite_add_tcase(s, tc);
 
+    tc = tcase_create("packed");
+    tcase_add_test(tc, int4_preset_packed_matrices_match_quantiser);
+    tcase_add_test(tc, expansion_gives_the_kernel_encodings);
+    tcase_add_test(tc, i6g_scale_past_2_20_is_refused);
+    suite_add_tcase(s, tc);
+
     tc = tcase_create("preset");
     tcase_add_test(tc, int4_preset_keeps_lm_head_v_and_outer_down_int8_g128);
     tcase_add_test(tc, int4_preset_on_narrow_model_halves_int8_group);
@@ -792,6 +1074,7 @@ static Suite *suite(void)
     tcase_add_test(tc, reader_rejects_mixed_i8g_group_sizes_in_int4_container);
     tcase_add_test(tc, reader_rejects_i4g_scale_exp_out_of_range);
     tcase_add_test(tc, reader_rejects_i4g_outside_int4_containers);
+    tcase_add_test(tc, reader_checks_packed_encodings);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("info");

@@ -568,7 +568,7 @@ START_TEST(open_buffer_rejects_newer_major_version)
     uint8_t *p = patched();
     put16(p + 8, 2);
     fix_header_checksum(p);
-    expect_open_error(p, "version 2.0 is not supported");
+    expect_open_error(p, "version 2.1 is not supported");
     expect_open_error(p, "made by a newer qpack");
     free(p);
 }

@@ -1,0 +1,102 @@
+/* qpk_packed.c - the packed encodings, i6g and i4k, and their expansion to
+ * the i8g and i4g blocks the kernels read (QPK.md, "Packed encodings").
+ *
+ * They exist to make the file smaller where bits are scarce: i6g holds a
+ * vocabulary matrix at 6.125 bits per weight instead of 8.25, i4k spends
+ * 0.5 bits per weight on an int4 matrix's parameters instead of 1.0 (at
+ * groups of 32). The BPF kernels stay as they are: qrun rewrites each block
+ * as it fills a map (or stages a --stream block), so nothing is converted
+ * per token. Every expanded value is the one the packer measured its error
+ * on: both round the i4k parameters with qnt_param_product. */
+#include "qpk.h"
+
+#include <string.h>
+
+#include "le.h"
+#include "quant.h"
+
+unsigned qpk_kernel_encoding(unsigned encoding)
+{
+    return encoding == QPK_ENC_I6G ? QPK_ENC_I8G : encoding == QPK_ENC_I4K ? QPK_ENC_I4G : encoding;
+}
+
+bool qpk_encoding_packed(unsigned encoding)
+{
+    return encoding == QPK_ENC_I6G || encoding == QPK_ENC_I4K;
+}
+
+uint64_t qpk_kernel_stride(const struct qpk_tensor *t)
+{
+    return qpk_encoding_packed(t->encoding) ? qpk_block_bytes(qpk_kernel_encoding(t->encoding), t->cols, t->group_size)
+                                            : t->row_stride;
+}
+
+unsigned qpk_bits6_get(const uint8_t *stream, uint64_t i)
+{
+    const uint8_t *p = stream + 3 * (i / 4);
+    uint32_t word = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+    return (word >> (6 * (i % 4))) & 63;
+}
+
+void qpk_bits6_put(uint8_t *stream, uint64_t i, unsigned v)
+{
+    uint8_t *p = stream + 3 * (i / 4);
+    uint32_t shift = 6 * (i % 4);
+    uint32_t word = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+    word = (word & ~(63u << shift)) | (v & 63) << shift;
+    p[0] = (uint8_t)word;
+    p[1] = (uint8_t)(word >> 8);
+    p[2] = (uint8_t)(word >> 16);
+}
+
+/* i6g -> i8g: the codes sign-extended to bytes in the same order (four
+ * from each 3 bytes), each pf16 d as the int32 D it encodes */
+static void expand_i6g(const struct qpk_tensor *t, const uint8_t *src, uint8_t *dst)
+{
+    uint64_t n_codes = (uint64_t)t->cols * 4, n_params = (uint64_t)t->cols / t->group_size * 4;
+    for (uint64_t n = 0; n < n_codes; n += 4, src += 3) {
+        uint32_t word = src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16;
+        for (unsigned j = 0; j < 4; j++)    /* 6-bit two's complement: flip the sign bit, subtract it */
+            dst[n + j] = (uint8_t)(int8_t)((int)(((word >> (6 * j)) & 63) ^ 32) - 32);
+    }
+    for (uint64_t i = 0; i < n_params; i++)
+        put32(dst + n_codes + 4 * i, (uint32_t)qnt_param_int((uint16_t)le16(src + 2 * i)));
+}
+
+/* i4k -> i4g: the codes as they are, then each group's d and m from its
+ * super-block's scales and its 6-bit multiples */
+static void expand_i4k(const struct qpk_tensor *t, const uint8_t *src, uint8_t *dst)
+{
+    uint64_t code_bytes = (uint64_t)t->cols * 2;
+    uint32_t supers = t->cols / t->group_size / QPK_I4K_GROUPS;
+    memcpy(dst, src, code_bytes);
+    for (uint32_t s = 0; s < supers; s++) {
+        const uint8_t *sb = src + code_bytes + (uint64_t)s * QPK_I4K_SUPER_BYTES;
+        uint8_t *dm = dst + code_bytes + 16 * (uint64_t)s * QPK_I4K_GROUPS;
+        for (unsigned k = 0; k < 4; k++) {
+            uint16_t sd = (uint16_t)le16(sb + 2 * k), sm = (uint16_t)le16(sb + 8 + 2 * k);
+            const uint8_t *subs = sb + 16 + 12 * k;     /* a[0..7] for d, then b[0..7] for m */
+            for (unsigned w = 0; w < 4; w++) {          /* four 3-byte words of four fields */
+                uint32_t word = subs[3 * w] | (uint32_t)subs[3 * w + 1] << 8 | (uint32_t)subs[3 * w + 2] << 16;
+                for (unsigned j = 0; j < 4; j++) {
+                    unsigned field = 4 * w + j, group = field % QPK_I4K_GROUPS;
+                    uint16_t p = qnt_param_product(field < QPK_I4K_GROUPS ? sd : sm, (word >> (6 * j)) & 63);
+                    put16(dm + 16 * group + (field < QPK_I4K_GROUPS ? 0 : 8) + 2 * k, p);
+                }
+            }
+        }
+    }
+}
+
+void qpk_expand_blocks(const struct qpk_tensor *t, const uint8_t *src, uint64_t n_blocks, uint8_t *dst)
+{
+    uint64_t out = qpk_kernel_stride(t);
+    for (uint64_t b = 0; b < n_blocks; b++, src += t->row_stride, dst += out) {
+        if (t->encoding == QPK_ENC_I6G)
+            expand_i6g(t, src, dst);
+        else if (t->encoding == QPK_ENC_I4K)
+            expand_i4k(t, src, dst);
+        else
+            memcpy(dst, src, out);
+    }
+}
