@@ -65,6 +65,11 @@ cp "$trimmed" "$tmp/tok/tokenizer.json"
 "$gen" "$tmp/int4" --hidden 32 --intermediate 64 --layers 1 --heads 2 --kv-heads 1 \
     --head-dim 16 --vocab 32 --max-pos 16 --seed 9 >/dev/null
 "$qpack" pack "$tmp/int4" -o "$corpus/fuzz_qpk/int4_mixed.qpk" --format int4 --quiet
+# the packed encodings: an i6g embedding and i4k matrices (hidden 256: 8
+# groups of 32)
+"$gen" "$tmp/packed" --hidden 256 --intermediate 32 --layers 1 --heads 1 --kv-heads 1 \
+    --head-dim 32 --vocab 32 --max-pos 16 --seed 10 >/dev/null
+"$qpack" pack "$tmp/packed" -o "$corpus/fuzz_qpk/int4_packed.qpk" --format int4 --quiet
 "$qpack" pack "$tmp/mini" -o "$tmp/mini.qpk" --quiet
 cp "$tmp/mini.qpk" "$corpus/fuzz_qpk/mini_untied.qpk"
 head -c 128 "$tmp/mini.qpk" > "$corpus/fuzz_qpk/header_only.qpk"
