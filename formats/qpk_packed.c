@@ -7,7 +7,8 @@
  * groups of 32). The BPF kernels stay as they are: qrun rewrites each block
  * as it fills a map (or stages a --stream block), so nothing is converted
  * per token. Every expanded value is the one the packer measured its error
- * on: both round the i4k parameters with qnt_param_product. */
+ * on: an i4k parameter is its scale times its multiple, exactly
+ * (qnt_i4k_param). */
 #include "qpk.h"
 
 #include <string.h>
@@ -49,16 +50,28 @@ void qpk_bits6_put(uint8_t *stream, uint64_t i, unsigned v)
     p[2] = (uint8_t)(word >> 16);
 }
 
-/* i6g -> i8g: the codes sign-extended to bytes in the same order (four
- * from each 3 bytes), each pf16 d as the int32 D it encodes */
+/* Eight 6-bit two's-complement fields of a 48-bit little-endian word as
+ * eight bytes of int8: the fields spread to their bytes in three halvings
+ * (24-bit halves to 32-bit lanes, 12-bit to 16-bit, 6-bit to 8-bit), then
+ * per byte (v ^ 32) - 32 with no carry across bytes (v ^ 32 < 64: adding
+ * 0x60 stays in the byte, and flipping bit 7 then subtracts or adds the
+ * remaining 0x80). */
+static uint64_t sext6_x8(uint64_t fields)
+{
+    uint64_t x = (fields & 0xffffffull) | (fields & 0xffffff000000ull) << 8;
+    x = (x & 0x00000fff00000fffull) | (x & 0x00fff00000fff000ull) << 4;
+    x = (x & 0x003f003f003f003full) | (x & 0x0fc00fc00fc00fc0ull) << 2;
+    uint64_t bytes = x ^ 0x2020202020202020ull;
+    return (bytes + 0x6060606060606060ull) ^ 0x8080808080808080ull;
+}
+
+/* i6g -> i8g: the codes sign-extended to bytes in the same order (eight
+ * from each 6 bytes), each pf16 d as the int32 D it encodes */
 static void expand_i6g(const struct qpk_tensor *t, const uint8_t *src, uint8_t *dst)
 {
     uint64_t n_codes = (uint64_t)t->cols * 4, n_params = (uint64_t)t->cols / t->group_size * 4;
-    for (uint64_t n = 0; n < n_codes; n += 4, src += 3) {
-        uint32_t word = src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16;
-        for (unsigned j = 0; j < 4; j++)    /* 6-bit two's complement: flip the sign bit, subtract it */
-            dst[n + j] = (uint8_t)(int8_t)((int)(((word >> (6 * j)) & 63) ^ 32) - 32);
-    }
+    for (uint64_t n = 0; n < n_codes; n += 8, src += 6)
+        put64(dst + n, sext6_x8(le32(src) | (uint64_t)le16(src + 4) << 32));
     for (uint64_t i = 0; i < n_params; i++)
         put32(dst + n_codes + 4 * i, (uint32_t)qnt_param_int((uint16_t)le16(src + 2 * i)));
 }
@@ -80,7 +93,7 @@ static void expand_i4k(const struct qpk_tensor *t, const uint8_t *src, uint8_t *
                 uint32_t word = subs[3 * w] | (uint32_t)subs[3 * w + 1] << 8 | (uint32_t)subs[3 * w + 2] << 16;
                 for (unsigned j = 0; j < 4; j++) {
                     unsigned field = 4 * w + j, group = field % QPK_I4K_GROUPS;
-                    uint16_t p = qnt_param_product(field < QPK_I4K_GROUPS ? sd : sm, (word >> (6 * j)) & 63);
+                    uint16_t p = qnt_i4k_param(field < QPK_I4K_GROUPS ? sd : sm, (word >> (6 * j)) & 63);
                     put16(dm + 16 * group + (field < QPK_I4K_GROUPS ? 0 : 8) + 2 * k, p);
                 }
             }

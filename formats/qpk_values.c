@@ -166,18 +166,34 @@ static int check_block(const char *path, const struct qpk_tensor *t, const char 
     return rc;
 }
 
-/* A packed tensor (i6g, i4k) is checked as the kernels will read it: i6g's
- * scales on the stored bytes, and where more is to check (an embedding
- * near the residual stream's bound) each block expanded first, as qrun
- * expands it. */
+/* i4k, on the stored bytes: every super-block scale has a 6-bit mantissa,
+ * so that its products with the multiples are exact pf16 (QPK.md); an
+ * embedding's block is then checked expanded (*expand) */
+static int check_i4k_block(const char *path, const struct qpk_tensor *t, const uint8_t *blk, uint32_t row0,
+                           bool *expand, qp_err *err)
+{
+    uint32_t supers = t->cols / t->group_size / QPK_I4K_GROUPS;
+    for (uint32_t s = 0; s < supers; s++) {
+        const uint8_t *sb = blk + 2 * (uint64_t)t->cols + (uint64_t)s * QPK_I4K_SUPER_BYTES;
+        for (uint32_t i = 0; i < 8; i++)
+            if (!qnt_i4k_scale_valid((uint16_t)le16(sb + 2 * i)))
+                return qp_fail(err, "%s: tensor %s: row %u, super-block %u: %s scale %04x has a mantissa outside "
+                               "i4k's -32..31", path, t->name, row0 + i % 4, s, i < 4 ? "d" : "m", le16(sb + 2 * i));
+    }
+    *expand = t->role == QPK_ROLE_EMBED;
+    return 0;
+}
+
+/* A packed tensor (i6g, i4k) is checked as the kernels will read it: its
+ * own rules on the stored bytes, and where more is to check (an embedding;
+ * for i6g only one near the residual stream's bound) each block expanded
+ * first, as qrun expands it. */
 int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t first_block,
                      const uint8_t *data, uint64_t n_blocks, qp_err *err)
 {
     struct qpk_tensor view = *t;
     uint8_t *expanded = NULL;
     if (qpk_encoding_packed(t->encoding)) {
-        if (qpk_kernel_encoding(t->encoding) == QPK_ENC_I4G && t->role != QPK_ROLE_EMBED)
-            return 0;   /* nothing of i4g to check */
         view.encoding = (uint16_t)qpk_kernel_encoding(t->encoding);
         view.row_stride = qpk_kernel_stride(t);
         if (!(expanded = malloc(view.row_stride)))
@@ -187,10 +203,14 @@ int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t firs
     for (uint64_t b = 0; b < n_blocks && !rc; b++) {
         const uint8_t *blk = data + b * t->row_stride;
         uint32_t row0 = (uint32_t)((first_block + b) * t->rows_per_block);
-        bool expand = expanded != NULL;
-        if (t->encoding == QPK_ENC_I6G && ((rc = check_i6g_block(path, t, blk, row0, &expand, err)) || !expand))
-            continue;   /* checked without expanding: the common case */
-        if (expand) {
+        bool expand = false;
+        if (t->encoding == QPK_ENC_I6G)
+            rc = check_i6g_block(path, t, blk, row0, &expand, err);
+        else if (t->encoding == QPK_ENC_I4K)
+            rc = check_i4k_block(path, t, blk, row0, &expand, err);
+        if (rc || (expanded && !expand))
+            continue;   /* packed and checked without expanding: the common case */
+        if (expanded) {
             qpk_expand_blocks(t, blk, 1, expanded);
             blk = expanded;
         }

@@ -45,28 +45,14 @@ uint16_t qnt_param_encode(double y)
     return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
 }
 
-/* v / 2^s rounded to nearest, ties to even (s >= 1; v >> s floors) */
-static inline int64_t shift_round_even(int64_t v, int s)
+uint16_t qnt_i4k_scale_encode(double y)
 {
-    return (v + ((int64_t)1 << (s - 1)) - 1 + ((v >> s) & 1)) >> s;
-}
-
-uint16_t qnt_param_product(uint16_t scale, unsigned a)
-{
-    int64_t v = (int64_t)qnt_param_int(scale) * a;
-    uint64_t mag = v < 0 ? (uint64_t)-v : (uint64_t)v;
-    /* below 2^11 (or -2^11) v fits with shift 0; else the least shift that
-     * can fit it is bits - 12 (only -2^11 x 2^s fits there), the next one
-     * fits unless rounding carries to 2^11, and then the one after */
-    if (mag <= 2048 && v >= QNT_PF16_MANT_MIN && v <= QNT_PF16_MANT_MAX)
-        return (uint16_t)(v & 0xfff);
-    int s = 64 - __builtin_clzll(mag) - 12;
-    for (int k = 0; k < 3 && s <= QNT_PF16_SHIFT_MAX; k++, s++) {
-        int64_t t = s ? shift_round_even(v, s) : v;
-        if (t >= QNT_PF16_MANT_MIN && t <= QNT_PF16_MANT_MAX)
-            return (uint16_t)((s << 12) | (t & 0xfff));
+    for (int s = 0; s <= QNT_PF16_SHIFT_MAX; s++) {
+        double t = round_even(y * (1.0 / (double)(1 << s)));
+        if (t >= QNT_I4K_SCALE_MANT_MIN && t <= QNT_I4K_SCALE_MANT_MAX)
+            return (uint16_t)((s << 12) | ((int)t & 0xfff));
     }
-    int t = v > 0 ? QNT_PF16_MANT_MAX : QNT_PF16_MANT_MIN;
+    int t = y > 0 ? QNT_I4K_SCALE_MANT_MAX : QNT_I4K_SCALE_MANT_MIN;
     return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
 }
 
@@ -810,22 +796,47 @@ void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E,
 
 /* ======================= INT4 super-blocks (i4k) ======================= */
 
-/* Writes n pf16 parameters p as 6-bit multiples sub[i] of one pf16 scale,
- * the k-quants' way: the scale is the largest |P| / 63 with its sign, so
+/* the multiple of scale S nearest to P, in 0..63 */
+static unsigned i4k_multiple(double P, double S)
+{
+    double a = S != 0 ? round(P / S) : 0;
+    return (unsigned)(a < 0 ? 0 : a > QNT_I4K_SUB_MAX ? QNT_I4K_SUB_MAX : a);
+}
+
+/* Writes n pf16 parameters p as 6-bit multiples sub[i] of one scale, the
+ * k-quants' way: the scale near the largest |P| / 63 with its sign, so
  * sub[i] = round(P_i / S) lands in 0..63 (a P of the other sign gets 0),
- * and p[i] becomes what a reader expands: qnt_param_product(S, sub[i]). */
+ * and p[i] becomes what a reader expands: qnt_i4k_param(S, sub[i]). The
+ * scale's mantissa has 6 bits, so of its neighbours at the same shift the
+ * one whose multiples come closest to the p (squared error) is taken. */
 static void i4k_fit_scale(uint16_t *p, int n, uint16_t *scale, uint8_t *sub)
 {
     double big = 0;
     for (int i = 0; i < n; i++)
         if (fabs((double)qnt_param_int(p[i])) > fabs(big))
             big = qnt_param_int(p[i]);
-    *scale = qnt_param_encode(big / QNT_I4K_SUB_MAX);
+    uint16_t base = qnt_i4k_scale_encode(big / QNT_I4K_SUB_MAX);
+    int32_t t0 = (int32_t)(int16_t)(uint16_t)(base << 4) >> 4;
+    double best = INFINITY;
+    *scale = base;
+    for (int32_t t = t0 - 1; t <= t0 + 2; t++) {
+        if (t < QNT_I4K_SCALE_MANT_MIN || t > QNT_I4K_SCALE_MANT_MAX)
+            continue;
+        uint16_t cand = (uint16_t)((base & 0xf000u) | ((uint32_t)t & 0xfffu));
+        double S = qnt_param_int(cand), e = 0;
+        for (int i = 0; i < n; i++) {
+            double r = qnt_param_int(p[i]) - S * i4k_multiple(qnt_param_int(p[i]), S);
+            e += r * r;
+        }
+        if (e < best) {
+            best = e;
+            *scale = cand;
+        }
+    }
     double S = qnt_param_int(*scale);
     for (int i = 0; i < n; i++) {
-        double a = S != 0 ? round(qnt_param_int(p[i]) / S) : 0;
-        sub[i] = (uint8_t)(a < 0 ? 0 : a > QNT_I4K_SUB_MAX ? QNT_I4K_SUB_MAX : a);
-        p[i] = qnt_param_product(*scale, sub[i]);
+        sub[i] = (uint8_t)i4k_multiple(qnt_param_int(p[i]), S);
+        p[i] = qnt_i4k_param(*scale, sub[i]);
     }
 }
 

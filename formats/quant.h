@@ -150,9 +150,28 @@ static inline int32_t qnt_param_int(uint16_t v)
  * ±(2047 << 15) / -2048 << 15. y finite. */
 uint16_t qnt_param_encode(double y);
 
-/* The pf16 of the exact product pf(scale) * a (a >= 0), in integers: what
- * qnt_param_encode gives for it (the i4k encoding's parameters). */
-uint16_t qnt_param_product(uint16_t scale, unsigned a);
+/* The super-block scales of i4k: pf16 with a 6-bit mantissa t in -32..31,
+ * so that a scale times a 6-bit multiple a (0..63) is the pf16 of the same
+ * shift and mantissa t a (|t a| <= 2016): exact, and a multiply to expand. */
+#define QNT_I4K_SCALE_MANT_MIN (-32)
+#define QNT_I4K_SCALE_MANT_MAX 31
+
+/* The nearest such scale to y (ties to even), smallest shift first;
+ * saturates at 31 << 15 / -32 << 15. y finite. */
+uint16_t qnt_i4k_scale_encode(double y);
+
+static inline int qnt_i4k_scale_valid(uint16_t scale)
+{
+    int32_t t = (int32_t)(int16_t)(uint16_t)(scale << 4) >> 4;
+    return t >= QNT_I4K_SCALE_MANT_MIN && t <= QNT_I4K_SCALE_MANT_MAX;
+}
+
+/* pf(scale) * a as a pf16, for a valid scale and a in 0..63 */
+static inline uint16_t qnt_i4k_param(uint16_t scale, unsigned a)
+{
+    int32_t t = (int32_t)(int16_t)(uint16_t)(scale << 4) >> 4;
+    return (uint16_t)((scale & 0xf000u) | ((uint32_t)(t * (int32_t)a) & 0xfffu));
+}
 
 /* ---- per-tensor exponent ---- */
 
@@ -216,11 +235,11 @@ void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E,
                 int8_t *q, uint16_t *d, qnt_damage *dmg);
 
 /* INT4 with the parameters in super-blocks of QNT_I4K_GROUPS groups (the
- * i4k encoding, after llama.cpp's k-quants): per super-block si, pf16
- * scales sd[si] and sm[si], and 6-bit multiples sub[16 si + i] (d) and
- * sub[16 si + 8 + i] (m) for its groups i = 0..7; group i's parameters are
- * qnt_param_product(sd, sub) and likewise for m. Each group
- * is first quantised as qnt_i4_row would; then d is rounded to its
+ * i4k encoding, after llama.cpp's k-quants): per super-block si, scales
+ * sd[si] and sm[si] (pf16 with 6-bit mantissas) and 6-bit multiples
+ * sub[16 si + i] (d) and sub[16 si + 8 + i] (m) for its groups i = 0..7;
+ * group i's parameters are qnt_i4k_param(sd, sub) and likewise for m. Each
+ * group is first quantised as qnt_i4_row would; then d is rounded to its
  * multiple, m refitted to the rounded d and rounded to its multiple, and
  * the codes assigned to the final pair, which the damage measures. cols a
  * multiple of QNT_I4K_GROUPS * group. */

@@ -20,4 +20,4 @@
 #define qnt_i8_row qnt_generic_i8_row
 #define qnt_i6_row qnt_generic_i6_row
 #define qnt_i4k_row qnt_generic_i4k_row
-#define qnt_param_product qnt_generic_param_product
+#define qnt_i4k_scale_encode qnt_generic_i4k_scale_encode

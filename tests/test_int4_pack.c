@@ -304,20 +304,6 @@ END_TEST
 
 /* ------------------------------- 1b. the packed encodings i6g and i4k */
 
-/* The pf16 nearest to the integer v, ties to even, smallest shift first
- * (QPK.md, "Packed encodings"), by integer arithmetic. */
-static uint16_t pf16_of_int(int64_t v)
-{
-    for (int s = 0; s <= 15; s++) {
-        int64_t q = v >> s, r = v - q * ((int64_t)1 << s), half = s ? (int64_t)1 << (s - 1) : 1;
-        if (s && (r > half || (r == half && (q & 1))))
-            q++;
-        if (q >= -2048 && q <= 2047)
-            return (uint16_t)(s << 12 | (q & 0xfff));
-    }
-    return v > 0 ? 0xf7ff : 0xf800;
-}
-
 /* 6-bit field i of a little-endian bit stream: bits [6i, 6i + 6), bit by bit */
 static unsigned field6(const uint8_t *p, uint64_t i)
 {
@@ -344,7 +330,7 @@ static uint16_t i6_param(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 }
 
 /* i4k, from the bytes: group c / g's super-block scale (m: the offset's)
- * and 6-bit multiple, and the pf16 they make */
+ * and 6-bit multiple, and the integer they make: their product */
 static void i4k_parts(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m, uint16_t *scale, unsigned *sub)
 {
     const uint8_t *sb = t->data + (uint64_t)(r / 4) * t->row_stride + 2 * (uint64_t)t->cols +
@@ -353,19 +339,21 @@ static void i4k_parts(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m
     *sub = field6(sb + 16 + 12 * (r % 4), (m ? 8 : 0) + c / t->group_size % 8);
 }
 
-static uint16_t i4k_param(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m)
+static int64_t i4k_param(const struct qpk_tensor *t, uint32_t r, uint32_t c, bool m)
 {
     uint16_t scale;
     unsigned sub;
     i4k_parts(t, r, c, m, &scale, &sub);
-    return pf16_of_int(pf16_value(scale) * sub);
+    int64_t mant = pf16_value(scale & 0xfff);     /* the scale's mantissa: -32..31 */
+    ck_assert_msg(mant >= -32 && mant <= 31, "%s[%u, %u]: scale %04x", t->name, r, c, scale);
+    return pf16_value(scale) * sub;
 }
 
 static double packed_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
     if (t->encoding == QPK_ENC_I6G)
         return ldexp((double)pf16_value(i6_param(t, r, c)) * i6_code(t, r, c), -t->scale_exp);
-    int64_t D = pf16_value(i4k_param(t, r, c, false)), M = pf16_value(i4k_param(t, r, c, true));
+    int64_t D = i4k_param(t, r, c, false), M = i4k_param(t, r, c, true);
     return ldexp((double)(D * (int64_t)i4_code(t, r, c) - M), -t->scale_exp);
 }
 
@@ -450,7 +438,8 @@ START_TEST(int4_preset_packed_matrices_match_quantiser)
 END_TEST
 
 /* qpk_expand_blocks by hand: an i6g block's codes sign-extended and its
- * pf16 d as int32 D; an i4k block's parameters as pf16(scale x multiple) */
+ * pf16 d as int32 D; an i4k block's parameters as the pf16 of scale x
+ * multiple: the scale's shift, the mantissas multiplied */
 START_TEST(expansion_gives_the_kernel_encodings)
 {
     struct qpk_tensor t = {.encoding = QPK_ENC_I6G, .rows = 4, .cols = 32, .group_size = 16, .rows_per_block = 4};
@@ -479,7 +468,7 @@ START_TEST(expansion_gives_the_kernel_encodings)
     uint8_t *sb = in + 256;
     for (unsigned k = 0; k < 4; k++) {
         put16(sb + 2 * k, (uint16_t)(1 << 12 | (3 + k)));               /* scale of d: 2 (3 + k) */
-        put16(sb + 8 + 2 * k, k == 3 ? 2047 : (uint16_t)(0xfff & -(int)(k + 1)));   /* of m: -(k + 1), row 3 2047 */
+        put16(sb + 8 + 2 * k, k == 3 ? 15 << 12 | 31 : (uint16_t)(0xfff & -(int)(k + 1)));  /* of m: -(k + 1); 31 x 2^15 */
         for (unsigned i = 0; i < 8; i++) {
             qpk_bits6_put(sb + 16 + 12 * k, i, 7 * i + 1);
             qpk_bits6_put(sb + 16 + 12 * k, 8 + i, 63 - i);
@@ -490,17 +479,15 @@ START_TEST(expansion_gives_the_kernel_encodings)
     for (unsigned g = 0; g < 8; g++)
         for (unsigned k = 0; k < 4; k++) {
             uint16_t d = le16(out + 256 + 16 * g + 2 * k), mm = le16(out + 256 + 16 * g + 8 + 2 * k);
-            ck_assert_uint_eq(d, (uint16_t)(2 * (3 + k) * (7 * g + 1)));   /* < 2048: shift 0, exact */
-            if (k < 3)
-                ck_assert_uint_eq(mm, (uint16_t)(0xfff & -(int)((k + 1) * (63 - g))));
+            ck_assert_uint_eq(d, (uint16_t)(1 << 12 | (3 + k) * (7 * g + 1)));
+            ck_assert_uint_eq(mm, k < 3 ? (uint16_t)(0xfff & -(int)((k + 1) * (63 - g))) : 15 << 12 | 31 * (63 - g));
         }
-    /* row 3, group 0: 2047 x 63 = 128961 = 2015.02 x 2^6 -> mantissa 2015, shift 6 */
-    ck_assert_uint_eq(le16(out + 256 + 8 + 6), 6 << 12 | 2015);
 }
 END_TEST
 
-/* the writer and the reader check an i6g scale as the i8g one it becomes */
-START_TEST(i6g_scale_past_2_20_is_refused)
+/* the writer and the reader check an i6g scale as the i8g one it becomes,
+ * and an i4k scale's 6-bit mantissa */
+START_TEST(packed_values_out_of_range_are_refused)
 {
     struct qpk_tensor t = {.name = "w", .role = QPK_ROLE_O, .encoding = QPK_ENC_I6G, .rows = 4, .cols = 16,
                            .group_size = 16, .rows_per_block = 4};
@@ -513,6 +500,18 @@ START_TEST(i6g_scale_past_2_20_is_refused)
     ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
     ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1, group 0: scale 1049600, outside i6g's +-2^20"), "%s",
                   err.msg);
+
+    t.encoding = QPK_ENC_I4K;
+    t.cols = 256;
+    t.group_size = 32;
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    uint8_t k_block[2 * 256 + 64] = {0};
+    put16(k_block + 512 + 8 + 4, (uint16_t)(3 << 12 | 31));     /* m of row 2: mantissa 31 */
+    ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, k_block, 1, &err), 0);
+    put16(k_block + 512 + 8 + 4, (uint16_t)(3 << 12 | 32));
+    ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, k_block, 1, &err), 0);
+    ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 2, super-block 0: m scale 3020 has a mantissa outside "
+                                  "i4k's -32..31"), "%s", err.msg);
 }
 END_TEST
 
@@ -1046,7 +1045,7 @@ static Suite *suite(void)
     tc = tcase_create("packed");
     tcase_add_test(tc, int4_preset_packed_matrices_match_quantiser);
     tcase_add_test(tc, expansion_gives_the_kernel_encodings);
-    tcase_add_test(tc, i6g_scale_past_2_20_is_refused);
+    tcase_add_test(tc, packed_values_out_of_range_are_refused);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("preset");

@@ -428,16 +428,30 @@ START_TEST(rows_are_their_groups)
 }
 END_TEST
 
-/* qnt_param_product against qnt_param_encode of the product in double
- * (exact: below 2^33), for every pf16 scale and every 6-bit multiple */
-START_TEST(param_product_is_the_encoded_product)
+/* i4k's scales: a scale times a multiple is the exact product, for every
+ * valid scale and multiple; the encoder gives valid scales, the nearest
+ * (ties to even) at the smallest shift that holds the value */
+START_TEST(i4k_scales_multiply_exactly)
 {
-    for (uint32_t s = 0; s < 65536; s++)
-        for (unsigned a = 0; a < 64; a++) {
-            uint16_t want = qnt_param_encode((double)qnt_param_int((uint16_t)s) * a);
-            ck_assert_msg(qnt_param_product((uint16_t)s, a) == want, "%04x x %u: %04x, want %04x", s, a,
-                          qnt_param_product((uint16_t)s, a), want);
+    for (uint32_t s = 0; s <= 15; s++)
+        for (int t = QNT_I4K_SCALE_MANT_MIN; t <= QNT_I4K_SCALE_MANT_MAX; t++) {
+            uint16_t scale = (uint16_t)(s << 12 | (t & 0xfff));
+            ck_assert(qnt_i4k_scale_valid(scale));
+            for (unsigned a = 0; a < 64; a++)
+                ck_assert_int_eq(qnt_param_int(qnt_i4k_param(scale, a)), (int64_t)t * a << s);
         }
+    ck_assert(!qnt_i4k_scale_valid(32) && !qnt_i4k_scale_valid(0xfff & -33) && !qnt_i4k_scale_valid(2047));
+    rng = 5;
+    for (int it = 0; it < 100000; it++) {
+        double y = (uniform() - 0.5) * ldexp(1.0, (int)(next_u64() % 21));     /* below 31 x 2^15 */
+        uint16_t e = qnt_i4k_scale_encode(y);
+        ck_assert(qnt_i4k_scale_valid(e));
+        int s = e >> 12;
+        double step = ldexp(1.0, s), got = qnt_param_int(e);
+        ck_assert_msg(fabs(got - y) <= step / 2, "%g -> %g (shift %d)", y, got, s);
+        if (s > 0)  /* a smaller shift could not hold it */
+            ck_assert(fabs(y) / ldexp(1.0, s - 1) > 31.5 || y / ldexp(1.0, s - 1) < -32.5);
+    }
 }
 END_TEST
 
@@ -489,7 +503,8 @@ START_TEST(packed_rows)
             ck_assert_uint_le(qk[j], 15);
             ck_assert_uint_le(sub[16 * si + i], 63);
             ck_assert_uint_le(sub[16 * si + 8 + i], 63);
-            uint16_t d = qnt_param_product(sd[si], sub[16 * si + i]), m = qnt_param_product(sm[si], sub[16 * si + 8 + i]);
+            ck_assert(qnt_i4k_scale_valid(sd[si]) && qnt_i4k_scale_valid(sm[si]));
+            uint16_t d = qnt_i4k_param(sd[si], sub[16 * si + i]), m = qnt_i4k_param(sm[si], sub[16 * si + 8 + i]);
             long double e6 = (long double)x[j] - ldexpl((long double)qnt_param_int(d6[gi]) * q6[j], -E);
             long double ek = (long double)x[j] - ldexpl((long double)qnt_i4_int(qk[j], d, m), -E);
             r6 += e6 * e6;
@@ -653,7 +668,7 @@ int main(void)
     tc = tcase_create("tensors");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, rows_are_their_groups);
-    tcase_add_test(tc, param_product_is_the_encoded_product);
+    tcase_add_test(tc, i4k_scales_multiply_exactly);
     tcase_add_test(tc, packed_rows);
     tcase_add_test(tc, tensor_round_trip);
     tcase_add_test(tc, tensor_errors);
