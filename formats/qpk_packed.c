@@ -2,9 +2,9 @@
  * the i8g and i4g blocks the kernels read (QPK.md, "Packed encodings").
  *
  * They exist to make the file smaller where bits are scarce: i6g holds a
- * vocabulary matrix at 6.125 bits per weight instead of 8.25, i4k spends
- * 0.5 bits per weight on an int4 matrix's parameters instead of 1.0 (at
- * groups of 32). The BPF kernels stay as they are: qrun rewrites each block
+ * vocabulary matrix at 6.25 bits per weight instead of 8.5 (groups of
+ * 64), i4k spends 0.5 bits per weight on an int4 matrix's parameters
+ * instead of 1.0 (at groups of 32). The BPF kernels stay as they are: qrun rewrites each block
  * as it fills a map (or stages a --stream block), so nothing is converted
  * per token. Every expanded value is the one the packer measured its error
  * on: an i4k parameter is its scale times its multiple, exactly

@@ -104,9 +104,9 @@ static void usage_pack(FILE *out)
                  "             int8: every matrix as int8 codes, one scale per group of columns;\n"
                  "             int4: mixed, after llama.cpp's Q4_K_M: int4 codes for every\n"
                  "             matrix (their parameters in super-blocks of 8 groups: i4k),\n"
-                 "             except the embedding, int6 (6-bit codes, groups of 128), and\n"
+                 "             except the embedding, int6 (6-bit codes, groups of 64), and\n"
                  "             every v_proj, down_proj of the first and last eighth of the\n"
-                 "             layers and an untied lm_head, int8 with groups of 128: the\n"
+                 "             layers and an untied lm_head, int8 with groups of 64: the\n"
                  "             matrices whose error costs the most (Qwen3-0.6B: 0.39 GB,\n"
                  "             below Q4_K_M's 0.40 GB);\n"
                  "             int4-pure: every matrix int4, two 16-bit parameters per group\n"
@@ -120,7 +120,7 @@ static void usage_pack(FILE *out)
                  "             (int4: round-to-nearest over the group's min..max; int8: = rtn)\n"
                  "  --keep PATTERN=FMT   int4 and int4-pure: every matrix whose Hugging Face\n"
                  "             name matches the glob PATTERN is stored as FMT, int8 or int6\n"
-                 "             (groups of 128) or int4 (--group); repeatable, later ones win.\n"
+                 "             (groups of 64) or int4 (--group); repeatable, later ones win.\n"
                  "             E.g.\n"
                  "             --keep 'model.layers.*.mlp.down_proj.weight=int8'\n"
                  "  --calibrate TEXT   int8, int4, int4-pure with --quant search: run the float64\n"
@@ -377,9 +377,9 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
     return 0;
 }
 
-/* The group of every i8g matrix: --group for --format int8; in an int4
- * container PRECISION_INT8_GROUP, halved while it does not divide some
- * int8 matrix's columns (small test models; every matrix's columns are a
+/* The group of every i8g and i6g matrix: --group for --format int8; in an
+ * int4 container PRECISION_INT8_GROUP, halved while it does not divide some
+ * such matrix's columns (small test models; every matrix's columns are a
  * multiple of 16, so it stops at QPK_GROUP_MIN at the latest). */
 static uint32_t choose_int8_group(const struct packer *p)
 {
@@ -963,7 +963,7 @@ static bool print_family(const struct packer *p, const unsigned enc[2], const ch
     return n[0] || n[1];
 }
 
-/* "140 i4k + 12 i4g (groups of 32), 1 i6g + 3 i8g (groups of 128)": a
+/* "140 i4k + 12 i4g (groups of 32), 1 i6g + 3 i8g (groups of 64)": a
  * quantised pack's matrices */
 static void print_matrix_mix(const struct packer *p)
 {

@@ -17,7 +17,7 @@ enum pack_format {
 
 /* The int8 group of an int4 container (the mixed preset's i8g matrices and
  * --keep PATTERN=int8); smaller only when a matrix's columns need it. */
-#define PRECISION_INT8_GROUP 128
+#define PRECISION_INT8_GROUP 64
 #define PRECISION_MAX_KEEP 64
 
 struct keep_rule {

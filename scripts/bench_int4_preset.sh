@@ -7,8 +7,9 @@
 # positions per model, as in the llama.cpp comparison of shared/DESIGN.md,
 # whose Q4_K_M row is printed last for reference.
 #
-#   int4        the preset (embedding int4, every v_proj int8, outer
-#               down_proj int8)
+#   int4        the preset (embedding int6, every v_proj and outer
+#               down_proj int8, both in groups of 64; the rest int4 with
+#               parameters in super-blocks)
 #   int4-2611   the rule of 2026-11, through --keep: embedding int8, v_proj
 #               int4 between the outer eighths (28 layers: 0-2 and 25-27)
 #   int4-d8     the preset with down_proj int8 one layer further in on each

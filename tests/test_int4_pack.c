@@ -539,7 +539,7 @@ static unsigned preset_encoding(const struct qpk_tensor *t, uint32_t n_layers)
     return t->cols % 256 ? QPK_ENC_I4G : QPK_ENC_I4K;
 }
 
-START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
+START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g64)
 {
     make_dir();
     gen("ck", WIDE " --layers 16 --seed 81 --untied");
@@ -555,7 +555,7 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
             n8 += enc == QPK_ENC_I8G;
             n4k += enc == QPK_ENC_I4K;
             ck_assert_msg(t->encoding == enc, "%s: encoding %s", t->name, qpk_encoding_name(t->encoding));
-            ck_assert_uint_eq(t->group_size, qpk_kernel_encoding(enc) == QPK_ENC_I8G ? 128 : 32);
+            ck_assert_uint_eq(t->group_size, qpk_kernel_encoding(enc) == QPK_ENC_I8G ? 64 : 32);
         }
         ck_assert_uint_eq(t->nbytes, expected_nbytes(t));
         bytes += expected_nbytes(t);
@@ -572,14 +572,14 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g128)
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER), QPK_ENC_I6G);
     ck_assert_uint_eq(lines, f.n_tensors);
     ck_assert_double_eq_tol(printed_bits_per_weight(), 8.0 * (double)bytes / (double)weights, 0.0006);
-    assert_out_has("qpack: matrices: 12 i4k + 80 i4g (groups of 32), 1 i6g + 21 i8g (groups of 128)\n");
+    assert_out_has("qpack: matrices: 12 i4k + 80 i4g (groups of 32), 1 i6g + 21 i8g (groups of 64)\n");
 
     cJSON *prov = provenance(&f);
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(prov, "settings");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(prov, "format")->valuestring, "int4");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "preset")->valuestring, "int4");
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(s, "matrices")->valuestring, "i4g+i8g+i6g+i4k");
-    ck_assert_int_eq(number(s, "int8_group"), 128);
+    ck_assert_int_eq(number(s, "int8_group"), 64);
     ck_assert_int_eq(number(s, "group"), 32);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(s, "keep")), 0);
     cJSON_Delete(prov);
@@ -591,13 +591,13 @@ END_TEST
 START_TEST(int4_preset_on_narrow_model_halves_int8_group)
 {
     make_dir();
-    gen("ck", "--preset tiny --seed 82"); /* hidden 64, MLP 192: 128 divides neither */
+    gen("ck", "--preset tiny --hidden 32 --intermediate 96 --seed 82"); /* 64 divides neither */
     pack_with("ck", "out.qpk", "--format int4");
-    assert_out_has("i8g (groups of 64: 128 does not divide their columns)");
+    assert_out_has("i8g (groups of 32: 64 does not divide their columns)");
     struct qpk_file f = open_qpk("out.qpk");
     for (uint32_t i = 0; i < f.n_tensors; i++)
         if (qpk_kernel_encoding(f.tensors[i].encoding) == QPK_ENC_I8G)
-            ck_assert_uint_eq(f.tensors[i].group_size, 64);
+            ck_assert_uint_eq(f.tensors[i].group_size, 32);
     qpk_close(&f);
     remove_dir();
 }
@@ -641,7 +641,7 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
               "--keep 'model.layers.5.mlp.up_proj.weight=int6'");
     struct qpk_file f = open_qpk("out.qpk");
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_GATE, 3), QPK_ENC_I8G);
-    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_GATE, 3)->group_size, 128);
+    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_GATE, 3)->group_size, 64);
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_GATE, 2), QPK_ENC_I4G);
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER), QPK_ENC_I8G);
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_V, 2), QPK_ENC_I8G);
@@ -653,7 +653,7 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 7), QPK_ENC_I8G);
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 1), QPK_ENC_I4K);   /* 256 columns: super-blocks */
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_UP, 5), QPK_ENC_I6G);
-    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_UP, 5)->group_size, 128);
+    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_UP, 5)->group_size, 64);
     cJSON *prov = provenance(&f);
     const cJSON *keep = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(prov, "settings"), "keep");
     ck_assert_int_eq(cJSON_GetArraySize(keep), 5);
@@ -672,7 +672,7 @@ START_TEST(keep_int8_in_int4_pure)
     struct qpk_file f = open_qpk("out.qpk");
     for (unsigned role = QPK_ROLE_GATE; role <= QPK_ROLE_DOWN; role++) {
         ck_assert_uint_eq(encoding_of(&f, role, 1), QPK_ENC_I8G);
-        ck_assert_uint_eq(qpk_tensor_of(&f, role, 1)->group_size, 128);
+        ck_assert_uint_eq(qpk_tensor_of(&f, role, 1)->group_size, 64);
         ck_assert_uint_eq(encoding_of(&f, role, 0), QPK_ENC_I4G);
         ck_assert_uint_eq(qpk_tensor_of(&f, role, 0)->group_size, 64);
     }
@@ -991,8 +991,8 @@ START_TEST(reader_checks_packed_encodings)
     rewrite("good.qpk", "g64.qpk", i4k_group_64);
     expect_rejected("g64.qpk", "i4k's super-blocks of 8 groups of 64 do not divide its 256 columns");
     rewrite("good.qpk", "stride.qpk", i6g_stride_plus_8);
-    expect_rejected("stride.qpk", "model.embed_tokens.weight: i6g [512, 256] with groups of 128 needs 4-row blocks "
-                                  "of 784 bytes (has rows_per_block 4, row_stride 792)");
+    expect_rejected("stride.qpk", "model.embed_tokens.weight: i6g [512, 256] with groups of 64 needs 4-row blocks "
+                                  "of 800 bytes (has rows_per_block 4, row_stride 808)");
     rewrite("good.qpk", "as_i4g.qpk", i4k_as_i4g);
     expect_rejected("as_i4g.qpk", "q_proj.weight: i4g [128, 256] with groups of 32 needs 4-row blocks of 640 bytes "
                                   "(has rows_per_block 4, row_stride 576)");
@@ -1049,7 +1049,7 @@ static Suite *suite(void)
     suite_add_tcase(s, tc);
 
     tc = tcase_create("preset");
-    tcase_add_test(tc, int4_preset_keeps_lm_head_v_and_outer_down_int8_g128);
+    tcase_add_test(tc, int4_preset_keeps_lm_head_v_and_outer_down_int8_g64);
     tcase_add_test(tc, int4_preset_on_narrow_model_halves_int8_group);
     tcase_add_test(tc, file_bits_per_weight_is_the_sum_over_tensors);
     suite_add_tcase(s, tc);
