@@ -501,6 +501,19 @@ START_TEST(packed_values_out_of_range_are_refused)
     ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1, group 0: scale 1049600, outside i6g's +-2^20"), "%s",
                   err.msg);
 
+    /* an embedding's values must stay below 2^29: checked exactly, on the
+     * expanded block, where 32 |D| could reach it */
+    t.role = QPK_ROLE_EMBED;
+    t.scale_exp = -10;
+    memset(block, 0, sizeof block);
+    put16(block + 48 + 2, (uint16_t)(9 << 12 | 1024));        /* D = 2^19: 32 D 2^10 = 2^34 */
+    ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);     /* every code 0 */
+    qpk_bits6_put(block, 16, 1);                              /* row 1, column 0: q = 1, 2^29 */
+    ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1 holds a value of magnitude 5.37e+08"), "%s", err.msg);
+
+    t.role = QPK_ROLE_O;
+    t.scale_exp = 0;
     t.encoding = QPK_ENC_I4K;
     t.cols = 256;
     t.group_size = 32;
