@@ -325,6 +325,32 @@ START_TEST(packed_encodings_run_as_their_expansion)
 }
 END_TEST
 
+/* A container of format 1.0 (made by qpack 0.1.0 before the packed
+ * encodings: i4g and i8g matrices) still opens, verifies and runs, bpf
+ * equal to emu. */
+START_TEST(format_1_0_container_still_runs)
+{
+    const char *old = QP_SOURCE_DIR "/tests/data/format-1.0-int4.qpk";
+    struct qpk_file f;
+    qp_err err = {{0}};
+    ck_assert_msg(qpk_open(&f, old, QPK_VERIFY, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(f.version_major, 1);
+    ck_assert_uint_eq(f.version_minor, 0);
+    qpk_close(&f);
+    struct qp_session bpf, emu;
+    open_session(&bpf, old, QP_BACKEND_BPF, 16);
+    open_session(&emu, old, QP_BACKEND_EMU, 16);
+    for (uint32_t pos = 0, tok = 3; pos < 8; pos++, tok = (tok * 7 + 1) % bpf.vocab) {
+        uint32_t a, b;
+        ck_assert_msg(qp_session_step(&bpf, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, bpf.vocab * sizeof(int64_t)) == 0, "bpf != emu at %u", pos);
+    }
+    qp_session_close(&bpf);
+    qp_session_close(&emu);
+}
+END_TEST
+
 START_TEST(generation_with_cache_equals_recomputation)
 {
     char ckpt[256], qpk[256];
@@ -662,6 +688,7 @@ int main(void)
     tcase_add_test(tc, stream_mode_equals_resident_mode);
     tcase_add_test(tc, real_widths_0_6b_and_1_7b_run_exactly);
     tcase_add_test(tc, packed_encodings_run_as_their_expansion);
+    tcase_add_test(tc, format_1_0_container_still_runs);
     tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
     tcase_add_loop_test(tc, blocks_give_the_bits_of_one_step_per_position, 0, 5);
     tcase_add_test(tc, stress_blocks_give_the_bits_of_one_step_per_position);
