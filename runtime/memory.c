@@ -40,9 +40,21 @@ static uint64_t page_round(uint64_t n)
     return (n + page - 1) / page * page;
 }
 
+/* emu's own copies of the packed tensors (i6g, i4k), expanded */
+static uint64_t packed_copies(const struct qpk_file *f)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; f && i < f->n_tensors; i++) {
+        const struct qpk_tensor *t = &f->tensors[i];
+        if (qpk_encoding_packed(t->encoding))
+            n += (uint64_t)(t->rows / t->rows_per_block) * qpk_kernel_stride(t);
+    }
+    return n;
+}
+
 uint64_t qp_mem_need(const struct qp_plan *p, bool bpf)
 {
-    uint64_t need = 0;
+    uint64_t need = bpf ? 0 : packed_copies(p->file);
     for (int i = 0; i < QP_MAP_COUNT; i++) {
         if (bpf && !(p->stream && qp_map_is_matrix(i)))
             need += page_round(qp_map_bytes(&p->maps[i]));

@@ -22,9 +22,9 @@
 int qp_mem_available(uint64_t *bytes, qp_err *err);
 
 /* Bytes the backend allocates for the plan's maps: with bpf every map,
- * each rounded up to whole pages; with emu the state maps only (the host
- * twin reads the weights from the container's mapping, which the kernel
- * can page out). */
+ * each rounded up to whole pages; with emu the state maps and its expanded
+ * copies of packed tensors only (the host twin reads the other weights
+ * from the container's mapping, which the kernel can page out). */
 uint64_t qp_mem_need(const struct qp_plan *p, bool bpf);
 
 /* 0 when the plan's maps fit `avail` bytes less QP_MEM_RESERVE; otherwise

@@ -11,6 +11,7 @@
 
 #include "forward.h"
 #include "lookup.h"
+#include "memory.h"
 #include "qpk_write.h"
 #include "ref.h"
 #include "session.h"
@@ -288,6 +289,27 @@ static unsigned write_expanded(const char *src, const char *dest)
     return packed;
 }
 
+/* emu's memory need of the packed container counts its expanded copies:
+ * the difference to the expanded container's is the bytes the expanded
+ * container stores for those tensors */
+static void check_emu_memory(const char *packed, const char *expanded)
+{
+    struct qpk_file fp, fe;
+    struct qp_plan pp, pe;
+    qp_err err = {{0}};
+    ck_assert(qpk_open(&fp, packed, 0, &err) == 0 && qpk_open(&fe, expanded, 0, &err) == 0);
+    ck_assert(qp_plan_layout(&pp, &fp, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
+    ck_assert(qp_plan_layout(&pe, &fe, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
+    uint64_t copies = 0;
+    for (uint32_t i = 0; i < fp.n_tensors; i++)
+        if (qpk_encoding_packed(fp.tensors[i].encoding))
+            copies += fe.tensors[i].nbytes;
+    ck_assert_uint_eq(qp_mem_need(&pp, false) - qp_mem_need(&pe, false), copies);
+    ck_assert_uint_eq(qp_mem_need(&pp, true), qp_mem_need(&pe, true));
+    qpk_close(&fp);
+    qpk_close(&fe);
+}
+
 /* The int4 preset's packed tensors (the embedding i6g, the matrices with
  * whole super-blocks i4k) run exactly as the i8g / i4g they expand to:
  * resident (expanded as the maps are filled), --stream (as blocks are
@@ -301,6 +323,7 @@ START_TEST(packed_encodings_run_as_their_expansion)
     snprintf(expanded, sizeof expanded, "%s/expanded.qpk", dir);
     sh(QP_QPACK " pack %s -o %s --quiet --format int4", ckpt, packed);
     ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
+    check_emu_memory(packed, expanded);
     struct qp_session res, str, emu, exp;
     open_session(&res, packed, QP_BACKEND_BPF, 64);
     open_session_mode(&str, packed, QP_BACKEND_BPF, 64, true);
