@@ -438,7 +438,7 @@ START_TEST(i4k_scales_multiply_exactly)
             uint16_t scale = (uint16_t)(s << 12 | (t & 0xfff));
             ck_assert(qnt_i4k_scale_valid(scale));
             for (unsigned a = 0; a < 64; a++)
-                ck_assert_int_eq(qnt_param_int(qnt_i4k_param(scale, a)), (int64_t)t * a << s);
+                ck_assert_int_eq(qnt_param_int(qnt_i4k_param(scale, a)), (int64_t)t * a * ((int64_t)1 << s));
         }
     ck_assert(!qnt_i4k_scale_valid(32) && !qnt_i4k_scale_valid(0xfff & -33) && !qnt_i4k_scale_valid(2047));
     rng = 5;
