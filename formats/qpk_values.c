@@ -193,10 +193,12 @@ int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t firs
 {
     struct qpk_tensor view = *t;
     uint8_t *expanded = NULL;
-    if (qpk_encoding_packed(t->encoding)) {
+    bool packed = qpk_encoding_packed(t->encoding);
+    if (packed) {
         view.encoding = (uint16_t)qpk_kernel_encoding(t->encoding);
         view.row_stride = qpk_kernel_stride(t);
-        if (!(expanded = malloc(view.row_stride)))
+        /* only an embedding's blocks are ever expanded */
+        if (t->role == QPK_ROLE_EMBED && !(expanded = malloc(view.row_stride)))
             return qp_fail(err, "%s: tensor %s: out of memory", path, t->name);
     }
     int rc = 0;
@@ -208,9 +210,9 @@ int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t firs
             rc = check_i6g_block(path, t, blk, row0, &expand, err);
         else if (t->encoding == QPK_ENC_I4K)
             rc = check_i4k_block(path, t, blk, row0, &expand, err);
-        if (rc || (expanded && !expand))
+        if (rc || (packed && !expand))
             continue;   /* packed and checked without expanding: the common case */
-        if (expanded) {
+        if (packed) {
             qpk_expand_blocks(t, blk, 1, expanded);
             blk = expanded;
         }

@@ -25,35 +25,35 @@ static inline double round_even(double v)
     return (v + magic) - magic;
 }
 
-uint16_t qnt_param_encode(double y)
+/* The pf16 nearest to y (ties to even) whose mantissa lies in tmin..tmax
+ * (mant_bits bits with the sign), smallest shift first, saturated when no
+ * shift holds it. |y| < 2^(e+1) for the binary exponent e of a normal y:
+ * shifts below e - mant_bits + 1 cannot fit its magnitude (a subnormal,
+ * raw exponent -1023, starts at 0 like every small y). */
+static uint16_t pf16_encode_in(double y, int mant_bits, int tmin, int tmax)
 {
-    /* |y| < 2^(e+1) for the binary exponent e of a normal y: shifts below
-     * e - 11 cannot fit 11 magnitude bits (a subnormal, raw exponent -1023,
-     * starts at 0 like every small y). y * 2^-s is what ldexp gives, and
-     * below 2^12 in magnitude from the first shift tried. */
     uint64_t bits;
     memcpy(&bits, &y, sizeof bits);
-    int s0 = y != 0 ? (int)((bits >> 52) & 0x7ff) - 1023 - 11 : 0;
+    int s0 = y != 0 ? (int)((bits >> 52) & 0x7ff) - 1023 - (mant_bits - 1) : 0;
     if (s0 < 0)
         s0 = 0;
     for (int s = s0; s <= QNT_PF16_SHIFT_MAX; s++) {
         double t = round_even(y * (1.0 / (double)(1 << s)));
-        if (t >= QNT_PF16_MANT_MIN && t <= QNT_PF16_MANT_MAX)
+        if (t >= tmin && t <= tmax)
             return (uint16_t)((s << 12) | ((int)t & 0xfff));
     }
-    int t = y > 0 ? QNT_PF16_MANT_MAX : QNT_PF16_MANT_MIN;
+    int t = y > 0 ? tmax : tmin;
     return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
+}
+
+uint16_t qnt_param_encode(double y)
+{
+    return pf16_encode_in(y, 12, QNT_PF16_MANT_MIN, QNT_PF16_MANT_MAX);
 }
 
 uint16_t qnt_i4k_scale_encode(double y)
 {
-    for (int s = 0; s <= QNT_PF16_SHIFT_MAX; s++) {
-        double t = round_even(y * (1.0 / (double)(1 << s)));
-        if (t >= QNT_I4K_SCALE_MANT_MIN && t <= QNT_I4K_SCALE_MANT_MAX)
-            return (uint16_t)((s << 12) | ((int)t & 0xfff));
-    }
-    int t = y > 0 ? QNT_I4K_SCALE_MANT_MAX : QNT_I4K_SCALE_MANT_MIN;
-    return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
+    return pf16_encode_in(y, 6, QNT_I4K_SCALE_MANT_MIN, QNT_I4K_SCALE_MANT_MAX);
 }
 
 int qnt_tensor_exponent(double max_abs)
