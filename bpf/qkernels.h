@@ -204,8 +204,9 @@ QK_UNROLL
  * the low 12 bits, two's complement, and s the high 4. |result| <= 2^26. */
 QM_INLINE s64 qk_pf16(u16 v)
 {
-    s64 t = (s64)(s16)(u16)(v << 4) >> 4;
-    return (s64)((u64)t << (v >> 12));
+    u64 w = v;
+    s64 t = (s64)(w << 52) >> 52;
+    return (s64)((u64)t << (w >> 12));
 }
 
 /* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
@@ -226,60 +227,73 @@ QM_INLINE s64 qk_pf16(u16 v)
 #define QK_NIBBLE_LANES 0x000F000F000F000FULL
 #define QK_XQ_BIAS (1ULL << 47)
 
-QM_INLINE s64 qk_dot_i4_chunk(u64 w, const u64 *pk)
+QM_INLINE s64 qk_dot_i4_lanes(u64 w, u64 lanes, const u64 *pk)
 {
     u64 s = QK_XQ_BIAS;
-    s += (w & QK_NIBBLE_LANES) * pk[0];
-    s += ((w >> 4) & QK_NIBBLE_LANES) * pk[1];
-    s += ((w >> 8) & QK_NIBBLE_LANES) * pk[2];
-    s += ((w >> 12) & QK_NIBBLE_LANES) * pk[3];
+    s += (w & lanes) * pk[0];
+    s += ((w >> 4) & lanes) * pk[1];
+    s += ((w >> 8) & lanes) * pk[2];
+    s += ((w >> 12) & lanes) * pk[3];
     return (s64)s >> 48;
 }
 
-/* The quantised act vector's parts from column c0 on (QK_XQ_*). */
-struct qk_xq_at {
-    const s64 *sa;      /* per weight group */
-    const u64 *pk;      /* per 16-column chunk, 4 words */
-    const u8 *rel;      /* per 32-entry act block */
-};
-
-QM_INLINE struct qk_xq_at qk_xq_from(const u8 *xq, u32 c0)
+QM_INLINE s64 qk_dot_i4_chunk(u64 w, const u64 *pk)
 {
-    struct qk_xq_at at = {(const s64 *)(xq + QK_XQ_SA_OFF) + (c0 >> C.w4_group_shift),
-                          (const u64 *)(xq + QK_XQ_PK_OFF(C.act_len)) + c0 / 4,
-                          xq + QK_XQ_R_OFF(C.act_len) + c0 / QK_XQ_BLOCK};
-    return at;
+    return qk_dot_i4_lanes(w, QK_NIBBLE_LANES, pk);
+}
+
+/* The quantised act vector's record of the block holding column c0 (QK_XQ_*). */
+QM_INLINE const u64 *qk_xq_from(const u8 *xq, u32 c0)
+{
+    return (const u64 *)xq + (c0 / QK_XQ_BLOCK) * QK_XQ_REC;
+}
+
+/* groups of 32 (the default): one act block per group. Every array is
+ * walked by its own pointer and the lane mask stays in a register, so the
+ * loop keeps its values in BPF's ten registers instead of the stack. */
+QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const u16 *d, u32 groups)
+{
+    u64 lanes = QK_NIBBLE_LANES;
+    s64 row = 0;
+    QK_OPAQUE(lanes);
+    for (u32 g = groups; g; g--) {
+        /* one code word at a time: clang would interleave the two and
+         * run out of registers */
+        s64 pb = qk_dot_i4_lanes(cw[0], lanes, xr);
+        QK_KEEP(pb);
+        pb += qk_dot_i4_lanes(cw[4], lanes, xr + 4);
+        QK_KEEP(pb);
+        s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+        row += (qk_pf16(d[0]) * sp - qk_pf16(d[4]) * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+        cw += 8;
+        xr += QK_XQ_REC;
+        d += 8;
+    }
+    return row;
 }
 
 /* row k of a block, columns [c0, c0 + C.col_chunk): codes[4t + k] is its
  * 16-column chunk t */
 QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par, u32 k, u32 c0)
 {
-    struct qk_xq_at x = qk_xq_from(xq, c0);
+    const u64 *xr = qk_xq_from(xq, c0);
     const u64 *cw = codes + c0 / 4;
     const u16 *pg = par + (c0 >> C.w4_group_shift) * 8;
     u32 blocks_per_group = C.w4_group >> 5;
     s64 row = 0;
-    if (blocks_per_group == 1) {
-        /* groups of 32 (the default): one act block per group, no inner loop */
-        for (u32 g = 0; g < C.col_chunk / QK_XQ_BLOCK; g++) {
-            const u64 *p = x.pk + g * 8;
-            s64 pb = qk_dot_i4_chunk(cw[g * 8 + k], p) + qk_dot_i4_chunk(cw[g * 8 + 4 + k], p + 4);
-            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x.rel[g] & 31);
-            const u16 *d = pg + 8 * g;
-            row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * x.sa[g]) >> QK_I4_GROUP_SHIFT;
-        }
-        return row;
-    }
+    if (blocks_per_group == 1)
+        return qk_dot_i4_row_g32(cw + k, xr, pg + k, C.col_chunk / QK_XQ_BLOCK);
     for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
-        s64 sp = 0;
+        s64 sp = 0, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             u32 b = g * blocks_per_group + h;
-            s64 pb = qk_dot_i4_chunk(cw[b * 8 + k], x.pk + b * 8) + qk_dot_i4_chunk(cw[b * 8 + 4 + k], x.pk + b * 8 + 4);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (x.rel[b] & 31);
+            const u64 *x = xr + b * QK_XQ_REC;
+            s64 pb = qk_dot_i4_chunk(cw[b * 8 + k], x) + qk_dot_i4_chunk(cw[b * 8 + 4 + k], x + 4);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
+            sa += (s64)x[QK_XQ_SA];
         }
         const u16 *d = pg + 8 * g;
-        row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * x.sa[g]) >> QK_I4_GROUP_SHIFT;
+        row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * sa) >> QK_I4_GROUP_SHIFT;
     }
     return row;
 }
@@ -337,28 +351,30 @@ QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
 /* qk_dot_i4_row_chunk on an unpacked block */
 QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
-    struct qk_xq_at x = qk_xq_from(xq, c0);
+    const u64 *xr = qk_xq_from(xq, c0);
     u32 blocks_per_group = C.w4_group >> 5, chunks = cols / 16, groups = cols >> C.w4_group_shift;
     const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
     const s64 *dk = dm + k * groups * 2 + (c0 >> C.w4_group_shift) * 2;
     s64 row = 0;
     if (blocks_per_group == 1) {
         for (u32 g = 0; g < C.col_chunk / QK_XQ_BLOCK; g++) {
-            const u64 *pg = x.pk + g * 8, *lg = lk + g * 8;
-            s64 pb = qk_lanes_chunk(lg, pg) + qk_lanes_chunk(lg + 4, pg + 4);
-            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x.rel[g] & 31);
-            row += (dk[2 * g] * sp - dk[2 * g + 1] * x.sa[g]) >> QK_I4_GROUP_SHIFT;
+            const u64 *x = xr + g * QK_XQ_REC, *lg = lk + g * 8;
+            s64 pb = qk_lanes_chunk(lg, x) + qk_lanes_chunk(lg + 4, x + 4);
+            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
+            row += (dk[2 * g] * sp - dk[2 * g + 1] * (s64)x[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
         }
         return row;
     }
     for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
-        s64 sp = 0;
+        s64 sp = 0, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             u32 b = g * blocks_per_group + h;
-            s64 pb = qk_lanes_chunk(lk + b * 8, x.pk + b * 8) + qk_lanes_chunk(lk + b * 8 + 4, x.pk + b * 8 + 4);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (x.rel[b] & 31);
+            const u64 *x = xr + b * QK_XQ_REC;
+            s64 pb = qk_lanes_chunk(lk + b * 8, x) + qk_lanes_chunk(lk + b * 8 + 4, x + 4);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
+            sa += (s64)x[QK_XQ_SA];
         }
-        row += (dk[2 * g] * sp - dk[2 * g + 1] * x.sa[g]) >> QK_I4_GROUP_SHIFT;
+        row += (dk[2 * g] * sp - dk[2 * g + 1] * sa) >> QK_I4_GROUP_SHIFT;
     }
     return row;
 }
@@ -612,7 +628,7 @@ static long qk_xq_shift_cb(u64 i, void *vctx)
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
     u32 sh = qk_xq_block_shift(x + b * QK_XQ_BLOCK);
-    xq[QK_XQ_R_OFF(C.act_len) + b] = (u8)sh;
+    ((u64 *)xq)[b * QK_XQ_REC + QK_XQ_R] = sh;
     cx->sh_max = sh > cx->sh_max ? sh : cx->sh_max;
     return 0;
 }
@@ -626,9 +642,8 @@ static long qk_xq_values_cb(u64 i, void *vctx)
     u8 *xq = QK_LOOKUP(xq, cx->b);
     if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
         return 1;
-    u8 *rel = xq + QK_XQ_R_OFF(C.act_len) + b;
-    u32 sh = *rel & 63;
-    u64 *pk = (u64 *)(xq + QK_XQ_PK_OFF(C.act_len)) + b * 8;
+    u64 *rec = (u64 *)xq + b * QK_XQ_REC;
+    u32 sh = rec[QK_XQ_R] & 63;
     const s64 *m = x + b * QK_XQ_BLOCK;
     s64 sum = 0;
     u64 w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -642,16 +657,11 @@ QK_UNROLL
     }
 QK_UNROLL
     for (int j = 0; j < 8; j++)
-        pk[j] = w[j];
+        rec[j] = w[j];
     u32 r = cx->sh_max - sh;
     r = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
-    *rel = (u8)r;
-    s64 *sa = (s64 *)(xq + QK_XQ_SA_OFF) + (b >> (C.w4_group_shift - 5));
-    s64 part = (sum * (1 << QK_XQ_FRAC)) >> r;
-    if ((b & ((C.w4_group >> 5) - 1)) == 0)
-        *sa = part;
-    else
-        *sa += part;
+    rec[QK_XQ_R] = r;
+    rec[QK_XQ_SA] = (u64)((sum * (1 << QK_XQ_FRAC)) >> r);
     return 0;
 }
 

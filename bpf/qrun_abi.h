@@ -105,19 +105,18 @@ enum qk_norm_target {
 
 /* The quantised act vector (map `xq`, one value) for i4g products, made
  * by quant_x from `x`: x_j ~ a_j * 2^(sh_b + x_exp) per 32-entry block b,
- * |a_j| <= 127.
- *   s64 sa[act_len / 32]     per weight group: sum over its blocks of
- *                            (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
- *   u64 pk[act_len / 16][4]  per 16-entry chunk t, word j packs a_(16t + 4L + j)
- *                            for L = 0..3 into 16-bit lane 3 - L (two's
- *                            complement lanes: the word is the integer
- *                            sum of a * 2^(16 (3 - L)))
- *   u8  r[act_len / 32]      per block: r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ * |a_j| <= 127. One record of QK_XQ_REC 64-bit words per block, so that a
+ * product walks the act vector with a single pointer:
+ *   u64 pk[2][4]   per 16-entry half h, word j packs a_(32b + 16h + 4L + j)
+ *                  for L = 0..3 into 16-bit lane 3 - L (two's complement
+ *                  lanes: the word is the integer sum of a * 2^(16 (3 - L)))
+ *   s64 sa         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
+ *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
  * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
-#define QK_XQ_SA_OFF 0
-#define QK_XQ_PK_OFF(act_len) (8 * ((act_len) / QK_XQ_BLOCK))
-#define QK_XQ_R_OFF(act_len) (QK_XQ_PK_OFF(act_len) + 2 * (act_len))
-#define QK_XQ_BYTES(act_len) (QK_XQ_R_OFF(act_len) + (act_len) / QK_XQ_BLOCK)
+#define QK_XQ_REC 10
+#define QK_XQ_SA 8                /* word of a record */
+#define QK_XQ_R 9
+#define QK_XQ_BYTES(act_len) (8 * QK_XQ_REC * ((act_len) / QK_XQ_BLOCK))
 
 /* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
  * value per thread), for a matrix of `cols` columns:
