@@ -10,7 +10,8 @@
  * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
  *   w_hid    4-row blocks (q24 or i8g) of every such matrix with `hidden`
  *            columns: per layer q|k|v|gate|up, then the embedding (and
- *            lm_head); where each starts: C.w_key, C.embed_key, C.lm_key
+ *            lm_head; i6 lanes when C.embed_i6 / C.lm_i6, qrun_abi.h);
+ *            where each starts: C.w_key, C.embed_key, C.lm_key
  *   w_o      o_proj blocks, w_down down_proj blocks
  *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in)
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
@@ -306,6 +307,62 @@ QM_INLINE void qk_dot4_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c
         acc[k] += qk_dot_i4_row_chunk(codes, xq, par, k, c0);
 }
 
+/* i6 lanes (QK_I6_*, the vocabulary projection of an i6g matrix): the 4
+ * rows of a block times the quantised act vector. (w & QK_BYTE_LANES) and
+ * ((w >> 8) & QK_BYTE_LANES) put the biased codes u = q + 32 (0..63) of
+ * four columns into 16-bit lanes, which meet act word pk[j] as in
+ * qk_dot_i4_chunk: the coefficient of 2^48 is their 4-term dot product,
+ * |sum u a| <= 4 * 63 * 127 < 2^15, and the lower coefficients sum to less
+ * than 63 * 127 * (3 * 2^32 + 2 * 2^16 + 1) < 2^47, so with 2^47 added the
+ * top 16 bits are that product exactly. Unlike int4's, two such products
+ * can overflow a lane, so each is taken out on its own. Per act block b:
+ * P_b = sum u a - 32 A_b = sum q a (|P_b| <= 32 * 32 * 127 < 2^17); per
+ * group: T = D * sum over its blocks of (P_b << QK_XQ_FRAC) >> r_b, with
+ * the i8g scale D (|D| <= 2^20, |T| < 2^20 * 2^5 * 2^29 = 2^54 for a group
+ * of up to 32 blocks), and T >> QK_I4_GROUP_SHIFT summed over the groups:
+ * the row times the act vector i4g's way (row_adj: scale 2^(24 + 10 - E)). */
+#define QK_BYTE_LANES 0x00FF00FF00FF00FFULL
+
+QM_INLINE s64 qk_dot_i6_word(u64 w, u64 lanes, const u64 *pk)
+{
+    s64 p = (s64)((w & lanes) * pk[0] + QK_XQ_BIAS) >> 48;
+    return p + ((s64)(((w >> 8) & lanes) * pk[1] + QK_XQ_BIAS) >> 48);
+}
+
+/* row k of an i6 lanes block, columns [c0, c0 + C.col_chunk) */
+QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, u32 c0)
+{
+    const u64 *xr = qk_xq_from(xq, c0);
+    const u64 *cw = (const u64 *)(blk + c0 * 4 + k * 16);
+    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4 + k;
+    u32 blocks_per_group = C.w_group >> 5;
+    u64 lanes = QK_BYTE_LANES;
+    s64 row = 0;
+    QK_OPAQUE(lanes);
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        s64 sp = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            s64 pb = qk_dot_i6_word(cw[0], lanes, xr) + qk_dot_i6_word(cw[1], lanes, xr + 2);
+            QK_KEEP(pb);
+            pb += qk_dot_i6_word(cw[8], lanes, xr + 4) + qk_dot_i6_word(cw[9], lanes, xr + 6);
+            QK_KEEP(pb);
+            pb -= QK_I6_BIAS * (s64)xr[QK_XQ_A];
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+            cw += 16;
+            xr += QK_XQ_REC;
+        }
+        row += (d[0] * sp) >> QK_I4_GROUP_SHIFT;
+        d += 4;
+    }
+    return row;
+}
+
+QM_INLINE void qk_dot4_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
+{
+    for (u32 k = 0; k < 4; k++)
+        acc[k] += qk_dot_i6_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
+}
+
 /* i4g for a block of positions: a 4-row block's code words are unpacked
  * once (QK_UNPK_*, the calling thread's scratch) into their four lane words
  * and each group's parameters into integers, and every position of the
@@ -449,15 +506,19 @@ QK_UNROLL
         return 0;
     }
     if (C.w_enc == QK_ENC_I8G) {
-        /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E) */
-        const s8 *q = (const s8 *)blk + tile * 64 + (cx->token & 3) * 16;
+        /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E); i6
+         * lanes (C.embed_i6) hold each chunk's codes reordered and biased */
+        const u8 *q = (const u8 *)blk + tile * 64 + (cx->token & 3) * 16;
         const s32 *scale = (const s32 *)((const u8 *)blk + C.hidden * 4) + ((tile * 16) >> C.w_group_shift) * 4;
         QK_OPAQUE(scale);
         s64 d = scale[cx->token & 3];
         s32 up = qk_exp_const(C.embed_adj);
+        bool lanes = C.embed_i6 != 0;
 QK_UNROLL
-        for (int j = 0; j < 16; j++)
-            dst[j] = qm_scale_pow2_checked(d * q[j], up, &cx->bad);
+        for (int j = 0; j < 16; j++) {
+            s64 code = lanes ? (s64)q[QK_I6_BYTE(j)] - QK_I6_BIAS : (s64)(s8)q[j];
+            dst[j] = qm_scale_pow2_checked(d * code, up, &cx->bad);
+        }
         return 0;
     }
     const s32 *src = blk + tile * 64 + (cx->token & 3) * 16;
@@ -662,6 +723,7 @@ QK_UNROLL
     r = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
     rec[QK_XQ_R] = r;
     rec[QK_XQ_SA] = (u64)((sum * (1 << QK_XQ_FRAC)) >> r);
+    rec[QK_XQ_A] = (u64)sum;
     return 0;
 }
 
@@ -903,6 +965,8 @@ QK_DEFINE_MV4_CB(qk_mv4_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_CB(qk_mv4_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_CB(qk_mv4_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_CB(qk_mv4_work_down_cb, work, C.inter)
+QK_DEFINE_MV_CB_OF(qk_mv6_hid_cb, w_hid, C.hidden, xq, qk_dot4_i6_chunk, true)
+QK_DEFINE_MV_CB_OF(qk_mv6_work_hid_cb, work, C.hidden, xq, qk_dot4_i6_chunk, true)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_hid_cb, w4_hid, C.hidden)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_o_cb, w4_o, C.q_dim)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
@@ -968,9 +1032,12 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         return -1;
     u32 slot = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
     u32 key = t.role == 7 ? C.lm_key : C.w_key[slot];
-    bool is_i4 = t.role == 7 ? C.lm_i4 != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
+    /* i6 lanes read the quantised act vector: the i4g programs run them */
+    bool is_i4 = t.role == 7 ? (C.lm_i4 | C.lm_i6) != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
+    bool is_i6 = t.role == 7 && C.lm_i6 != 0;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
-    if (!sc || is_i4 != i4 || a->streamed != streamed || !qk_entries_ok(a) || a->slot >= QK_MAX_ARGMAX_SLOTS)
+    if (!sc || is_i4 != i4 || (is_i6 && block) || a->streamed != streamed || !qk_entries_ok(a) ||
+        a->slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
     u32 mode = qk_reload(&a->mode);
     s64 zero = qk_unknown_zero(a);
@@ -991,7 +1058,11 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         else                                                              \
             QK_LOOP(n, fam##_hid_cb, &cx);                                \
     } while (0)
-    if (streamed && block)
+    if (i4 && !block && is_i6 && streamed)
+        QK_LOOP(n, qk_mv6_work_hid_cb, &cx);
+    else if (i4 && !block && is_i6)
+        QK_LOOP(n, qk_mv6_hid_cb, &cx);
+    else if (streamed && block)
         QK_MV_RUN(qk_mv4b_work);
     else if (block)
         QK_MV_RUN(qk_mv4b);

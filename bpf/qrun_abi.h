@@ -43,6 +43,7 @@ struct qk_config {
     u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
     u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
     u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
+    u32 embed_i6, lm_i6;        /* ... 1 when it is an i6g tensor held in w_hid as i6 lanes (QK_I6_*) */
     u32 act_len;                /* entries of x: max(hidden, q_dim, inter) */
     u32 w_enc;                  /* wide matrices (w_hid, w_o, w_down): QK_ENC_Q24 or QK_ENC_I8G */
     u32 w_group;                /* i8g: columns per scale (a power of two) */
@@ -112,10 +113,23 @@ enum qk_norm_target {
  *                  lanes: the word is the integer sum of a * 2^(16 (3 - L)))
  *   s64 sa         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
  *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ *   s64 a          A_b
  * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
-#define QK_XQ_REC 10
+#define QK_XQ_REC 11
 #define QK_XQ_SA 8                /* word of a record */
 #define QK_XQ_R 9
+#define QK_XQ_A 10
+
+/* i6 lanes: the vocabulary projection's layout of an i6g matrix (container:
+ * formats/QPK.md), made by qrun as it fills w_hid. The block is an i8g
+ * block (codes at 64 t + 16 k + j for column 16 t + j of row k, then the
+ * int32 scales) with each row's 16 code bytes of a chunk reordered and
+ * biased: byte QK_I6_BYTE(j) holds q_j + QK_I6_BIAS (0..63). A 64-bit word
+ * then holds columns j, j + 4, j + 8, j + 12 of j = 0, 1 (word 0) or 2, 3
+ * (word 1) in its even and odd bytes: masked to 16-bit lanes they meet the
+ * act words pk[j] of the quantised act vector (qk_dot_i6_word). */
+#define QK_I6_BIAS 32
+#define QK_I6_BYTE(j) (8 * (((j) & 3) >> 1) + 2 * ((j) >> 2) + ((j) & 1))
 #define QK_XQ_BYTES(act_len) (8 * QK_XQ_REC * ((act_len) / QK_XQ_BLOCK))
 
 /* A 4-row i4g block unpacked for a block of positions (map `unpk`, one

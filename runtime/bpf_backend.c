@@ -163,7 +163,7 @@ struct copy_batch {
     int fd;
     uint32_t first_key, n_keys, value_size;
     const uint8_t *data;        /* in the container's mapping (read by pread) or in memory */
-    const struct qpk_tensor *packed;  /* non-NULL: data holds its stored blocks, expanded on the way */
+    const struct qp_segment *seg;     /* packed: data holds its stored blocks, expanded on the way */
     const char *map;            /* for the error */
 };
 
@@ -187,10 +187,10 @@ static const uint8_t *batch_source(const struct copy_job *j, const struct copy_b
     const struct qpk_file *f = j->file;
     if (!f || b->data < f->map || b->data >= f->map + f->size)
         return b->data;     /* a table the plan computed */
-    if (b->packed) {
-        if (qpk_read(f, (uint64_t)(b->data - f->map), stored, (size_t)b->n_keys * b->packed->row_stride))
+    if (b->seg->packed) {
+        if (qpk_read(f, (uint64_t)(b->data - f->map), stored, (size_t)b->n_keys * b->seg->packed->row_stride))
             return NULL;
-        qpk_expand_blocks(b->packed, stored, b->n_keys, buf);
+        qp_segment_expand(b->seg, stored, b->n_keys, buf, b->value_size);
         return buf;
     }
     return qpk_read(f, (uint64_t)(b->data - f->map), buf, (size_t)b->n_keys * b->value_size) ? NULL : buf;
@@ -244,7 +244,7 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
                                                  spec->value_size,
                                                  seg->data + (size_t)at * (seg->packed ? seg->packed->row_stride
                                                                                        : spec->value_size),
-                                                 seg->packed, spec->name};
+                                                 seg, spec->name};
             }
         }
     }

@@ -125,9 +125,10 @@ static struct qp_segment *expand_segments(const struct qp_mapspec *s, bool *fail
             own = NULL;
             break;
         }
-        qpk_expand_blocks(own[k].packed, own[k].data, own[k].n_keys, buf);
+        qp_segment_expand(&own[k], own[k].data, own[k].n_keys, buf, s->value_size);
         own[k].data = buf;
         own[k].packed = NULL;
+        own[k].lanes6 = false;
     }
     *failed = !own;
     return own;

@@ -145,9 +145,7 @@ static int read_packed(struct qp_forward *fw, const struct qp_segment *seg, uint
             rc = qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
                          errno == EFAULT ? "the model file was truncated or changed on disk" : strerror(errno));
         else    /* the work map's entries are value_size apart, wider than some blocks */
-            for (uint32_t i = 0; i < count; i++)
-                qpk_expand_blocks(t, stored + (uint64_t)i * t->row_stride, 1,
-                                  fw->b->work + (uint64_t)(key + done + i) * stride);
+            qp_segment_expand(seg, stored, count, fw->b->work + (uint64_t)(key + done) * stride, stride);
         done += count;
     }
     free(stored);
@@ -463,7 +461,8 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
                 return qp_fail(err, "internal: too many jobs for one matrix");
             list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
                                        .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
-            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+            /* i6 lanes have no block-of-positions kernel: matvec4 takes every entry */
+            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 && !m.i6 ? QP_K_MATVEC4B : QP_K_MATVEC4;
         }
         first = end;
     }

@@ -274,6 +274,15 @@ static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
 
 /* Gives every matrix its first key in its map, in file order per map;
  * counts[] receives each map's number of blocks. */
+/* Whether the embedding or lm_head t runs as i6 lanes: an i6g tensor among
+ * i8g wide matrices (it shares their map and scale layout), with groups of
+ * whole act blocks and the quantised act vector at hand (an i4g matrix).
+ * Else it expands to i8g and the i8g kernel reads it. */
+static bool as_i6_lanes(const struct qk_config *c, const struct qpk_tensor *t)
+{
+    return t->encoding == QPK_ENC_I6G && c->w_enc == QK_ENC_I8G && c->has_i4 && c->w_group % QK_XQ_BLOCK == 0;
+}
+
 static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t counts[QP_MAP_COUNT])
 {
     struct qk_config *c = &p->cfg;
@@ -291,13 +300,17 @@ static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t co
     enum qp_map_id m = matrix_map(QPK_ROLE_EMBED, embed);
     c->embed_key = c->lm_key = counts[m];
     c->embed_i4 = c->lm_i4 = kernel_enc(embed) == QPK_ENC_I4G;
+    c->embed_i6 = c->lm_i6 = as_i6_lanes(c, embed);
     counts[m] += embed->rows / QPK_Q24_TILE_ROWS;
     if (head) {
         m = matrix_map(QPK_ROLE_LM_HEAD, head);
         c->lm_key = counts[m];
         c->lm_i4 = kernel_enc(head) == QPK_ENC_I4G;
+        c->lm_i6 = as_i6_lanes(c, head);
         counts[m] += head->rows / QPK_Q24_TILE_ROWS;
     }
+    if (c->lm_i6)   /* the i4g programs' product: row_adj of i4g */
+        c->lm_adj = 24 + QK_I4_GROUP_SHIFT - (head ? head : embed)->scale_exp;
 }
 
 static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
@@ -315,11 +328,43 @@ static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *
              add_seg(p, QP_MAP_QK_NORMS, 2 * l + 1, qpk_tensor_of(f, QPK_ROLE_K_NORM, l), err);
     }
     const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
-    if (rc || add_seg(p, matrix_map(QPK_ROLE_EMBED, embed), c->embed_key, embed, err) ||
-        add_seg(p, QP_MAP_NORMS, 2 * c->n_layers, qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER), err))
+    enum qp_map_id em = matrix_map(QPK_ROLE_EMBED, embed);
+    if (rc || add_seg(p, em, c->embed_key, embed, err))
+        return -1;
+    p->maps[em].segs[p->maps[em].n_segs - 1].lanes6 = c->embed_i6;
+    if (add_seg(p, QP_MAP_NORMS, 2 * c->n_layers, qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER), err))
         return -1;
     const struct qpk_tensor *head = qpk_tensor_of(f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER);
-    return head ? add_seg(p, matrix_map(QPK_ROLE_LM_HEAD, head), c->lm_key, head, err) : 0;
+    if (!head)
+        return 0;
+    enum qp_map_id hm = matrix_map(QPK_ROLE_LM_HEAD, head);
+    if (add_seg(p, hm, c->lm_key, head, err))
+        return -1;
+    p->maps[hm].segs[p->maps[hm].n_segs - 1].lanes6 = c->lm_i6;
+    return 0;
+}
+
+/* i8g code bytes of one block (4 rows x cols) rewritten as i6 lanes */
+static void i6_lanes(uint8_t *blk, uint32_t cols)
+{
+    for (uint32_t at = 0; at < 4 * cols; at += 16) {
+        uint8_t chunk[16];
+        for (int j = 0; j < 16; j++)
+            chunk[QK_I6_BYTE(j)] = (uint8_t)((int8_t)blk[at + j] + QK_I6_BIAS);
+        memcpy(blk + at, chunk, 16);
+    }
+}
+
+void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
+                       uint64_t value_size)
+{
+    const struct qpk_tensor *t = seg->packed;
+    for (uint64_t b = 0; b < n; b++) {
+        uint8_t *out = dst + b * value_size;
+        qpk_expand_blocks(t, src + b * t->row_stride, 1, out);
+        if (seg->lanes6)
+            i6_lanes(out, t->cols);
+    }
 }
 
 bool qp_map_is_matrix(enum qp_map_id id)
@@ -348,7 +393,8 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
     case QK_MV_DOWN: m = (struct qp_matrix_rows){6, 0, c->hidden, false}; break;
     default: m = (struct qp_matrix_rows){7, 0, c->vocab, false}; break;
     }
-    m.i4 = m.role == 7 ? c->lm_i4 != 0 : ((c->w_i4[layer] >> m.role) & 1) != 0;
+    m.i6 = m.role == 7 && c->lm_i6;
+    m.i4 = m.role == 7 ? c->lm_i4 || c->lm_i6 : ((c->w_i4[layer] >> m.role) & 1) != 0;
     return m;
 }
 
@@ -356,7 +402,8 @@ void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mod
                            enum qp_map_id *map, uint32_t *key)
 {
     struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, begin);
-    *map = m.role == 3 ? o_maps[m.i4] : m.role == 6 ? down_maps[m.i4] : hid_maps[m.i4];
+    bool in_w4 = m.i4 && !m.i6;
+    *map = m.role == 3 ? o_maps[in_w4] : m.role == 6 ? down_maps[in_w4] : hid_maps[in_w4];
     *key = (m.role == 7 ? p->cfg.lm_key : p->cfg.w_key[layer * 8 + m.role]) + (begin - m.row0) / 4;
 }
 

@@ -23,7 +23,15 @@ struct qp_segment {
      * expanded to value_size bytes as it is copied (qpk_expand_blocks);
      * NULL: data is the map's bytes verbatim */
     const struct qpk_tensor *packed;
+    /* the expanded i8g blocks are then rewritten as i6 lanes (qrun_abi.h):
+     * an i6g vocabulary projection the i6 kernel reads (cfg.lm_i6) */
+    bool lanes6;
 };
+
+/* n packed blocks of seg from src (stored bytes) into dst, value_size
+ * apart: expanded to the kernel encoding, then as i6 lanes if seg says so */
+void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
+                       uint64_t value_size);
 
 struct qp_mapspec {
     const char *name;           /* as in qrun.bpf.c, without the m_ prefix */
@@ -88,7 +96,8 @@ bool qp_map_is_matrix(enum qp_map_id id);
  * vocabulary projection), its first row and row count, and its encoding. */
 struct qp_matrix_rows {
     uint32_t role, row0, rows;
-    bool i4;
+    bool i4;        /* read by the i4g programs (an i4g matrix, or i6 lanes) */
+    bool i6;        /* i6 lanes, in w_hid */
 };
 struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r);
 

@@ -141,7 +141,7 @@ EOF
 
 printf '%-9s %-9s %-26s %9s %6s %5s %4s %6s %9s %6s %6s %9s\n' \
     format program callback x86-range x86 jumps muls MACs x86/MAC bpf-pcs bpf bpf/MAC
-for fmt in q24 int8 int4-pure; do
+for fmt in q24 int8 int4-pure int4; do
     "$build/bin/qpack" pack "$work/ck" -o "$work/$fmt.qpk" --format "$fmt" --quiet
     : >"$work/err"
     "$build/bin/qrun" serve -m "$work/$fmt.qpk" --port 0 --threads 1 --quiet 2>"$work/err" &
@@ -155,10 +155,15 @@ for fmt in q24 int8 int4-pure; do
     done
     ids=$(cat /proc/$pid/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -n)
     case $fmt in
-    int4*) progs="matvec4 matvec4b" macs=32 need=8 ;;
-    *) progs="matvec" macs=64 need=64 ;;
+    int4-pure) progs="matvec4 matvec4b" ;;
+    int4) progs="matvec4" ;;     # the preset's i6 vocabulary projection (qk_mv6_*)
+    *) progs="matvec" ;;
     esac
     for prog in $progs; do
+        case $prog in
+        matvec4*) macs=32 need=8 ;;
+        *) macs=64 need=64 ;;
+        esac
         id=
         for n in $ids; do
             [ "$(bpftool prog show id "$n" | sed -n '1s/.* name \([^ ]*\) .*/\1/p')" = "$prog" ] && id=$n
@@ -169,8 +174,8 @@ for fmt in q24 int8 int4-pure; do
         while read -r off len addr; do
             name=$(awk -v a="$addr" '$1 == a { print $3; exit }' /proc/kallsyms)
             func=${name#bpf_prog_*_}
-            case $func in
-            *_cb_chunk | *_cb_row) ;;
+            case $fmt-$func in
+            q24-*_cb_chunk | int8-*_cb_chunk | int4-pure-*_cb_chunk | int4-pure-*_cb_row | int4-qk_mv6_*_cb_chunk) ;;
             *) continue ;;
             esac
             # x86: "offset-in-function<TAB>instruction", the continuation

@@ -310,11 +310,60 @@ static void check_emu_memory(const char *packed, const char *expanded)
     qpk_close(&fe);
 }
 
+/* The vocabulary projection of an i6g embedding run as i6 lanes, by hand:
+ * every row's codes (the container's, expanded to i8g: formats/QPK.md)
+ * times the quantised act vector the step left in xq, with the sums
+ * bpf/qrun_abi.h documents (per 32-column act block P_b = sum q a, per
+ * group D * sum (P_b << QK_XQ_FRAC) >> r_b shifted down QK_I4_GROUP_SHIFT)
+ * in plain scalar loops, into Q32 logits. */
+static void i6_vocabulary_by_hand(const struct qp_session *s, int64_t *out)
+{
+    const struct qpk_tensor *t = qpk_tensor_of(&s->file, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    const uint64_t *xq = s->b->state(s->b, QP_MAP_XQ);
+    const struct qk_scalars *sc = s->b->state(s->b, QP_MAP_SCAL);
+    uint32_t cols = t->cols, group = t->group_size;
+    uint8_t *blk = malloc(qpk_kernel_stride(t));
+    int64_t *a = malloc(cols * sizeof *a);
+    ck_assert(blk && a && xq && sc && t->encoding == QPK_ENC_I6G && group % 32 == 0);
+    for (uint32_t j = 0; j < cols; j++) {   /* lane 3 - L of word (j % 32) / 16 * 4 + j % 4 */
+        uint64_t word = xq[j / 32 * QK_XQ_REC + (j % 32) / 16 * 4 + j % 4];
+        for (uint32_t lane = 0; lane <= 3 - (j % 16) / 4; lane++) {  /* a sum: lanes borrow from above */
+            a[j] = (int16_t)(word & 0xffff);
+            word = (word - (uint64_t)a[j]) >> 16;
+        }
+    }
+    for (uint32_t r = 0; r < t->rows; r++) {
+        if (r % 4 == 0)
+            qpk_expand_blocks(t, t->data + (uint64_t)(r / 4) * t->row_stride, 1, blk);
+        int64_t acc = 0;
+        for (uint32_t c0 = 0; c0 < cols; c0 += group) {
+            int64_t sp = 0;
+            for (uint32_t b0 = c0; b0 < c0 + group; b0 += 32) {
+                int64_t p = 0;
+                for (uint32_t j = b0; j < b0 + 32; j++)
+                    p += (int8_t)blk[j / 16 * 64 + r % 4 * 16 + j % 16] * a[j];
+                sp += (p * (1 << QK_XQ_FRAC)) >> (xq[b0 / 32 * QK_XQ_REC + QK_XQ_R] & 31);
+            }
+            int32_t d;
+            memcpy(&d, blk + 4 * cols + 4 * (c0 / group * 4 + r % 4), 4);
+            acc += (d * sp) >> QK_I4_GROUP_SHIFT;
+        }
+        u64 bad = 0;
+        out[r] = qm_acc_to_q32_checked(acc, sc->xq_exp + 24 + QK_I4_GROUP_SHIFT - t->scale_exp, &bad);
+    }
+    free(a);
+    free(blk);
+}
+
 /* The int4 preset's packed tensors (the embedding i6g, the matrices with
  * whole super-blocks i4k) run exactly as the i8g / i4g they expand to:
  * resident (expanded as the maps are filled), --stream (as blocks are
- * staged) and the host twin (expanded at its start) all give the logits
- * of the container that stores the expansion, bit for bit. */
+ * staged) and the host twin (expanded at its start) all leave the final
+ * norm's act vector of the container that stores the expansion, bit for
+ * bit. The i6g embedding's vocabulary projection runs as i6 lanes (the
+ * expanded container's i8g kernel reads the act vector unquantised): its
+ * logits are the hand-computed sums of i6_vocabulary_by_hand, and the
+ * same on all three. */
 START_TEST(packed_encodings_run_as_their_expansion)
 {
     char ckpt[256], qpk[256], packed[300], expanded[300];
@@ -329,6 +378,10 @@ START_TEST(packed_encodings_run_as_their_expansion)
     open_session_mode(&str, packed, QP_BACKEND_BPF, 64, true);
     open_session(&emu, packed, QP_BACKEND_EMU, 64);
     open_session(&exp, expanded, QP_BACKEND_BPF, 64);
+    ck_assert(res.plan.cfg.lm_i6 && res.plan.cfg.embed_i6 && !exp.plan.cfg.lm_i6);
+    size_t bytes = res.vocab * sizeof(int64_t), act = res.hidden * sizeof(int64_t);
+    int64_t *by_hand = malloc(bytes);
+    ck_assert_ptr_nonnull(by_hand);
     qp_err err = {{0}};
     for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
         uint32_t a, b, c, d;
@@ -336,11 +389,18 @@ START_TEST(packed_encodings_run_as_their_expansion)
         ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
         ck_assert_msg(qp_session_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
         ck_assert_msg(qp_session_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
-        size_t bytes = res.vocab * sizeof(int64_t);
-        ck_assert_msg(memcmp(res.b->logits, exp.b->logits, bytes) == 0, "resident != expanded at %u", pos);
-        ck_assert_msg(memcmp(str.b->logits, exp.b->logits, bytes) == 0, "--stream != expanded at %u", pos);
-        ck_assert_msg(memcmp(emu.b->logits, exp.b->logits, bytes) == 0, "emu != expanded at %u", pos);
+        const void *x = res.b->state(res.b, QP_MAP_X);
+        ck_assert_msg(memcmp(x, exp.b->state(exp.b, QP_MAP_X), act) == 0, "resident != expanded at %u", pos);
+        ck_assert_msg(memcmp(x, str.b->state(str.b, QP_MAP_X), act) == 0, "--stream != expanded at %u", pos);
+        ck_assert_msg(memcmp(x, emu.b->state(emu.b, QP_MAP_X), act) == 0, "emu != expanded at %u", pos);
+        i6_vocabulary_by_hand(&res, by_hand);
+        ck_assert_msg(memcmp(res.b->logits, by_hand, bytes) == 0, "i6 lanes != by hand at %u", pos);
+        ck_assert_msg(memcmp(str.b->logits, by_hand, bytes) == 0, "--stream i6 lanes != by hand at %u", pos);
+        ck_assert_msg(memcmp(emu.b->logits, by_hand, bytes) == 0, "emu i6 lanes != by hand at %u", pos);
+        ck_assert_uint_eq(a, b);
+        ck_assert_uint_eq(a, c);
     }
+    free(by_hand);
     qp_session_close(&res);
     qp_session_close(&str);
     qp_session_close(&emu);
