@@ -344,14 +344,26 @@ static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *
     return 0;
 }
 
-/* i8g code bytes of one block (4 rows x cols) rewritten as i6 lanes */
+/* i8g code bytes of one block (4 rows x cols) rewritten as i6 lanes
+ * (QK_I6_BYTE), 16 bytes at a time: in 16-bit units, the chunk's
+ * [u0 u1 u2 u3 | v0 v1 v2 v3] become [u0 u2 v0 v2] and [u1 u3 v1 v3]. A
+ * code q in -32..31 biased by 32 is its low 6 bits with bit 5 flipped: no
+ * carry crosses a byte. Little-endian, as the kernels' maps. */
 static void i6_lanes(uint8_t *blk, uint32_t cols)
 {
+    const uint64_t low6 = 0x3F3F3F3F3F3F3F3Full, bias = 0x2020202020202020ull;
     for (uint32_t at = 0; at < 4 * cols; at += 16) {
-        uint8_t chunk[16];
-        for (int j = 0; j < 16; j++)
-            chunk[QK_I6_BYTE(j)] = (uint8_t)((int8_t)blk[at + j] + QK_I6_BIAS);
-        memcpy(blk + at, chunk, 16);
+        uint64_t lo, hi;
+        memcpy(&lo, blk + at, 8);
+        memcpy(&hi, blk + at + 8, 8);
+        lo = (lo & low6) ^ bias;
+        hi = (hi & low6) ^ bias;
+        uint64_t a = (lo & 0xFFFF) | ((lo >> 16) & 0xFFFF0000ull) | ((hi & 0xFFFF) << 32) |
+                     ((hi << 16) & 0xFFFF000000000000ull);
+        uint64_t b = ((lo >> 16) & 0xFFFF) | ((lo >> 32) & 0xFFFF0000ull) | ((hi << 16) & 0xFFFF00000000ull) |
+                     (hi & 0xFFFF000000000000ull);
+        memcpy(blk + at, &a, 8);
+        memcpy(blk + at + 8, &b, 8);
     }
 }
 
