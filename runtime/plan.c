@@ -272,8 +272,6 @@ static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
     return role == QPK_ROLE_O ? o_maps[i4] : role == QPK_ROLE_DOWN ? down_maps[i4] : hid_maps[i4];
 }
 
-/* Gives every matrix its first key in its map, in file order per map;
- * counts[] receives each map's number of blocks. */
 /* Whether the embedding or lm_head t runs as i6 lanes: an i6g tensor among
  * i8g wide matrices (it shares their map and scale layout), with groups of
  * whole act blocks and the quantised act vector at hand (an i4g matrix).
@@ -283,6 +281,8 @@ static bool as_i6_lanes(const struct qk_config *c, const struct qpk_tensor *t)
     return t->encoding == QPK_ENC_I6G && c->w_enc == QK_ENC_I8G && c->has_i4 && c->w_group % QK_XQ_BLOCK == 0;
 }
 
+/* Gives every matrix its first key in its map, in file order per map;
+ * counts[] receives each map's number of blocks. */
 static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t counts[QP_MAP_COUNT])
 {
     struct qk_config *c = &p->cfg;
