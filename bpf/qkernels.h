@@ -405,6 +405,25 @@ QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
     return (s64)s >> 48;
 }
 
+/* qk_dot_i4_row_g32 on an unpacked block: lane words, act records and
+ * parameters each walked by their own pointer */
+QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk, u32 groups)
+{
+    s64 row = 0;
+    for (u32 g = groups; g; g--) {
+        s64 pb = qk_lanes_chunk(lg, xr);
+        QK_KEEP(pb);
+        pb += qk_lanes_chunk(lg + 4, xr + 4);
+        QK_KEEP(pb);
+        s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+        row += (dk[0] * sp - dk[1] * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+        lg += 8;
+        xr += QK_XQ_REC;
+        dk += 2;
+    }
+    return row;
+}
+
 /* qk_dot_i4_row_chunk on an unpacked block */
 QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
@@ -413,15 +432,8 @@ QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
     const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
     const s64 *dk = dm + k * groups * 2 + (c0 >> C.w4_group_shift) * 2;
     s64 row = 0;
-    if (blocks_per_group == 1) {
-        for (u32 g = 0; g < C.col_chunk / QK_XQ_BLOCK; g++) {
-            const u64 *x = xr + g * QK_XQ_REC, *lg = lk + g * 8;
-            s64 pb = qk_lanes_chunk(lg, x) + qk_lanes_chunk(lg + 4, x + 4);
-            s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
-            row += (dk[2 * g] * sp - dk[2 * g + 1] * (s64)x[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
-        }
-        return row;
-    }
+    if (blocks_per_group == 1)
+        return qk_dot_i4_unpacked_g32(lk, xr, dk, C.col_chunk / QK_XQ_BLOCK);
     for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
         s64 sp = 0, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
@@ -432,6 +444,75 @@ QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
             sa += (s64)x[QK_XQ_SA];
         }
         row += (dk[2 * g] * sp - dk[2 * g + 1] * sa) >> QK_I4_GROUP_SHIFT;
+    }
+    return row;
+}
+
+/* i6 lanes for a block of positions: as qk_unpack_i4_chunk, a 4-row block's
+ * code words unpacked once into the same lanes[4][cols / 16][4] (columns j,
+ * j + 4, j + 8, j + 12 of lane word j meet act word pk[j]) and its int32
+ * scales into dm (entry [2 g], the second left 0). The bias comes off the
+ * lanes here: each holds q = u - QK_I6_BIAS (-32..31) as a two's-complement
+ * lane of the word, and the word is still that polynomial's value, so the
+ * products stay exact. */
+#define QK_I6_LANE_BIAS (QK_I6_BIAS * 0x0001000100010001ULL)
+
+QM_INLINE void qk_unpack_i6_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols, u32 c0)
+{
+    const u8 *b = (const u8 *)blk;
+    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> C.w_group_shift) * 4;
+    u32 chunks = cols / 16, groups = cols >> C.w_group_shift;
+    u64 *lc = lanes + c0 / 4;
+    s64 *dg = dm + (c0 >> C.w_group_shift) * 2;
+    for (u32 t = 0; t < C.col_chunk / 16; t++)
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            const u64 *cw = (const u64 *)(b + (c0 + 16 * t) * 4 + 16 * k);
+            u64 *l = lc + (k * chunks + t) * 4;
+            l[0] = (cw[0] & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
+            l[1] = ((cw[0] >> 8) & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
+            l[2] = (cw[1] & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
+            l[3] = ((cw[1] >> 8) & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
+        }
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++)
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            dg[(k * groups + g) * 2] = d[4 * g + k];
+            dg[(k * groups + g) * 2 + 1] = 0;
+        }
+}
+
+/* Two products of unpacked i6 lanes: |q| <= 32, so the top lane's sum of
+ * 8 terms is at most 8 * 32 * 127 < 2^15 and the lower coefficients stay
+ * below 2 * (3 * 32 * 127 * 2^32 + ...) < 2^47 (qk_dot_i6_word's bound with
+ * |q| for u); four would overflow the lane. */
+QM_INLINE s64 qk_lanes6_pair(const u64 *l, const u64 *pk)
+{
+    u64 s = QK_XQ_BIAS;
+    s += l[0] * pk[0];
+    s += l[1] * pk[1];
+    return (s64)s >> 48;
+}
+
+/* qk_dot_i6_row_chunk on an unpacked block: P_b = sum q a comes straight
+ * from the signed lanes, the same integer as sum u a - 32 A_b there */
+QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
+{
+    const u64 *xr = qk_xq_from(xq, c0);
+    u32 blocks_per_group = C.w_group >> 5, chunks = cols / 16, groups = cols >> C.w_group_shift;
+    const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
+    const s64 *dk = dm + k * groups * 2 + (c0 >> C.w_group_shift) * 2;
+    s64 row = 0;
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        s64 sp = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            s64 pb = qk_lanes6_pair(lk, xr) + qk_lanes6_pair(lk + 2, xr + 2);
+            pb += qk_lanes6_pair(lk + 4, xr + 4) + qk_lanes6_pair(lk + 6, xr + 6);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+            lk += 8;
+            xr += QK_XQ_REC;
+        }
+        row += (dk[2 * g] * sp) >> QK_I4_GROUP_SHIFT;
     }
     return row;
 }
@@ -913,7 +994,7 @@ QK_UNROLL
  * thread's scratch, a column chunk per call (name##_unpack), then every
  * (entry, row, column chunk) from it (name##_row): one row's chunk per
  * call, so the verifier walks one row's loop, not four */
-#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                            \
+#define QK_DEFINE_MVB_CB_OF(name, map, cols, unpack, dot)                 \
     static long name##_unpack(u64 t, void *vctx)                          \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -921,7 +1002,7 @@ QK_UNROLL
         u64 *u = QK_LOOKUP(unpk, cx->scratch);                            \
         if (!blk || !u || t >= qk_chunks_of(cols) || cols > C.act_len)    \
             return 1;                                                     \
-        qk_unpack_i4_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, (u32)t << C.col_chunk_shift); \
+        unpack(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, (u32)t << C.col_chunk_shift); \
         return 0;                                                         \
     }                                                                     \
     static long name##_row(u64 j, void *vctx)                             \
@@ -933,8 +1014,7 @@ QK_UNROLL
         const u8 *in = QK_LOOKUP(xq, b);                                  \
         if (!u || !in || t >= n || cols > C.act_len)                      \
             return 1;                                                     \
-        s64 part = qk_dot_i4_row_unpacked(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, \
-                                          t << C.col_chunk_shift);        \
+        s64 part = dot(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, t << C.col_chunk_shift); \
         cx->acc[k & 3] = cx->acc[k & 3] * qk_not_first(t) + part;         \
         if (t + 1 < n || k != 3)                                          \
             return 0;                                                     \
@@ -952,6 +1032,8 @@ QK_UNROLL
         QK_LOOP(cx->nb * 4 * qk_chunks_of(cols), name##_row, cx);         \
         return 0;                                                         \
     }
+#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols) \
+    QK_DEFINE_MVB_CB_OF(name, map, cols, qk_unpack_i4_chunk, qk_dot_i4_row_unpacked)
 
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
@@ -973,6 +1055,8 @@ QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_down_cb, work, C.inter)
+QK_DEFINE_MVB_CB_OF(qk_mv6b_hid_cb, w_hid, C.hidden, qk_unpack_i6_chunk, qk_dot_i6_row_unpacked)
+QK_DEFINE_MVB_CB_OF(qk_mv6b_work_hid_cb, work, C.hidden, qk_unpack_i6_chunk, qk_dot_i6_row_unpacked)
 
 /* QK_MV_LOGITS: entry b's argmax starts below every logit, at the first row */
 static long qk_mv_amax_init_cb(u64 j, void *vctx)
@@ -1036,7 +1120,7 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
     bool is_i4 = t.role == 7 ? (C.lm_i4 | C.lm_i6) != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
     bool is_i6 = t.role == 7 && C.lm_i6 != 0;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
-    if (!sc || is_i4 != i4 || (is_i6 && block) || a->streamed != streamed || !qk_entries_ok(a) ||
+    if (!sc || is_i4 != i4 || a->streamed != streamed || !qk_entries_ok(a) ||
         a->slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
     u32 mode = qk_reload(&a->mode);
@@ -1058,9 +1142,13 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         else                                                              \
             QK_LOOP(n, fam##_hid_cb, &cx);                                \
     } while (0)
-    if (i4 && !block && is_i6 && streamed)
+    if (i4 && is_i6 && block && streamed)
+        QK_LOOP(n, qk_mv6b_work_hid_cb, &cx);
+    else if (i4 && is_i6 && block)
+        QK_LOOP(n, qk_mv6b_hid_cb, &cx);
+    else if (i4 && is_i6 && streamed)
         QK_LOOP(n, qk_mv6_work_hid_cb, &cx);
-    else if (i4 && !block && is_i6)
+    else if (i4 && is_i6)
         QK_LOOP(n, qk_mv6_hid_cb, &cx);
     else if (streamed && block)
         QK_MV_RUN(qk_mv4b_work);

@@ -461,8 +461,7 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
                 return qp_fail(err, "internal: too many jobs for one matrix");
             list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
                                        .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
-            /* i6 lanes have no block-of-positions kernel: matvec4 takes every entry */
-            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 && !m.i6 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
         }
         first = end;
     }

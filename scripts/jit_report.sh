@@ -33,6 +33,11 @@
 #                              (the *_cb_unpack callback, run once per
 #                              4-row block and chunk for all positions of
 #                              the block, is not counted)
+#   matvec4, int4 (preset)     qk_mv6_*_cb_chunk: the i6 vocabulary
+#                              projection, qk_dot_i6_row_chunk, 32 MACs per
+#                              h iteration (8 SWAR multiplies)
+#   matvec4b,int4 (preset)     qk_mv6b_*_cb_row: the same from unpacked
+#                              lanes, qk_dot_i6_row_unpacked
 # How the loop is found: every backward jump (a j* whose target is below
 # its own address; in xlated, "goto pc-N") closes a range [target, jump].
 # The hot loop is the smallest such range that contains at least the
@@ -156,7 +161,7 @@ for fmt in q24 int8 int4-pure int4; do
     ids=$(cat /proc/$pid/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -n)
     case $fmt in
     int4-pure) progs="matvec4 matvec4b" ;;
-    int4) progs="matvec4" ;;     # the preset's i6 vocabulary projection (qk_mv6_*)
+    int4) progs="matvec4 matvec4b" ;;    # the preset's i6 vocabulary projection (qk_mv6*)
     *) progs="matvec" ;;
     esac
     for prog in $progs; do
@@ -175,7 +180,7 @@ for fmt in q24 int8 int4-pure int4; do
             name=$(awk -v a="$addr" '$1 == a { print $3; exit }' /proc/kallsyms)
             func=${name#bpf_prog_*_}
             case $fmt-$func in
-            q24-*_cb_chunk | int8-*_cb_chunk | int4-pure-*_cb_chunk | int4-pure-*_cb_row | int4-qk_mv6_*_cb_chunk) ;;
+            q24-*_cb_chunk | int8-*_cb_chunk | int4-pure-*_cb_chunk | int4-pure-*_cb_row | int4-qk_mv6_*_cb_chunk | int4-qk_mv6b_*_cb_row) ;;
             *) continue ;;
             esac
             # x86: "offset-in-function<TAB>instruction", the continuation
