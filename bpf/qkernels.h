@@ -405,6 +405,18 @@ QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
     return (s64)s >> 48;
 }
 
+/* Row k's lane words and group parameters in an unpacked block (QK_UNPK_*)
+ * from column c0 on, for groups of 2^group_shift columns */
+QM_INLINE const u64 *qk_unpk_lanes(const u64 *lanes, u32 k, u32 cols, u32 c0)
+{
+    return lanes + k * (cols / 16) * 4 + c0 / 4;
+}
+
+QM_INLINE const s64 *qk_unpk_params(const s64 *dm, u32 k, u32 cols, u32 c0, u32 group_shift)
+{
+    return dm + (k * (cols >> group_shift) + (c0 >> group_shift)) * 2;
+}
+
 /* qk_dot_i4_row_g32 on an unpacked block: lane words, act records and
  * parameters each walked by their own pointer */
 QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk, u32 groups)
@@ -427,10 +439,9 @@ QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk
 /* qk_dot_i4_row_chunk on an unpacked block */
 QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
-    const u64 *xr = qk_xq_from(xq, c0);
-    u32 blocks_per_group = C.w4_group >> 5, chunks = cols / 16, groups = cols >> C.w4_group_shift;
-    const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
-    const s64 *dk = dm + k * groups * 2 + (c0 >> C.w4_group_shift) * 2;
+    const u64 *xr = qk_xq_from(xq, c0), *lk = qk_unpk_lanes(lanes, k, cols, c0);
+    const s64 *dk = qk_unpk_params(dm, k, cols, c0, C.w4_group_shift);
+    u32 blocks_per_group = C.w4_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 1)
         return qk_dot_i4_unpacked_g32(lk, xr, dk, C.col_chunk / QK_XQ_BLOCK);
@@ -498,10 +509,9 @@ QM_INLINE s64 qk_lanes6_pair(const u64 *l, const u64 *pk)
  * from the signed lanes, the same integer as sum u a - 32 A_b there */
 QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
-    const u64 *xr = qk_xq_from(xq, c0);
-    u32 blocks_per_group = C.w_group >> 5, chunks = cols / 16, groups = cols >> C.w_group_shift;
-    const u64 *lk = lanes + k * chunks * 4 + c0 / 4;
-    const s64 *dk = dm + k * groups * 2 + (c0 >> C.w_group_shift) * 2;
+    const u64 *xr = qk_xq_from(xq, c0), *lk = qk_unpk_lanes(lanes, k, cols, c0);
+    const s64 *dk = qk_unpk_params(dm, k, cols, c0, C.w_group_shift);
+    u32 blocks_per_group = C.w_group >> 5;
     s64 row = 0;
     for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
         s64 sp = 0;
