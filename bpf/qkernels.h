@@ -363,6 +363,21 @@ QM_INLINE void qk_dot4_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c
         acc[k] += qk_dot_i6_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
 }
 
+/* The unpacked block's layout (QK_UNPK_*): the index of row k's lane
+ * words of column c on, and of its parameters for the group holding c,
+ * groups of 2^group_shift columns */
+/* (a 64-bit sum: with a 32-bit one clang's row loop is two instructions
+ * longer, scripts/jit_report.sh) */
+QM_INLINE u64 qk_unpk_lane_at(u32 k, u32 cols, u32 c)
+{
+    return (u64)(k * (cols / 16) * 4) + c / 4;
+}
+
+QM_INLINE u32 qk_unpk_param_at(u32 k, u32 cols, u32 c, u32 group_shift)
+{
+    return (k * (cols >> group_shift) + (c >> group_shift)) * 2;
+}
+
 /* i4g for a block of positions: a 4-row block's code words are unpacked
  * once (QK_UNPK_*, the calling thread's scratch) into their four lane words
  * and each group's parameters into integers, and every position of the
@@ -374,13 +389,10 @@ QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols
 {
     const u64 *codes = (const u64 *)blk + c0 / 4;
     const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
-    u32 chunks = cols / 16, groups = cols >> C.w4_group_shift;
-    u64 *lc = lanes + c0 / 4;
-    s64 *dg = dm + (c0 >> C.w4_group_shift) * 2;
     for (u32 t = 0; t < C.col_chunk / 16; t++)
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
-            u64 w = codes[4 * t + k], *l = lc + (k * chunks + t) * 4;
+            u64 w = codes[4 * t + k], *l = lanes + qk_unpk_lane_at(k, cols, c0 + 16 * t);
             l[0] = w & QK_NIBBLE_LANES;
             l[1] = (w >> 4) & QK_NIBBLE_LANES;
             l[2] = (w >> 8) & QK_NIBBLE_LANES;
@@ -389,8 +401,9 @@ QK_UNROLL
     for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++)
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
-            dg[(k * groups + g) * 2] = qk_pf16(par[8 * g + k]);
-            dg[(k * groups + g) * 2 + 1] = qk_pf16(par[8 * g + 4 + k]);
+            s64 *dg = dm + qk_unpk_param_at(k, cols, c0 + (g << C.w4_group_shift), C.w4_group_shift);
+            dg[0] = qk_pf16(par[8 * g + k]);
+            dg[1] = qk_pf16(par[8 * g + 4 + k]);
         }
 }
 
@@ -403,18 +416,6 @@ QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
     s += l[2] * pk[2];
     s += l[3] * pk[3];
     return (s64)s >> 48;
-}
-
-/* Row k's lane words and group parameters in an unpacked block (QK_UNPK_*)
- * from column c0 on, for groups of 2^group_shift columns */
-QM_INLINE const u64 *qk_unpk_lanes(const u64 *lanes, u32 k, u32 cols, u32 c0)
-{
-    return lanes + k * (cols / 16) * 4 + c0 / 4;
-}
-
-QM_INLINE const s64 *qk_unpk_params(const s64 *dm, u32 k, u32 cols, u32 c0, u32 group_shift)
-{
-    return dm + (k * (cols >> group_shift) + (c0 >> group_shift)) * 2;
 }
 
 /* qk_dot_i4_row_g32 on an unpacked block: lane words, act records and
@@ -439,8 +440,8 @@ QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk
 /* qk_dot_i4_row_chunk on an unpacked block */
 QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
-    const u64 *xr = qk_xq_from(xq, c0), *lk = qk_unpk_lanes(lanes, k, cols, c0);
-    const s64 *dk = qk_unpk_params(dm, k, cols, c0, C.w4_group_shift);
+    const u64 *xr = qk_xq_from(xq, c0), *lk = lanes + qk_unpk_lane_at(k, cols, c0);
+    const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, C.w4_group_shift);
     u32 blocks_per_group = C.w4_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 1)
@@ -462,7 +463,7 @@ QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
 /* i6 lanes for a block of positions: as qk_unpack_i4_chunk, a 4-row block's
  * code words unpacked once into the same lanes[4][cols / 16][4] (columns j,
  * j + 4, j + 8, j + 12 of lane word j meet act word pk[j]) and its int32
- * scales into dm (entry [2 g], the second left 0). The bias comes off the
+ * scales into dm (entry [2 g]; [2 g + 1] is not used). The bias comes off the
  * lanes here: each holds q = u - QK_I6_BIAS (-32..31) as a two's-complement
  * lane of the word, and the word is still that polynomial's value, so the
  * products stay exact. */
@@ -472,14 +473,11 @@ QM_INLINE void qk_unpack_i6_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols
 {
     const u8 *b = (const u8 *)blk;
     const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> C.w_group_shift) * 4;
-    u32 chunks = cols / 16, groups = cols >> C.w_group_shift;
-    u64 *lc = lanes + c0 / 4;
-    s64 *dg = dm + (c0 >> C.w_group_shift) * 2;
     for (u32 t = 0; t < C.col_chunk / 16; t++)
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
             const u64 *cw = (const u64 *)(b + (c0 + 16 * t) * 4 + 16 * k);
-            u64 *l = lc + (k * chunks + t) * 4;
+            u64 *l = lanes + qk_unpk_lane_at(k, cols, c0 + 16 * t);
             l[0] = (cw[0] & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
             l[1] = ((cw[0] >> 8) & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
             l[2] = (cw[1] & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
@@ -487,10 +485,8 @@ QK_UNROLL
         }
     for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++)
 QK_UNROLL
-        for (u32 k = 0; k < 4; k++) {
-            dg[(k * groups + g) * 2] = d[4 * g + k];
-            dg[(k * groups + g) * 2 + 1] = 0;
-        }
+        for (u32 k = 0; k < 4; k++)
+            dm[qk_unpk_param_at(k, cols, c0 + (g << C.w_group_shift), C.w_group_shift)] = d[4 * g + k];
 }
 
 /* Two products of unpacked i6 lanes: |q| <= 32, so the top lane's sum of
@@ -509,8 +505,8 @@ QM_INLINE s64 qk_lanes6_pair(const u64 *l, const u64 *pk)
  * from the signed lanes, the same integer as sum u a - 32 A_b there */
 QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
-    const u64 *xr = qk_xq_from(xq, c0), *lk = qk_unpk_lanes(lanes, k, cols, c0);
-    const s64 *dk = qk_unpk_params(dm, k, cols, c0, C.w_group_shift);
+    const u64 *xr = qk_xq_from(xq, c0), *lk = lanes + qk_unpk_lane_at(k, cols, c0);
+    const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, C.w_group_shift);
     u32 blocks_per_group = C.w_group >> 5;
     s64 row = 0;
     for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {

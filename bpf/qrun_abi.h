@@ -141,7 +141,8 @@ enum qk_norm_target {
  * (sized for the widest matrix). An i6 lanes block unpacks the same way:
  * lane word j of row k, chunk t holds the signed codes of the columns that
  * meet act word j (qk_unpack_i6_chunk), dm[k][g][0] the group's int32 scale
- * and dm[k][g][1] zero; its groups have at least 32 columns, so dm fits. */
+ * and dm[k][g][1] is not used; its groups have at least 32 columns, so dm
+ * fits. */
 #define QK_UNPK_DM_OFF(act_len) (act_len)
 #define QK_UNPK_BYTES(act_len) (8 * (act_len) + 2 * (act_len))
 
