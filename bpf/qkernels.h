@@ -249,26 +249,40 @@ QM_INLINE const u64 *qk_xq_from(const u8 *xq, u32 c0)
     return (const u64 *)xq + (c0 / QK_XQ_BLOCK) * QK_XQ_REC;
 }
 
-/* groups of 32 (the default): one act block per group. Every array is
- * walked by its own pointer and the lane mask stays in a register, so the
- * loop keeps its values in BPF's ten registers instead of the stack. */
+/* one group of 32 (the default: one act block per group) of a row: its
+ * two code words, one at a time (clang would interleave them and run out
+ * of registers), times act record xr, scaled by parameters d[0], d[4] */
+QM_INLINE s64 qk_dot_i4_g32_term(const u64 *cw, const u64 *xr, const u16 *d, u64 lanes)
+{
+    s64 pb = qk_dot_i4_lanes(cw[0], lanes, xr);
+    QK_KEEP(pb);
+    pb += qk_dot_i4_lanes(cw[4], lanes, xr + 4);
+    QK_KEEP(pb);
+    s64 sp = (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
+    return (qk_pf16(d[0]) * sp - qk_pf16(d[4]) * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+}
+
+/* groups of 32: every array walked by its own pointer and the lane mask
+ * kept in a register, so the loop keeps its values in BPF's ten registers
+ * instead of the stack; two groups per iteration */
 QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const u16 *d, u32 groups)
 {
     u64 lanes = QK_NIBBLE_LANES;
     s64 row = 0;
     QK_OPAQUE(lanes);
-    for (u32 g = groups; g; g--) {
-        /* one code word at a time: clang would interleave the two and
-         * run out of registers */
-        s64 pb = qk_dot_i4_lanes(cw[0], lanes, xr);
-        QK_KEEP(pb);
-        pb += qk_dot_i4_lanes(cw[4], lanes, xr + 4);
-        QK_KEEP(pb);
-        s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
-        row += (qk_pf16(d[0]) * sp - qk_pf16(d[4]) * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+    if (groups & 1) {
+        row = qk_dot_i4_g32_term(cw, xr, d, lanes);
         cw += 8;
         xr += QK_XQ_REC;
         d += 8;
+    }
+    for (u32 g = groups >> 1; g; g--) {
+        row += qk_dot_i4_g32_term(cw, xr, d, lanes);
+        QK_KEEP(row);
+        row += qk_dot_i4_g32_term(cw + 8, xr + QK_XQ_REC, d + 8, lanes);
+        cw += 16;
+        xr += 2 * QK_XQ_REC;
+        d += 16;
     }
     return row;
 }
@@ -290,7 +304,7 @@ QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par
             u32 b = g * blocks_per_group + h;
             const u64 *x = xr + b * QK_XQ_REC;
             s64 pb = qk_dot_i4_chunk(cw[b * 8 + k], x) + qk_dot_i4_chunk(cw[b * 8 + 4 + k], x + 4);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> x[QK_XQ_R];
             sa += (s64)x[QK_XQ_SA];
         }
         const u16 *d = pg + 8 * g;
@@ -329,6 +343,18 @@ QM_INLINE s64 qk_dot_i6_word(u64 w, u64 lanes, const u64 *pk)
     return p + ((s64)(((w >> 8) & lanes) * pk[1] + QK_XQ_BIAS) >> 48);
 }
 
+/* one act block of row k of an i6 lanes block (its words cw[0, 1, 8, 9]):
+ * P_b at the act record's scale */
+QM_INLINE s64 qk_dot_i6_block(const u64 *cw, const u64 *xr, u64 lanes)
+{
+    s64 pb = qk_dot_i6_word(cw[0], lanes, xr) + qk_dot_i6_word(cw[1], lanes, xr + 2);
+    QK_KEEP(pb);
+    pb += qk_dot_i6_word(cw[8], lanes, xr + 4) + qk_dot_i6_word(cw[9], lanes, xr + 6);
+    QK_KEEP(pb);
+    pb -= QK_I6_BIAS * (s64)xr[QK_XQ_A];
+    return (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
+}
+
 /* row k of an i6 lanes block, columns [c0, c0 + C.col_chunk) */
 QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, u32 c0)
 {
@@ -339,15 +365,22 @@ QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, 
     u64 lanes = QK_BYTE_LANES;
     s64 row = 0;
     QK_OPAQUE(lanes);
+    if (blocks_per_group == 2) {   /* the int4 preset's groups of 64: a group per iteration */
+        for (u32 g = C.col_chunk >> C.w_group_shift; g; g--) {
+            s64 sp = qk_dot_i6_block(cw, xr, lanes);
+            QK_KEEP(sp);
+            sp += qk_dot_i6_block(cw + 16, xr + QK_XQ_REC, lanes);
+            row += (d[0] * sp) >> QK_I4_GROUP_SHIFT;
+            cw += 32;
+            xr += 2 * QK_XQ_REC;
+            d += 4;
+        }
+        return row;
+    }
     for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
         s64 sp = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
-            s64 pb = qk_dot_i6_word(cw[0], lanes, xr) + qk_dot_i6_word(cw[1], lanes, xr + 2);
-            QK_KEEP(pb);
-            pb += qk_dot_i6_word(cw[8], lanes, xr + 4) + qk_dot_i6_word(cw[9], lanes, xr + 6);
-            QK_KEEP(pb);
-            pb -= QK_I6_BIAS * (s64)xr[QK_XQ_A];
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+            sp += qk_dot_i6_block(cw, xr, lanes);
             cw += 16;
             xr += QK_XQ_REC;
         }
@@ -418,21 +451,36 @@ QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
     return (s64)s >> 48;
 }
 
+/* one act block's group term of qk_dot_i4_row_g32 from unpacked lane words */
+QM_INLINE s64 qk_unpacked_g32_term(const u64 *lg, const u64 *xr, const s64 *dk)
+{
+    s64 pb = qk_lanes_chunk(lg, xr);
+    QK_KEEP(pb);
+    pb += qk_lanes_chunk(lg + 4, xr + 4);
+    QK_KEEP(pb);
+    s64 sp = (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
+    return (dk[0] * sp - dk[1] * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+}
+
 /* qk_dot_i4_row_g32 on an unpacked block: lane words, act records and
- * parameters each walked by their own pointer */
+ * parameters each walked by their own pointer, two groups per iteration
+ * (the loop's pointer steps and branch are a sixth of one group's) */
 QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk, u32 groups)
 {
     s64 row = 0;
-    for (u32 g = groups; g; g--) {
-        s64 pb = qk_lanes_chunk(lg, xr);
-        QK_KEEP(pb);
-        pb += qk_lanes_chunk(lg + 4, xr + 4);
-        QK_KEEP(pb);
-        s64 sp = (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
-        row += (dk[0] * sp - dk[1] * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+    if (groups & 1) {
+        row = qk_unpacked_g32_term(lg, xr, dk);
         lg += 8;
         xr += QK_XQ_REC;
         dk += 2;
+    }
+    for (u32 g = groups >> 1; g; g--) {
+        row += qk_unpacked_g32_term(lg, xr, dk);
+        QK_KEEP(row);
+        row += qk_unpacked_g32_term(lg + 8, xr + QK_XQ_REC, dk + 2);
+        lg += 16;
+        xr += 2 * QK_XQ_REC;
+        dk += 4;
     }
     return row;
 }
@@ -452,7 +500,7 @@ QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
             u32 b = g * blocks_per_group + h;
             const u64 *x = xr + b * QK_XQ_REC;
             s64 pb = qk_lanes_chunk(lk + b * 8, x) + qk_lanes_chunk(lk + b * 8 + 4, x + 4);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (x[QK_XQ_R] & 31);
+            sp += (pb * (1 << QK_XQ_FRAC)) >> x[QK_XQ_R];
             sa += (s64)x[QK_XQ_SA];
         }
         row += (dk[2 * g] * sp - dk[2 * g + 1] * sa) >> QK_I4_GROUP_SHIFT;
@@ -501,6 +549,14 @@ QM_INLINE s64 qk_lanes6_pair(const u64 *l, const u64 *pk)
     return (s64)s >> 48;
 }
 
+/* one act block of an unpacked i6 row: P_b at the act record's scale */
+QM_INLINE s64 qk_i6_unpacked_block(const u64 *lk, const u64 *xr)
+{
+    s64 pb = qk_lanes6_pair(lk, xr) + qk_lanes6_pair(lk + 2, xr + 2);
+    pb += qk_lanes6_pair(lk + 4, xr + 4) + qk_lanes6_pair(lk + 6, xr + 6);
+    return (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
+}
+
 /* qk_dot_i6_row_chunk on an unpacked block: P_b = sum q a comes straight
  * from the signed lanes, the same integer as sum u a - 32 A_b there */
 QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
@@ -509,12 +565,22 @@ QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
     const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, C.w_group_shift);
     u32 blocks_per_group = C.w_group >> 5;
     s64 row = 0;
+    if (blocks_per_group == 2) {   /* the int4 preset's groups of 64: a group per iteration */
+        for (u32 g = C.col_chunk >> C.w_group_shift; g; g--) {
+            s64 sp = qk_i6_unpacked_block(lk, xr);
+            QK_KEEP(sp);
+            sp += qk_i6_unpacked_block(lk + 8, xr + QK_XQ_REC);
+            row += (dk[0] * sp) >> QK_I4_GROUP_SHIFT;
+            lk += 16;
+            xr += 2 * QK_XQ_REC;
+            dk += 2;
+        }
+        return row;
+    }
     for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
         s64 sp = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
-            s64 pb = qk_lanes6_pair(lk, xr) + qk_lanes6_pair(lk + 2, xr + 2);
-            pb += qk_lanes6_pair(lk + 4, xr + 4) + qk_lanes6_pair(lk + 6, xr + 6);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> (xr[QK_XQ_R] & 31);
+            sp += qk_i6_unpacked_block(lk, xr);
             lk += 8;
             xr += QK_XQ_REC;
         }

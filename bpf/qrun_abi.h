@@ -112,7 +112,8 @@ enum qk_norm_target {
  *                  for L = 0..3 into 16-bit lane 3 - L (two's complement
  *                  lanes: the word is the integer sum of a * 2^(16 (3 - L)))
  *   s64 sa         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
- *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL): the products
+ *                  shift by it unmasked, so nothing else writes it
  *   s64 a          A_b
  * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
 #define QK_XQ_REC 11
