@@ -1688,46 +1688,73 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     return 0;
 }
 
-/* the values of the task's two heads at position j: each V entry is read
- * once for both when both weigh it; when one head's weight is 0 (its
- * softmax underflowed there), the other's alone, as qk_attn_value_cb */
-static long qk_attn_value2_cb(u64 i, void *vctx)
+/* the V weights of the task's two heads at position j, in place of their
+ * scores (qm_v_weight: the softmax weight with the V vector's scale
+ * undone; 0 where the softmax underflowed), for qk_attn_value2x2_cb */
+static long qk_attn_weight2_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
-    u32 j = cx->first + (u32)i, kv_head = cx->kv_head, key = cx->b * C.n_heads + cx->head;
+    u32 j = cx->first + (u32)i, key = cx->b * C.n_heads + cx->head;
     const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j);
-    const s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
-    s64 *part = QK_LOOKUP(parts, key * C.max_chunks + cx->chunk);
-    s64 *part2 = QK_LOOKUP(parts, (key + 1) * C.max_chunks + cx->chunk);
-    if (!v || !sc || !sc2 || !part || !part2 || j >= C.ctx || kv_head >= C.n_kv_heads)
+    s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
+    u32 kv_head = cx->kv_head;   /* read after the lookups: one register, checked and used */
+    if (!v || !sc || !sc2 || j >= C.ctx || kv_head >= C.n_kv_heads)
         return 1;
-    u64 p = qk_attn_weight(cx, 0, sc[j]), p2 = qk_attn_weight(cx, 1, sc2[j]);
-    if ((p | p2) == 0)
-        return 0;
     v += kv_head * C.head_dim;
     u32 sh = qm_cache_untag(v), st = qm_cache_untag(v + 4);
+    u64 p = qk_attn_weight(cx, 0, sc[j]), p2 = qk_attn_weight(cx, 1, sc2[j]);
     if (p && sh < cx->min_shift[0])
         cx->min_shift[0] = sh;
     if (p2 && sh < cx->min_shift[1])
         cx->min_shift[1] = sh;
-    s64 w = qm_v_weight(p, st, sh), w2 = qm_v_weight(p2, st, sh);
-    s64 *acc = part + QK_PART_ACC, *acc2 = part2 + QK_PART_ACC;
-    if (p == 0 || p2 == 0) {
-        qk_attn_add_v(p ? acc : acc2, v, p ? w : w2);
-        return 0;
-    }
+    sc[j] = p ? qm_v_weight(p, st, sh) : 0;
+    sc2[j] = p2 ? qm_v_weight(p2, st, sh) : 0;
+    return 0;
+}
+
+/* acc += w * v + w1 * v1 over a head's entries, two positions at once:
+ * each accumulator is loaded and stored once for both (4 BPF instructions
+ * per multiply-add against 5 a position at a time). The same integer sum
+ * as two qk_attn_add_v, whose bound holds in any order. */
+QM_INLINE void qk_attn_add_v2(s64 *acc, const s16 *v, s64 w, const s16 *v1, s64 w1)
+{
     for (u32 d = 0; d < C.head_dim; d += 16) {
-        s64 *ab = acc + d, *ab2 = acc2 + d;
-        const s16 *vb = v + d;
+        s64 *ab = acc + d;
+        const s16 *vb = v + d, *vb1 = v1 + d;
 QK_UNROLL
         for (int t = 0; t < 16; t++) {
-            s64 wv = vb[t], wv2 = wv;
+            s64 wv = vb[t], wv1 = vb1[t];
             QK_MUL_INTO(wv, w);
-            QK_MUL_INTO(wv2, w2);
-            ab[t] += wv;
-            ab2[t] += wv2;
+            QK_MUL_INTO(wv1, w1);
+            ab[t] += wv + wv1;
         }
     }
+}
+
+/* the values of the task's two heads at positions j = first + 2i and
+ * j + 1 (weight 0 past the chunk's end), from qk_attn_weight2_cb's
+ * weights: each head's sums take both positions in one pass over its
+ * entries, and the two V vectors are in the CPU's cache for the second */
+static long qk_attn_value2x2_cb(u64 i, void *vctx)
+{
+    struct qk_attn_ctx *cx = vctx;
+    u32 has1 = 2 * (u32)i + 1 < cx->count;
+    u32 j = cx->first + 2 * (u32)i, j1 = j + has1, kv_head = cx->kv_head, key = cx->b * C.n_heads + cx->head;
+    const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j), *v1 = QK_LOOKUP(vcache, cx->kv0 + j1);
+    const s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
+    s64 *part = QK_LOOKUP(parts, key * C.max_chunks + cx->chunk);
+    s64 *part2 = QK_LOOKUP(parts, (key + 1) * C.max_chunks + cx->chunk);
+    QK_OPAQUE(j1);   /* its own register, bounded by its own test */
+    if (!v || !v1 || !sc || !sc2 || !part || !part2 || j >= C.ctx || j1 >= C.ctx || kv_head >= C.n_kv_heads)
+        return 1;
+    s64 only = -(s64)has1;   /* all ones when j + 1 is in the chunk */
+    s64 w = sc[j], w1 = sc[j1] & only, x = sc2[j], x1 = sc2[j1] & only;
+    v += kv_head * C.head_dim;
+    v1 += kv_head * C.head_dim;
+    if (w | w1)
+        qk_attn_add_v2(part + QK_PART_ACC, v, w, v1, w1);
+    if (x | x1)
+        qk_attn_add_v2(part2 + QK_PART_ACC, v, x, v1, x1);
     return 0;
 }
 
@@ -1790,7 +1817,8 @@ static long qk_attn_task_cb(u64 i, void *vctx)
         return 1;
     if (pair) {
         QK_LOOP(t.count, qk_attn_score2_cb, &t);
-        QK_LOOP(t.count, qk_attn_value2_cb, &t);
+        QK_LOOP(t.count, qk_attn_weight2_cb, &t);
+        QK_LOOP((t.count + 1) / 2, qk_attn_value2x2_cb, &t);
     } else {
         QK_LOOP(t.count, qk_attn_score_cb, &t);
         QK_LOOP(t.count, qk_attn_value_cb, &t);
