@@ -32,7 +32,8 @@
  *   qrot     rotated query mantissas (exponent per head in scal.q_exp), then
  *            per head the donor corrections of the K extension bits
  *   gu       Q32 gate|up; SiLU(gate) in place
- *   scores   raw q.k per (entry, head) [ctx]
+ *   scores   raw q.k per (entry, head) [ctx]; for a head pair, then each
+ *            position's V weight in place (qk_attn_weight2_cb)
  *   parts    attention partial per (entry, head, chunk) (struct qk_attn_part)
  *   logits   Q32 [vocab]; amax: argmax partial per (entry, slot); scal: scalars
  *   work     --stream: the 4-row tile blocks of the running job, staged by
@@ -1713,8 +1714,9 @@ static long qk_attn_weight2_cb(u64 i, void *vctx)
 }
 
 /* acc += w * v + w1 * v1 over a head's entries, two positions at once:
- * each accumulator is loaded and stored once for both (4 BPF instructions
- * per multiply-add against 5 a position at a time). The same integer sum
+ * each accumulator is loaded and stored once for both (~4.5 BPF
+ * instructions per multiply-add against 5 a position at a time, clang's
+ * code spilling a little). The same integer sum
  * as two qk_attn_add_v, whose bound holds in any order. */
 QM_INLINE void qk_attn_add_v2(s64 *acc, const s16 *v, s64 w, const s16 *v1, s64 w1)
 {
