@@ -397,7 +397,7 @@ QM_INLINE void qk_dot4_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c
         acc[k] += qk_dot_i6_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
 }
 
-/* The unpacked block's layout (QK_UNPK_*): the index of row k's lane
+/* The i6 unpacked block's layout (QK_UNPK_*): the index of row k's lane
  * words of column c on, and of its parameters for the group holding c,
  * groups of 2^group_shift columns */
 /* (a 64-bit sum: with a 32-bit one clang's row loop is two instructions
@@ -413,105 +413,124 @@ QM_INLINE u32 qk_unpk_param_at(u32 k, u32 cols, u32 c, u32 group_shift)
 }
 
 /* i4g for a block of positions: a 4-row block's code words are unpacked
- * once (QK_UNPK_*, the calling thread's scratch) into their four lane words
- * and each group's parameters into integers, and every position of the
- * block then reads them: per 16 multiply-adds 4 loads, 4 multiplies and
- * 4 adds of the act words, with no shift, mask or parameter decoding left.
- * The same integers, summed the same way: the bits of qk_dot4_i4_chunk.
- * This unpacks columns [c0, c0 + C.col_chunk). */
-QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols, u32 c0)
+ * once (QK_UNPK_I4_*, the calling thread's scratch) into lane words, the
+ * four rows side by side, and each group's parameters into integers beside
+ * them; every position of the block then takes the four rows in one pass,
+ * each act word loaded once for all four: per 16 multiply-adds one load,
+ * multiply and add of a lane word and a quarter of an act word's load, with
+ * no shift, mask or parameter decoding left, and one pointer for both. The
+ * lanes hold l = u - 8 (-8..7) as two's complement lanes, the word still
+ * that polynomial's value (as qk_unpack_i6_chunk's), so an act block's two
+ * 16-column halves share one sum: its coefficient of 2^48 is sum l a,
+ * |sum l a| <= 32 * 8 * 127 < 2^15, and the lower coefficients stay below
+ * 8 * 8 * 127 * (3 * 2^32 + 2 * 2^16 + 1) < 2^47. P_b = sum l a + 8 A_b is
+ * the integer qk_dot4_i4_chunk takes, and the group terms are its own: the
+ * same bits. This unpacks columns [c0, c0 + C.col_chunk). */
+#define QK_I4_LANE_BIAS (8 * 0x0001000100010001ULL)
+
+QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, u32 cols, u32 c0)
 {
     const u64 *codes = (const u64 *)blk + c0 / 4;
     const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
-    for (u32 t = 0; t < C.col_chunk / 16; t++)
-QK_UNROLL
-        for (u32 k = 0; k < 4; k++) {
-            u64 w = codes[4 * t + k], *l = lanes + qk_unpk_lane_at(k, cols, c0 + 16 * t);
-            l[0] = w & QK_NIBBLE_LANES;
-            l[1] = (w >> 4) & QK_NIBBLE_LANES;
-            l[2] = (w >> 8) & QK_NIBBLE_LANES;
-            l[3] = (w >> 12) & QK_NIBBLE_LANES;
-        }
-    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++)
-QK_UNROLL
-        for (u32 k = 0; k < 4; k++) {
-            s64 *dg = dm + qk_unpk_param_at(k, cols, c0 + (g << C.w4_group_shift), C.w4_group_shift);
-            dg[0] = qk_pf16(par[8 * g + k]);
-            dg[1] = qk_pf16(par[8 * g + 4 + k]);
-        }
-}
-
-/* qk_dot_i4_chunk on unpacked lane words */
-QM_INLINE s64 qk_lanes_chunk(const u64 *l, const u64 *pk)
-{
-    u64 s = QK_XQ_BIAS;
-    s += l[0] * pk[0];
-    s += l[1] * pk[1];
-    s += l[2] * pk[2];
-    s += l[3] * pk[3];
-    return (s64)s >> 48;
-}
-
-/* one act block's group term of qk_dot_i4_row_g32 from unpacked lane words */
-QM_INLINE s64 qk_unpacked_g32_term(const u64 *lg, const u64 *xr, const s64 *dk)
-{
-    s64 pb = qk_lanes_chunk(lg, xr);
-    QK_KEEP(pb);
-    pb += qk_lanes_chunk(lg + 4, xr + 4);
-    QK_KEEP(pb);
-    s64 sp = (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
-    return (dk[0] * sp - dk[1] * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
-}
-
-/* qk_dot_i4_row_g32 on an unpacked block: lane words, act records and
- * parameters each walked by their own pointer, two groups per iteration
- * (the loop's pointer steps and branch are a sixth of one group's) */
-QM_INLINE s64 qk_dot_i4_unpacked_g32(const u64 *lg, const u64 *xr, const s64 *dk, u32 groups)
-{
-    s64 row = 0;
-    if (groups & 1) {
-        row = qk_unpacked_g32_term(lg, xr, dk);
-        lg += 8;
-        xr += QK_XQ_REC;
-        dk += 2;
-    }
-    for (u32 g = groups >> 1; g; g--) {
-        row += qk_unpacked_g32_term(lg, xr, dk);
-        QK_KEEP(row);
-        row += qk_unpacked_g32_term(lg + 8, xr + QK_XQ_REC, dk + 2);
-        lg += 16;
-        xr += 2 * QK_XQ_REC;
-        dk += 4;
-    }
-    return row;
-}
-
-/* qk_dot_i4_row_chunk on an unpacked block */
-QM_INLINE s64 qk_dot_i4_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
-{
-    const u64 *xr = qk_xq_from(xq, c0), *lk = lanes + qk_unpk_lane_at(k, cols, c0);
-    const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, C.w4_group_shift);
+    u64 *l = lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
     u32 blocks_per_group = C.w4_group >> 5;
-    s64 row = 0;
-    if (blocks_per_group == 1)
-        return qk_dot_i4_unpacked_g32(lk, xr, dk, C.col_chunk / QK_XQ_BLOCK);
-    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
-        s64 sp = 0, sa = 0;
-        for (u32 h = 0; h < blocks_per_group; h++) {
-            u32 b = g * blocks_per_group + h;
-            const u64 *x = xr + b * QK_XQ_REC;
-            s64 pb = qk_lanes_chunk(lk + b * 8, x) + qk_lanes_chunk(lk + b * 8 + 4, x + 4);
-            sp += (pb * (1 << QK_XQ_FRAC)) >> x[QK_XQ_R];
-            sa += (s64)x[QK_XQ_SA];
+    for (u32 t = 0; t < C.col_chunk / 16; t++) {
+        u64 *lt = l + QK_UNPK_I4_UNIT * (t >> 1) + 16 * (t & 1);
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            u64 w = codes[4 * t + k];
+            lt[k] = (w & QK_NIBBLE_LANES) - QK_I4_LANE_BIAS;
+            lt[4 + k] = ((w >> 4) & QK_NIBBLE_LANES) - QK_I4_LANE_BIAS;
+            lt[8 + k] = ((w >> 8) & QK_NIBBLE_LANES) - QK_I4_LANE_BIAS;
+            lt[12 + k] = ((w >> 12) & QK_NIBBLE_LANES) - QK_I4_LANE_BIAS;
         }
-        row += (dk[2 * g] * sp - dk[2 * g + 1] * sa) >> QK_I4_GROUP_SHIFT;
     }
-    return row;
+    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+        s64 *d = (s64 *)l + QK_UNPK_I4_UNIT * blocks_per_group * g + QK_UNPK_I4_PAR;
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            d[2 * k] = qk_pf16(par[8 * g + k]);
+            d[2 * k + 1] = qk_pf16(par[8 * g + 4 + k]);
+        }
+    }
 }
 
-/* i6 lanes for a block of positions: as qk_unpack_i4_chunk, a 4-row block's
- * code words unpacked once into the same lanes[4][cols / 16][4] (columns j,
- * j + 4, j + 8, j + 12 of lane word j meet act word pk[j]) and its int32
+/* s += l * a in l's register */
+#define QK_LANE_MAC(s, l, a)                                              \
+    do {                                                                  \
+        u64 __qk_l = (l);                                                 \
+        QK_MUL_INTO(__qk_l, a);                                           \
+        (s) += __qk_l;                                                    \
+    } while (0)
+
+/* the four rows' P_b of one act block: its 32 lane words l[4 j + k] (act
+ * word j, row k) times act record xr, at the record's scale (<< FRAC >> r) */
+QM_INLINE void qk_unpacked4_block(const u64 *l, const u64 *xr, s64 *sp)
+{
+    u64 s0 = QK_XQ_BIAS, s1 = QK_XQ_BIAS, s2 = QK_XQ_BIAS, s3 = QK_XQ_BIAS;
+QK_UNROLL
+    for (int j = 0; j < 8; j++) {
+        u64 a = xr[j];
+        QK_LANE_MAC(s0, l[4 * j], a);
+        QK_LANE_MAC(s1, l[4 * j + 1], a);
+        QK_LANE_MAC(s2, l[4 * j + 2], a);
+        QK_LANE_MAC(s3, l[4 * j + 3], a);
+        QK_KEEP(s0);
+        QK_KEEP(s1);
+        QK_KEEP(s2);
+        QK_KEEP(s3);
+    }
+    s64 a8 = (s64)xr[QK_XQ_A] * 8;
+    u64 r = xr[QK_XQ_R];
+    sp[0] = ((((s64)s0 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
+    sp[1] = ((((s64)s1 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
+    sp[2] = ((((s64)s2 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
+    sp[3] = ((((s64)s3 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
+}
+
+/* row[k] += a group's term, from its SP (sp[k]) and SA, parameters d[2 k] */
+QM_INLINE void qk_unpacked4_group(const s64 *sp, s64 sa, const s64 *d, s64 *row)
+{
+QK_UNROLL
+    for (int k = 0; k < 4; k++)
+        row[k] += (d[2 * k] * sp[k] - d[2 * k + 1] * sa) >> QK_I4_GROUP_SHIFT;
+}
+
+/* the four rows of an unpacked block times entry xq, columns [c0, c0 +
+ * C.col_chunk), added into row[0..3] */
+QM_INLINE void qk_dot4_i4_unpacked(const u64 *lanes, const u8 *xq, u32 c0, s64 *row)
+{
+    const u64 *xr = qk_xq_from(xq, c0), *l = lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
+    u32 blocks_per_group = C.w4_group >> 5;
+    s64 sp[4];
+    if (blocks_per_group == 1) {   /* the default groups of 32: a group per act block */
+        for (u32 g = C.col_chunk / QK_XQ_BLOCK; g; g--) {
+            qk_unpacked4_block(l, xr, sp);
+            qk_unpacked4_group(sp, (s64)xr[QK_XQ_SA], (const s64 *)l + QK_UNPK_I4_PAR, row);
+            l += QK_UNPK_I4_UNIT;
+            xr += QK_XQ_REC;
+        }
+        return;
+    }
+    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+        const s64 *d = (const s64 *)l + QK_UNPK_I4_PAR;
+        s64 sg[4] = {0, 0, 0, 0}, sa = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            qk_unpacked4_block(l, xr, sp);
+QK_UNROLL
+            for (int k = 0; k < 4; k++)
+                sg[k] += sp[k];
+            sa += (s64)xr[QK_XQ_SA];
+            l += QK_UNPK_I4_UNIT;
+            xr += QK_XQ_REC;
+        }
+        qk_unpacked4_group(sg, sa, d, row);
+    }
+}
+
+/* i6 lanes for a block of positions: a 4-row block's code words unpacked
+ * once into lanes[4][cols / 16][4], row by row (columns j, j + 4, j + 8,
+ * j + 12 of lane word j meet act word pk[j]), and its int32
  * scales into dm (entry [2 g]; [2 g + 1] is not used). The bias comes off the
  * lanes here: each holds q = u - QK_I6_BIAS (-32..31) as a two's-complement
  * lane of the word, and the word is still that polynomial's value, so the
@@ -1063,11 +1082,9 @@ QK_UNROLL
 #define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_wide_chunk, false)
 #define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4_chunk, true)
 
-/* i4g for more than one position: each 4-row block unpacked once into the
- * thread's scratch, a column chunk per call (name##_unpack), then every
- * (entry, row, column chunk) from it (name##_row): one row's chunk per
- * call, so the verifier walks one row's loop, not four */
-#define QK_DEFINE_MVB_CB_OF(name, map, cols, unpack, dot)                 \
+/* The unpacking pass of a block of positions' product: each 4-row block
+ * of `map` unpacked once into the thread's scratch, a column chunk per call */
+#define QK_DEFINE_UNPACK_CB(name, map, cols, unpack_call)                 \
     static long name##_unpack(u64 t, void *vctx)                          \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1075,9 +1092,53 @@ QK_UNROLL
         u64 *u = QK_LOOKUP(unpk, cx->scratch);                            \
         if (!blk || !u || t >= qk_chunks_of(cols) || cols > C.act_len)    \
             return 1;                                                     \
-        unpack(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, (u32)t << C.col_chunk_shift); \
+        unpack_call;                                                      \
+        return 0;                                                         \
+    }
+
+/* i4g for more than one position (qk_unpack_i4_chunk): each 4-row block
+ * unpacked once, then every (entry, column chunk) of its four rows from
+ * the scratch (name##_entry) */
+#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
+                        qk_unpack_i4_chunk(blk, u, cols, (u32)t << C.col_chunk_shift)) \
+    static long name##_entry(u64 j, void *vctx)                           \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        u32 n = qk_chunks_of(cols), e = (u32)j / n, t = (u32)j - e * n;   \
+        u32 b = cx->b0 + e;                                               \
+        const u64 *u = QK_LOOKUP(unpk, cx->scratch);                      \
+        const u8 *in = QK_LOOKUP(xq, b);                                  \
+        if (!u || !in || t >= n || cols > C.act_len)                      \
+            return 1;                                                     \
+        s64 part[4] = {0, 0, 0, 0};                                       \
+        qk_dot4_i4_unpacked(u, in, t << C.col_chunk_shift, part);         \
+        qk_acc_chunk(cx->acc, part, t);                                   \
+        if (t + 1 < n)                                                    \
+            return 0;                                                     \
+        const struct qk_scalars *sc = QK_LOOKUP(scal, b);                 \
+        if (!sc)                                                          \
+            return 1;                                                     \
+        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, sc->xq_exp); \
         return 0;                                                         \
     }                                                                     \
+    static long name(u64 i, void *vctx)                                   \
+    {                                                                     \
+        struct qk_mv_ctx *cx = vctx;                                      \
+        cx->group = (u32)i;                                               \
+        QK_LOOP(qk_chunks_of(cols), name##_unpack, cx);                   \
+        QK_LOOP(cx->nb * qk_chunks_of(cols), name##_entry, cx);           \
+        return 0;                                                         \
+    }
+
+/* i6 lanes for more than one position (qk_unpack_i6_chunk): each 4-row
+ * block unpacked once, then every (entry, row, column chunk) from it
+ * (name##_row): one row's chunk per call, so the verifier walks one row's
+ * loop, not four */
+#define QK_DEFINE_MV6_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
+                        qk_unpack_i6_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, \
+                                           (u32)t << C.col_chunk_shift)) \
     static long name##_row(u64 j, void *vctx)                             \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1087,7 +1148,7 @@ QK_UNROLL
         const u8 *in = QK_LOOKUP(xq, b);                                  \
         if (!u || !in || t >= n || cols > C.act_len)                      \
             return 1;                                                     \
-        s64 part = dot(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, t << C.col_chunk_shift); \
+        s64 part = qk_dot_i6_row_unpacked(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, t << C.col_chunk_shift); \
         cx->acc[k & 3] = cx->acc[k & 3] * qk_not_first(t) + part;         \
         if (t + 1 < n || k != 3)                                          \
             return 0;                                                     \
@@ -1105,8 +1166,6 @@ QK_UNROLL
         QK_LOOP(cx->nb * 4 * qk_chunks_of(cols), name##_row, cx);         \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols) \
-    QK_DEFINE_MVB_CB_OF(name, map, cols, qk_unpack_i4_chunk, qk_dot_i4_row_unpacked)
 
 QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
@@ -1128,8 +1187,8 @@ QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_down_cb, work, C.inter)
-QK_DEFINE_MVB_CB_OF(qk_mv6b_hid_cb, w_hid, C.hidden, qk_unpack_i6_chunk, qk_dot_i6_row_unpacked)
-QK_DEFINE_MVB_CB_OF(qk_mv6b_work_hid_cb, work, C.hidden, qk_unpack_i6_chunk, qk_dot_i6_row_unpacked)
+QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_work_hid_cb, work, C.hidden)
 
 /* QK_MV_LOGITS: entry b's argmax starts below every logit, at the first row */
 static long qk_mv_amax_init_cb(u64 j, void *vctx)

@@ -134,16 +134,21 @@ enum qk_norm_target {
 #define QK_XQ_BYTES(act_len) (8 * QK_XQ_REC * ((act_len) / QK_XQ_BLOCK))
 
 /* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
- * value per thread), for a matrix of `cols` columns:
- *   u64 lanes[4][cols / 16][4]   row k, chunk t: (w >> 4j) & QK_NIBBLE_LANES
- *                                of its code word w, j = 0..3
- *   s64 dm[4][groups][2]         row k, group g: its two parameters as
- *                                integers (qk_pf16), from u64 entry act_len
- * (sized for the widest matrix). An i6 lanes block unpacks the same way:
- * lane word j of row k, chunk t holds the signed codes of the columns that
- * meet act word j (qk_unpack_i6_chunk), dm[k][g][0] the group's int32 scale
- * and dm[k][g][1] is not used; its groups have at least 32 columns, so dm
- * fits. */
+ * value per thread), for a matrix of `cols` columns, QK_UNPK_I4_UNIT
+ * words per act block b (32 columns):
+ *   u64 lanes[2][4][4]   half h, j = 0..3, row k: ((w >> 4j) &
+ *                        QK_NIBBLE_LANES) - QK_I4_LANE_BIAS of row k's code
+ *                        word w of chunk 2b + h
+ *   s64 par[4][2]        row k: the two parameters (qk_pf16) of the group
+ *                        b starts; not used when b starts none
+ * An i6 lanes block unpacks row by row: u64 lanes[4][cols / 16][4], lane
+ * word j of row k, chunk t holding the signed codes of the columns that
+ * meet act word j (qk_unpack_i6_chunk), and s64 dm[4][groups][2] from u64
+ * entry act_len, dm[k][g][0] the group's int32 scale and dm[k][g][1] not
+ * used; its groups have at least 32 columns, so dm fits. Both fit
+ * QK_UNPK_BYTES for matrices of up to act_len columns. */
+#define QK_UNPK_I4_UNIT 40
+#define QK_UNPK_I4_PAR 32
 #define QK_UNPK_DM_OFF(act_len) (act_len)
 #define QK_UNPK_BYTES(act_len) (8 * (act_len) + 2 * (act_len))
 

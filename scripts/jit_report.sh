@@ -29,11 +29,14 @@
 #                              2 x qk_dot_i4_chunk = 8 SWAR multiplies of
 #                              4 lanes = 32 MACs (+ 2 group-scale
 #                              multiplies): 64 MACs, 20 multiplies
-#   matvec4b,int4  *_cb_row    qk_dot_i4_unpacked_g32: the same 64 MACs per
-#                              g iteration from pre-unpacked lane words
-#                              (the *_cb_unpack callback, run once per
-#                              4-row block and chunk for all positions of
-#                              the block, is not counted)
+#   matvec4b,int4  *_cb_entry  qk_dot4_i4_unpacked: per iteration of its g
+#                              loop one 32-column group of all four rows
+#                              from pre-unpacked lane words, each act word
+#                              loaded once for the four: 32 SWAR multiplies
+#                              (+ 8 group-scale multiplies) = 128 MACs (the
+#                              *_cb_unpack callback, run once per 4-row
+#                              block and chunk for all positions of the
+#                              block, is not counted)
 #   matvec4, int4 (preset)     qk_mv6_*_cb_chunk: the i6 vocabulary
 #                              projection, qk_dot_i6_row_chunk, one group
 #                              of 64 columns per g iteration (16 SWAR
@@ -44,7 +47,7 @@
 # its own address; in xlated, "goto pc-N") closes a range [target, jump].
 # The hot loop is the smallest such range that contains at least the
 # multiplies (x86 imul, BPF "*=") of one iteration: 64 for q24 and int8,
-# 16 for int4 (smaller ranges with fewer are qk_mv_emit's loop over the 4
+# 16 for int4, 32 for int4's block of positions (smaller ranges with fewer are qk_mv_emit's loop over the 4
 # rows, or the outer loop's latch placed above the inner loop). The
 # instructions counted are those of the range, both ends included (a
 # 10-byte movabs, BPF's 16-byte ld_imm64, count as one).
@@ -52,7 +55,8 @@
 # instruction numbers for BPF) so that it can be checked against
 # QP_JIT_KEEP's dumps, and "jumps": the other jumps inside the range (0:
 # straight-line, every instruction runs once per iteration), and "muls":
-# the multiplies in it (64 for q24/int8; 16 + 4 for int4, 16 + 1 for i6).
+# the multiplies in it (64 for q24/int8; 16 + 4 for int4, 32 + 8 for its
+# block of positions, 16 + 1 for i6).
 #
 # QP_JIT_KEEP=DIR keeps the disassembly (DIR/<format>-<program>-<func>.s,
 # .x for xlated) there. The loops' bodies do not depend on the model's
@@ -183,8 +187,10 @@ for fmt in q24 int8 int4-pure int4; do
             func=${name#bpf_prog_*_}
             macs=64 need=64
             case $fmt-$func in
-            int4-pure-*_cb_chunk | int4-pure-*_cb_row | int4-qk_mv6_*_cb_chunk | int4-qk_mv6b_*_cb_row)
+            int4-pure-*_cb_chunk | int4-qk_mv6_*_cb_chunk | int4-qk_mv6b_*_cb_row)
                 macs=64 need=16 ;;   # two act blocks per iteration
+            int4-pure-*_cb_entry)
+                macs=128 need=32 ;;  # one act block of four rows per iteration
             q24-*_cb_chunk | int8-*_cb_chunk) ;;
             *) continue ;;
             esac
