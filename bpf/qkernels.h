@@ -13,7 +13,9 @@
  *            lm_head; i6 lanes when C.embed_i6 / C.lm_i6, qrun_abi.h);
  *            where each starts: C.w_key, C.embed_key, C.lm_key
  *   w_o      o_proj blocks, w_down down_proj blocks
- *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in)
+ *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in),
+ *            their pf16 parameters widened to int32 as qrun fills the map
+ *            (plan.c widen_i4_params): a load each, not a decode
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
@@ -202,15 +204,6 @@ QK_UNROLL
     acc[3] += a3;
 }
 
-/* The integer a pf16 parameter encodes (formats/quant.h): t << s with t
- * the low 12 bits, two's complement, and s the high 4. |result| <= 2^26. */
-QM_INLINE s64 qk_pf16(u16 v)
-{
-    u64 w = v;
-    s64 t = (s64)(w << 52) >> 52;
-    return (s64)((u64)t << (w >> 12));
-}
-
 /* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
  * A code word holds 16 columns of one row; (w >> 4j) & QK_NIBBLE_LANES puts
  * columns j, j+4, j+8, j+12 into 16-bit lanes 0..3, and the act word pk[j]
@@ -223,7 +216,8 @@ QM_INLINE s64 qk_pf16(u16 v)
  * 16 multiply-adds. Per act block b of the row: P_b, the sum of its two
  * chunks (|P_b| < 2^16); per group of at most 8 blocks: T = D * SP - M * SA
  * with SP = sum over the group's blocks of (P_b << QK_XQ_FRAC) >> r_b
- * (< 2^31) and |D|, |M| <= 2^26, so |T| < 2^58; T >> QK_I4_GROUP_SHIFT
+ * (< 2^31) and |D|, |M| <= 2^26 (pf16 values, int32 in the map), so
+ * |T| < 2^58; T >> QK_I4_GROUP_SHIFT
  * (< 2^48) summed over a row's groups (at most 2^10 of them for a row of
  * QK_MAX_ACT = 2^15 columns) stays below 2^58. */
 #define QK_NIBBLE_LANES 0x000F000F000F000FULL
@@ -253,20 +247,20 @@ QM_INLINE const u64 *qk_xq_from(const u8 *xq, u32 c0)
 /* one group of 32 (the default: one act block per group) of a row: its
  * two code words, one at a time (clang would interleave them and run out
  * of registers), times act record xr, scaled by parameters d[0], d[4] */
-QM_INLINE s64 qk_dot_i4_g32_term(const u64 *cw, const u64 *xr, const u16 *d, u64 lanes)
+QM_INLINE s64 qk_dot_i4_g32_term(const u64 *cw, const u64 *xr, const s32 *d, u64 lanes)
 {
     s64 pb = qk_dot_i4_lanes(cw[0], lanes, xr);
     QK_KEEP(pb);
     pb += qk_dot_i4_lanes(cw[4], lanes, xr + 4);
     QK_KEEP(pb);
     s64 sp = (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
-    return (qk_pf16(d[0]) * sp - qk_pf16(d[4]) * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
+    return ((s64)d[0] * sp - (s64)d[4] * (s64)xr[QK_XQ_SA]) >> QK_I4_GROUP_SHIFT;
 }
 
 /* groups of 32: every array walked by its own pointer and the lane mask
  * kept in a register, so the loop keeps its values in BPF's ten registers
  * instead of the stack; two groups per iteration */
-QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const u16 *d, u32 groups)
+QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const s32 *d, u32 groups)
 {
     u64 lanes = QK_NIBBLE_LANES;
     s64 row = 0;
@@ -290,11 +284,11 @@ QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const u16 *d, u32 
 
 /* row k of a block, columns [c0, c0 + C.col_chunk): codes[4t + k] is its
  * 16-column chunk t */
-QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par, u32 k, u32 c0)
+QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const s32 *par, u32 k, u32 c0)
 {
     const u64 *xr = qk_xq_from(xq, c0);
     const u64 *cw = codes + c0 / 4;
-    const u16 *pg = par + (c0 >> C.w4_group_shift) * 8;
+    const s32 *pg = par + (c0 >> C.w4_group_shift) * 8;
     u32 blocks_per_group = C.w4_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 1)
@@ -308,8 +302,8 @@ QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par
             sp += (pb * (1 << QK_XQ_FRAC)) >> x[QK_XQ_R];
             sa += (s64)x[QK_XQ_SA];
         }
-        const u16 *d = pg + 8 * g;
-        row += (qk_pf16(d[k]) * sp - qk_pf16(d[4 + k]) * sa) >> QK_I4_GROUP_SHIFT;
+        const s32 *d = pg + 8 * g;
+        row += ((s64)d[k] * sp - (s64)d[4 + k] * sa) >> QK_I4_GROUP_SHIFT;
     }
     return row;
 }
@@ -317,7 +311,7 @@ QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const u16 *par
 QM_INLINE void qk_dot4_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
 {
     const u64 *codes = (const u64 *)blk;
-    const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols);
+    const s32 *par = (const s32 *)((const u8 *)blk + 2 * cols);
     for (u32 k = 0; k < 4; k++)
         acc[k] += qk_dot_i4_row_chunk(codes, xq, par, k, c0);
 }
@@ -431,7 +425,7 @@ QM_INLINE u32 qk_unpk_param_at(u32 k, u32 cols, u32 c, u32 group_shift)
 QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, u32 cols, u32 c0)
 {
     const u64 *codes = (const u64 *)blk + c0 / 4;
-    const u16 *par = (const u16 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
+    const s32 *par = (const s32 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
     u64 *l = lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
     u32 blocks_per_group = C.w4_group >> 5;
     for (u32 t = 0; t < C.col_chunk / 16; t++) {
@@ -449,8 +443,8 @@ QK_UNROLL
         s64 *d = (s64 *)l + QK_UNPK_I4_UNIT * blocks_per_group * g + QK_UNPK_I4_PAR;
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
-            d[2 * k] = qk_pf16(par[8 * g + k]);
-            d[2 * k + 1] = qk_pf16(par[8 * g + 4 + k]);
+            d[2 * k] = par[8 * g + k];
+            d[2 * k + 1] = par[8 * g + 4 + k];
         }
     }
 }
@@ -668,10 +662,10 @@ static long qk_embed_cb(u64 i, void *vctx)
         u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift, word = tile * 4;
         QK_OPAQUE(word);
         u64 w = ((const u64 *)blk)[word + k];
-        const u16 *par = (const u16 *)((const u8 *)blk + 2 * C.hidden);
-        const u16 *dm = par + g * 8;
+        const s32 *par = (const s32 *)((const u8 *)blk + 2 * C.hidden);
+        const s32 *dm = par + g * 8;
         QK_OPAQUE(dm);
-        s64 d = qk_pf16(dm[k]), m = qk_pf16(dm[4 + k]);
+        s64 d = dm[k], m = dm[4 + k];
         s32 up = qk_exp_const(C.embed_adj);
 QK_UNROLL
         for (int j = 0; j < 16; j++)

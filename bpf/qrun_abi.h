@@ -139,7 +139,7 @@ enum qk_norm_target {
  *   u64 lanes[2][4][4]   half h, j = 0..3, row k: ((w >> 4j) &
  *                        QK_NIBBLE_LANES) - QK_I4_LANE_BIAS of row k's code
  *                        word w of chunk 2b + h
- *   s64 par[4][2]        row k: the two parameters (qk_pf16) of the group
+ *   s64 par[4][2]        row k: the two parameters (D, M) of the group
  *                        b starts; not used when b starts none
  * An i6 lanes block unpacks row by row: u64 lanes[4][cols / 16][4], lane
  * word j of row k, chunk t holding the signed codes of the columns that

@@ -40,14 +40,15 @@ static uint64_t page_round(uint64_t n)
     return (n + page - 1) / page * page;
 }
 
-/* emu's own copies of the packed tensors (i6g, i4k), expanded */
+/* emu's own copies of the packed tensors (i6g, i4k) and of every i4g one
+ * (a w4 map's blocks, their parameters widened), expanded to map blocks */
 static uint64_t packed_copies(const struct qpk_file *f)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; f && i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
-        if (qpk_encoding_packed(t->encoding))
-            n += (uint64_t)(t->rows / t->rows_per_block) * qpk_kernel_stride(t);
+        if (qpk_encoding_packed(t->encoding) || qpk_kernel_encoding(t->encoding) == QPK_ENC_I4G)
+            n += (uint64_t)(t->rows / t->rows_per_block) * qp_map_block_bytes(t);
     }
     return n;
 }

@@ -253,7 +253,9 @@ static int add_seg(struct qp_plan *p, enum qp_map_id id, uint32_t key, const str
         return qp_fail(err, "out of memory");
     m->segs = s;
     uint32_t n = (uint32_t)(t->nbytes / t->row_stride);
-    s[m->n_segs++] = (struct qp_segment){key, n, t->data, qpk_encoding_packed(t->encoding) ? t : NULL};
+    bool w4 = id == QP_MAP_W4_HID || id == QP_MAP_W4_O || id == QP_MAP_W4_DOWN;
+    s[m->n_segs++] = (struct qp_segment){key, n, t->data, qpk_encoding_packed(t->encoding) || w4 ? t : NULL,
+                                         .widen4 = w4};
     return 0;
 }
 
@@ -367,6 +369,21 @@ static void i6_lanes(uint8_t *blk, uint32_t cols)
     }
 }
 
+/* An i4g block's pf16 parameters (after its 2 * cols code bytes) as the
+ * int32s they encode, in place: from the last to the first, so that each
+ * int32 only covers parameters already read. Little-endian, as the
+ * kernels' maps. */
+static void widen_i4_params(uint8_t *blk, uint32_t cols, uint32_t group)
+{
+    uint8_t *par = blk + 2ull * cols;
+    for (uint64_t i = 8ull * (cols / group); i-- > 0;) {
+        uint16_t v;
+        memcpy(&v, par + 2 * i, 2);
+        int32_t d = qnt_param_int(v);
+        memcpy(par + 4 * i, &d, 4);
+    }
+}
+
 void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
                        uint64_t value_size)
 {
@@ -376,6 +393,8 @@ void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_
         qpk_expand_blocks(t, src + b * t->row_stride, 1, out);
         if (seg->lanes6)
             i6_lanes(out, t->cols);
+        if (seg->widen4)
+            widen_i4_params(out, t->cols, t->group_size);
     }
 }
 
@@ -537,11 +556,16 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
 /* bytes of one 4-row block of a matrix with cols columns */
 static uint64_t block_bytes(uint32_t enc, uint32_t group, uint32_t cols)
 {
-    if (enc == QK_ENC_I4G)
-        return 2ull * cols + 16ull * (cols / group);
+    if (enc == QK_ENC_I4G)   /* int32 parameters (qp_segment.widen4) */
+        return 2ull * cols + 32ull * (cols / group);
     if (enc == QK_ENC_I8G)
         return 4ull * cols + 16ull * (cols / group);
     return 16ull * cols;
+}
+
+uint64_t qp_map_block_bytes(const struct qpk_tensor *t)
+{
+    return block_bytes(kernel_enc(t), t->group_size, t->cols);
 }
 
 /* a matrix map of n blocks; an unused one keeps one block, so the

@@ -26,10 +26,15 @@ struct qp_segment {
     /* the expanded i8g blocks are then rewritten as i6 lanes (qrun_abi.h):
      * an i6g vocabulary projection the i6 kernel reads (cfg.lm_i6) */
     bool lanes6;
+    /* the expanded i4g blocks' pf16 parameters are then widened to int32
+     * (qrun_abi.h, the w4 maps): every segment of a w4 map, which is then
+     * packed even for an i4g tensor */
+    bool widen4;
 };
 
 /* n packed blocks of seg from src (stored bytes) into dst, value_size
- * apart: expanded to the kernel encoding, then as i6 lanes if seg says so */
+ * apart: expanded to the kernel encoding, then as i6 lanes or with int32
+ * parameters if seg says so */
 void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
                        uint64_t value_size);
 
@@ -87,6 +92,10 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
 
 /* bytes a map's values take, each 8-byte aligned (an array map's layout) */
 uint64_t qp_map_bytes(const struct qp_mapspec *m);
+
+/* bytes of one of t's row blocks in its map: its kernel encoding's, with
+ * an i4g block's parameters widened to int32 (qp_segment.widen4) */
+uint64_t qp_map_block_bytes(const struct qpk_tensor *t);
 
 /* true for the maps that hold matrices (w_*, w4_*) */
 bool qp_map_is_matrix(enum qp_map_id id);

@@ -300,9 +300,11 @@ static void check_emu_memory(const char *packed, const char *expanded)
     ck_assert(qpk_open(&fp, packed, 0, &err) == 0 && qpk_open(&fe, expanded, 0, &err) == 0);
     ck_assert(qp_plan_layout(&pp, &fp, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
     ck_assert(qp_plan_layout(&pe, &fe, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
+    /* an i4k tensor's copy has the size of the i4g one of the expanded
+     * container, which emu copies too (w4 maps widen their parameters) */
     uint64_t copies = 0;
     for (uint32_t i = 0; i < fp.n_tensors; i++)
-        if (qpk_encoding_packed(fp.tensors[i].encoding))
+        if (qpk_encoding_packed(fp.tensors[i].encoding) && fe.tensors[i].encoding != QPK_ENC_I4G)
             copies += fe.tensors[i].nbytes;
     ck_assert_uint_eq(qp_mem_need(&pp, false) - qp_mem_need(&pe, false), copies);
     ck_assert_uint_eq(qp_mem_need(&pp, true), qp_mem_need(&pe, true));
