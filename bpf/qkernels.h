@@ -490,11 +490,13 @@ QK_UNROLL
         row[k] += (d[2 * k] * sp[k] - d[2 * k + 1] * sa) >> QK_I4_GROUP_SHIFT;
 }
 
-/* the four rows of an unpacked block times entry xq, columns [c0, c0 +
- * C.col_chunk), added into row[0..3] */
-QM_INLINE void qk_dot4_i4_unpacked(const u64 *lanes, const u8 *xq, u32 c0, s64 *row)
+/* the four rows of an unpacked block (a thread's scratch) times entry xq,
+ * columns [c0, c0 + C.col_chunk), added into row[0..3] */
+QM_INLINE void qk_dot4_i4_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
 {
-    const u64 *xr = qk_xq_from(xq, c0), *l = lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
+    const u64 *xr = qk_xq_from((const u8 *)xq, c0);
+    const u64 *l = (const u64 *)lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
+    (void)cols;   /* the layout is by act block, whatever the width */
     u32 blocks_per_group = C.w4_group >> 5;
     s64 sp[4];
     if (blocks_per_group == 1) {   /* the default groups of 32: a group per act block */
@@ -1040,18 +1042,18 @@ QK_UNROLL
 
 /* A bpf_loop callback over 4-row blocks of `map` with `cols` columns
  * (name), and the loop it runs for each block over its (entry, column
- * chunk) pairs (name##_chunk): `dot` adds a chunk of the block times an
- * entry's value of map `input` (x, or xq for i4g, `i4`) into cx->acc, and
- * the entry's last chunk emits the 4 rows. A block is read from memory
- * once for the whole block of positions; the entries after the first find
- * it in the CPU's cache. */
-#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot, i4)                \
+ * chunk) pairs (name##_chunk): `dot` adds a chunk of the block (the value
+ * of `map` at `key`) times an entry's value of map `input` (x, or xq for
+ * i4g, `i4`) into cx->acc, and the entry's last chunk emits the 4 rows. A
+ * block is read from memory once for the whole block of positions; the
+ * entries after the first find it in the CPU's cache. */
+#define QK_DEFINE_MV_CHUNK_CB(name, map, key, cols, input, dot, i4)       \
     static long name##_chunk(u64 j, void *vctx)                           \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
         u32 n = qk_chunks_of(cols), e = (u32)j / n, t = (u32)j - e * n;   \
         u32 b = cx->b0 + e;                                               \
-        const void *blk = QK_LOOKUP(map, cx->first_group + cx->group);    \
+        const void *blk = QK_LOOKUP(map, key);                            \
         const void *in = QK_LOOKUP(input, b);                             \
         if (!blk || !in || t >= n || cols > C.act_len)                    \
             return 1;                                                     \
@@ -1065,7 +1067,9 @@ QK_UNROLL
             return 1;                                                     \
         qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, i4 ? sc->xq_exp : sc->x_exp); \
         return 0;                                                         \
-    }                                                                     \
+    }
+#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot, i4)                \
+    QK_DEFINE_MV_CHUNK_CB(name, map, cx->first_group + cx->group, cols, input, dot, i4) \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1092,36 +1096,17 @@ QK_UNROLL
 
 /* i4g for more than one position (qk_unpack_i4_chunk): each 4-row block
  * unpacked once, then every (entry, column chunk) of its four rows from
- * the scratch (name##_entry) */
+ * the thread's scratch (name##_chunk) */
 #define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
     QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
                         qk_unpack_i4_chunk(blk, u, cols, (u32)t << C.col_chunk_shift)) \
-    static long name##_entry(u64 j, void *vctx)                           \
-    {                                                                     \
-        struct qk_mv_ctx *cx = vctx;                                      \
-        u32 n = qk_chunks_of(cols), e = (u32)j / n, t = (u32)j - e * n;   \
-        u32 b = cx->b0 + e;                                               \
-        const u64 *u = QK_LOOKUP(unpk, cx->scratch);                      \
-        const u8 *in = QK_LOOKUP(xq, b);                                  \
-        if (!u || !in || t >= n || cols > C.act_len)                      \
-            return 1;                                                     \
-        s64 part[4] = {0, 0, 0, 0};                                       \
-        qk_dot4_i4_unpacked(u, in, t << C.col_chunk_shift, part);         \
-        qk_acc_chunk(cx->acc, part, t);                                   \
-        if (t + 1 < n)                                                    \
-            return 0;                                                     \
-        const struct qk_scalars *sc = QK_LOOKUP(scal, b);                 \
-        if (!sc)                                                          \
-            return 1;                                                     \
-        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, sc->xq_exp); \
-        return 0;                                                         \
-    }                                                                     \
+    QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, qk_dot4_i4_unpacked, true) \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
         cx->group = (u32)i;                                               \
         QK_LOOP(qk_chunks_of(cols), name##_unpack, cx);                   \
-        QK_LOOP(cx->nb * qk_chunks_of(cols), name##_entry, cx);           \
+        QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
 

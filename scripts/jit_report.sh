@@ -29,7 +29,7 @@
 #                              2 x qk_dot_i4_chunk = 8 SWAR multiplies of
 #                              4 lanes = 32 MACs (+ 2 group-scale
 #                              multiplies): 64 MACs, 20 multiplies
-#   matvec4b,int4  *_cb_entry  qk_dot4_i4_unpacked: per iteration of its g
+#   matvec4b,int4  *_cb_chunk  qk_dot4_i4_unpacked: per iteration of its g
 #                              loop one 32-column group of all four rows
 #                              from pre-unpacked lane words, each act word
 #                              loaded once for the four: 32 SWAR multiplies
@@ -186,11 +186,11 @@ for fmt in q24 int8 int4-pure int4; do
             name=$(awk -v a="$addr" '$1 == a { print $3; exit }' /proc/kallsyms)
             func=${name#bpf_prog_*_}
             macs=64 need=64
-            case $fmt-$func in
-            int4-pure-*_cb_chunk | int4-qk_mv6_*_cb_chunk | int4-qk_mv6b_*_cb_row)
-                macs=64 need=16 ;;   # two act blocks per iteration
-            int4-pure-*_cb_entry)
+            case $fmt-$prog-$func in
+            int4-pure-matvec4b-*_cb_chunk)
                 macs=128 need=32 ;;  # one act block of four rows per iteration
+            int4-pure-*_cb_chunk | int4-*-qk_mv6_*_cb_chunk | int4-*-qk_mv6b_*_cb_row)
+                macs=64 need=16 ;;   # two act blocks per iteration
             q24-*_cb_chunk | int8-*_cb_chunk) ;;
             *) continue ;;
             esac
