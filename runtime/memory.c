@@ -47,7 +47,7 @@ static uint64_t packed_copies(const struct qpk_file *f)
     uint64_t n = 0;
     for (uint32_t i = 0; f && i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
-        if (qpk_encoding_packed(t->encoding) || qpk_kernel_encoding(t->encoding) == QPK_ENC_I4G)
+        if (qpk_encoding_packed(t->encoding) || qp_tensor_widened(t))
             n += (uint64_t)(t->rows / t->rows_per_block) * qp_map_block_bytes(t);
     }
     return n;

@@ -50,6 +50,11 @@ static unsigned kernel_enc(const struct qpk_tensor *t)
     return qpk_kernel_encoding(t->encoding);
 }
 
+bool qp_tensor_widened(const struct qpk_tensor *t)
+{
+    return kernel_enc(t) == QPK_ENC_I4G;
+}
+
 /* value of element (r, c) of a blocked matrix (q24, i8g or i4g) whose row
  * block holding r is at blk, in its kernel encoding */
 static double matrix_value(const struct qpk_tensor *t, const uint8_t *blk, uint32_t r, uint32_t c)
@@ -253,9 +258,9 @@ static int add_seg(struct qp_plan *p, enum qp_map_id id, uint32_t key, const str
         return qp_fail(err, "out of memory");
     m->segs = s;
     uint32_t n = (uint32_t)(t->nbytes / t->row_stride);
-    bool w4 = id == QP_MAP_W4_HID || id == QP_MAP_W4_O || id == QP_MAP_W4_DOWN;
-    s[m->n_segs++] = (struct qp_segment){key, n, t->data, qpk_encoding_packed(t->encoding) || w4 ? t : NULL,
-                                         .widen4 = w4};
+    bool widen = qp_tensor_widened(t);
+    s[m->n_segs++] = (struct qp_segment){key, n, t->data, qpk_encoding_packed(t->encoding) || widen ? t : NULL,
+                                         .widen4 = widen};
     return 0;
 }
 

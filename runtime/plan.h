@@ -19,16 +19,16 @@ enum qp_map_id {
 struct qp_segment {
     uint32_t first_key, n_keys;
     const uint8_t *data;        /* n_keys * value_size bytes, or packed's stored blocks */
-    /* a packed tensor (i6g, i4k): data holds n_keys of its row blocks, each
-     * expanded to value_size bytes as it is copied (qpk_expand_blocks);
-     * NULL: data is the map's bytes verbatim */
+    /* a packed tensor (i6g, i4k) or one to widen (widen4): data holds
+     * n_keys of its row blocks, each expanded to value_size bytes as it is
+     * copied (qp_segment_expand); NULL: data is the map's bytes verbatim */
     const struct qpk_tensor *packed;
     /* the expanded i8g blocks are then rewritten as i6 lanes (qrun_abi.h):
      * an i6g vocabulary projection the i6 kernel reads (cfg.lm_i6) */
     bool lanes6;
     /* the expanded i4g blocks' pf16 parameters are then widened to int32
-     * (qrun_abi.h, the w4 maps): every segment of a w4 map, which is then
-     * packed even for an i4g tensor */
+     * (qrun_abi.h, the w4 maps): every tensor whose kernel encoding is i4g
+     * (qp_tensor_widened), packed or not */
     bool widen4;
 };
 
@@ -93,8 +93,12 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
 /* bytes a map's values take, each 8-byte aligned (an array map's layout) */
 uint64_t qp_map_bytes(const struct qp_mapspec *m);
 
+/* true when t's blocks go to a w4 map with their parameters widened to
+ * int32 (its kernel encoding is i4g: qp_segment.widen4) */
+bool qp_tensor_widened(const struct qpk_tensor *t);
+
 /* bytes of one of t's row blocks in its map: its kernel encoding's, with
- * an i4g block's parameters widened to int32 (qp_segment.widen4) */
+ * an i4g block's parameters widened to int32 */
 uint64_t qp_map_block_bytes(const struct qpk_tensor *t);
 
 /* true for the maps that hold matrices (w_*, w4_*) */
