@@ -458,7 +458,10 @@ QK_UNROLL
     } while (0)
 
 /* the four rows' P_b of one act block: its 32 lane words l[4 j + k] (act
- * word j, row k) times act record xr, at the record's scale (<< FRAC >> r) */
+ * word j, row k) times act record xr, at the record's scale (<< FRAC >> r).
+ * Each sum is kept right after its product: clang then reuses one register
+ * for the products and keeps the act record's pointer out of the stack
+ * (174 BPF instructions per 128 multiply-adds against 191) */
 QM_INLINE void qk_unpacked4_block(const u64 *l, const u64 *xr, s64 *sp)
 {
     u64 s0 = QK_XQ_BIAS, s1 = QK_XQ_BIAS, s2 = QK_XQ_BIAS, s3 = QK_XQ_BIAS;
@@ -466,12 +469,12 @@ QK_UNROLL
     for (int j = 0; j < 8; j++) {
         u64 a = xr[j];
         QK_LANE_MAC(s0, l[4 * j], a);
-        QK_LANE_MAC(s1, l[4 * j + 1], a);
-        QK_LANE_MAC(s2, l[4 * j + 2], a);
-        QK_LANE_MAC(s3, l[4 * j + 3], a);
         QK_KEEP(s0);
+        QK_LANE_MAC(s1, l[4 * j + 1], a);
         QK_KEEP(s1);
+        QK_LANE_MAC(s2, l[4 * j + 2], a);
         QK_KEEP(s2);
+        QK_LANE_MAC(s3, l[4 * j + 3], a);
         QK_KEEP(s3);
     }
     s64 a8 = (s64)xr[QK_XQ_A] * 8;

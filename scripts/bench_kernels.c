@@ -14,7 +14,10 @@
  * task's fastest of REPS runs by the kernel's clock (the programs alone),
  * summed: ns per multiply-add of its scores and values and ns per
  * (position, head), with one head a task and with the plan's choice.
+ * Between them, the core's own 64-bit multiply throughput (x86-64): the
+ * floor of every kernel is its multiplies per multiply-add times that.
  * Needs root. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,33 @@ static double now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+/* The core's 64-bit multiply throughput, ns per multiply at best: eight
+ * independent chains of the imul the BPF JIT emits for a BPF multiply.
+ * The matrix kernels' floor is their multiplies per multiply-add
+ * (scripts/jit_report.sh: muls / MACs) times this. 0 off x86-64. */
+static double multiply_ns(void)
+{
+#if defined(__x86_64__)
+    double best = 1e30;
+    for (int r = 0; r < REPS; r++) {
+        uint64_t v[8] = {3, 5, 7, 9, 11, 13, 15, 17}, m = 0x9E3779B97F4A7C15ull;
+        const long n = 20000000;
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++)
+            asm volatile("imul %8, %0\n\timul %8, %1\n\timul %8, %2\n\timul %8, %3\n\t"
+                         "imul %8, %4\n\timul %8, %5\n\timul %8, %6\n\timul %8, %7"
+                         : "+r"(v[0]), "+r"(v[1]), "+r"(v[2]), "+r"(v[3]), "+r"(v[4]), "+r"(v[5]), "+r"(v[6]),
+                           "+r"(v[7])
+                         : "r"(m));
+        double t = (now_ns() - t0) / (8.0 * n);
+        best = t < best ? t : best;
+    }
+    return best;
+#else
+    return 0;
+#endif
 }
 
 /* fastest of REPS runs of rows [0, rows) of `mode` for `block` positions,
@@ -125,6 +155,10 @@ int main(int argc, char **argv)
         double all = fastest_ns(b, &p, prods[i].mode, prods[i].rows, 1, 1, c->n_layers) / macs / c->n_layers;
         printf("  %-8s %10.3f %14.3f %14.3f\n", prods[i].name, one, blk, all);
     }
+    double mul = multiply_ns();
+    if (mul > 0)
+        printf("this core: %.3f ns per 64-bit multiply at best (8 independent chains), the floor of a kernel "
+               "with one multiply per multiply-add\n", mul);
     /* one task per invocation (a task is a chunk of QK_ATTN_CHUNK positions
      * of attn_heads heads), one head per task against the plan's choice */
     double pos_heads = (double)(ATTN_POS + 1) * c->n_heads;
