@@ -165,43 +165,85 @@ QK_UNROLL
     acc[3] += a3;
 }
 
-/* i8g: the same for a block of int8 codes with one int32 scale per group
- * of `group` columns and row; each group's sum * scale is shifted down
- * QK_I8_GROUP_SHIFT bits: |sum| < 256 * 127 * 2^24 < 2^39 and
- * |scale| <= 2^20 keep the product below 2^59, each shifted term below
- * 2^47, and a row of up to QK_MAX_ACT = 2^15 columns (2^11 groups at the
- * smallest, 16) below 2^58. */
-QM_INLINE void qk_dot4_i8_chunk(const u8 *blk, const s64 *x, u32 cols, u32 c0, s64 *acc)
+/* i8g: the 4 rows of a block times the act vector's 16-bit blocks
+ * (QK_XP_*). A code word holds 8 columns of a row; with its sign bits
+ * flipped (u = q + 128, 0..255) and masked with QK_PAIR_LANES after a shift
+ * of 8j bits it holds u_c + u_(c+4) * 2^32 for c = j, and its product with
+ * the act word pairing a_c and a_(c+4) has u_c a_c + u_(c+4) a_(c+4) as the
+ * coefficient of 2^32: two multiply-adds per multiply. Over an act block's
+ * 16 products the coefficient of 2^32 is H = sum u a, |H| < 32 * 2^8 *
+ * 2^15 = 2^28, and the coefficients of 2^0 sum to less than 16 * 2^8 *
+ * 2^15 = 2^27 in magnitude: with 2^31 added the top 32 bits are H exactly.
+ * P_b = H - 128 A_b = sum q a (|P_b| <= 32 * 128 * 2^15 = 2^27); per group:
+ * T = D * sum over its blocks of (P_b << QK_XP_FRAC) >> r_b, |T| < 2^20 *
+ * 2^3 * 2^35 = 2^58 for groups of up to 256 columns (8 blocks), and T >>
+ * QK_I8_GROUP_SHIFT (< 2^46) summed over a row's groups (at most 2^10 of
+ * QK_MAX_ACT = 2^15 columns) stays below 2^56. */
+#define QK_PAIR_LANES 0x000000FF000000FFULL
+#define QK_I8_FLIP 0x8080808080808080ULL
+#define QK_XP_BIAS (1ULL << 31)
+
+/* the 8 columns of code word w times their act pair words pk[0..3]: the
+ * sum of the four products (sum u a as the coefficient of 2^32) */
+QM_INLINE u64 qk_dot_i8_word(u64 w, u64 lanes, const u64 *pk)
 {
-    u32 group = C.w_group;
-    const s32 *scale = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4;
-    const u8 *bp = blk + c0 * 4;
-    const s64 *xc = x + c0;
-    s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (u32 g0 = 0; g0 < C.col_chunk; g0 += group) {
-        s64 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (u32 c = g0; c < g0 + group; c += 16) {
-            const s8 *p = (const s8 *)(bp + c * 4);
-            const s64 *xp = xc + c;
-QK_UNROLL
-            for (int j = 0; j < 16; j++) {
-                s64 xv = xp[j];
-                QK_MAC(s0, p[j], xv);
-                QK_MAC(s1, p[16 + j], xv);
-                QK_MAC(s2, p[32 + j], xv);
-                QK_MAC(s3, p[48 + j], xv);
-            }
+    u64 t = w ^ QK_I8_FLIP;
+    u64 s = (t & lanes) * pk[0];
+    s += ((t >> 8) & lanes) * pk[1];
+    s += ((t >> 16) & lanes) * pk[2];
+    s += ((t >> 24) & lanes) * pk[3];
+    return s;
+}
+
+/* one act block of a row (its code words cw[0, 1, 8, 9]) times act record
+ * xr: P_b at the record's scale */
+QM_INLINE s64 qk_dot_i8_block(const u64 *cw, const u64 *xr, u64 lanes)
+{
+    u64 s = QK_XP_BIAS + qk_dot_i8_word(cw[0], lanes, xr);
+    QK_KEEP(s);
+    s += qk_dot_i8_word(cw[1], lanes, xr + 4);
+    QK_KEEP(s);
+    s += qk_dot_i8_word(cw[8], lanes, xr + 8);
+    QK_KEEP(s);
+    s += qk_dot_i8_word(cw[9], lanes, xr + 12);
+    s64 pb = ((s64)s >> 32) - 128 * (s64)xr[QK_XP_A];
+    return (pb * (1 << QK_XP_FRAC)) >> xr[QK_XP_R];
+}
+
+/* The i8g products' act records: after the 8-bit ones in the same value */
+QM_INLINE const u64 *qk_xp_from(const u8 *xq, u32 c0)
+{
+    return (const u64 *)(xq + QK_XQ_BYTES(C.act_len)) + (c0 / QK_XQ_BLOCK) * QK_XP_REC;
+}
+
+/* row k of an i8g block, columns [c0, c0 + C.col_chunk) (the plan keeps
+ * groups of at least one act block) */
+QM_INLINE s64 qk_dot_i8_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, u32 c0)
+{
+    const u64 *xr = qk_xp_from(xq, c0);
+    const u64 *cw = (const u64 *)(blk + c0 * 4 + k * 16);
+    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4 + k;
+    u32 blocks_per_group = C.w_group >> 5;
+    u64 lanes = QK_PAIR_LANES;
+    s64 row = 0;
+    QK_OPAQUE(lanes);
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        s64 sp = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            sp += qk_dot_i8_block(cw, xr, lanes);
+            cw += 16;
+            xr += QK_XP_REC;
         }
-        const s32 *d = scale + (g0 >> C.w_group_shift) * 4;
-        a0 += (s0 * d[0]) >> QK_I8_GROUP_SHIFT;
-        a1 += (s1 * d[1]) >> QK_I8_GROUP_SHIFT;
-        a2 += (s2 * d[2]) >> QK_I8_GROUP_SHIFT;
-        a3 += (s3 * d[3]) >> QK_I8_GROUP_SHIFT;
+        row += (d[0] * sp) >> QK_I8_GROUP_SHIFT;
+        d += 4;
     }
-    acc[0] += a0;
-    acc[1] += a1;
-    acc[2] += a2;
-    acc[3] += a3;
+    return row;
+}
+
+QM_INLINE void qk_dot4_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
+{
+    for (u32 k = 0; k < 4; k++)
+        acc[k] += qk_dot_i8_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
 }
 
 /* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
@@ -831,13 +873,13 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
     return 0;
 }
 
-/* ---- quant_x: x -> 8-bit blocks for the i4g products (QK_XQ_*) ------- */
+/* ---- quant_x: x -> 8-bit blocks (QK_XQ_*) and 16-bit ones (QK_XP_*) -- */
 
 struct qk_xq_ctx {
     u32 sh_max;
     u32 b;              /* block entry */
     u32 len;            /* entries of x to quantise */
-    u32 pad;
+    u32 records;        /* qk_act_records */
 };
 
 /* the shift that brings a block's largest |m| to at most 8 bits */
@@ -899,7 +941,64 @@ QK_UNROLL
     return 0;
 }
 
-/* one block entry */
+/* the 16-bit records of the i8g products (QK_XP_*), after the 8-bit ones */
+QM_INLINE u64 *qk_xp_rec(u8 *xq, u32 b)
+{
+    return (u64 *)(xq + QK_XQ_BYTES(C.act_len)) + b * QK_XP_REC;
+}
+
+/* pass 1 of the 16-bit records: every block's shift to at most 15 bits,
+ * kept in r for pass 2 */
+static long qk_xp_shift_cb(u64 i, void *vctx)
+{
+    struct qk_xq_ctx *cx = vctx;
+    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
+    const s64 *x = QK_LOOKUP(x, cx->b);
+    u8 *xq = QK_LOOKUP(xq, cx->b);
+    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
+        return 1;
+    u64 max = 0;
+    const s64 *m = x + b * QK_XQ_BLOCK;
+QK_UNROLL
+    for (int j = 0; j < QK_XQ_BLOCK; j++)
+        qk_max_abs(&max, m[j]);
+    u32 n = qm_bitlen(max), sh = n > 15 ? n - 15 : 0;
+    qk_xp_rec(xq, b)[QK_XP_R] = sh;
+    cx->sh_max = sh > cx->sh_max ? sh : cx->sh_max;
+    return 0;
+}
+
+/* pass 2: the 16-bit values in their pair words, A_b and r_b */
+static long qk_xp_values_cb(u64 i, void *vctx)
+{
+    struct qk_xq_ctx *cx = vctx;
+    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
+    const s64 *x = QK_LOOKUP(x, cx->b);
+    u8 *xq = QK_LOOKUP(xq, cx->b);
+    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
+        return 1;
+    u64 *rec = qk_xp_rec(xq, b);
+    u32 sh = rec[QK_XP_R] & 63;
+    const s64 *m = x + b * QK_XQ_BLOCK;
+    s64 sum = 0;
+QK_UNROLL
+    for (int i8 = 0; i8 < 4; i8++)
+QK_UNROLL
+        for (int j = 0; j < 4; j++) {
+            /* |m| < 2^(sh + 15) rounds to at most 2^15 */
+            s64 lo = qm_clamp(qm_rshift_round(m[8 * i8 + j], sh), -32767, 32767);
+            s64 hi = qm_clamp(qm_rshift_round(m[8 * i8 + j + 4], sh), -32767, 32767);
+            rec[4 * i8 + j] = (u64)hi + ((u64)lo << 32);
+            sum += lo + hi;
+        }
+    u32 r = cx->sh_max - sh;
+    rec[QK_XP_R] = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
+    rec[QK_XP_A] = (u64)sum;
+    return 0;
+}
+
+/* one block entry: the 8-bit records when the product reads them, the
+ * 16-bit ones when it reads those (qk_quant_x) */
 static long qk_quant_entry_cb(u64 i, void *vctx)
 {
     const struct qk_xq_ctx *base = vctx;
@@ -907,19 +1006,43 @@ static long qk_quant_entry_cb(u64 i, void *vctx)
     struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
         return 1;
-    QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
-    QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
-    sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
+    if (C.has_i4 && (base->records & 1)) {   /* C: the map holds only what the model reads */
+        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
+        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
+        sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
+    }
+    if (C.w_enc == QK_ENC_I8G && (base->records & 2)) {
+        cx.sh_max = 0;
+        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xp_shift_cb, &cx);
+        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xp_values_cb, &cx);
+        sc->xp_exp = sc->x_exp + (s32)cx.sh_max - QK_XP_FRAC;
+    }
     return 0;
+}
+
+/* The act records product `mode` of `layer` reads: bit 0, the 8-bit ones
+ * (an i4g or i6 lanes matrix among its tensors), bit 1, the 16-bit ones
+ * (an i8g matrix). The host's rule is qp_plan_act_records. */
+QM_INLINE u32 qk_act_records(u32 layer, u32 mode)
+{
+    if (mode == QK_MV_LOGITS) {
+        u32 narrow = (C.lm_i4 | C.lm_i6) != 0;
+        return narrow | (C.w_enc == QK_ENC_I8G && !narrow) << 1;
+    }
+    u32 roles = mode == QK_MV_QKV ? 0x7 : mode == QK_MV_O ? 0x8 : mode == QK_MV_GATE_UP ? 0x30 : 0x40;
+    u32 i4 = C.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] & roles;
+    return (i4 != 0) | (C.w_enc == QK_ENC_I8G && i4 != roles) << 1;
 }
 
 /* the act vector of the product a->mode is about to run */
 QM_INLINE int qk_quant_x(const struct qk_args *a)
 {
     u32 len = a->mode == QK_MV_O ? C.q_dim : a->mode == QK_MV_DOWN ? C.inter : C.hidden;
-    if (a->mode > QK_MV_LOGITS || !C.has_i4 || !qk_entries_ok(a))
+    if (a->mode > QK_MV_LOGITS || !qk_entries_ok(a))
         return -1;
-    struct qk_xq_ctx cx = {.b = a->b0, .len = len};
+    struct qk_xq_ctx cx = {.b = a->b0, .len = len, .records = qk_act_records(a->layer, a->mode)};
+    if (!cx.records)
+        return -1;
     QK_LOOP(a->nb, qk_quant_entry_cb, &cx);
     return 0;
 }
@@ -1012,13 +1135,11 @@ QK_UNROLL
     }
 }
 
-/* a chunk of a wide (q24 or i8g) block times the act vector */
-QM_INLINE void qk_dot4_wide_chunk(const void *blk, const void *x, u32 cols, u32 c0, s64 *acc)
+/* a chunk of a q24 block times the act vector */
+QM_INLINE void qk_dot4_q24_chunk(const void *blk, const void *x, u32 cols, u32 c0, s64 *acc)
 {
-    if (C.w_enc == QK_ENC_I8G)
-        qk_dot4_i8_chunk((const u8 *)blk, (const s64 *)x, cols, c0, acc);
-    else
-        qk_dot4_chunk((const s32 *)blk, (const s64 *)x, c0, acc);
+    (void)cols;
+    qk_dot4_chunk((const s32 *)blk, (const s64 *)x, c0, acc);
 }
 
 /* column chunks of a row of cols columns */
@@ -1046,11 +1167,12 @@ QK_UNROLL
 /* A bpf_loop callback over 4-row blocks of `map` with `cols` columns
  * (name), and the loop it runs for each block over its (entry, column
  * chunk) pairs (name##_chunk): `dot` adds a chunk of the block (the value
- * of `map` at `key`) times an entry's value of map `input` (x, or xq for
- * i4g, `i4`) into cx->acc, and the entry's last chunk emits the 4 rows. A
+ * of `map` at `key`) times an entry's value of map `input` (x for q24, xq
+ * for i4g, i6 lanes and i8g) into cx->acc, and the entry's last chunk
+ * emits the 4 rows at that entry's exponent `expf` (a qk_scalars field). A
  * block is read from memory once for the whole block of positions; the
  * entries after the first find it in the CPU's cache. */
-#define QK_DEFINE_MV_CHUNK_CB(name, map, key, cols, input, dot, i4)       \
+#define QK_DEFINE_MV_CHUNK_CB(name, map, key, cols, input, dot, expf)     \
     static long name##_chunk(u64 j, void *vctx)                           \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1068,11 +1190,11 @@ QK_UNROLL
         const struct qk_scalars *sc = QK_LOOKUP(scal, b);                 \
         if (!sc)                                                          \
             return 1;                                                     \
-        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, i4 ? sc->xq_exp : sc->x_exp); \
+        qk_mv_emit(cx, b, cx->first_row + 4 * cx->group, cx->acc, sc->expf);  \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot, i4)                \
-    QK_DEFINE_MV_CHUNK_CB(name, map, cx->first_group + cx->group, cols, input, dot, i4) \
+#define QK_DEFINE_MV_CB_OF(name, map, cols, input, dot, expf)              \
+    QK_DEFINE_MV_CHUNK_CB(name, map, cx->first_group + cx->group, cols, input, dot, expf) \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1080,8 +1202,9 @@ QK_UNROLL
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_wide_chunk, false)
-#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4_chunk, true)
+#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_q24_chunk, x_exp)
+#define QK_DEFINE_MV8_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i8_chunk, xp_exp)
+#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4_chunk, xq_exp)
 
 /* The unpacking pass of a block of positions' product: each 4-row block
  * of `map` unpacked once into the thread's scratch, a column chunk per call */
@@ -1103,7 +1226,7 @@ QK_UNROLL
 #define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
     QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
                         qk_unpack_i4_chunk(blk, u, cols, (u32)t << C.col_chunk_shift)) \
-    QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, qk_dot4_i4_unpacked, true) \
+    QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, qk_dot4_i4_unpacked, xq_exp) \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1155,14 +1278,20 @@ QK_DEFINE_MV_CB(qk_mv_down_cb, w_down, C.inter)
 QK_DEFINE_MV_CB(qk_mv_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV_CB(qk_mv_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV_CB(qk_mv_work_down_cb, work, C.inter)
+QK_DEFINE_MV8_CB(qk_mv8_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV8_CB(qk_mv8_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV8_CB(qk_mv8_down_cb, w_down, C.inter)
+QK_DEFINE_MV8_CB(qk_mv8_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV8_CB(qk_mv8_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV8_CB(qk_mv8_work_down_cb, work, C.inter)
 QK_DEFINE_MV4_CB(qk_mv4_hid_cb, w4_hid, C.hidden)
 QK_DEFINE_MV4_CB(qk_mv4_o_cb, w4_o, C.q_dim)
 QK_DEFINE_MV4_CB(qk_mv4_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_CB(qk_mv4_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_CB(qk_mv4_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_CB(qk_mv4_work_down_cb, work, C.inter)
-QK_DEFINE_MV_CB_OF(qk_mv6_hid_cb, w_hid, C.hidden, xq, qk_dot4_i6_chunk, true)
-QK_DEFINE_MV_CB_OF(qk_mv6_work_hid_cb, work, C.hidden, xq, qk_dot4_i6_chunk, true)
+QK_DEFINE_MV_CB_OF(qk_mv6_hid_cb, w_hid, C.hidden, xq, qk_dot4_i6_chunk, xq_exp)
+QK_DEFINE_MV_CB_OF(qk_mv6_work_hid_cb, work, C.hidden, xq, qk_dot4_i6_chunk, xq_exp)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_hid_cb, w4_hid, C.hidden)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_o_cb, w4_o, C.q_dim)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
@@ -1270,10 +1399,14 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         QK_MV_RUN(qk_mv4b);
     else if (streamed && i4)
         QK_MV_RUN(qk_mv4_work);
+    else if (streamed && C.w_enc == QK_ENC_I8G)
+        QK_MV_RUN(qk_mv8_work);
     else if (streamed)
         QK_MV_RUN(qk_mv_work);
     else if (i4)
         QK_MV_RUN(qk_mv4);
+    else if (C.w_enc == QK_ENC_I8G)
+        QK_MV_RUN(qk_mv8);
     else
         QK_MV_RUN(qk_mv);
 #undef QK_MV_RUN

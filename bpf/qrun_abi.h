@@ -104,8 +104,9 @@ enum qk_norm_target {
     QK_NORM_FINAL = 2,  /* h -> x with model.norm */
 };
 
-/* The quantised act vector (map `xq`, one value) for i4g products, made
- * by quant_x from `x`: x_j ~ a_j * 2^(sh_b + x_exp) per 32-entry block b,
+/* The quantised act vector (map `xq`, one value per block entry) for the
+ * i4g and i6 lanes products, made by quant_x from `x` (the i8g products'
+ * 16-bit records follow it in the same value, QK_XP_*): x_j ~ a_j * 2^(sh_b + x_exp) per 32-entry block b,
  * |a_j| <= 127. One record of QK_XQ_REC 64-bit words per block, so that a
  * product walks the act vector with a single pointer:
  *   u64 pk[2][4]   per 16-entry half h, word j packs a_(32b + 16h + 4L + j)
@@ -132,6 +133,26 @@ enum qk_norm_target {
 #define QK_I6_BIAS 32
 #define QK_I6_BYTE(j) (8 * (((j) & 3) >> 1) + 2 * ((j) >> 2) + ((j) & 1))
 #define QK_XQ_BYTES(act_len) (8 * QK_XQ_REC * ((act_len) / QK_XQ_BLOCK))
+
+/* The act vector in 16-bit blocks for the i8g products, in the same map
+ * value after the 8-bit records (from byte QK_XQ_BYTES(act_len) on): x_j ~
+ * a_j * 2^(sh_b + x_exp) per 32-entry block b, |a_j| <= 2^15 - 1. One
+ * record of QK_XP_REC 64-bit words per block:
+ *   s64 pk[16]     word 4 i + j (i = 0..3, j = 0..3) pairs entries
+ *                  c = 32 b + 8 i + j and c + 4 as a_(c+4) + a_c * 2^32
+ *                  (the integer: two's complement lanes borrow)
+ *   s64 a          A_b = sum of a_j in b
+ *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ * and scal.xp_exp = x_exp + sh_max - QK_XP_FRAC. An i8g code word (8
+ * columns of a row) with its sign bits flipped, u = q + 128, masked with
+ * QK_PAIR_LANES after shifts of 0, 8, 16, 24 bits holds u_c + u_(c+4) *
+ * 2^32 for j = 0..3: its product with pk[4 i + j] has u_c a_c + u_(c+4)
+ * a_(c+4) as the coefficient of 2^32 (qk_dot_i8_block). */
+#define QK_XP_REC 18
+#define QK_XP_A 16                /* word of a record */
+#define QK_XP_R 17
+#define QK_XP_FRAC 8              /* i8g: fraction bits a block sum keeps below the largest block */
+#define QK_XP_BYTES(act_len) (8 * QK_XP_REC * ((act_len) / QK_XQ_BLOCK))
 
 /* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
  * value per thread), for a matrix of `cols` columns, QK_UNPK_I4_UNIT
@@ -192,6 +213,7 @@ struct qk_argmax {
 struct qk_scalars {
     s32 x_exp;                    /* exponent of the act vector in `x` */
     s32 xq_exp;                   /* exponent of the quantised act vector in `xq` (i4g) */
+    s32 xp_exp;                   /* exponent of its 16-bit blocks (QK_XP_*, i8g) */
     s32 q_exp[QK_MAX_HEADS];      /* exponent of each rotated query head */
     u32 argmax_index;             /* result of argmax_reduce */
     u32 range_error;              /* sticky: non-zero once a Q32 value left its range

@@ -340,17 +340,6 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
     return 0;
 }
 
-/* does the product read an i4g matrix (and so the quantised act vector)? */
-static bool reads_i4(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t rows)
-{
-    for (uint32_t r = 0; r < rows;) {
-        struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, r);
-        if (m.i4)
-            return true;
-        r = m.row0 + m.rows;
-    }
-    return false;
-}
 
 /* The kernels flag a value that left the Q32 range (QM_Q32_LIMIT_BITS):
  * from there on nothing is exact, so the model is refused rather than
@@ -447,7 +436,7 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
     /* --stream: two jobs per batch of the work map at least */
     uint32_t fit = fw->plan->stream ? fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4 : 0;
     uint32_t step = qp_matvec_rows_per_job(rows, cols, nb, fw->threads, fit);
-    if (reads_i4(fw->plan, layer, mode, rows) &&
+    if (qp_plan_reads_act_records(fw->plan, layer, mode) &&
         entries(fw, QP_K_QUANT_X, (struct qk_args){.layer = layer, .mode = mode}, b0, nb, err))
         return -1;
     struct qk_args *list = fw->plan->stream ? fw->pending : j->args;

@@ -434,6 +434,21 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
     return m;
 }
 
+bool qp_plan_reads_act_records(const struct qp_plan *p, uint32_t layer, uint32_t mode)
+{
+    if (p->cfg.w_enc == QK_ENC_I8G)   /* every matrix not i4g is i8g */
+        return true;
+    uint32_t rows = mode == QK_MV_QKV ? p->cfg.q_dim + 2 * p->cfg.kv_dim : mode == QK_MV_GATE_UP ? 2 * p->cfg.inter
+                  : mode == QK_MV_LOGITS ? p->cfg.vocab : p->cfg.hidden;
+    for (uint32_t r = 0; r < rows;) {
+        struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, r);
+        if (m.i4)
+            return true;
+        r = m.row0 + m.rows;
+    }
+    return false;
+}
+
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
                            enum qp_map_id *map, uint32_t *key)
 {
@@ -598,7 +613,9 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->slots * c->n_layers * c->ctx);
     set_map(p, QP_MAP_H, "h", 8ull * c->hidden, c->block);
     set_map(p, QP_MAP_X, "x", 8ull * c->act_len, c->block);
-    set_map(p, QP_MAP_XQ, "xq", QK_XQ_BYTES(c->act_len), c->block);
+    /* the 8-bit act records, then the i8g products' 16-bit ones */
+    set_map(p, QP_MAP_XQ, "xq",
+            QK_XQ_BYTES(c->act_len) + (c->w_enc == QK_ENC_I8G ? QK_XP_BYTES(c->act_len) : 0), c->block);
     set_map(p, QP_MAP_QKV, "qkv", 8ull * (c->q_dim + 2 * c->kv_dim), c->block);
     set_map(p, QP_MAP_QROT, "qrot", 16ull * c->q_dim, c->block);   /* q | corrections */
     set_map(p, QP_MAP_GU, "gu", 16ull * c->inter, c->block);
@@ -709,6 +726,9 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
         return qp_fail(err, "%s: the kernels walk rows %u columns at a time (the largest power of two dividing "
                        "hidden, q_dim and intermediate), fewer than a group of %u", f->path, c->col_chunk,
                        c->w_enc == QK_ENC_I8G && c->w_group > c->col_chunk ? c->w_group : c->w4_group);
+    if (c->w_enc == QK_ENC_I8G && c->w_group < QK_XQ_BLOCK)
+        return qp_fail(err, "%s: int8 groups of %u columns: the kernels read int8 products %u act values at a time "
+                       "(repack with --group %u or more)", f->path, c->w_group, QK_XQ_BLOCK, QK_XQ_BLOCK);
     uint32_t counts[QP_MAP_COUNT];
     assign_keys(p, f, counts);
     size_maps(p, counts);

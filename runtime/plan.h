@@ -114,6 +114,12 @@ struct qp_matrix_rows {
 };
 struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r);
 
+/* Whether product `mode` of `layer` reads the quantised act vector (map
+ * xq), which quant_x makes first: its 8-bit records for an i4g or i6 lanes
+ * matrix, its 16-bit ones for an i8g matrix (the kernels' rule,
+ * qk_act_records). */
+bool qp_plan_reads_act_records(const struct qp_plan *p, uint32_t layer, uint32_t mode);
+
 /* The map and key of the block of a product's rows that starts at row
  * `begin` (a multiple of 4). */
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,

@@ -79,7 +79,7 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
             struct qk_args a = {.layer = layer, .mode = mode, .begin = first, .end = m.row0 + m.rows,
                                 .b0 = nb == 1 ? k : 0, .nb = nb};
             qp_err err;
-            if (m.i4 && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
+            if (qp_plan_reads_act_records(p, layer, mode) && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
                 return -1;
             enum qp_kernel k = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
             if (b->run(b, k, &a, NULL, &err)) {

@@ -11,7 +11,8 @@
 #            after the run, at most 10 minutes) holds one of the cores; the
 #            ratio to the quiet run's target is <= 2.5
 #   longest  the longest single kernel invocation of the run (target <= 10 ms)
-#   lookup   "after" only, --lookup QP_LOOKUP (default 8) against without
+#   lookup   "after" only, --lookup QP_LOOKUP (default 15, a block's worth:
+#            the fastest where drafts are kept) against without
 #            it, decode ms/token and the speed-up (target >= 1.5), twice:
 #            "falling"  64 tokens after a short prompt that repeats: the
 #                       random model takes ~20 tokens to fall into a loop,
@@ -72,7 +73,7 @@ lookup() {
     "$after" -m "$2" --no-verify --ids "$3" -n "$4" --print-ids --stats --lookup "$look_n" 2>&1 >/dev/null |
         sed "s/^/$1-lookup /" >>"$log"
 }
-look_n=${QP_LOOKUP:-8}
+look_n=${QP_LOOKUP:-15}
 
 for fmt in ${QP_FORMATS:-q24 int4}; do
     model=$src.qpk

@@ -21,9 +21,11 @@
 # role; hid = q/k/v/gate/up/lm_head, o, down), bpf/qkernels.h:
 #   matvec,  q24   *_cb_chunk  qk_dot4_chunk: per iteration of its c loop
 #                              16 columns x 4 rows = 64 MACs (j unrolled)
-#   matvec,  int8  *_cb_chunk  qk_dot4_i8_chunk: per iteration of its inner
-#                              c loop 64 MACs (the group's scale products
-#                              are in the enclosing g0 loop, outside)
+#   matvec,  int8  *_cb_chunk  qk_dot_i8_row_chunk: per iteration of its h
+#                              loop one 32-column act block of one row,
+#                              4 code words x 4 SWAR multiplies of two
+#                              lanes = 32 MACs, 16 multiplies (the group's
+#                              scale product is in the enclosing g loop)
 #   matvec4, int4  *_cb_chunk  qk_dot_i4_row_g32: per iteration of its g
 #                              loop two 32-column groups of one row, each
 #                              2 x qk_dot_i4_chunk = 8 SWAR multiplies of
@@ -46,8 +48,8 @@
 # How the loop is found: every backward jump (a j* whose target is below
 # its own address; in xlated, "goto pc-N") closes a range [target, jump].
 # The hot loop is the smallest such range that contains at least the
-# multiplies (x86 imul, BPF "*=") of one iteration: 64 for q24 and int8,
-# 16 for int4, 32 for int4's block of positions (smaller ranges with fewer are qk_mv_emit's loop over the 4
+# multiplies (x86 imul, BPF "*=") of one iteration: 64 for q24, 16 for
+# int8 and int4, 32 for int4's block of positions (smaller ranges with fewer are qk_mv_emit's loop over the 4
 # rows, or the outer loop's latch placed above the inner loop). The
 # instructions counted are those of the range, both ends included (a
 # 10-byte movabs, BPF's 16-byte ld_imm64, count as one).
@@ -55,8 +57,8 @@
 # instruction numbers for BPF) so that it can be checked against
 # QP_JIT_KEEP's dumps, and "jumps": the other jumps inside the range (0:
 # straight-line, every instruction runs once per iteration), and "muls":
-# the multiplies in it (64 for q24/int8; 16 + 4 for int4, 32 + 8 for its
-# block of positions, 16 + 1 for i6).
+# the multiplies in it (64 for q24, 16 for int8; 16 + 4 for int4, 32 + 8
+# for its block of positions, 16 + 1 for i6).
 #
 # QP_JIT_KEEP=DIR keeps the disassembly (DIR/<format>-<program>-<func>.s,
 # .x for xlated) there. The loops' bodies do not depend on the model's
@@ -191,7 +193,9 @@ for fmt in q24 int8 int4-pure int4; do
                 macs=128 need=32 ;;  # one act block of four rows per iteration
             int4-pure-*_cb_chunk | int4-*-qk_mv6_*_cb_chunk | int4-*-qk_mv6b_*_cb_row)
                 macs=64 need=16 ;;   # two act blocks per iteration
-            q24-*_cb_chunk | int8-*_cb_chunk) ;;
+            int8-*_cb_chunk)
+                macs=32 need=16 ;;   # one act block of a row per iteration
+            q24-*_cb_chunk) ;;
             *) continue ;;
             esac
             # x86: "offset-in-function<TAB>instruction", the continuation

@@ -116,17 +116,15 @@ static bool row_is_i4(uint32_t layer, uint32_t mode, uint32_t r)
     return qp_plan_matrix_of(&plan, layer, mode, r).i4;
 }
 
-/* rows [begin, end) of one matrix, on both backends: the i4g kernel after
- * quant_x, or the wide one */
+/* rows [begin, end) of one matrix, on both backends: quant_x first when
+ * the product reads its records (i4g, i8g), then the i4g kernel or the
+ * wide one */
 static void run_rows(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
 {
     struct qk_args a = {.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = 1};
-    if (row_is_i4(layer, mode, begin)) {
+    if (qp_plan_reads_act_records(&plan, layer, mode))
         run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode, .nb = 1});
-        run_ok(QP_K_MATVEC4, &a);
-    } else {
-        run_ok(QP_K_MATVEC, &a);
-    }
+    run_ok(row_is_i4(layer, mode, begin) ? QP_K_MATVEC4 : QP_K_MATVEC, &a);
 }
 
 static bool any_nonzero(enum qp_map_id id)
