@@ -91,6 +91,14 @@ QM_INLINE void qk_flag_range(struct qk_scalars *sc, u64 bad)
         QK_KEEP(acc);                                                     \
     } while (0)
 
+/* s += l * a in l's register */
+#define QK_LANE_MAC(s, l, a)                                              \
+    do {                                                                  \
+        u64 __qk_l = (l);                                                 \
+        QK_MUL_INTO(__qk_l, a);                                           \
+        (s) += __qk_l;                                                    \
+    } while (0)
+
 /* A softfloat model constant, read field by field: clang for BPF copies a
  * whole `const volatile` struct as zeros (seen with clang 19), so never
  * pass C.<sf> by value. */
@@ -244,6 +252,95 @@ QM_INLINE void qk_dot4_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c
 {
     for (u32 k = 0; k < 4; k++)
         acc[k] += qk_dot_i8_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
+}
+
+/* i8g for a block of positions: a 4-row block's code words unpacked once
+ * (QK_UNPK_I8_*, the calling thread's scratch) into pair words, the four
+ * rows side by side, q_c + q_(c+4) * 2^32 (the flipped word's lanes less
+ * 128 each: two's complement lanes, the word still that integer), and
+ * each group's scales beside them; every position of the block then takes
+ * the four rows in one pass, each act pair word loaded once for the four.
+ * The coefficient of 2^32 is then sum q a itself, |sum q a| < 2^27, and
+ * the lower ones stay below 16 * 128 * 2^15 = 2^26: P_b comes out of the
+ * lane as in qk_dot_i8_block, the same integer, and the group terms are
+ * the same: the same bits. This unpacks columns [c0, c0 + C.col_chunk). */
+#define QK_PAIR_BIAS (128 * 0x0000000100000001ULL)
+
+QM_INLINE void qk_unpack_i8_chunk(const void *blk, u64 *lanes, u32 cols, u32 c0)
+{
+    const u8 *b = (const u8 *)blk;
+    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> C.w_group_shift) * 4;
+    u64 *l = lanes + QK_UNPK_I8_UNIT * (c0 / QK_XQ_BLOCK);
+    for (u32 t = 0; t < C.col_chunk / 16; t++) {
+        u64 *lt = l + QK_UNPK_I8_UNIT * (t >> 1) + 32 * (t & 1);
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++) {
+            const u64 *cw = (const u64 *)(b + (c0 + 16 * t) * 4 + 16 * k);
+QK_UNROLL
+            for (u32 h = 0; h < 2; h++) {
+                u64 w = cw[h] ^ QK_I8_FLIP;
+                lt[16 * h + k] = (w & QK_PAIR_LANES) - QK_PAIR_BIAS;
+                lt[16 * h + 4 + k] = ((w >> 8) & QK_PAIR_LANES) - QK_PAIR_BIAS;
+                lt[16 * h + 8 + k] = ((w >> 16) & QK_PAIR_LANES) - QK_PAIR_BIAS;
+                lt[16 * h + 12 + k] = ((w >> 24) & QK_PAIR_LANES) - QK_PAIR_BIAS;
+            }
+        }
+    }
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        s64 *dk = (s64 *)l + QK_UNPK_I8_UNIT * (C.w_group >> 5) * g + QK_UNPK_I8_PAR;
+QK_UNROLL
+        for (u32 k = 0; k < 4; k++)
+            dk[k] = d[4 * g + k];
+    }
+}
+
+/* the four rows' P_b of one act block: its 64 pair words l[4 p + k] (act
+ * pair word p, row k) times act record xr, at the record's scale */
+QM_INLINE void qk_unpacked8_block(const u64 *l, const u64 *xr, s64 *sp)
+{
+    u64 s0 = QK_XP_BIAS, s1 = QK_XP_BIAS, s2 = QK_XP_BIAS, s3 = QK_XP_BIAS;
+QK_UNROLL
+    for (int p = 0; p < 16; p++) {
+        u64 a = xr[p];
+        QK_LANE_MAC(s0, l[4 * p], a);
+        QK_KEEP(s0);
+        QK_LANE_MAC(s1, l[4 * p + 1], a);
+        QK_KEEP(s1);
+        QK_LANE_MAC(s2, l[4 * p + 2], a);
+        QK_KEEP(s2);
+        QK_LANE_MAC(s3, l[4 * p + 3], a);
+        QK_KEEP(s3);
+    }
+    u64 r = xr[QK_XP_R];
+    sp[0] = (((s64)s0 >> 32) * (1 << QK_XP_FRAC)) >> r;
+    sp[1] = (((s64)s1 >> 32) * (1 << QK_XP_FRAC)) >> r;
+    sp[2] = (((s64)s2 >> 32) * (1 << QK_XP_FRAC)) >> r;
+    sp[3] = (((s64)s3 >> 32) * (1 << QK_XP_FRAC)) >> r;
+}
+
+/* the four rows of an unpacked i8g block (a thread's scratch) times entry
+ * xq's 16-bit records, columns [c0, c0 + C.col_chunk), added into row[] */
+QM_INLINE void qk_dot4_i8_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
+{
+    const u64 *xr = qk_xp_from((const u8 *)xq, c0);
+    const u64 *l = (const u64 *)lanes + QK_UNPK_I8_UNIT * (c0 / QK_XQ_BLOCK);
+    u32 blocks_per_group = C.w_group >> 5;
+    (void)cols;   /* the layout is by act block, whatever the width */
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        const s64 *d = (const s64 *)l + QK_UNPK_I8_PAR;
+        s64 sg[4] = {0, 0, 0, 0}, sp[4];
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            qk_unpacked8_block(l, xr, sp);
+QK_UNROLL
+            for (int k = 0; k < 4; k++)
+                sg[k] += sp[k];
+            l += QK_UNPK_I8_UNIT;
+            xr += QK_XP_REC;
+        }
+QK_UNROLL
+        for (int k = 0; k < 4; k++)
+            row[k] += (d[k] * sg[k]) >> QK_I8_GROUP_SHIFT;
+    }
 }
 
 /* i4g: the 4 rows of a block times the quantised act vector (QK_XQ_*).
@@ -490,14 +587,6 @@ QK_UNROLL
         }
     }
 }
-
-/* s += l * a in l's register */
-#define QK_LANE_MAC(s, l, a)                                              \
-    do {                                                                  \
-        u64 __qk_l = (l);                                                 \
-        QK_MUL_INTO(__qk_l, a);                                           \
-        (s) += __qk_l;                                                    \
-    } while (0)
 
 /* the four rows' P_b of one act block: its 32 lane words l[4 j + k] (act
  * word j, row k) times act record xr, at the record's scale (<< FRAC >> r).
@@ -1220,13 +1309,12 @@ QK_UNROLL
         return 0;                                                         \
     }
 
-/* i4g for more than one position (qk_unpack_i4_chunk): each 4-row block
- * unpacked once, then every (entry, column chunk) of its four rows from
- * the thread's scratch (name##_chunk) */
-#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
-    QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
-                        qk_unpack_i4_chunk(blk, u, cols, (u32)t << C.col_chunk_shift)) \
-    QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, qk_dot4_i4_unpacked, xq_exp) \
+/* i4g and i8g for more than one position (qk_unpack_i4_chunk,
+ * qk_unpack_i8_chunk): each 4-row block unpacked once, then every (entry,
+ * column chunk) of its four rows from the thread's scratch (name##_chunk) */
+#define QK_DEFINE_MVB_CB(name, map, cols, unpack, dot, expf)              \
+    QK_DEFINE_UNPACK_CB(name, map, cols, unpack(blk, u, cols, (u32)t << C.col_chunk_shift)) \
+    QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, dot, expf)   \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -1235,6 +1323,10 @@ QK_UNROLL
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
+#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i4_chunk, qk_dot4_i4_unpacked, xq_exp)
+#define QK_DEFINE_MV8_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i8_chunk, qk_dot4_i8_unpacked, xp_exp)
 
 /* i6 lanes for more than one position (qk_unpack_i6_chunk): each 4-row
  * block unpacked once, then every (entry, row, column chunk) from it
@@ -1298,6 +1390,12 @@ QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_hid_cb, work, C.hidden)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_o_cb, work, C.q_dim)
 QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_down_cb, work, C.inter)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_down_cb, w_down, C.inter)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_down_cb, work, C.inter)
 QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_hid_cb, w_hid, C.hidden)
 QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_work_hid_cb, work, C.hidden)
 
@@ -1373,6 +1471,9 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
                            .group = (u32)zero, .amax_slot = a->slot, .scratch = a->scratch, .bad = (u64)zero,
                            .acc = {zero, zero, zero, zero}};
     u32 n = (a->end - a->begin) / 4;
+    /* the wide programs take an i8g block of positions from the thread's
+     * scratch too (the i4g ones have programs of their own) */
+    bool wide_block = !i4 && a->nb > 1;
     if (mode == QK_MV_LOGITS)
         QK_LOOP(a->nb, qk_mv_amax_init_cb, &cx);
 /* the loop over the groups with the callback of the mode in family fam */
@@ -1399,12 +1500,16 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         QK_MV_RUN(qk_mv4b);
     else if (streamed && i4)
         QK_MV_RUN(qk_mv4_work);
+    else if (streamed && C.w_enc == QK_ENC_I8G && wide_block)
+        QK_MV_RUN(qk_mv8b_work);
     else if (streamed && C.w_enc == QK_ENC_I8G)
         QK_MV_RUN(qk_mv8_work);
     else if (streamed)
         QK_MV_RUN(qk_mv_work);
     else if (i4)
         QK_MV_RUN(qk_mv4);
+    else if (C.w_enc == QK_ENC_I8G && wide_block)
+        QK_MV_RUN(qk_mv8b);
     else if (C.w_enc == QK_ENC_I8G)
         QK_MV_RUN(qk_mv8);
     else

@@ -166,12 +166,19 @@ enum qk_norm_target {
  * word j of row k, chunk t holding the signed codes of the columns that
  * meet act word j (qk_unpack_i6_chunk), and s64 dm[4][groups][2] from u64
  * entry act_len, dm[k][g][0] the group's int32 scale and dm[k][g][1] not
- * used; its groups have at least 32 columns, so dm fits. Both fit
- * QK_UNPK_BYTES for matrices of up to act_len columns. */
+ * used; its groups have at least 32 columns, so dm fits. An i8g block,
+ * QK_UNPK_I8_UNIT words per act block b:
+ *   u64 pairs[16][4]     pair word p = 4 i + j, row k: q_c + q_(c+4) * 2^32
+ *                        for c = 32 b + 8 i + j (qk_unpack_i8_chunk)
+ *   s64 d[4]             row k: the int32 scale of the group b starts;
+ *                        not used when b starts none
+ * All three fit QK_UNPK_BYTES for matrices of up to act_len columns. */
 #define QK_UNPK_I4_UNIT 40
 #define QK_UNPK_I4_PAR 32
+#define QK_UNPK_I8_UNIT 68
+#define QK_UNPK_I8_PAR 64
 #define QK_UNPK_DM_OFF(act_len) (act_len)
-#define QK_UNPK_BYTES(act_len) (8 * (act_len) + 2 * (act_len))
+#define QK_UNPK_BYTES(act_len) (8 * QK_UNPK_I8_UNIT * (((act_len) + 31) / 32))
 
 /* The K cache layout of one layer (map `klayout`, one value per layer,
  * plan.c fill_klayout), s32 entries:

@@ -26,6 +26,10 @@
 #                              4 code words x 4 SWAR multiplies of two
 #                              lanes = 32 MACs, 16 multiplies (the group's
 #                              scale product is in the enclosing g loop)
+#   matvec,  int8  qk_mv8b_*   qk_dot4_i8_unpacked, for a block of
+#                              positions: per iteration of its h loop one
+#                              act block of all four rows from pre-unpacked
+#                              pair words: 64 SWAR multiplies = 128 MACs
 #   matvec4, int4  *_cb_chunk  qk_dot_i4_row_g32: per iteration of its g
 #                              loop two 32-column groups of one row, each
 #                              2 x qk_dot_i4_chunk = 8 SWAR multiplies of
@@ -193,6 +197,8 @@ for fmt in q24 int8 int4-pure int4; do
                 macs=128 need=32 ;;  # one act block of four rows per iteration
             int4-pure-*_cb_chunk | int4-*-qk_mv6_*_cb_chunk | int4-*-qk_mv6b_*_cb_row)
                 macs=64 need=16 ;;   # two act blocks per iteration
+            int8-matvec-qk_mv8b_*_cb_chunk)
+                macs=128 need=64 ;;  # one act block of four rows per iteration
             int8-*_cb_chunk)
                 macs=32 need=16 ;;   # one act block of a row per iteration
             q24-*_cb_chunk) ;;
