@@ -1,6 +1,7 @@
 /* lookup.c - the drafts of exact lookup decoding (lookup.h). */
 #include "lookup.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 /* does the g-gram ending at hist[end) equal the one ending at hist[n)? */
@@ -23,9 +24,14 @@ uint32_t qp_lookup_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_
             latest = latest ? latest : end;
             full = n - end >= max ? end : 0;
         }
-        uint32_t found = full ? full : latest;
-        if (!found)
+        if (!latest)
             continue;
+        /* a text that ends in two whole periods of the latest match (a
+         * run, a loop) goes on with that period: an older occurrence with
+         * a longer continuation is from before the loop set in */
+        uint32_t period = n - latest;
+        bool looping = 2 * period <= n && memcmp(hist + n - 2 * period, hist + n - period, period * sizeof *hist) == 0;
+        uint32_t found = full && !looping ? full : latest;
         /* a continuation that runs past the text goes on into the draft
          * itself (an overlapping copy, as in LZ77): a loop of period
          * n - found is drafted for all max tokens */

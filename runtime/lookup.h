@@ -12,9 +12,10 @@
 
 /* The max tokens that followed the latest earlier occurrence of the
  * longest suffix of hist[0..n) of QP_LOOKUP_NGRAM_MAX..1 tokens (one
- * followed by max tokens preferred; past the end of hist the copy repeats
- * the period it found), into draft; returns max, or 0 when the suffix has
- * no earlier occurrence. */
+ * followed by max tokens preferred, unless hist ends in two whole periods
+ * of the latest; past the end of hist the copy repeats the period it
+ * found), into draft; returns max, or 0 when the suffix has no earlier
+ * occurrence. */
 uint32_t qp_lookup_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_t *draft);
 
 #endif

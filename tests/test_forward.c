@@ -729,8 +729,9 @@ END_TEST
 /* ---- lookup decoding's drafts (the decoding itself: test_lib) ------- */
 
 /* the draft is what followed the latest earlier occurrence of the longest
- * matching suffix, preferring one followed by the whole draft, and repeats
- * the period it found when the text ends first */
+ * matching suffix, preferring one followed by the whole draft unless the
+ * text ends in a loop, and repeats the period it found when the text ends
+ * first */
 START_TEST(lookup_drafts_continue_the_latest_match)
 {
     const uint32_t loop[] = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
@@ -757,6 +758,19 @@ START_TEST(lookup_drafts_continue_the_latest_match)
     ck_assert_uint_eq(qp_lookup_draft(run, 6, 8, d), 8);
     for (int i = 0; i < 8; i++)
         ck_assert_uint_eq(d[i], 7);
+    /* a text that ends in a loop goes on with the loop, not with what
+     * followed an older occurrence (the run before the 9) */
+    const uint32_t again[] = {7, 7, 7, 7, 7, 9, 7, 7, 7, 7, 7};
+    ck_assert_uint_eq(qp_lookup_draft(again, 11, 4, d), 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(d[i], 7);
+    /* without two whole periods at the end, the occurrence followed by
+     * the whole draft still wins: 1 2 3 4 after the first "3 4", not the
+     * latest's 9 3 4 9 */
+    const uint32_t once[] = {3, 4, 1, 2, 3, 4, 9, 3, 4};
+    ck_assert_uint_eq(qp_lookup_draft(once, 9, 4, d), 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(d[i], (uint32_t)i + 1);
 }
 END_TEST
 
