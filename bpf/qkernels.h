@@ -218,6 +218,29 @@ QM_INLINE s64 qk_dot_i8_block(const u64 *cw, const u64 *xr, u64 lanes)
     return (pb * (1 << QK_XP_FRAC)) >> xr[QK_XP_R];
 }
 
+/* A row's groups of columns [c0, c0 + C.col_chunk) from its first act
+ * block on (code words cw, act records xr of rec words, scale d): per
+ * group the sum of `block` over its act blocks (16 code words and one act
+ * record each) times the group's scale, shifted down by `shift`. `block`
+ * is a constant of the caller, so clang inlines it. */
+QM_INLINE s64 qk_row_groups(const u64 *cw, const u64 *xr, const s32 *d, u64 lanes,
+                            s64 (*block)(const u64 *, const u64 *, u64), u32 rec, u32 shift)
+{
+    u32 blocks_per_group = C.w_group >> 5;
+    s64 row = 0;
+    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+        s64 sp = 0;
+        for (u32 h = 0; h < blocks_per_group; h++) {
+            sp += block(cw, xr, lanes);
+            cw += 16;
+            xr += rec;
+        }
+        row += (d[0] * sp) >> shift;
+        d += 4;
+    }
+    return row;
+}
+
 /* The i8g products' act records: after the 8-bit ones in the same value */
 QM_INLINE const u64 *qk_xp_from(const u8 *xq, u32 c0)
 {
@@ -231,21 +254,9 @@ QM_INLINE s64 qk_dot_i8_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, 
     const u64 *xr = qk_xp_from(xq, c0);
     const u64 *cw = (const u64 *)(blk + c0 * 4 + k * 16);
     const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4 + k;
-    u32 blocks_per_group = C.w_group >> 5;
     u64 lanes = QK_PAIR_LANES;
-    s64 row = 0;
     QK_OPAQUE(lanes);
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
-        s64 sp = 0;
-        for (u32 h = 0; h < blocks_per_group; h++) {
-            sp += qk_dot_i8_block(cw, xr, lanes);
-            cw += 16;
-            xr += QK_XP_REC;
-        }
-        row += (d[0] * sp) >> QK_I8_GROUP_SHIFT;
-        d += 4;
-    }
-    return row;
+    return qk_row_groups(cw, xr, d, lanes, qk_dot_i8_block, QK_XP_REC, QK_I8_GROUP_SHIFT);
 }
 
 QM_INLINE void qk_dot4_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
@@ -294,28 +305,42 @@ QK_UNROLL
     }
 }
 
+/* The four rows' sums of an act block's unpacked lane words l[4 j + k]
+ * (act word j, row k) times its n act words xr[j], each from `bias`. Each
+ * sum is kept right after its product: clang then reuses one register for
+ * the products and keeps the act record's pointer out of the stack (for
+ * int4 174 BPF instructions per 128 multiply-adds against 191). */
+QM_INLINE void qk_lane_sums4(const u64 *l, const u64 *xr, const int n, u64 bias, u64 *s)
+{
+    u64 s0 = bias, s1 = bias, s2 = bias, s3 = bias;
+QK_UNROLL
+    for (int j = 0; j < n; j++) {
+        u64 a = xr[j];
+        QK_LANE_MAC(s0, l[4 * j], a);
+        QK_KEEP(s0);
+        QK_LANE_MAC(s1, l[4 * j + 1], a);
+        QK_KEEP(s1);
+        QK_LANE_MAC(s2, l[4 * j + 2], a);
+        QK_KEEP(s2);
+        QK_LANE_MAC(s3, l[4 * j + 3], a);
+        QK_KEEP(s3);
+    }
+    s[0] = s0;
+    s[1] = s1;
+    s[2] = s2;
+    s[3] = s3;
+}
+
 /* the four rows' P_b of one act block: its 64 pair words l[4 p + k] (act
  * pair word p, row k) times act record xr, at the record's scale */
 QM_INLINE void qk_unpacked8_block(const u64 *l, const u64 *xr, s64 *sp)
 {
-    u64 s0 = QK_XP_BIAS, s1 = QK_XP_BIAS, s2 = QK_XP_BIAS, s3 = QK_XP_BIAS;
-QK_UNROLL
-    for (int p = 0; p < 16; p++) {
-        u64 a = xr[p];
-        QK_LANE_MAC(s0, l[4 * p], a);
-        QK_KEEP(s0);
-        QK_LANE_MAC(s1, l[4 * p + 1], a);
-        QK_KEEP(s1);
-        QK_LANE_MAC(s2, l[4 * p + 2], a);
-        QK_KEEP(s2);
-        QK_LANE_MAC(s3, l[4 * p + 3], a);
-        QK_KEEP(s3);
-    }
+    u64 s[4];
+    qk_lane_sums4(l, xr, 16, QK_XP_BIAS, s);
     u64 r = xr[QK_XP_R];
-    sp[0] = (((s64)s0 >> 32) * (1 << QK_XP_FRAC)) >> r;
-    sp[1] = (((s64)s1 >> 32) * (1 << QK_XP_FRAC)) >> r;
-    sp[2] = (((s64)s2 >> 32) * (1 << QK_XP_FRAC)) >> r;
-    sp[3] = (((s64)s3 >> 32) * (1 << QK_XP_FRAC)) >> r;
+QK_UNROLL
+    for (int k = 0; k < 4; k++)
+        sp[k] = (((s64)s[k] >> 32) * (1 << QK_XP_FRAC)) >> r;
 }
 
 /* the four rows of an unpacked i8g block (a thread's scratch) times entry
@@ -511,17 +536,7 @@ QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, 
         }
         return row;
     }
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
-        s64 sp = 0;
-        for (u32 h = 0; h < blocks_per_group; h++) {
-            sp += qk_dot_i6_block(cw, xr, lanes);
-            cw += 16;
-            xr += QK_XQ_REC;
-        }
-        row += (d[0] * sp) >> QK_I4_GROUP_SHIFT;
-        d += 4;
-    }
-    return row;
+    return qk_row_groups(cw, xr, d, lanes, qk_dot_i6_block, QK_XQ_REC, QK_I4_GROUP_SHIFT);
 }
 
 QM_INLINE void qk_dot4_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
@@ -589,31 +604,16 @@ QK_UNROLL
 }
 
 /* the four rows' P_b of one act block: its 32 lane words l[4 j + k] (act
- * word j, row k) times act record xr, at the record's scale (<< FRAC >> r).
- * Each sum is kept right after its product: clang then reuses one register
- * for the products and keeps the act record's pointer out of the stack
- * (174 BPF instructions per 128 multiply-adds against 191) */
+ * word j, row k) times act record xr, at the record's scale (<< FRAC >> r) */
 QM_INLINE void qk_unpacked4_block(const u64 *l, const u64 *xr, s64 *sp)
 {
-    u64 s0 = QK_XQ_BIAS, s1 = QK_XQ_BIAS, s2 = QK_XQ_BIAS, s3 = QK_XQ_BIAS;
-QK_UNROLL
-    for (int j = 0; j < 8; j++) {
-        u64 a = xr[j];
-        QK_LANE_MAC(s0, l[4 * j], a);
-        QK_KEEP(s0);
-        QK_LANE_MAC(s1, l[4 * j + 1], a);
-        QK_KEEP(s1);
-        QK_LANE_MAC(s2, l[4 * j + 2], a);
-        QK_KEEP(s2);
-        QK_LANE_MAC(s3, l[4 * j + 3], a);
-        QK_KEEP(s3);
-    }
+    u64 s[4];
+    qk_lane_sums4(l, xr, 8, QK_XQ_BIAS, s);
     s64 a8 = (s64)xr[QK_XQ_A] * 8;
     u64 r = xr[QK_XQ_R];
-    sp[0] = ((((s64)s0 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
-    sp[1] = ((((s64)s1 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
-    sp[2] = ((((s64)s2 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
-    sp[3] = ((((s64)s3 >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
+QK_UNROLL
+    for (int k = 0; k < 4; k++)
+        sp[k] = ((((s64)s[k] >> 48) + a8) * (1 << QK_XQ_FRAC)) >> r;
 }
 
 /* row[k] += a group's term, from its SP (sp[k]) and SA, parameters d[2 k] */
@@ -965,35 +965,57 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
 /* ---- quant_x: x -> 8-bit blocks (QK_XQ_*) and 16-bit ones (QK_XP_*) -- */
 
 struct qk_xq_ctx {
-    u32 sh_max;
+    u32 sh_max;         /* the largest shift of the 8-bit records */
+    u32 sh_max16;       /* ... of the 16-bit ones */
     u32 b;              /* block entry */
     u32 len;            /* entries of x to quantise */
     u32 records;        /* qk_act_records */
 };
 
-/* the shift that brings a block's largest |m| to at most 8 bits */
-QM_INLINE u32 qk_xq_block_shift(const s64 *m)
+/* the 16-bit records of the i8g products (QK_XP_*), after the 8-bit ones */
+QM_INLINE u64 *qk_xp_rec(u8 *xq, u32 b)
 {
+    return (u64 *)(xq + QK_XQ_BYTES(C.act_len)) + b * QK_XP_REC;
+}
+
+/* act block b (the callback's index i) of entry cx->b: its values m and
+ * the entry's record value xq; false when a lookup fails or i is past the
+ * act vector */
+QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 b, const s64 **m, u8 **xq)
+{
+    const s64 *x = QK_LOOKUP(x, cx->b);
+    *xq = QK_LOOKUP(xq, cx->b);
+    if (!x || !*xq || i >= C.act_len / QK_XQ_BLOCK)
+        return false;
+    *m = x + b * QK_XQ_BLOCK;
+    return true;
+}
+
+/* pass 1: every block's shifts to at most 8 bits (the 8-bit records) and
+ * to at most 15 (the 16-bit ones), kept in their r for pass 2, and the
+ * largest of each. The tests of C keep a model's program from reaching
+ * records its map does not hold. */
+static long qk_act_shift_cb(u64 i, void *vctx)
+{
+    struct qk_xq_ctx *cx = vctx;
+    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
+    const s64 *m;
+    u8 *xq;
+    if (!qk_act_block(cx, i, b, &m, &xq))
+        return 1;
     u64 max = 0;
 QK_UNROLL
     for (int j = 0; j < QK_XQ_BLOCK; j++)
         qk_max_abs(&max, m[j]);
-    u32 n = qm_bitlen(max);
-    return n > 7 ? n - 7 : 0;
-}
-
-/* pass 1: every block's shift, kept in r for pass 2 */
-static long qk_xq_shift_cb(u64 i, void *vctx)
-{
-    struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, cx->b);
-    u8 *xq = QK_LOOKUP(xq, cx->b);
-    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
-        return 1;
-    u32 sh = qk_xq_block_shift(x + b * QK_XQ_BLOCK);
-    ((u64 *)xq)[b * QK_XQ_REC + QK_XQ_R] = sh;
-    cx->sh_max = sh > cx->sh_max ? sh : cx->sh_max;
+    u32 n = qm_bitlen(max), sh8 = n > 7 ? n - 7 : 0, sh16 = n > 15 ? n - 15 : 0;
+    if (C.has_i4 && (cx->records & 1)) {
+        ((u64 *)xq)[b * QK_XQ_REC + QK_XQ_R] = sh8;
+        cx->sh_max = sh8 > cx->sh_max ? sh8 : cx->sh_max;
+    }
+    if (C.w_enc == QK_ENC_I8G && (cx->records & 2)) {
+        qk_xp_rec(xq, b)[QK_XP_R] = sh16;
+        cx->sh_max16 = sh16 > cx->sh_max16 ? sh16 : cx->sh_max16;
+    }
     return 0;
 }
 
@@ -1002,13 +1024,12 @@ static long qk_xq_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
     u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, cx->b);
-    u8 *xq = QK_LOOKUP(xq, cx->b);
-    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
+    const s64 *m;
+    u8 *xq;
+    if (!qk_act_block(cx, i, b, &m, &xq))
         return 1;
     u64 *rec = (u64 *)xq + b * QK_XQ_REC;
     u32 sh = rec[QK_XQ_R] & 63;
-    const s64 *m = x + b * QK_XQ_BLOCK;
     s64 sum = 0;
     u64 w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 QK_UNROLL
@@ -1030,45 +1051,17 @@ QK_UNROLL
     return 0;
 }
 
-/* the 16-bit records of the i8g products (QK_XP_*), after the 8-bit ones */
-QM_INLINE u64 *qk_xp_rec(u8 *xq, u32 b)
-{
-    return (u64 *)(xq + QK_XQ_BYTES(C.act_len)) + b * QK_XP_REC;
-}
-
-/* pass 1 of the 16-bit records: every block's shift to at most 15 bits,
- * kept in r for pass 2 */
-static long qk_xp_shift_cb(u64 i, void *vctx)
-{
-    struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, cx->b);
-    u8 *xq = QK_LOOKUP(xq, cx->b);
-    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
-        return 1;
-    u64 max = 0;
-    const s64 *m = x + b * QK_XQ_BLOCK;
-QK_UNROLL
-    for (int j = 0; j < QK_XQ_BLOCK; j++)
-        qk_max_abs(&max, m[j]);
-    u32 n = qm_bitlen(max), sh = n > 15 ? n - 15 : 0;
-    qk_xp_rec(xq, b)[QK_XP_R] = sh;
-    cx->sh_max = sh > cx->sh_max ? sh : cx->sh_max;
-    return 0;
-}
-
 /* pass 2: the 16-bit values in their pair words, A_b and r_b */
 static long qk_xp_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
     u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    const s64 *x = QK_LOOKUP(x, cx->b);
-    u8 *xq = QK_LOOKUP(xq, cx->b);
-    if (!x || !xq || i >= C.act_len / QK_XQ_BLOCK)
+    const s64 *m;
+    u8 *xq;
+    if (!qk_act_block(cx, i, b, &m, &xq))
         return 1;
     u64 *rec = qk_xp_rec(xq, b);
     u32 sh = rec[QK_XP_R] & 63;
-    const s64 *m = x + b * QK_XQ_BLOCK;
     s64 sum = 0;
 QK_UNROLL
     for (int i8 = 0; i8 < 4; i8++)
@@ -1080,7 +1073,7 @@ QK_UNROLL
             rec[4 * i8 + j] = (u64)hi + ((u64)lo << 32);
             sum += lo + hi;
         }
-    u32 r = cx->sh_max - sh;
+    u32 r = cx->sh_max16 - sh;
     rec[QK_XP_R] = r > QK_XQ_MAX_REL ? QK_XQ_MAX_REL : r;
     rec[QK_XP_A] = (u64)sum;
     return 0;
@@ -1091,20 +1084,18 @@ QK_UNROLL
 static long qk_quant_entry_cb(u64 i, void *vctx)
 {
     const struct qk_xq_ctx *base = vctx;
-    struct qk_xq_ctx cx = {.b = base->b + (u32)i, .len = base->len};
+    struct qk_xq_ctx cx = {.b = base->b + (u32)i, .len = base->len, .records = base->records};
     struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
         return 1;
-    if (C.has_i4 && (base->records & 1)) {   /* C: the map holds only what the model reads */
-        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_shift_cb, &cx);
+    QK_LOOP(cx.len / QK_XQ_BLOCK, qk_act_shift_cb, &cx);
+    if (C.has_i4 && (cx.records & 1)) {
         QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
         sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
     }
-    if (C.w_enc == QK_ENC_I8G && (base->records & 2)) {
-        cx.sh_max = 0;
-        QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xp_shift_cb, &cx);
+    if (C.w_enc == QK_ENC_I8G && (cx.records & 2)) {
         QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xp_values_cb, &cx);
-        sc->xp_exp = sc->x_exp + (s32)cx.sh_max - QK_XP_FRAC;
+        sc->xp_exp = sc->x_exp + (s32)cx.sh_max16 - QK_XP_FRAC;
     }
     return 0;
 }
