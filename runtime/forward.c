@@ -340,7 +340,6 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
     return 0;
 }
 
-
 /* The kernels flag a value that left the Q32 range (QM_Q32_LIMIT_BITS):
  * from there on nothing is exact, so the model is refused rather than
  * allowed to print wrong tokens. `where` names the step just run (NULL:
