@@ -978,16 +978,17 @@ QM_INLINE u64 *qk_xp_rec(u8 *xq, u32 b)
     return (u64 *)(xq + QK_XQ_BYTES(C.act_len)) + b * QK_XP_REC;
 }
 
-/* act block b (the callback's index i) of entry cx->b: its values m and
+/* act block *b (the callback's index i) of entry cx->b: its values m and
  * the entry's record value xq; false when a lookup fails or i is past the
  * act vector */
-QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 b, const s64 **m, u8 **xq)
+QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 *b, const s64 **m, u8 **xq)
 {
     const s64 *x = QK_LOOKUP(x, cx->b);
     *xq = QK_LOOKUP(xq, cx->b);
+    *b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     if (!x || !*xq || i >= C.act_len / QK_XQ_BLOCK)
         return false;
-    *m = x + b * QK_XQ_BLOCK;
+    *m = x + *b * QK_XQ_BLOCK;
     return true;
 }
 
@@ -998,10 +999,10 @@ QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 b, const s64 
 static long qk_act_shift_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     const s64 *m;
     u8 *xq;
-    if (!qk_act_block(cx, i, b, &m, &xq))
+    u32 b;
+    if (!qk_act_block(cx, i, &b, &m, &xq))
         return 1;
     u64 max = 0;
 QK_UNROLL
@@ -1023,10 +1024,10 @@ QK_UNROLL
 static long qk_xq_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     const s64 *m;
     u8 *xq;
-    if (!qk_act_block(cx, i, b, &m, &xq))
+    u32 b;
+    if (!qk_act_block(cx, i, &b, &m, &xq))
         return 1;
     u64 *rec = (u64 *)xq + b * QK_XQ_REC;
     u32 sh = rec[QK_XQ_R] & 63;
@@ -1055,10 +1056,10 @@ QK_UNROLL
 static long qk_xp_values_cb(u64 i, void *vctx)
 {
     struct qk_xq_ctx *cx = vctx;
-    u32 b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
     const s64 *m;
     u8 *xq;
-    if (!qk_act_block(cx, i, b, &m, &xq))
+    u32 b;
+    if (!qk_act_block(cx, i, &b, &m, &xq))
         return 1;
     u64 *rec = qk_xp_rec(xq, b);
     u32 sh = rec[QK_XP_R] & 63;
@@ -1102,7 +1103,7 @@ static long qk_quant_entry_cb(u64 i, void *vctx)
 
 /* The act records product `mode` of `layer` reads: bit 0, the 8-bit ones
  * (an i4g or i6 lanes matrix among its tensors), bit 1, the 16-bit ones
- * (an i8g matrix). The host's rule is qp_plan_act_records. */
+ * (an i8g matrix). The host's side is qp_plan_reads_act_records. */
 QM_INLINE u32 qk_act_records(u32 layer, u32 mode)
 {
     if (mode == QK_MV_LOGITS) {
