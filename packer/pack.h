@@ -5,7 +5,7 @@
 
 #include "error.h"
 
-#define QPACK_VERSION QP_VERSION /* CMake's project version (formats/CMakeLists.txt) */
+#define QPACK_VERSION QP_VERSION /* CMake's project version (common/CMakeLists.txt) */
 
 int cmd_pack(int argc, char **argv);
 int cmd_info(int argc, char **argv);

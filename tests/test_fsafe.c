@@ -1,4 +1,4 @@
-/* test_fsafe.c - files opened and written safely (formats/fsafe.h): inputs
+/* test_fsafe.c - files opened and written safely (common/fsafe.h): inputs
  * that are not regular files are refused at once, outputs are published
  * whole or not at all, never through a planted link, never over an input,
  * and leave nothing behind when aborted or interrupted. The named fallback

@@ -2,7 +2,7 @@
  * /v1/chat/completions, /v1/completions and /v1/models.
  *
  * Requests are read strictly: one JSON object (a key twice or an escaped
- * NUL refused, formats/json_strict.h), each field of its type and range,
+ * NUL refused, common/json_strict.h), each field of its type and range,
  * and a field this server does not know refused by name, as OpenAI does
  * ("unrecognized request argument"), rather than silently ignored. null
  * stands for an absent optional field. Sizes are bounded: the body by the
