@@ -90,14 +90,14 @@ enum qpk_encoding {
     QPK_ENC_I8G = 3,
     /* 4-bit codes q in 0..15 with two pf16 parameters d, m (formats/quant.h)
      * per group of group_size columns of a row: value = (D * q - M) *
-     * 2^-scale_exp, D = qnt_param_int(d), M = qnt_param_int(m). Blocks of 4
+     * 2^-scale_exp, D = pf16_int(d), M = pf16_int(m). Blocks of 4
      * rows: cols/4 little-endian u64 words, word w holding columns 4w..4w+3
      * of the 4 rows (bits 16k + 4c: row k, column 4w + c), then per group the
      * 4 rows' d, then their m (QPK.md, "Layout of i4g"). */
     QPK_ENC_I4G = 4,
     /* i8g stored in less room (QPK.md, "Packed encodings"): 6-bit codes q
      * in [-32, 31], four to 3 bytes, and one pf16 d per row and group
-     * (D = qnt_param_int(d), |D| <= 2^20). qrun expands it to i8g as it
+     * (D = pf16_int(d), |D| <= 2^20). qrun expands it to i8g as it
      * loads; the kernels never see it. */
     QPK_ENC_I6G = 5,
     /* i4g with its parameters in super-blocks of QPK_I4K_GROUPS groups: per

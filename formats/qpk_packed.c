@@ -8,13 +8,13 @@
  * as it fills a map (or stages a --stream block), so nothing is converted
  * per token. Every expanded value is the one the packer measured its error
  * on: an i4k parameter is its scale times its multiple, exactly
- * (qnt_i4k_param). */
+ * (pf16_i4k_param). */
 #include "qpk.h"
 
 #include <string.h>
 
 #include "le.h"
-#include "quant.h"
+#include "pf16.h"
 
 unsigned qpk_kernel_encoding(unsigned encoding)
 {
@@ -73,7 +73,7 @@ static void expand_i6g(const struct qpk_tensor *t, const uint8_t *src, uint8_t *
     for (uint64_t n = 0; n < n_codes; n += 8, src += 6)
         put64(dst + n, sext6_x8(le32(src) | (uint64_t)le16(src + 4) << 32));
     for (uint64_t i = 0; i < n_params; i++)
-        put32(dst + n_codes + 4 * i, (uint32_t)qnt_param_int((uint16_t)le16(src + 2 * i)));
+        put32(dst + n_codes + 4 * i, (uint32_t)pf16_int((uint16_t)le16(src + 2 * i)));
 }
 
 /* i4k -> i4g: the codes as they are, then each group's d and m from its
@@ -93,7 +93,7 @@ static void expand_i4k(const struct qpk_tensor *t, const uint8_t *src, uint8_t *
                 uint32_t word = subs[3 * w] | (uint32_t)subs[3 * w + 1] << 8 | (uint32_t)subs[3 * w + 2] << 16;
                 for (unsigned j = 0; j < 4; j++) {
                     unsigned field = 4 * w + j, group = field % QPK_I4K_GROUPS;
-                    uint16_t p = qnt_i4k_param(field < QPK_I4K_GROUPS ? sd : sm, (word >> (6 * j)) & 63);
+                    uint16_t p = pf16_i4k_param(field < QPK_I4K_GROUPS ? sd : sm, (word >> (6 * j)) & 63);
                     put16(dm + 16 * group + (field < QPK_I4K_GROUPS ? 0 : 8) + 2 * k, p);
                 }
             }

@@ -19,11 +19,6 @@
 #include "fsafe.h"
 #include "hf_config.h"
 #include "le.h"
-#include "quant.h"
-
-_Static_assert(QPK_SCALE_EXP_MIN == QNT_E_MIN && QPK_SCALE_EXP_MAX == QNT_E_MAX,
-               "the reader accepts every exponent the quantiser picks, and no other");
-_Static_assert(QPK_GROUP_MAX == QNT_MAX_GROUP, "group sizes the quantiser handles");
 
 /* a byte range of the file that one thing owns, for the overlap check */
 struct region {

@@ -13,7 +13,7 @@
 
 #include "le.h"
 #include "q24.h"
-#include "quant.h"
+#include "pf16.h"
 
 _Static_assert(I32S_MAX_MAG == QPK_I32S_MAX_MAG, "the packer writes what the reader accepts");
 
@@ -122,7 +122,7 @@ static int check_embed_block(const char *path, const struct qpk_tensor *t, const
             } else {
                 /* |D q - M| over q in 0..15 is largest at an end */
                 const uint8_t *dm = blk + 2 * (uint64_t)t->cols + 16 * (uint64_t)g;
-                double d = qnt_param_int((uint16_t)le16(dm + 2 * k)), m = qnt_param_int((uint16_t)le16(dm + 8 + 2 * k));
+                double d = pf16_int((uint16_t)le16(dm + 2 * k)), m = pf16_int((uint16_t)le16(dm + 8 + 2 * k));
                 mag = fmax(fabs(m), fabs(15 * d - m));
             }
             mag = ldexp(mag, -t->scale_exp);
@@ -141,7 +141,7 @@ static int check_i6g_block(const char *path, const struct qpk_tensor *t, const u
     const uint8_t *params = blk + (uint64_t)t->cols * 3;
     *embed_near = false;
     for (uint32_t i = 0; i < t->cols / t->group_size * 4; i++) {
-        int32_t d = qnt_param_int((uint16_t)le16(params + 2 * i));
+        int32_t d = pf16_int((uint16_t)le16(params + 2 * i));
         if (abs32(d) > QPK_I8_MAX_SCALE)
             return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside i6g's +-2^20", path,
                            t->name, row0 + i % 4, i / 4, d);
@@ -176,7 +176,7 @@ static int check_i4k_block(const char *path, const struct qpk_tensor *t, const u
     for (uint32_t s = 0; s < supers; s++) {
         const uint8_t *sb = blk + 2 * (uint64_t)t->cols + (uint64_t)s * QPK_I4K_SUPER_BYTES;
         for (uint32_t i = 0; i < 8; i++)
-            if (!qnt_i4k_scale_valid((uint16_t)le16(sb + 2 * i)))
+            if (!pf16_i4k_scale_valid((uint16_t)le16(sb + 2 * i)))
                 return qp_fail(err, "%s: tensor %s: row %u, super-block %u: %s scale %04x has a mantissa outside "
                                "i4k's -32..31", path, t->name, row0 + i % 4, s, i < 4 ? "d" : "m", le16(sb + 2 * i));
     }

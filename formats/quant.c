@@ -14,54 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- pf16 ---- */
-
-/* v rounded to the nearest integer, ties to even (rint in the default
- * rounding mode), for |v| < 2^51: adding 1.5 * 2^52 leaves no fraction bits,
- * subtracting it again is exact. */
-static inline double round_even(double v)
-{
-    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
-    return (v + magic) - magic;
-}
-
-/* The pf16 nearest to y (ties to even) whose mantissa lies in tmin..tmax
- * (mant_bits bits with the sign), smallest shift first, saturated when no
- * shift holds it. |y| < 2^(e+1) for the binary exponent e of a normal y:
- * shifts below e - mant_bits + 1 cannot fit its magnitude (a subnormal,
- * raw exponent -1023, starts at 0 like every small y). */
-static uint16_t pf16_encode_in(double y, int mant_bits, int tmin, int tmax)
-{
-    uint64_t bits;
-    memcpy(&bits, &y, sizeof bits);
-    int s0 = y != 0 ? (int)((bits >> 52) & 0x7ff) - 1023 - (mant_bits - 1) : 0;
-    if (s0 < 0)
-        s0 = 0;
-    for (int s = s0; s <= QNT_PF16_SHIFT_MAX; s++) {
-        double t = round_even(y * (1.0 / (double)(1 << s)));
-        if (t >= tmin && t <= tmax)
-            return (uint16_t)((s << 12) | ((int)t & 0xfff));
-    }
-    int t = y > 0 ? tmax : tmin;
-    return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | (t & 0xfff));
-}
-
-uint16_t qnt_param_encode(double y)
-{
-    return pf16_encode_in(y, 12, QNT_PF16_MANT_MIN, QNT_PF16_MANT_MAX);
-}
-
-uint16_t qnt_i4k_scale_encode(double y)
-{
-    return pf16_encode_in(y, 6, QNT_I4K_SCALE_MANT_MIN, QNT_I4K_SCALE_MANT_MAX);
-}
-
 int qnt_tensor_exponent(double max_abs)
 {
     if (!(max_abs > 0))
         return 0;
     for (int e = QNT_E_MAX; e >= QNT_E_MIN; e--)
-        if (2.0 * ldexp(max_abs, e) <= (double)QNT_PF16_INT_MAX)
+        if (2.0 * ldexp(max_abs, e) <= (double)PF16_INT_MAX)
             return e;
     return QNT_E_MIN;
 }
@@ -79,7 +37,7 @@ double qnt_i4_value(uint8_t q, uint16_t d, uint16_t m, int E)
 
 double qnt_i8_value(int8_t q, uint16_t d, int E)
 {
-    return ldexp((double)qnt_param_int(d) * q, -E);
+    return ldexp((double)pf16_int(d) * q, -E);
 }
 
 uint32_t qnt_i4_code_sum(const uint8_t *q, int n)
@@ -337,7 +295,7 @@ static void i4_refine(const grp *g, fit *f, int rounds)
  * vectors), their sums and the error of the exact values */
 HOT static double i4_assign_int(const grp *g, uint16_t d, uint16_t m, uint8_t *q, lsum *ls)
 {
-    double D = qnt_param_int(d), M = qnt_param_int(m);
+    double D = pf16_int(d), M = pf16_int(m);
     v4d vD = splat4(D), vM = splat4(M), iD = splat4(D != 0 ? 1.0 / D : 0);
     v4d e = {0}, sl = {0}, sll = {0}, slx = {0}, zero = {0}, top = splat4(15), half = splat4(0.5);
     for (int k = 0; k < g->n4; k++) {
@@ -362,8 +320,8 @@ HOT static double i4_assign_int(const grp *g, uint16_t d, uint16_t m, uint8_t *q
 
 static double i4_rtn(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
 {
-    *d = qnt_param_encode((g->max - g->min) / 15.0);
-    *m = qnt_param_encode(-g->min);
+    *d = pf16_encode((g->max - g->min) / 15.0);
+    *m = pf16_encode(-g->min);
     return i4_assign_int(g, *d, *m, q, NULL);
 }
 
@@ -371,8 +329,8 @@ static double i4_absmax(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
 {
     /* llama.cpp Q4_0: w = D (q - 8), D = -max_signed / 8, so the extreme value
      * lands on code 0 exactly and the other side reaches 7 D; M = 8 D */
-    *d = qnt_param_encode(-g->amax_signed / 8.0);
-    *m = qnt_param_encode(8.0 * qnt_param_int(*d)); /* exact: 8 t << s */
+    *d = pf16_encode(-g->amax_signed / 8.0);
+    *m = pf16_encode(8.0 * pf16_int(*d)); /* exact: 8 t << s */
     return i4_assign_int(g, *d, *m, q, NULL);
 }
 
@@ -499,14 +457,14 @@ static double i4_search(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
     i4_search_real(g, &best_s, &best_b);
 
     /* to the integer domain: round, re-assign, refit while it helps */
-    uint16_t bd = qnt_param_encode(best_s), bm = qnt_param_encode(-best_b);
+    uint16_t bd = pf16_encode(best_s), bm = pf16_encode(-best_b);
     double be = i4_assign_int(g, bd, bm, q, &ls);
     for (int it = 0; it < 4; it++) {
         fit f;
         lsum nls;
         if (!i4_fit(g, &ls, &f))
             break;
-        uint16_t nd = qnt_param_encode(f.s), nm = qnt_param_encode(-f.b);
+        uint16_t nd = pf16_encode(f.s), nm = pf16_encode(-f.b);
         if (nd == bd && nm == bm)
             break;
         double e = i4_assign_int(g, nd, nm, T, &nls);
@@ -558,7 +516,7 @@ double qnt_i4_group(const float *x, const float *w, int n, int E, qnt_method met
 /* the unweighted damage of codes q with parameters D, M (tensor units) */
 HOT static void i4_damage(const grp *g, const uint8_t *q, uint16_t d, uint16_t m, double *sum_sq, double *max_err)
 {
-    v4d vD = splat4(qnt_param_int(d)), vM = splat4(qnt_param_int(m)), ss = {0}, mx = {0}, zero = {0};
+    v4d vD = splat4(pf16_int(d)), vM = splat4(pf16_int(m)), ss = {0}, mx = {0}, zero = {0};
     for (int k = 0; k < g->n4; k++) {
         v4u8 qb;
         memcpy(&qb, q + 4 * k, sizeof qb);
@@ -636,7 +594,7 @@ HOT static void i8_code_sums(const grp *g, double s, double *sll, double *slx)
  * and the error of the exact values */
 HOT static double i8_assign_int(const grp *g, uint16_t d, int8_t *q)
 {
-    double D = qnt_param_int(d);
+    double D = pf16_int(d);
     v4d vD = splat4(D), iD = splat4(D > 0 ? 1.0 / D : 0), e = {0};
     v4d lo = splat4(-g->i8max), hi = splat4(g->i8max), half = splat4(0.5);
     for (int k = 0; k < g->n4; k++) {
@@ -651,7 +609,7 @@ HOT static double i8_assign_int(const grp *g, uint16_t d, int8_t *q)
 
 static double i8_rtn(const grp *g, int8_t *q, uint16_t *d)
 {
-    *d = qnt_param_encode(g->amax / g->i8max);
+    *d = pf16_encode(g->amax / g->i8max);
     return i8_assign_int(g, *d, q);
 }
 
@@ -696,7 +654,7 @@ static double i8_search_real(const grp *g)
 static double i8_search(const grp *g, int8_t *q, uint16_t *d)
 {
     int8_t T[QNT_MAX_GROUP];
-    uint16_t bd = qnt_param_encode(i8_search_real(g)), rd;
+    uint16_t bd = pf16_encode(i8_search_real(g)), rd;
     double be = i8_assign_int(g, bd, q);
     /* never worse than round-to-nearest on the reconstructed values */
     double re = i8_rtn(g, T, &rd);
@@ -727,7 +685,7 @@ double qnt_i8_group(const float *x, const float *w, int n, int E, qnt_method met
 
 HOT static void i8_damage(const grp *g, const int8_t *q, uint16_t d, double *sum_sq, double *max_err)
 {
-    v4d vD = splat4(qnt_param_int(d)), ss = {0}, mx = {0}, zero = {0};
+    v4d vD = splat4(pf16_int(d)), ss = {0}, mx = {0}, zero = {0};
     for (int k = 0; k < g->n4; k++) {
         v4s8 qb;
         memcpy(&qb, q + 4 * k, sizeof qb);
@@ -806,26 +764,26 @@ static unsigned i4k_multiple(double P, double S)
 /* Writes n pf16 parameters p as 6-bit multiples sub[i] of one scale, the
  * k-quants' way: the scale near the largest |P| / 63 with its sign, so
  * sub[i] = round(P_i / S) lands in 0..63 (a P of the other sign gets 0),
- * and p[i] becomes what a reader expands: qnt_i4k_param(S, sub[i]). The
+ * and p[i] becomes what a reader expands: pf16_i4k_param(S, sub[i]). The
  * scale's mantissa has 6 bits, so of its neighbours at the same shift the
  * one whose multiples come closest to the p (squared error) is taken. */
 static void i4k_fit_scale(uint16_t *p, int n, uint16_t *scale, uint8_t *sub)
 {
     double big = 0;
     for (int i = 0; i < n; i++)
-        if (fabs((double)qnt_param_int(p[i])) > fabs(big))
-            big = qnt_param_int(p[i]);
-    uint16_t base = qnt_i4k_scale_encode(big / QNT_I4K_SUB_MAX);
+        if (fabs((double)pf16_int(p[i])) > fabs(big))
+            big = pf16_int(p[i]);
+    uint16_t base = pf16_i4k_scale_encode(big / QNT_I4K_SUB_MAX);
     int32_t t0 = (int32_t)(int16_t)(uint16_t)(base << 4) >> 4;
     double best = INFINITY;
     *scale = base;
     for (int32_t t = t0 - 1; t <= t0 + 2; t++) {
-        if (t < QNT_I4K_SCALE_MANT_MIN || t > QNT_I4K_SCALE_MANT_MAX)
+        if (t < PF16_I4K_MANT_MIN || t > PF16_I4K_MANT_MAX)
             continue;
         uint16_t cand = (uint16_t)((base & 0xf000u) | ((uint32_t)t & 0xfffu));
-        double S = qnt_param_int(cand), e = 0;
+        double S = pf16_int(cand), e = 0;
         for (int i = 0; i < n; i++) {
-            double r = qnt_param_int(p[i]) - S * i4k_multiple(qnt_param_int(p[i]), S);
+            double r = pf16_int(p[i]) - S * i4k_multiple(pf16_int(p[i]), S);
             e += r * r;
         }
         if (e < best) {
@@ -833,10 +791,10 @@ static void i4k_fit_scale(uint16_t *p, int n, uint16_t *scale, uint8_t *sub)
             *scale = cand;
         }
     }
-    double S = qnt_param_int(*scale);
+    double S = pf16_int(*scale);
     for (int i = 0; i < n; i++) {
-        sub[i] = (uint8_t)i4k_multiple(qnt_param_int(p[i]), S);
-        p[i] = qnt_i4k_param(*scale, sub[i]);
+        sub[i] = (uint8_t)i4k_multiple(pf16_int(p[i]), S);
+        p[i] = pf16_i4k_param(*scale, sub[i]);
     }
 }
 
@@ -846,11 +804,11 @@ static void i4k_fit_scale(uint16_t *p, int n, uint16_t *scale, uint8_t *sub)
  * negative D would become 0 or take its whole super-block's scale. */
 static void i4k_positive(uint16_t *d, uint16_t *m)
 {
-    int64_t D = qnt_param_int(*d), M = qnt_param_int(*m);
+    int64_t D = pf16_int(*d), M = pf16_int(*m);
     if (D >= 0)
         return;
-    *d = qnt_param_encode((double)-D);
-    *m = qnt_param_encode((double)(M - 15 * D));
+    *d = pf16_encode((double)-D);
+    *m = pf16_encode((double)(M - 15 * D));
 }
 
 /* With d fixed (its rounding to a 6-bit multiple is done), the offset m
@@ -861,7 +819,7 @@ static void i4k_refit_m(const grp *g, uint16_t d, uint16_t *m, uint8_t *q)
     for (int it = 0; it < 3 && g->sw > 0; it++) {
         lsum ls;
         i4_assign_int(g, d, *m, q, &ls);
-        *m = qnt_param_encode(((double)qnt_param_int(d) * ls.sl - g->sx) / g->sw);
+        *m = pf16_encode(((double)pf16_int(d) * ls.sl - g->sx) / g->sw);
     }
 }
 
@@ -959,7 +917,7 @@ static double tensor_value(const qnt_tensor *t, size_t i, double unit)
     size_t gi = i / (size_t)t->group;
     if (t->bits == 4)
         return (double)qnt_i4_int(t->codes[i], t->d[gi], t->m[gi]) * unit;
-    return (double)qnt_param_int(t->d[gi]) * (int8_t)t->codes[i] * unit;
+    return (double)pf16_int(t->d[gi]) * (int8_t)t->codes[i] * unit;
 }
 
 void qnt_dequantize_tensor(const qnt_tensor *t, float *out)

@@ -12,31 +12,13 @@
  *   INT4 (asymmetric):  w_j = (D * q_j - M) * 2^-E      q_j in 0..15
  *   INT8 (symmetric):   w_j = (D * q_j)     * 2^-E      q_j in -127..127
  *
- * where D = qnt_param_int(d) and M = qnt_param_int(m) are integers decoded
+ * where D = pf16_int(d) and M = pf16_int(m) are integers decoded
  * from the stored 16-bit parameters d, m (INT8 has no m). Every product and
  * sum the kernel forms is exact integer arithmetic; the quantisers measure
  * their error on exactly these reconstructed values.
  *
- * ---- The 16-bit parameter encoding "pf16" --------------------------------
+ * The parameters d, m are pf16 (formats/pf16.h).
  *
- *   bits 15..12: s, shift 0..15;  bits 11..0: t, two's-complement -2048..2047
- *   integer value P = t << s      (|P| <= 2048 * 2^15 = 2^26)
- *
- * A float-like number without an implicit bit, so decoding is
- * `((int32_t)(int16_t)(v << 4) >> 4) << (v >> 12)` - a handful of ALU ops - and
- * the result is a plain integer mantissa relative to the tensor's 2^-E.
- * The encoder picks the smallest shift whose rounded mantissa fits, so every
- * parameter within 2^15 of the tensor's largest keeps 11 significant bits
- * (relative rounding <= 2^-11); smaller ones degrade gracefully instead of
- * flushing to zero. Why not the alternatives:
- *  - int32 mantissas per tensor exponent: 2 x 32 bits per group is 2 bits
- *    per weight at g32 - the INT4 model would not fit the 0.40 GB budget;
- *  - int16 fixed point per tensor exponent: a group 100x smaller than the
- *    tensor's largest keeps only ~9 bits and a 1000x one ~5, which costs real
- *    error on the small groups (parameter error of 2^-5 on D moves q=15 by
- *    half a step);
- *  - IEEE half: needs a float decode (or a table) in BPF and its range is
- *    absolute, not relative to the tensor.
  * The search re-fits codes and parameters after rounding to pf16, so the
  * rounding costs next to nothing: on Gaussian groups the searched INT4
  * error is within 0.5 % of an exhaustive real-valued 2-D search.
@@ -123,55 +105,15 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "pf16.h"
 
 #define QNT_MAX_GROUP 256
-#define QNT_PF16_MANT_MAX 2047
-#define QNT_PF16_MANT_MIN (-2048)
-#define QNT_PF16_SHIFT_MAX 15
-/* the largest integer a pf16 holds: 2047 << 15 */
-#define QNT_PF16_INT_MAX (2047 * 32768)
 
 typedef enum qnt_method {
     QNT_RTN = 0,
     QNT_SEARCH = 1,
     QNT_ABSMAX = 2, /* INT4 only: symmetric absmax RTN, for comparison */
 } qnt_method;
-
-/* ---- pf16 parameters ---- */
-
-/* The integer a pf16 encodes: t << s. */
-static inline int32_t qnt_param_int(uint16_t v)
-{
-    int32_t t = (int32_t)(int16_t)(uint16_t)(v << 4) >> 4;
-    return (int32_t)((uint32_t)t << (v >> 12));
-}
-
-/* The pf16 nearest to y (ties to even), smallest shift first; saturates at
- * ±(2047 << 15) / -2048 << 15. y finite. */
-uint16_t qnt_param_encode(double y);
-
-/* The super-block scales of i4k: pf16 with a 6-bit mantissa t in -32..31,
- * so that a scale times a 6-bit multiple a (0..63) is the pf16 of the same
- * shift and mantissa t a (|t a| <= 2016): exact, and a multiply to expand. */
-#define QNT_I4K_SCALE_MANT_MIN (-32)
-#define QNT_I4K_SCALE_MANT_MAX 31
-
-/* The nearest such scale to y (ties to even), smallest shift first;
- * saturates at 31 << 15 / -32 << 15. y finite. */
-uint16_t qnt_i4k_scale_encode(double y);
-
-static inline int qnt_i4k_scale_valid(uint16_t scale)
-{
-    int32_t t = (int32_t)(int16_t)(uint16_t)(scale << 4) >> 4;
-    return t >= QNT_I4K_SCALE_MANT_MIN && t <= QNT_I4K_SCALE_MANT_MAX;
-}
-
-/* pf(scale) * a as a pf16, for a valid scale and a in 0..63 */
-static inline uint16_t qnt_i4k_param(uint16_t scale, unsigned a)
-{
-    int32_t t = (int32_t)(int16_t)(uint16_t)(scale << 4) >> 4;
-    return (uint16_t)((scale & 0xf000u) | ((uint32_t)(t * (int32_t)a) & 0xfffu));
-}
 
 /* ---- per-tensor exponent ---- */
 
@@ -181,7 +123,7 @@ static inline uint16_t qnt_i4k_param(uint16_t scale, unsigned a)
 #define QNT_E_MAX 180
 
 /* The exponent E for a tensor whose largest |value| is max_abs: the largest
- * E in [QNT_E_MIN, QNT_E_MAX] with 2 * max_abs * 2^E <= QNT_PF16_INT_MAX (parameters
+ * E in [QNT_E_MIN, QNT_E_MAX] with 2 * max_abs * 2^E <= PF16_INT_MAX (parameters
  * reach at most ~1.1 max_abs; the factor 2 is margin). 0 when max_abs is 0. */
 int qnt_tensor_exponent(double max_abs);
 
@@ -201,7 +143,7 @@ double qnt_i8_group(const float *x, const float *w, int n, int E, qnt_method met
 /* The reconstructed values (exact in double). */
 static inline int64_t qnt_i4_int(uint8_t q, uint16_t d, uint16_t m)
 {
-    return (int64_t)qnt_param_int(d) * q - qnt_param_int(m);
+    return (int64_t)pf16_int(d) * q - pf16_int(m);
 }
 double qnt_i4_value(uint8_t q, uint16_t d, uint16_t m, int E);
 double qnt_i8_value(int8_t q, uint16_t d, int E);
@@ -238,7 +180,7 @@ void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E,
  * i4k encoding, after llama.cpp's k-quants): per super-block si, scales
  * sd[si] and sm[si] (pf16 with 6-bit mantissas) and 6-bit multiples
  * sub[16 si + i] (d) and sub[16 si + 8 + i] (m) for its groups i = 0..7;
- * group i's parameters are qnt_i4k_param(sd, sub) and likewise for m. Each
+ * group i's parameters are pf16_i4k_param(sd, sub) and likewise for m. Each
  * group is first quantised as qnt_i4_row would; then d is rounded to its
  * multiple, m refitted to the rounded d and rounded to its multiple, and
  * the codes assigned to the final pair, which the damage measures. cols a

@@ -22,7 +22,7 @@ static void quantise_row(const struct quant_matrix *m, const float *x, uint32_t 
         memcpy(block + (uint64_t)(c0 / TILE_COLS) * QUANT_BLOCK_ROWS * TILE_COLS + k * TILE_COLS, q + c0, TILE_COLS);
     uint8_t *scales = block + (uint64_t)m->cols * QUANT_BLOCK_ROWS;
     for (uint32_t g = 0; g < m->cols / m->group; g++)
-        put32(scales + ((uint64_t)g * QUANT_BLOCK_ROWS + k) * 4, (uint32_t)qnt_param_int(d[g]));
+        put32(scales + ((uint64_t)g * QUANT_BLOCK_ROWS + k) * 4, (uint32_t)pf16_int(d[g]));
 }
 
 /* i6g: the codes in the same order as 6-bit fields, then each group's 4

@@ -2,6 +2,8 @@
  * and the error bookkeeping, for the int8 and int4 packers. */
 #include "quant_jobs.h"
 
+#include "qpk.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+_Static_assert(QPK_SCALE_EXP_MIN == QNT_E_MIN && QPK_SCALE_EXP_MAX == QNT_E_MAX,
+               "the reader accepts every exponent the quantiser picks, and no other");
+_Static_assert(QPK_GROUP_MAX == QNT_MAX_GROUP, "group sizes the quantiser handles");
 
 #define MAX_THREADS 64
 

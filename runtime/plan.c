@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "hf_config.h"
-#include "quant.h"
+#include "pf16.h"
 
 /* bounds on the KV cache get this much slack for rounding in the kernels */
 #define KV_BOUND_MARGIN 1.01
@@ -65,7 +65,7 @@ static double matrix_value(const struct qpk_tensor *t, const uint8_t *blk, uint3
         unsigned q = (unsigned)(word >> (4 * (c % 16))) & 15;
         uint16_t dm[8];
         memcpy(dm, blk + 2 * (uint64_t)t->cols + 16 * (uint64_t)(c / t->group_size), 16);
-        return ldexp((double)qnt_param_int(dm[r % 4]) * q - (double)qnt_param_int(dm[4 + r % 4]), -t->scale_exp);
+        return ldexp((double)pf16_int(dm[r % 4]) * q - (double)pf16_int(dm[4 + r % 4]), -t->scale_exp);
     }
     uint64_t at = (uint64_t)(c / QPK_Q24_TILE_COLS) * 64 + (r % 4) * 16 + c % 16;
     if (kernel_enc(t) == QPK_ENC_I8G) {
@@ -384,7 +384,7 @@ static void widen_i4_params(uint8_t *blk, uint32_t cols, uint32_t group)
     for (uint64_t i = 8ull * (cols / group); i-- > 0;) {
         uint16_t v;
         memcpy(&v, par + 2 * i, 2);
-        int32_t d = qnt_param_int(v);
+        int32_t d = pf16_int(v);
         memcpy(par + 4 * i, &d, 4);
     }
 }

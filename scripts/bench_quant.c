@@ -102,7 +102,7 @@ static double nl_group(const float *x, int n, int E)
             }
         }
     }
-    double D = qnt_param_int(qnt_param_encode(best_d)), e = 0;
+    double D = pf16_int(pf16_encode(best_d)), e = 0;
     for (int j = 0; j < n; j++) {
         double r = X[j] - D * kv[nearest_kv(X[j] / D)];
         e += r * r;

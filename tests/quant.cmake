@@ -4,7 +4,7 @@
 # formats/quant.c is built a second time for it without the AVX2 clone and
 # with its functions renamed qnt_generic_* (tests/quant_generic.h).
 add_library(qp_quant_generic OBJECT ${CMAKE_SOURCE_DIR}/formats/quant.c)
-target_include_directories(qp_quant_generic PRIVATE ${CMAKE_SOURCE_DIR}/formats)
+target_include_directories(qp_quant_generic PRIVATE ${CMAKE_SOURCE_DIR}/formats ${CMAKE_SOURCE_DIR}/common)
 target_compile_options(qp_quant_generic PRIVATE -ffp-contract=off -Wno-psabi
                        -include ${CMAKE_CURRENT_LIST_DIR}/quant_generic.h)
 qp_add_check_test(test_quant SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_quant.c $<TARGET_OBJECTS:qp_quant_generic>

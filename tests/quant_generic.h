@@ -2,7 +2,6 @@
  * tests/quant.cmake): no AVX2 clone, and every function renamed
  * qnt_generic_*, so test_quant can run both builds side by side. */
 #define QNT_NO_CLONES 1
-#define qnt_param_encode qnt_generic_param_encode
 #define qnt_tensor_exponent qnt_generic_tensor_exponent
 #define qnt_bits_per_weight qnt_generic_bits_per_weight
 #define qnt_i4_value qnt_generic_i4_value
@@ -20,4 +19,3 @@
 #define qnt_i8_row qnt_generic_i8_row
 #define qnt_i6_row qnt_generic_i6_row
 #define qnt_i4k_row qnt_generic_i4k_row
-#define qnt_i4k_scale_encode qnt_generic_i4k_scale_encode

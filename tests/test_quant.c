@@ -57,7 +57,7 @@ static long double i4_err(const float *x, const float *w, int n, int E, const ui
     *max_err = 0;
     for (int j = 0; j < n; j++) {
         ck_assert_uint_le(q[j], 15);
-        long double v = ldexpl((long double)qnt_param_int(d) * q[j] - qnt_param_int(m), -E);
+        long double v = ldexpl((long double)pf16_int(d) * q[j] - pf16_int(m), -E);
         long double r = (long double)x[j] - v;
         e += (w ? w[j] : 1.0L) * r * r;
         if (fabsl(r) > *max_err)
@@ -73,7 +73,7 @@ static long double i8_err(const float *x, const float *w, int n, int E, const in
     *max_err = 0;
     for (int j = 0; j < n; j++) {
         ck_assert_int_ge(q[j], -127);
-        long double v = ldexpl((long double)qnt_param_int(d) * q[j], -E);
+        long double v = ldexpl((long double)pf16_int(d) * q[j], -E);
         long double r = (long double)x[j] - v;
         e += (w ? w[j] : 1.0L) * r * r;
         if (fabsl(r) > *max_err)
@@ -101,26 +101,26 @@ static void close_enough(double got, long double want)
 START_TEST(pf16_round_trip)
 {
     for (uint32_t v = 0; v < 65536; v++) {
-        int32_t P = qnt_param_int((uint16_t)v);
-        uint16_t c = qnt_param_encode(P);
-        ck_assert_int_eq(qnt_param_int(c), P);
-        ck_assert_uint_eq(qnt_param_encode(qnt_param_int(c)), c); /* canonical form is a fixed point */
+        int32_t P = pf16_int((uint16_t)v);
+        uint16_t c = pf16_encode(P);
+        ck_assert_int_eq(pf16_int(c), P);
+        ck_assert_uint_eq(pf16_encode(pf16_int(c)), c); /* canonical form is a fixed point */
         int t = (int)(int16_t)(uint16_t)(v << 4) >> 4, s = (int)(v >> 12);
         ck_assert_int_eq(P, t * (1 << s));
     }
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(1e30)), QNT_PF16_INT_MAX);
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(-1e30)), -2048 * 32768);
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(0.49)), 0);
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(2047.4)), 2047);
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(2047.6)), 2048);
-    ck_assert_int_eq(qnt_param_int(qnt_param_encode(-2048.4)), -2048);
+    ck_assert_int_eq(pf16_int(pf16_encode(1e30)), PF16_INT_MAX);
+    ck_assert_int_eq(pf16_int(pf16_encode(-1e30)), -2048 * 32768);
+    ck_assert_int_eq(pf16_int(pf16_encode(0.49)), 0);
+    ck_assert_int_eq(pf16_int(pf16_encode(2047.4)), 2047);
+    ck_assert_int_eq(pf16_int(pf16_encode(2047.6)), 2048);
+    ck_assert_int_eq(pf16_int(pf16_encode(-2048.4)), -2048);
     rng = 1;
     for (int i = 0; i < 200000; i++) {
         double y = ldexp(2 * uniform() - 1, (int)(next_u64() % 26));
-        uint16_t c = qnt_param_encode(y);
+        uint16_t c = pf16_encode(y);
         int s = c >> 12;
-        double err = fabs(qnt_param_int(c) - y);
-        ck_assert_msg(err <= ldexp(0.5, s), "y %.17g -> %d (shift %d)", y, qnt_param_int(c), s);
+        double err = fabs(pf16_int(c) - y);
+        ck_assert_msg(err <= ldexp(0.5, s), "y %.17g -> %d (shift %d)", y, pf16_int(c), s);
         /* 11 significant bits whenever |y| >= 1024 */
         if (fabs(y) >= 1024)
             ck_assert_msg(err <= fabs(y) * 0x1p-11, "y %.17g rel err %g", y, err / fabs(y));
@@ -132,12 +132,12 @@ END_TEST
  * whose rint(y / 2^s) fits the 12-bit mantissa, saturating */
 static uint16_t pf16_reference(double y)
 {
-    for (int s = 0; s <= QNT_PF16_SHIFT_MAX; s++) {
+    for (int s = 0; s <= PF16_SHIFT_MAX; s++) {
         double t = rint(ldexp(y, -s));
-        if (t >= QNT_PF16_MANT_MIN && t <= QNT_PF16_MANT_MAX)
+        if (t >= PF16_MANT_MIN && t <= PF16_MANT_MAX)
             return (uint16_t)((s << 12) | ((int)t & 0xfff));
     }
-    return (uint16_t)((QNT_PF16_SHIFT_MAX << 12) | ((y > 0 ? QNT_PF16_MANT_MAX : QNT_PF16_MANT_MIN) & 0xfff));
+    return (uint16_t)((PF16_SHIFT_MAX << 12) | ((y > 0 ? PF16_MANT_MAX : PF16_MANT_MIN) & 0xfff));
 }
 
 START_TEST(pf16_encode_matches_definition)
@@ -152,8 +152,8 @@ START_TEST(pf16_encode_matches_definition)
         case 2: y = ldexp(uniform(), -1060 + (int)(next_u64() % 60)); break; /* subnormal and tiny */
         default: y = (next_u64() & 1 ? 1 : -1) * ldexp(uniform(), (int)(next_u64() % 40)); break;
         }
-        ck_assert_msg(qnt_param_encode(y) == pf16_reference(y), "y %a: %04x, definition %04x", y,
-                      qnt_param_encode(y), pf16_reference(y));
+        ck_assert_msg(pf16_encode(y) == pf16_reference(y), "y %a: %04x, definition %04x", y,
+                      pf16_encode(y), pf16_reference(y));
     }
 }
 END_TEST
@@ -163,10 +163,10 @@ START_TEST(tensor_exponent)
     ck_assert_int_eq(qnt_tensor_exponent(0), 0);
     for (double a = 1e-44; a < 3e38; a *= 7.3) {
         int E = qnt_tensor_exponent(a);
-        ck_assert(2 * ldexp(a, E) <= QNT_PF16_INT_MAX);
+        ck_assert(2 * ldexp(a, E) <= PF16_INT_MAX);
         ck_assert(E > QNT_E_MIN && E < QNT_E_MAX);
         if (E < QNT_E_MAX)
-            ck_assert(2 * ldexp(a, E + 1) > QNT_PF16_INT_MAX);
+            ck_assert(2 * ldexp(a, E + 1) > PF16_INT_MAX);
     }
 }
 END_TEST
@@ -263,7 +263,7 @@ START_TEST(edge_groups)
         /* all zero: exact */
         memset(x, 0, sizeof x);
         ck_assert(qnt_i4_group(x, NULL, n, 0, method, q, &d, &m) == 0);
-        ck_assert_int_eq(qnt_param_int(d) * 0 + qnt_param_int(m), 0);
+        ck_assert_int_eq(pf16_int(d) * 0 + pf16_int(m), 0);
         if (method != QNT_ABSMAX)
             ck_assert(qnt_i8_group(x, NULL, n, 0, method, q8, &d) == 0);
         /* constant: within the parameter rounding (2^-11 relative) */
@@ -412,7 +412,7 @@ START_TEST(rows_are_their_groups)
             ck_assert(d == d8[gi] && memcmp(g8, q8 + g0, (size_t)group) == 0);
             for (int j = 0; j < group; j++) {
                 long double r4 = (long double)x[g0 + j] - ldexpl((long double)qnt_i4_int(g4[j], d4[gi], m4[gi]), -E);
-                long double r8 = (long double)x[g0 + j] - ldexpl((long double)qnt_param_int(d) * g8[j], -E);
+                long double r8 = (long double)x[g0 + j] - ldexpl((long double)pf16_int(d) * g8[j], -E);
                 ss4 += r4 * r4;
                 ss8 += r8 * r8;
                 mx4 = fmax(mx4, (double)fabsl(r4));
@@ -434,20 +434,20 @@ END_TEST
 START_TEST(i4k_scales_multiply_exactly)
 {
     for (uint32_t s = 0; s <= 15; s++)
-        for (int t = QNT_I4K_SCALE_MANT_MIN; t <= QNT_I4K_SCALE_MANT_MAX; t++) {
+        for (int t = PF16_I4K_MANT_MIN; t <= PF16_I4K_MANT_MAX; t++) {
             uint16_t scale = (uint16_t)(s << 12 | (t & 0xfff));
-            ck_assert(qnt_i4k_scale_valid(scale));
+            ck_assert(pf16_i4k_scale_valid(scale));
             for (unsigned a = 0; a < 64; a++)
-                ck_assert_int_eq(qnt_param_int(qnt_i4k_param(scale, a)), (int64_t)t * a * ((int64_t)1 << s));
+                ck_assert_int_eq(pf16_int(pf16_i4k_param(scale, a)), (int64_t)t * a * ((int64_t)1 << s));
         }
-    ck_assert(!qnt_i4k_scale_valid(32) && !qnt_i4k_scale_valid(0xfff & -33) && !qnt_i4k_scale_valid(2047));
+    ck_assert(!pf16_i4k_scale_valid(32) && !pf16_i4k_scale_valid(0xfff & -33) && !pf16_i4k_scale_valid(2047));
     rng = 5;
     for (int it = 0; it < 100000; it++) {
         double y = (uniform() - 0.5) * ldexp(1.0, (int)(next_u64() % 21));     /* below 31 x 2^15 */
-        uint16_t e = qnt_i4k_scale_encode(y);
-        ck_assert(qnt_i4k_scale_valid(e));
+        uint16_t e = pf16_i4k_scale_encode(y);
+        ck_assert(pf16_i4k_scale_valid(e));
         int s = e >> 12;
-        double step = ldexp(1.0, s), got = qnt_param_int(e);
+        double step = ldexp(1.0, s), got = pf16_int(e);
         ck_assert_msg(fabs(got - y) <= step / 2, "%g -> %g (shift %d)", y, got, s);
         if (s > 0)  /* a smaller shift could not hold it */
             ck_assert(fabs(y) / ldexp(1.0, s - 1) > 31.5 || y / ldexp(1.0, s - 1) < -32.5);
@@ -503,9 +503,9 @@ START_TEST(packed_rows)
             ck_assert_uint_le(qk[j], 15);
             ck_assert_uint_le(sub[16 * si + i], 63);
             ck_assert_uint_le(sub[16 * si + 8 + i], 63);
-            ck_assert(qnt_i4k_scale_valid(sd[si]) && qnt_i4k_scale_valid(sm[si]));
-            uint16_t d = qnt_i4k_param(sd[si], sub[16 * si + i]), m = qnt_i4k_param(sm[si], sub[16 * si + 8 + i]);
-            long double e6 = (long double)x[j] - ldexpl((long double)qnt_param_int(d6[gi]) * q6[j], -E);
+            ck_assert(pf16_i4k_scale_valid(sd[si]) && pf16_i4k_scale_valid(sm[si]));
+            uint16_t d = pf16_i4k_param(sd[si], sub[16 * si + i]), m = pf16_i4k_param(sm[si], sub[16 * si + 8 + i]);
+            long double e6 = (long double)x[j] - ldexpl((long double)pf16_int(d6[gi]) * q6[j], -E);
             long double ek = (long double)x[j] - ldexpl((long double)qnt_i4_int(qk[j], d, m), -E);
             r6 += e6 * e6;
             rk += ek * ek;
