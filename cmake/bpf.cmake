@@ -26,6 +26,9 @@ file(MAKE_DIRECTORY ${BPF_SKEL_DIR})
 # produces ${BPF_SKEL_DIR}/<name>.skel.h and target <name>_skel
 function(add_bpf_skeleton name src)
   cmake_parse_arguments(ARG "" "" "DEPENDS" ${ARGN})
+  if(NOT IS_ABSOLUTE ${src})
+    set(src ${CMAKE_CURRENT_SOURCE_DIR}/${src})
+  endif()
   set(obj ${CMAKE_CURRENT_BINARY_DIR}/${name}.bpf.o)
   set(skel ${BPF_SKEL_DIR}/${name}.skel.h)
   add_custom_command(
@@ -33,10 +36,10 @@ function(add_bpf_skeleton name src)
     COMMAND ${BPF_CLANG} -g -O2 -target bpf -mcpu=${BPF_CPU}
             -D__TARGET_ARCH_x86 -DQP_BPF_CPU_${BPF_CPU}
             -Wall -Wextra -Werror -Wno-unused-parameter
-            -I/usr/include/${_bpf_multiarch} -I${CMAKE_SOURCE_DIR}
-            -c ${CMAKE_CURRENT_SOURCE_DIR}/${src} -o ${obj}
-    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${src} ${ARG_DEPENDS}
-    COMMENT "BPF ${src}")
+            -I/usr/include/${_bpf_multiarch} -I${CMAKE_SOURCE_DIR}/kernels
+            -c ${src} -o ${obj}
+    DEPENDS ${src} ${ARG_DEPENDS}
+    COMMENT "BPF ${name}.bpf.c")
   add_custom_command(
     OUTPUT ${skel}
     COMMAND ${BPFTOOL} gen skeleton ${obj} name ${name} > ${skel}.tmp

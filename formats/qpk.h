@@ -43,7 +43,7 @@
 #define QPK_GROUP_MIN        16                /* i8g/i4g group sizes: powers of two in */
 #define QPK_GROUP_MAX        256               /*   16..256 (QNT_MAX_GROUP) */
 #define QPK_SCALE_EXP_MIN    (-128)            /* i8g/i4g scale_exp range: the quantiser's */
-#define QPK_SCALE_EXP_MAX    180               /*   QNT_E_MIN..QNT_E_MAX (formats/quant.h) */
+#define QPK_SCALE_EXP_MAX    180               /*   QNT_E_MIN..QNT_E_MAX (packer/quant.h) */
 
 enum qpk_section_kind {
     QPK_SEC_CONFIG = 1,            /* struct qpk_config, raw, 128 bytes */
@@ -88,7 +88,7 @@ enum qpk_encoding {
      * 4 rows: the codes in 4-row x 16-column tiles (64 bytes each), then
      * the block's scales, for each group the 4 rows' D (QPK.md). */
     QPK_ENC_I8G = 3,
-    /* 4-bit codes q in 0..15 with two pf16 parameters d, m (formats/quant.h)
+    /* 4-bit codes q in 0..15 with two pf16 parameters d, m (packer/quant.h)
      * per group of group_size columns of a row: value = (D * q - M) *
      * 2^-scale_exp, D = pf16_int(d), M = pf16_int(m). Blocks of 4
      * rows: cols/4 little-endian u64 words, word w holding columns 4w..4w+3

@@ -1,7 +1,7 @@
 /* calibrate.h - `qpack pack --calibrate`: what each matrix's input columns
  * carry on real text (the "importance matrix" idea of llama.cpp's imatrix).
  *
- * The float64 reference (runtime/ref.c) runs over the first N tokens of a
+ * The float64 reference (engine/ref.c) runs over the first N tokens of a
  * text, in windows of the model's context (at most CALIB_WINDOW positions,
  * each window from position 0), and keeps, for every matrix, the mean
  * square of each input column: x_j^2 averaged over the positions. The

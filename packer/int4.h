@@ -1,5 +1,5 @@
 /* int4.h - group-quantised INT4 matrices (`qpack pack --format int4` and
- * int4-pure): the asymmetric quantiser of formats/quant.h per group, laid
+ * int4-pure): the asymmetric quantiser of packer/quant.h per group, laid
  * out as QPK_ENC_I4G or QPK_ENC_I4K. */
 #ifndef QP_PACK_INT4_H
 #define QP_PACK_INT4_H

@@ -1,5 +1,5 @@
 /* int8.h - group-scaled INT8 matrices (`qpack pack --format int8`, and the
- * int8 tensors of an int4 container): the quantiser of formats/quant.h per
+ * int8 tensors of an int4 container): the quantiser of packer/quant.h per
  * group, laid out as QPK_ENC_I8G, or QPK_ENC_I6G with 6-bit codes. */
 #ifndef QP_PACK_INT8_H
 #define QP_PACK_INT8_H

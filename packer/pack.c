@@ -618,7 +618,7 @@ static void settle_norm_exponents(struct packer *p)
 }
 
 /* The quantiser of one matrix: int8 is symmetric, so its absmax
- * round-to-nearest is formats/quant.h's QNT_RTN (min/max is the same). */
+ * round-to-nearest is packer/quant.h's QNT_RTN (min/max is the same). */
 static qnt_method method_for(qnt_method opt, unsigned encoding)
 {
     return qpk_kernel_encoding(encoding) == QPK_ENC_I8G && opt == QNT_ABSMAX ? QNT_RTN : opt;

@@ -46,7 +46,7 @@ typedef void (*quant_row_fn)(const struct quant_matrix *m, const float *x, uint3
  * else the online CPUs (at most 64). */
 unsigned quant_threads(void);
 
-/* The tensor's exponent: the one formats/quant.h picks for its largest
+/* The tensor's exponent: the one packer/quant.h picks for its largest
  * magnitude, which keeps every parameter in pf16 (and |D| <= QPK_I8_MAX_SCALE). */
 int quant_tensor_exponent(const struct st_model *model, const struct st_tensor *src);
 

@@ -23,5 +23,5 @@ for kind in plain stress; do
         "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
     fi
     [ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
-    "$build/scripts/qp-accuracy" --ref "$src" "$src.qpk" --prompts "$prompts" --positions "$positions"
+    "$build/devtools/qp-accuracy" --ref "$src" "$src.qpk" --prompts "$prompts" --positions "$positions"
 done

@@ -80,7 +80,7 @@ for size in $sizes; do
         deq=$work/$size-$fmt-deq
         if [ "${QP_KERNELS:-1}" = 1 ] || [ "$split" = 1 ]; then
             mkdir -p "$deq"
-            "$build/scripts/qp-dequant" "$qpk" "$deq/model.safetensors"
+            "$build/devtools/qp-dequant" "$qpk" "$deq/model.safetensors"
             cp "$ck/config.json" "$deq/"
         fi
         [ "${QP_KERNELS:-1}" = 0 ] || row "$size" "$fmt" kernels "$(evaluate "$deq" "$qpk")"

@@ -12,7 +12,7 @@ tokenizer=$root/assets/qwen3-tokenizer/tokenizer.json
 "$root/scripts/fetch_tokenizer.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target qptok-bench -j "$(nproc)" >/dev/null
-bench=$build/scripts/qptok-bench
+bench=$build/devtools/qptok-bench
 
 times=""
 for i in 1 2 3 4 5 6 7 8 9 10 11; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// gen_unicode_tables.mjs - writes runtime/tokenizer/tok_unicode_tables.h: where the
+// gen_unicode_tables.mjs - writes tokenizer/tok_unicode_tables.h: where the
 // Unicode data of our C libraries and of Hugging Face tokenizers disagree.
 //
 // 1. Regex classes. tokenizers runs the pre-split regex with Oniguruma, whose
@@ -35,7 +35,7 @@ const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] 
 const ucd = opt('--ucd', '/usr/share/unicode');
 const oracleDir = opt('--oracle-dir', path.join(here, 'tokenizer-oracle'));
 const tokenizerPath = opt('--tokenizer', path.join(root, 'assets/qwen3-tokenizer/tokenizer.json'));
-const outPath = opt('--out', path.join(root, 'runtime/tokenizer/tok_unicode_tables.h'));
+const outPath = opt('--out', path.join(root, 'tokenizer/tok_unicode_tables.h'));
 
 const require = createRequire(path.join(path.resolve(oracleDir), 'package.json'));
 const { Tokenizer } = require('tokenizers');

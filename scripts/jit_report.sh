@@ -8,7 +8,7 @@
 # What it does: writes a tiny random checkpoint (the tiny-learned test
 # model's tokenizer, so that qrun serve starts), packs it as q24, int8 and
 # int4-pure, and for each starts `qrun serve --port 0`, which loads every
-# program of bpf/qrun.bpf.c and keeps it loaded. The programs are the ones
+# program of kernels/qrun.bpf.c and keeps it loaded. The programs are the ones
 # whose ids are in the server's /proc/PID/fdinfo (another qrun on the
 # machine has programs of the same names). bpftool here may be built
 # without libbfd (no `dump jited`), so a small C helper (below) reads the
@@ -18,7 +18,7 @@
 # thanks to the BTF func info) and objdump disassembles it.
 #
 # The multiply-adds are in one bpf_loop callback per (program, matrix
-# role; hid = q/k/v/gate/up/lm_head, o, down), bpf/qkernels.h:
+# role; hid = q/k/v/gate/up/lm_head, o, down), kernels/qkernels.h:
 #   matvec,  q24   *_cb_chunk  qk_dot4_chunk: per iteration of its c loop
 #                              16 columns x 4 rows = 64 MACs (j unrolled)
 #   matvec,  int8  *_cb_chunk  qk_dot_i8_row_chunk: per iteration of its h

@@ -753,7 +753,7 @@ def read_checkpoint(model_dir):
 
 
 def score_and_check(out, twin, tok, qrun):
-    """expected.json (what the float64 model scores on eval.txt, for tests/test_tiny_learned.sh)
+    """expected.json (what the float64 model scores on eval.txt, for tests/qeval/test_tiny_learned.sh)
     and, with qrun, the checks against the C tokenizer and reference."""
     eval_ids = tok.encode((out / "eval.txt").read_text(encoding="utf-8"))
     nll_all, n_all = chunked_nll(twin, eval_ids, SEQ_LEN)

@@ -1,6 +1,6 @@
 /* replay_main.c - runs a fuzz target's LLVMFuzzerTestOneInput over files,
  * without libFuzzer: the ctest replay of the seed corpus and of every
- * regression input (tests/fuzz.cmake), under whatever sanitizers the build
+ * regression input (tests/fuzz/replay.cmake), under whatever sanitizers the build
  * uses.
  *
  * usage: <target>-replay PATH...   (a directory: every regular file in it,

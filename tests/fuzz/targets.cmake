@@ -1,4 +1,4 @@
-# The fuzz targets and what each links; shared by tests/fuzz.cmake (replay
+# The fuzz targets and what each links; shared by tests/fuzz/replay.cmake (replay
 # tests in every build) and tests/fuzz/CMakeLists.txt (libFuzzer, QP_FUZZ).
 set(QP_FUZZ_TARGETS
     fuzz_qpk

@@ -1,0 +1,236 @@
+/* inspect.c - what a model is before it is loaded: the config and
+ * sizes of a container or checkpoint folder (qpack_model_inspect), the
+ * tokenizer it carries, whether BPF may be loaded, and the source files a
+ * container records against those of a checkpoint folder. */
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "safetensors.h"
+
+void qp_lib_info_from_container(const struct qpk_file *f, qpack_model_info *i)
+{
+    const struct qpk_config *c = &f->cfg;
+    uint64_t bytes = 0, params = 0;
+    for (uint32_t t = 0; t < f->n_tensors; t++) {
+        bytes += f->tensors[t].nbytes;
+        params += (uint64_t)f->tensors[t].rows * f->tensors[t].cols;
+    }
+    *i = (qpack_model_info){
+        .vocab = c->vocab, .hidden = c->hidden, .intermediate = c->intermediate, .n_layers = c->n_layers,
+        .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+        .max_positions = c->max_positions, .ctx = qpack_default_ctx(c->max_positions), .bos_id = c->bos_id,
+        .eos_id = c->eos_id, .rope_theta = c->rope_theta, .rms_eps = c->rms_eps,
+        .tied = (c->flags & QPK_CONFIG_TIED) != 0, .format = qpk_format_name(c->weight_format),
+        .has_tokenizer = qpk_section_of(f, QPK_SEC_TOKENIZER) != NULL, .file_bytes = f->size,
+        .bits_per_weight = params ? 8.0 * (double)bytes / (double)params : 0,
+    };
+}
+
+int qp_lib_info_from_folder(const char *dir, qpack_model_info *i, qp_err *err)
+{
+    char path[4096];
+    struct qwen3_config c;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (hf_config_load(path, &c, err))
+        return -1;
+    struct st_model m;
+    if (st_open_dir(&m, dir, err))
+        return -1;
+    uint64_t files = m.index_size, bytes = 0, params = 0;
+    for (uint32_t f = 0; f < m.n_files; f++)
+        files += m.files[f].size;
+    for (uint32_t t = 0; t < m.n_tensors; t++) {
+        bytes += m.tensors[t].nbytes;
+        params += m.tensors[t].numel;
+    }
+    st_close(&m);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    *i = (qpack_model_info){
+        .vocab = c.vocab_size, .hidden = c.hidden_size, .intermediate = c.intermediate_size,
+        .n_layers = c.num_hidden_layers, .n_heads = c.num_attention_heads, .n_kv_heads = c.num_key_value_heads,
+        .head_dim = c.head_dim, .max_positions = c.max_position_embeddings,
+        .ctx = qpack_default_ctx(c.max_position_embeddings), .bos_id = c.bos_token_id, .eos_id = c.eos_token_id,
+        .rope_theta = c.rope_theta, .rms_eps = c.rms_norm_eps, .tied = c.tie_word_embeddings, .format = "float64",
+        .backend = "ref", .has_tokenizer = access(path, F_OK) == 0, .file_bytes = files,
+        .bits_per_weight = params ? 8.0 * (double)bytes / (double)params : 0, .block_positions = 1,
+        /* the reference caches K and V as float64 */
+        .kv_bytes_per_position = 2ull * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * sizeof(double),
+    };
+    return 0;
+}
+
+int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_info *info, qpack_error *err)
+{
+    memset(info, 0, sizeof *info);
+    if (!path || backend > QPACK_BACKEND_REF)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no model path, or an unknown backend %d", (int)backend);
+    qp_err e = {{0}};
+    if (backend == QPACK_BACKEND_REF) {
+        if (qp_lib_info_from_folder(path, info, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    } else {
+        struct qpk_file f;
+        if (qpk_open(&f, path, 0, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        qp_lib_info_from_container(&f, info);
+        qpk_close(&f);
+        info->backend = backend == QPACK_BACKEND_BPF ? "bpf" : "emu";
+    }
+    info->path = path;
+    return QPACK_OK;
+}
+
+bool qpack_bpf_permitted(void)
+{
+    return qp_bpf_may_load();
+}
+
+int qp_lib_container_tokenizer(const struct qpk_file *f, const char *path, qp_tok **tok, qp_err *err)
+{
+    char *json;
+    size_t len;
+    *tok = NULL;
+    if (qpk_read_section(f, QPK_SEC_TOKENIZER, &json, &len, err))
+        return -1;
+    if (!json)
+        return 0;
+    char name[600];
+    snprintf(name, sizeof name, "%s: tokenizer section", path);
+    int rc = qp_tok_load_buffer(tok, json, len, name, err);
+    free(json);
+    return rc;
+}
+
+int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_backend backend, qpack_error *err)
+{
+    *out = NULL;
+    qp_err e = {{0}};
+    qp_tok *tok = NULL;
+    if (backend == QPACK_BACKEND_REF) {
+        char file[4096];
+        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        if (access(file, F_OK) != 0)
+            return QPACK_OK;
+        if (qp_tok_load_file(&tok, file, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    } else {
+        struct qpk_file f;
+        if (qpk_open(&f, path, 0, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        int rc = qp_lib_container_tokenizer(&f, path, &tok, &e);
+        qpk_close(&f);
+        if (rc)
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        if (!tok)
+            return QPACK_OK;
+    }
+    *out = qp_lib_tokenizer_wrap(tok);
+    return *out ? QPACK_OK : qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+}
+
+/* ---- provenance ---------------------------------------------------------- */
+
+/* The order `qpack pack` records them in (packer/pack.c hash_sources). */
+static const char *const extra_sources[] = {"config.json", "tokenizer.json", "tokenizer_config.json",
+                                            "model.safetensors.index.json"};
+#define N_EXTRA (sizeof extra_sources / sizeof *extra_sources)
+
+static int hash_one(const char *dir, const char *name, qpack_source_file *out, qp_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(out->name, sizeof out->name, "%s", name);
+    return st_file_xxh3(path, &out->xxh3, &out->size, err);
+}
+
+int qpack_checkpoint_sources(const char *folder, qpack_source_file **files, size_t *n, qpack_error *err)
+{
+    *files = NULL;
+    *n = 0;
+    qp_err e = {{0}};
+    struct st_model m;
+    if (st_open_dir(&m, folder, &e))
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    qpack_source_file *list = calloc(N_EXTRA + m.n_files, sizeof *list);
+    size_t k = 0;
+    int rc = list ? 0 : qp_fail_code(&e, QP_E_MEMORY, "out of memory");
+    for (size_t i = 0; !rc && i < N_EXTRA + m.n_files; i++) {
+        const char *name = i < N_EXTRA ? extra_sources[i] : m.files[i - N_EXTRA].name;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", folder, name);
+        if (i < N_EXTRA && access(path, R_OK) != 0)
+            continue;
+        rc = hash_one(folder, name, &list[k++], &e);
+    }
+    st_close(&m);
+    if (rc) {
+        free(list);
+        return qp_lib_error(err, &e, QPACK_ERR_IO);
+    }
+    *files = list;
+    *n = k;
+    return QPACK_OK;
+}
+
+/* provenance["source_files"][i]: {"name", "size", "xxh3": 16 hex digits} */
+static int parse_source(const cJSON *j, qpack_source_file *out)
+{
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(j, "size");
+    const cJSON *hash = cJSON_GetObjectItemCaseSensitive(j, "xxh3");
+    if (!cJSON_IsString(name) || !cJSON_IsNumber(size) || size->valuedouble < 0 || !cJSON_IsString(hash) ||
+        strlen(hash->valuestring) != 16 || strlen(name->valuestring) >= sizeof out->name)
+        return -1;
+    char *end;
+    out->xxh3 = strtoull(hash->valuestring, &end, 16);
+    if (*end)
+        return -1;
+    snprintf(out->name, sizeof out->name, "%s", name->valuestring);
+    out->size = (uint64_t)size->valuedouble;
+    return 0;
+}
+
+int qpack_container_sources(const char *path, qpack_source_file **files, size_t *n, qpack_error *err)
+{
+    *files = NULL;
+    *n = 0;
+    qp_err e = {{0}};
+    struct qpk_file f;
+    if (qpk_open(&f, path, 0, &e))
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    char *text = NULL;
+    size_t len;
+    int rc = qpk_read_section(&f, QPK_SEC_PROVENANCE, &text, &len, &e);
+    qpk_close(&f);
+    if (rc)
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    if (!text)
+        return QPACK_OK;
+    cJSON *prov = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(prov, "source_files");
+    int count = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+    qpack_source_file *out = calloc(count ? (size_t)count : 1, sizeof *out);
+    rc = out ? QPACK_OK : qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+    for (int i = 0; !rc && i < count; i++)
+        if (parse_source(cJSON_GetArrayItem(list, i), &out[i]))
+            rc = qp_lib_fail(err, QPACK_ERR_FORMAT, "%s: provenance: source file %d is malformed", path, i);
+    if (!rc && prov && !cJSON_IsObject(prov))
+        rc = qp_lib_fail(err, QPACK_ERR_FORMAT, "%s: provenance is not a JSON object", path);
+    if (!rc && !prov)
+        rc = qp_lib_fail(err, QPACK_ERR_FORMAT, "%s: provenance is not valid JSON", path);
+    cJSON_Delete(prov);
+    if (rc) {
+        free(out);
+        return rc;
+    }
+    *files = out;
+    *n = (size_t)count;
+    return QPACK_OK;
+}

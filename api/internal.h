@@ -1,0 +1,90 @@
+/* internal.h - what the files behind include/qpack.h share: the
+ * structures of the public handles and the error conversion. Nothing here
+ * is part of the public interface. */
+#ifndef QP_LIB_INTERNAL_H
+#define QP_LIB_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "qpack.h"
+#include "ref.h"
+#include "session.h"
+#include "tokenizer.h"
+
+struct qpack_tokenizer {
+    qp_tok *tok;
+    pthread_mutex_t encode_mu;  /* qp_tok_encode uses the tokenizer's caches */
+};
+
+struct qpack_model {
+    qpack_model_info info;
+    qpack_model_params params;
+    char *path;
+    char format[16];
+    /* bpf and emu: the container, its maps and threads, with a KV cache
+     * slot per session; the sessions' steps run on it one at a time
+     * (step_mu) */
+    struct qp_session engine;
+    bool engine_open;
+    pthread_mutex_t step_mu;
+    /* ref: each session opens its own reference from the folder */
+    struct qpack_tokenizer *tokenizer;  /* NULL when the model carries none */
+    int32_t end_ids[3];
+    int n_end;
+    pthread_mutex_t sessions_mu;
+    uint32_t n_sessions;
+    bool *slot_taken;           /* [max_sessions]: the engine's KV cache slots in use */
+};
+
+struct qpack_session {
+    qpack_model *m;
+    uint32_t slot;              /* bpf, emu: its KV cache in the engine's maps */
+    int32_t *tokens;            /* [ctx]: the cache's tokens, pos of them */
+    uint32_t pos;
+    double *logits;             /* [vocab] after a feed */
+    bool have_logits;
+    struct ref_model *ref;      /* ref backend: this session's own reference */
+    atomic_bool interrupt;
+    qpack_session_stats stats;
+    uint32_t lookup_len;        /* qpack_lookup_step: the next draft's length at most (lookup.c) */
+    void (*progress)(void *user, size_t done, size_t total);
+    void *progress_user;
+};
+
+/* What one feed asks for besides the last position's logits (session.c):
+ * every position's logits as float rows, every position's argmax, or (one
+ * token) the residual after each layer. on_position, when set, sees each
+ * position's logits and argmax in order; non-zero stops the feed. */
+struct qp_lib_feed {
+    const int32_t *tokens;
+    size_t n;
+    float *all;                 /* [n][vocab] or NULL */
+    double *hidden;             /* [n_layers][hidden] (n == 1) or NULL */
+    int (*on_position)(void *arg, size_t i, const double *logits, int32_t argmax, qp_err *err);
+    void *arg;
+};
+
+/* Checks, then computes req's tokens at the session's next positions. */
+int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *err);
+
+/* Fills a public error from an internal one; `fallback` classifies a
+ * failure the failing code did not (qp_err.code 0). Returns the code. */
+qpack_status qp_lib_error(qpack_error *out, const qp_err *in, qpack_status fallback);
+
+/* Fills a public error from a format string. */
+qpack_status qp_lib_fail(qpack_error *out, qpack_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* qpack_model_info of a container (no backend fields) or of a checkpoint
+ * folder (inspect.c). */
+void qp_lib_info_from_container(const struct qpk_file *f, qpack_model_info *info);
+int qp_lib_info_from_folder(const char *dir, qpack_model_info *info, qp_err *err);
+
+/* The tokenizer a container carries; *tok NULL when none. */
+int qp_lib_container_tokenizer(const struct qpk_file *f, const char *path, qp_tok **tok, qp_err *err);
+
+/* The tokenizer handle of an internal tokenizer (takes ownership). */
+struct qpack_tokenizer *qp_lib_tokenizer_wrap(qp_tok *tok);
+
+#endif

@@ -1,0 +1,240 @@
+/* model.c - qpack_model: opening a container (or, for the reference, a
+ * checkpoint folder) once, for every session to share; the version and the
+ * error conversion of include/qpack.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <unistd.h>
+
+#include "chat.h"
+#include "cli_out.h"
+#include "internal.h"
+
+#define DEFAULT_CTX 4096
+
+const char *qpack_version(void)
+{
+    return qp_version();
+}
+
+const char *qpack_status_name(qpack_status code)
+{
+    static const char *const names[] = {
+        "ok", "argument", "io", "format", "privilege", "memory", "context", "range", "busy", "interrupted",
+        "kernel", "internal",
+    };
+    return (unsigned)code < sizeof names / sizeof *names ? names[code] : "unknown";
+}
+
+_Static_assert((int)QPACK_ERR_ARGUMENT == (int)QP_E_ARGUMENT && (int)QPACK_ERR_INTERNAL == (int)QP_E_INTERNAL &&
+                   (int)QPACK_ERR_RANGE == (int)QP_E_RANGE && (int)QPACK_ERR_KERNEL == (int)QP_E_KERNEL,
+               "qpack_status mirrors enum qp_err_code");
+
+qpack_status qp_lib_error(qpack_error *out, const qp_err *in, qpack_status fallback)
+{
+    qpack_status code = in->code > 0 && in->code <= QPACK_ERR_INTERNAL ? (qpack_status)in->code : fallback;
+    if (out) {
+        out->code = code;
+        snprintf(out->message, sizeof out->message, "%s", in->msg);
+    }
+    return code;
+}
+
+qpack_status qp_lib_fail(qpack_error *out, qpack_status code, const char *fmt, ...)
+{
+    if (out) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(out->message, sizeof out->message, fmt, ap);
+        va_end(ap);
+        out->code = code;
+    }
+    return code;
+}
+
+uint32_t qpack_default_ctx(uint32_t max_positions)
+{
+    return max_positions < DEFAULT_CTX ? max_positions : DEFAULT_CTX;
+}
+
+qpack_model_params qpack_model_default_params(void)
+{
+    return (qpack_model_params){.backend = QPACK_BACKEND_BPF, .max_sessions = 1, .threads = 2};
+}
+
+/* The stop ids of a reply: the chat template's end tokens and the model's eos. */
+static void find_end_ids(qpack_model *m)
+{
+    if (m->tokenizer) {
+        qp_chat_stops stops;
+        if (qp_chat_stop_ids(m->tokenizer->tok, &stops, NULL) == 0)
+            for (int i = 0; i < stops.n; i++)
+                m->end_ids[m->n_end++] = stops.ids[i];
+    }
+    int32_t eos = m->info.eos_id;
+    bool known = false;
+    for (int i = 0; i < m->n_end; i++)
+        known |= m->end_ids[i] == eos;
+    if (eos >= 0 && !known)
+        m->end_ids[m->n_end++] = eos;
+}
+
+/* The tokenizer a container carries; a container without one opens fine
+ * (ids in, ids out), one whose tokenizer does not load does not. */
+static int load_container_tokenizer(qpack_model *m, qp_err *err)
+{
+    qp_tok *tok;
+    if (qp_lib_container_tokenizer(&m->engine.file, m->path, &tok, err))
+        return -1;
+    if (!tok)
+        return 0;
+    m->tokenizer = qp_lib_tokenizer_wrap(tok);
+    return m->tokenizer ? 0 : qp_fail_code(err, QP_E_MEMORY, "out of memory");
+}
+
+static void fill_info_from_engine(qpack_model *m)
+{
+    const struct qp_session *e = &m->engine;
+    qpack_model_info *i = &m->info;
+    qp_lib_info_from_container(&e->file, i);
+    i->ctx = e->ctx;
+    i->backend = qp_backend_kind_name(e->kind);
+    i->block_positions = qp_forward_block_size(e->fw);
+    i->kv_bytes_per_position = e->plan.kv_bytes_per_pos;
+    i->load_ms = e->load_ms;
+    i->checksum_ms = e->checksum_ms;
+    if (e->kind == QP_BACKEND_BPF && e->b) {
+        i->map_bytes = e->b->map_bytes;
+        i->weight_bytes = e->plan.stream ? 0 : e->plan.weight_bytes;
+        i->maps_ms = e->b->verify_ms;
+        i->copy_ms = e->b->copy_ms;
+        for (int k = 0; k < QP_K_COUNT && i->n_programs < QPACK_KERNELS_MAX; k++)
+            if (e->b->verified_insns[k]) {
+                qpack_program_info *p = &i->programs[i->n_programs++];
+                snprintf(p->name, sizeof p->name, "%s", qp_kernel_name(k));
+                p->verified_insns = e->b->verified_insns[k];
+            }
+    }
+}
+
+_Static_assert((int)QPACK_LOAD_CHECKSUMS == QP_LOAD_CHECKSUMS && (int)QPACK_LOAD_MAPS == QP_LOAD_MAPS &&
+                   (int)QPACK_LOAD_WEIGHTS == QP_LOAD_WEIGHTS, "the engine's phases are the API's");
+
+static void forward_progress(void *user, int phase, uint64_t done, uint64_t total)
+{
+    const qpack_model_params *p = user;
+    p->progress(p->progress_user, (qpack_load_phase)phase, done, total);
+}
+
+static int open_container(qpack_model *m, const qpack_model_params *p, qp_err *err)
+{
+    if (p->backend == QPACK_BACKEND_BPF && !qp_bpf_may_load())
+        return qp_fail_code(err, QP_E_PRIVILEGE, "loading BPF programs needs root or CAP_BPF + CAP_PERFMON "
+                            "(the emu backend, the kernels' host twin, runs without)");
+    struct qp_session_opts o = {
+        .model = m->path, .backend = p->backend == QPACK_BACKEND_EMU ? QP_BACKEND_EMU : QP_BACKEND_BPF,
+        .ctx = p->ctx, .slots = p->max_sessions, .threads = p->threads ? p->threads : 2,
+        .no_verify = p->no_verify, .stream = p->stream,
+        .progress = p->progress ? forward_progress : NULL, .progress_user = (void *)p,
+    };
+    if (qp_session_open(&m->engine, &o, err))
+        return -1;
+    m->engine_open = true;
+    fill_info_from_engine(m);
+    return p->skip_tokenizer ? 0 : load_container_tokenizer(m, err);
+}
+
+/* The reference: the folder's config now, one reference per session later;
+ * its tokenizer.json when there is one. */
+static int open_reference(qpack_model *m, const qpack_model_params *p, qp_err *err)
+{
+    if (qp_lib_info_from_folder(m->path, &m->info, err))
+        return -1;
+    uint32_t max = m->info.max_positions;
+    m->info.ctx = p->ctx ? p->ctx : qpack_default_ctx(max);
+    if (m->info.ctx > max)
+        return qp_fail_code(err, QP_E_CONTEXT, "context %u is past the model's %u positions", m->info.ctx, max);
+    if (!m->info.has_tokenizer || p->skip_tokenizer)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", m->path);
+    qp_tok *tok;
+    if (qp_tok_load_file(&tok, path, err))
+        return -1;
+    m->tokenizer = qp_lib_tokenizer_wrap(tok);
+    return m->tokenizer ? 0 : qp_fail_code(err, QP_E_MEMORY, "out of memory");
+}
+
+int qpack_model_open(qpack_model **out, const char *path, const qpack_model_params *params, qpack_error *err)
+{
+    *out = NULL;
+    qpack_model_params p = params ? *params : qpack_model_default_params();
+    if (!path)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no model path");
+    if (p.backend > QPACK_BACKEND_REF || p.threads > 2)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "model parameters out of range (backend %d, threads %u)",
+                           (int)p.backend, p.threads);
+    p.max_sessions = p.max_sessions ? p.max_sessions : 1;
+    qpack_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->path = strdup(path)) || !(m->slot_taken = calloc(p.max_sessions, sizeof *m->slot_taken))) {
+        if (m)
+            free(m->path);
+        free(m);
+        return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+    }
+    m->params = p;
+    pthread_mutex_init(&m->step_mu, NULL);
+    pthread_mutex_init(&m->sessions_mu, NULL);
+    qp_err e = {{0}};
+    int rc = p.backend == QPACK_BACKEND_REF ? open_reference(m, &p, &e) : open_container(m, &p, &e);
+    if (rc) {
+        qpack_model_free(m);
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    }
+    m->info.max_sessions = p.max_sessions;
+    m->info.path = m->path;
+    find_end_ids(m);
+    *out = m;
+    return QPACK_OK;
+}
+
+void qpack_model_free(qpack_model *m)
+{
+    if (!m)
+        return;
+    if (m->engine_open)
+        qp_session_close(&m->engine);
+    qpack_tokenizer_free(m->tokenizer);
+    pthread_mutex_destroy(&m->step_mu);
+    pthread_mutex_destroy(&m->sessions_mu);
+    free(m->slot_taken);
+    free(m->path);
+    free(m);
+}
+
+const qpack_model_info *qpack_model_get_info(const qpack_model *m)
+{
+    return &m->info;
+}
+
+/* bpf and emu: a slot of the engine's KV cache maps per session; the
+ * reference opens one per session. */
+uint32_t qpack_model_kv_caches(const qpack_model *m)
+{
+    return m->info.max_sessions;
+}
+
+const qpack_tokenizer *qpack_model_tokenizer(const qpack_model *m)
+{
+    return m->tokenizer;
+}
+
+bool qpack_token_is_end(const qpack_model *m, int32_t id)
+{
+    for (int i = 0; i < m->n_end; i++)
+        if (m->end_ids[i] == id)
+            return true;
+    return false;
+}

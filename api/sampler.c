@@ -1,0 +1,156 @@
+/* sampler.c - qpack_sampler: the next token from a session's logits.
+ *
+ * Order: the repeat penalty on the raw logits (llama.cpp's: a recent
+ * token's logit is divided by the penalty when positive, multiplied when
+ * negative), min-p on them (keep a token when its probability at
+ * temperature 1 is at least min_p times the largest: llama.cpp applies
+ * min-p before the temperature), then the temperature, top-k and top-p
+ * (qrun's order since its first version), and a draw from a seeded
+ * xorshift64* generator. Temperature 0 is the argmax of the penalised
+ * logits. Each sampler owns its scratch: samplers of different sessions
+ * run in parallel. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct qpack_sampler {
+    qpack_sampler_params p;
+    uint32_t vocab;
+    uint64_t rng;
+    double *logit;              /* [vocab] scratch: penalised logits */
+    double *prob;               /* [vocab] scratch: weights */
+    uint32_t *order;            /* [vocab] scratch: candidate ids */
+};
+
+qpack_sampler_params qpack_sampler_default_params(void)
+{
+    return (qpack_sampler_params){.temperature = 0, .top_p = 1, .repeat_penalty = 1, .seed = 1};
+}
+
+int qpack_sampler_new(qpack_sampler **out, const qpack_model *m, const qpack_sampler_params *params,
+                      qpack_error *err)
+{
+    *out = NULL;
+    qpack_sampler_params p = params ? *params : qpack_sampler_default_params();
+    if (!(p.temperature >= 0 && p.temperature <= 100) || !(p.top_p > 0 && p.top_p <= 1) ||
+        !(p.min_p >= 0 && p.min_p <= 1) || !(p.repeat_penalty > 0 && p.repeat_penalty <= 100))
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT,
+                           "sampler parameters out of range (temperature %g in [0, 100], top_p %g in (0, 1], min_p "
+                           "%g in [0, 1], repeat_penalty %g in (0, 100])",
+                           p.temperature, p.top_p, p.min_p, p.repeat_penalty);
+    qpack_sampler *s = calloc(1, sizeof *s);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    if (!s || !(s->logit = malloc(vocab * sizeof *s->logit)) || !(s->prob = malloc(vocab * sizeof *s->prob)) ||
+        !(s->order = malloc(vocab * sizeof *s->order))) {
+        qpack_sampler_free(s);
+        return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+    }
+    s->p = p;
+    s->vocab = vocab;
+    s->rng = p.seed ? p.seed : 0x9e3779b97f4a7c15ull;
+    *out = s;
+    return QPACK_OK;
+}
+
+void qpack_sampler_free(qpack_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->logit);
+    free(s->prob);
+    free(s->order);
+    free(s);
+}
+
+static double next_uniform(qpack_sampler *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (double)((s->rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+/* by weight, descending; lower id first on ties */
+static int by_weight_desc(const void *a, const void *b, void *arg)
+{
+    const double *w = arg;
+    uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+    if (w[i] != w[j])
+        return w[i] < w[j] ? 1 : -1;
+    return i < j ? -1 : 1;
+}
+
+static uint32_t argmax(const double *v, uint32_t n)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+/* s->logit = the session's logits with the repeat penalty applied once to
+ * each distinct id among its last repeat_last_n tokens */
+static void penalise(qpack_sampler *s, const qpack_session *session, const double *logits)
+{
+    memcpy(s->logit, logits, s->vocab * sizeof *s->logit);
+    if (s->p.repeat_penalty == 1 || !s->p.repeat_last_n)
+        return;
+    uint32_t pos = qpack_session_pos(session), n = s->p.repeat_last_n < pos ? s->p.repeat_last_n : pos;
+    const int32_t *recent = qpack_session_tokens(session) + (pos - n);
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t id = recent[i];
+        bool seen = false;
+        for (uint32_t k = 0; k < i && !seen; k++)
+            seen = recent[k] == id;
+        if (seen || id < 0 || (uint32_t)id >= s->vocab)
+            continue;
+        double *l = &s->logit[id];
+        *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+    }
+}
+
+int32_t qpack_sample(qpack_sampler *s, const qpack_session *session)
+{
+    const double *logits = qpack_logits(session);
+    if (!logits)
+        return -1;
+    penalise(s, session, logits);
+    uint32_t best = argmax(s->logit, s->vocab);
+    if (s->p.temperature <= 0)
+        return (int32_t)best;
+    double max = s->logit[best], floor = s->p.min_p > 0 ? max + log(s->p.min_p) : -INFINITY, sum = 0;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < s->vocab; i++) {
+        if (s->logit[i] < floor)
+            continue;
+        s->prob[i] = exp((s->logit[i] - max) / s->p.temperature);
+        sum += s->prob[i];
+        s->order[n++] = i;
+    }
+    if (s->p.top_k || s->p.top_p < 1) {
+        qsort_r(s->order, n, sizeof *s->order, by_weight_desc, s->prob);
+        if (s->p.top_k && s->p.top_k < n)
+            n = s->p.top_k;
+        double kept = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            kept += s->prob[s->order[i]];
+            if (kept >= s->p.top_p * sum) {
+                n = i + 1;
+                break;
+            }
+        }
+        sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += s->prob[s->order[i]];
+    }
+    double r = next_uniform(s) * sum, acc = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        acc += s->prob[s->order[i]];
+        if (r < acc)
+            return (int32_t)s->order[i];
+    }
+    return (int32_t)s->order[n - 1];
+}

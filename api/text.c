@@ -1,0 +1,206 @@
+/* text.c - tokens and text for include/qpack.h: the tokenizer, the
+ * streaming decoder and Qwen3's chat template, over tokenizer/. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "utf8_stream.h"
+
+struct qpack_tokenizer *qp_lib_tokenizer_wrap(qp_tok *tok)
+{
+    struct qpack_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        qp_tok_free(tok);
+        return NULL;
+    }
+    t->tok = tok;
+    pthread_mutex_init(&t->encode_mu, NULL);
+    return t;
+}
+
+size_t qpack_utf8_check(const char *text, size_t len, const char **why)
+{
+    return qp_utf8_check(text, len, why);
+}
+
+int qpack_tokenizer_load(qpack_tokenizer **out, const char *path, qpack_error *err)
+{
+    *out = NULL;
+    qp_tok *tok;
+    qp_err e = {{0}};
+    if (qp_tok_load_file(&tok, path, &e))
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    *out = qp_lib_tokenizer_wrap(tok);
+    return *out ? QPACK_OK : qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+}
+
+void qpack_tokenizer_free(qpack_tokenizer *t)
+{
+    if (!t)
+        return;
+    qp_tok_free(t->tok);
+    pthread_mutex_destroy(&t->encode_mu);
+    free(t);
+}
+
+int qpack_tokenize(const qpack_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n,
+                   qpack_error *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!t)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no tokenizer (the container carries none)");
+    qp_tok_ids out = {0};
+    qp_err e = {{0}};
+    struct qpack_tokenizer *w = (struct qpack_tokenizer *)t;   /* the lock is not part of its value */
+    pthread_mutex_lock(&w->encode_mu);
+    int rc = qp_tok_encode(w->tok, text, len, &out, &e);
+    pthread_mutex_unlock(&w->encode_mu);
+    if (rc) {
+        qp_tok_ids_free(&out);
+        return qp_lib_error(err, &e, QPACK_ERR_ARGUMENT);
+    }
+    *ids = out.v;
+    *n = out.len;
+    return QPACK_OK;
+}
+
+int qpack_detokenize(const qpack_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
+                     size_t *len, qpack_error *err)
+{
+    *text = NULL;
+    *len = 0;
+    if (!t)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no tokenizer (the container carries none)");
+    qp_tok_text out = {0};
+    qp_tok_stream st;
+    qp_tok_stream_init(&st, t->tok, skip_special ? QP_TOK_SKIP_SPECIAL : 0);
+    qp_err e = {{0}};
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        if (qp_tok_token_string(t->tok, ids[i], NULL))   /* padding ids have no text */
+            rc = qp_tok_stream_push(&st, ids[i], &out, &e);
+    rc = rc || qp_tok_stream_finish(&st, &out, &e) || qp_tok_text_append(&out, "", 0);
+    if (rc) {
+        qp_tok_text_free(&out);
+        return qp_lib_error(err, &e, QPACK_ERR_MEMORY);
+    }
+    *text = out.s;
+    *len = out.len;
+    return QPACK_OK;
+}
+
+struct qpack_decoder {
+    qp_tok_stream st;
+    const qp_tok *tok;
+    int flags;
+    qp_tok_text out;
+};
+
+int qpack_decoder_new(qpack_decoder **out, const qpack_tokenizer *t, bool skip_special, qpack_error *err)
+{
+    *out = NULL;
+    if (!t)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no tokenizer (the container carries none)");
+    qpack_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+    d->tok = t->tok;
+    d->flags = skip_special ? QP_TOK_SKIP_SPECIAL : 0;
+    qp_tok_stream_init(&d->st, d->tok, d->flags);
+    *out = d;
+    return QPACK_OK;
+}
+
+void qpack_decoder_free(qpack_decoder *d)
+{
+    if (!d)
+        return;
+    qp_tok_text_free(&d->out);
+    free(d);
+}
+
+const char *qpack_decoder_push(qpack_decoder *d, int32_t id, size_t *len)
+{
+    d->out.len = 0;
+    qp_err ignore;
+    if (qp_tok_token_string(d->tok, id, NULL) && qp_tok_stream_push(&d->st, id, &d->out, &ignore))
+        d->out.len = 0;
+    if (qp_tok_text_append(&d->out, "", 0))
+        d->out.len = 0;
+    *len = d->out.len;
+    return d->out.s ? d->out.s : "";
+}
+
+const char *qpack_decoder_finish(qpack_decoder *d, bool replace, size_t *len)
+{
+    d->out.len = 0;
+    qp_err ignore;
+    if (replace && qp_tok_stream_finish(&d->st, &d->out, &ignore))
+        d->out.len = 0;
+    qp_tok_stream_init(&d->st, d->tok, d->flags);
+    if (qp_tok_text_append(&d->out, "", 0))
+        d->out.len = 0;
+    *len = d->out.len;
+    return d->out.s ? d->out.s : "";
+}
+
+/* Qwen3's template for plain messages:
+ *   <|im_start|>ROLE\nCONTENT<|im_end|>\n   for each message, then
+ *   <|im_start|>assistant\n[<think>\n\n</think>\n\n]
+ * An earlier assistant message keeps only what follows its think block,
+ * as the template renders history. */
+static const char *strip_think(const char *content)
+{
+    const char *end = strstr(content, "</think>");
+    if (!end)
+        return content;
+    end += strlen("</think>");
+    while (*end == '\n')
+        end++;
+    return end;
+}
+
+/* "<|im_end|>\n" closes the previous reply when the conversation goes on
+ * in the same session (chat.h's contract) */
+static int render(const qpack_chat_message *msgs, size_t n, bool think, bool next, char **text, size_t *len,
+                  qpack_error *err)
+{
+    *text = NULL;
+    *len = 0;
+    qp_tok_text out = {0};
+    int rc = next ? qp_tok_text_appends(&out, "<|im_end|>\n") : 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
+        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))) {
+            qp_tok_text_free(&out);
+            return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "message %zu: role must be system, user or assistant", i);
+        }
+        if (!strcmp(role, "assistant"))
+            content = strip_think(content);
+        rc = qp_tok_text_appends(&out, "<|im_start|>") || qp_tok_text_appends(&out, role) ||
+             qp_tok_text_appends(&out, "\n") || qp_tok_text_appends(&out, content) ||
+             qp_tok_text_appends(&out, "<|im_end|>\n");
+    }
+    rc = rc || qp_tok_text_appends(&out, "<|im_start|>assistant\n") ||
+         (!think && qp_tok_text_appends(&out, "<think>\n\n</think>\n\n")) || qp_tok_text_append(&out, "", 0);
+    if (rc) {
+        qp_tok_text_free(&out);
+        return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+    }
+    *text = out.s;
+    *len = out.len;
+    return QPACK_OK;
+}
+
+int qpack_chat_render(const qpack_chat_message *msgs, size_t n, bool think, char **text, size_t *len,
+                      qpack_error *err)
+{
+    return render(msgs, n, think, false, text, len, err);
+}
+
+int qpack_chat_render_next(const qpack_chat_message *msgs, size_t n, bool think, char **text, size_t *len,
+                           qpack_error *err)
+{
+    return render(msgs, n, think, true, text, len, err);
+}

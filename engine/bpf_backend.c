@@ -1,0 +1,396 @@
+/* bpf_backend.c - loads kernels/qrun.bpf.c: sizes every map from the plan,
+ * sets the model constants as read-only data, loads (the verifier checks
+ * every kernel against those sizes), then copies the weights into the
+ * maps once. A kernel invocation is one bpf_prog_test_run. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "qrun.skel.h"
+
+#define ETH_HLEN 14   /* socket-filter test runs drop this much of data_in */
+
+struct bpfb {
+    struct qp_backend b;
+    struct qrun *skel;
+    int prog_fd[QP_K_COUNT];
+    const struct qp_plan *plan;
+    void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
+    size_t mapped_len[QP_MAP_COUNT];
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+    (void)level;
+    return vfprintf(stderr, fmt, ap);
+}
+
+static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
+{
+    struct bpf_map *maps[QP_MAP_COUNT] = {
+        s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_w4_hid, s->maps.m_w4_o, s->maps.m_w4_down,
+        s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_klayout, s->maps.m_kcache,
+        s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_xq, s->maps.m_qkv,
+        s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
+        s->maps.m_amax, s->maps.m_scal, s->maps.m_work, s->maps.m_unpk,
+    };
+    return maps[id];
+}
+
+static size_t map_bytes(const struct qp_mapspec *m)
+{
+    size_t n = qp_map_bytes(m);
+    long page = sysconf(_SC_PAGESIZE);
+    return (n + (size_t)page - 1) / (size_t)page * (size_t)page;
+}
+
+static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    uint8_t data[ETH_HLEN + sizeof *a];
+    memset(data, 0, ETH_HLEN);
+    memcpy(data + ETH_HLEN, a, sizeof *a);
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = sizeof data, .repeat = 1);
+    if (bpf_prog_test_run_opts(s->prog_fd[k], &opts) != 0)
+        return qp_fail(err, "BPF kernel %s: test run failed: %s", qp_kernel_name(k), strerror(errno));
+    if (opts.retval != 0)
+        return qp_fail(err, "BPF kernel %s rejected its arguments", qp_kernel_name(k));
+    if (prog_ns)
+        *prog_ns = opts.duration;   /* per repeat; repeat is 1 */
+    return 0;
+}
+
+static void bpfb_destroy(struct qp_backend *b)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (s->mapped[i])
+            munmap(s->mapped[i], s->mapped_len[i]);
+    qrun__destroy(s->skel);
+    free(s);
+}
+
+/* --stream: the matrix maps exist (the programs name them) but hold nothing */
+static bool streamed_matrix(const struct qp_plan *plan, int id)
+{
+    return plan->stream && qp_map_is_matrix(id);
+}
+
+static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        struct bpf_map *m = map_of(s->skel, i);
+        if (bpf_map__set_value_size(m, plan->maps[i].value_size) ||
+            bpf_map__set_max_entries(m, streamed_matrix(plan, i) ? 1 : plan->maps[i].max_entries))
+            return qp_fail(err, "cannot size BPF map %s", plan->maps[i].name);
+    }
+    s->skel->rodata->CFG = plan->cfg;
+    return 0;
+}
+
+bool qp_bpf_may_load(void)
+{
+    const struct bpf_insn insns[2] = {
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
+        {.code = BPF_JMP | BPF_EXIT},
+    };
+    int fd = bpf_prog_load(BPF_PROG_TYPE_SOCKET_FILTER, "qrun_probe", "GPL", insns, 2, NULL);
+    if (fd < 0)
+        return errno != EPERM && errno != EACCES;
+    close(fd);
+    return true;
+}
+
+/* an array map's value past this is refused with E2BIG (the kernel's
+ * KMALLOC_MAX_SIZE: 4 MiB pages, order 10) */
+#define KERNEL_MAX_MAP_VALUE (4u << 20)
+
+/* the reason behind a load's errno, written into buf when it names a map */
+const char *qp_bpf_load_hint(const struct qp_plan *plan, int e, char *buf, size_t cap)
+{
+    if ((e == EPERM || e == EACCES) && qp_bpf_may_load())
+        return "the kernel's verifier refused a kernel for this model's sizes (QP_BPF_LOG=1 prints its log)";
+    if (e == EPERM || e == EACCES)
+        return "qrun needs root or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN to load BPF programs";
+    if (e == ENOMEM)
+        return "the kernel refused the memory for the BPF maps; try --stream or a smaller format";
+    if (e != E2BIG)
+        return NULL;
+    /* E2BIG is a size past a kernel limit, not a lack of memory: a map's
+     * value, or a program past the verifier's 1M processed instructions */
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (plan->maps[i].value_size > KERNEL_MAX_MAP_VALUE) {
+            snprintf(buf, cap, "map %s has values of %u bytes, past the kernel's limit of %u (not a lack of memory)",
+                     plan->maps[i].name, plan->maps[i].value_size, KERNEL_MAX_MAP_VALUE);
+            return buf;
+        }
+    return "a kernel took more than the verifier's limit of 1M processed instructions at this model's sizes "
+           "(not a lack of memory; QP_BPF_LOG=1 prints the verifier's log)";
+}
+
+/* The weights go in through BPF_MAP_UPDATE_BATCH, not the maps' user
+ * mappings: the kernel writes them through the address the kernels read
+ * them from. On a host that builds page tables lazily (this VM keeps shadow
+ * page tables: ~4 s per GB and core for the first touch of a page through
+ * each mapping, measured on plain anonymous memory too) that touch is paid once,
+ * at load, on both cores, instead of once through a user mapping and again
+ * in the first token's kernel calls (up to 120 ms per call). For the same
+ * reason the bytes come from the container by pread into a buffer each
+ * thread reuses, not through its mapping: no faults on the user side, and
+ * nothing of the model stays in this process's memory. */
+#define COPY_KEYS 256           /* keys per batch: 4 MiB of 0.6B q24 blocks */
+#define COPY_THREADS 2          /* 4 copy no faster here (the cost is page-table faults) */
+
+struct copy_batch {
+    int fd;
+    uint32_t first_key, n_keys, value_size;
+    const uint8_t *data;        /* in the container's mapping (read by pread) or in memory */
+    const struct qp_segment *seg;     /* packed: data holds its stored blocks, expanded on the way */
+    const char *map;            /* for the error */
+};
+
+struct copy_job {
+    struct copy_batch *batches;
+    uint32_t n_batches;
+    size_t batch_bytes;         /* of the largest batch: each thread's buffers (two) */
+    const struct qpk_file *file;
+    _Atomic uint32_t next;
+    _Atomic int failed_errno;
+    const char *failed_map;
+};
+
+/* The bytes of a batch: its data itself, or read from the container into
+ * buf when the data lies in the container's mapping, or for a packed
+ * tensor read into stored and expanded into buf (both batch_bytes).
+ * NULL with errno set (EFAULT when the file ends early). */
+static const uint8_t *batch_source(const struct copy_job *j, const struct copy_batch *b, uint8_t *buf,
+                                   uint8_t *stored)
+{
+    const struct qpk_file *f = j->file;
+    if (!f || b->data < f->map || b->data >= f->map + f->size)
+        return b->data;     /* a table the plan computed */
+    if (b->seg->packed) {
+        if (qpk_read(f, (uint64_t)(b->data - f->map), stored, (size_t)b->n_keys * b->seg->packed->row_stride))
+            return NULL;
+        qp_segment_expand(b->seg, stored, b->n_keys, buf, b->value_size);
+        return buf;
+    }
+    return qpk_read(f, (uint64_t)(b->data - f->map), buf, (size_t)b->n_keys * b->value_size) ? NULL : buf;
+}
+
+static void *copy_worker(void *arg)
+{
+    struct copy_job *j = arg;
+    uint32_t keys[COPY_KEYS];
+    uint8_t *buf = malloc(2 * j->batch_bytes);
+    if (!buf) {
+        int zero = 0;
+        atomic_compare_exchange_strong(&j->failed_errno, &zero, ENOMEM);
+        return NULL;
+    }
+    for (;;) {
+        uint32_t i = atomic_fetch_add(&j->next, 1);
+        if (i >= j->n_batches || atomic_load(&j->failed_errno))
+            break;
+        const struct copy_batch *b = &j->batches[i];
+        for (uint32_t k = 0; k < b->n_keys; k++)
+            keys[k] = b->first_key + k;
+        __u32 count = b->n_keys;
+        const uint8_t *bytes = batch_source(j, b, buf, buf + j->batch_bytes);
+        if (!bytes || bpf_map_update_batch(b->fd, keys, bytes, &count, NULL) || count != b->n_keys) {
+            int e = errno ? errno : EIO, zero = 0;
+            if (atomic_compare_exchange_strong(&j->failed_errno, &zero, e))
+                j->failed_map = b->map;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Splits every segment of every resident map into batches of COPY_KEYS
+ * keys, written to out when it is not NULL; returns how many. With
+ * --stream, the work map is also written once, from `zeros` (COPY_KEYS
+ * values): the first token's kernels would otherwise take the first touch
+ * of its pages (calls of up to 30 ms here). */
+static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const uint8_t *zeros, struct copy_batch *out)
+{
+    uint32_t n = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *spec = &plan->maps[i];
+        for (uint32_t k = 0; !streamed_matrix(plan, i) && k < spec->n_segs; k++) {
+            const struct qp_segment *seg = &spec->segs[k];
+            for (uint32_t at = 0; at < seg->n_keys; at += COPY_KEYS, n++) {
+                uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
+                if (out)
+                    out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
+                                                 spec->value_size,
+                                                 seg->data + (size_t)at * (seg->packed ? seg->packed->row_stride
+                                                                                       : spec->value_size),
+                                                 seg, spec->name};
+            }
+        }
+    }
+    const struct qp_mapspec *work = &plan->maps[QP_MAP_WORK];
+    for (uint32_t at = 0; plan->stream && at < work->max_entries; at += COPY_KEYS, n++)
+        if (out)
+            out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, QP_MAP_WORK)), at,
+                                         work->max_entries - at < COPY_KEYS ? work->max_entries - at : COPY_KEYS,
+                                         work->value_size, zeros, NULL, work->name};
+    return n;
+}
+
+/* Copies every segment of every resident map; COPY_THREADS threads take
+ * the batches in turn. */
+static int copy_segments(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    uint8_t *zeros = plan->stream ? calloc(COPY_KEYS, plan->maps[QP_MAP_WORK].value_size) : NULL;
+    struct copy_job j = {.n_batches = list_batches(s, plan, zeros, NULL)};
+    j.batches = calloc(j.n_batches + 1, sizeof *j.batches);
+    if (!j.batches || (plan->stream && !zeros)) {
+        free(j.batches);
+        free(zeros);
+        return qp_fail(err, "out of memory");
+    }
+    list_batches(s, plan, zeros, j.batches);
+    j.file = plan->file;
+    for (uint32_t i = 0; i < j.n_batches; i++)
+        if ((size_t)j.batches[i].n_keys * j.batches[i].value_size > j.batch_bytes)
+            j.batch_bytes = (size_t)j.batches[i].n_keys * j.batches[i].value_size;
+    pthread_t helpers[COPY_THREADS - 1];
+    int n_helpers = 0;
+    while (n_helpers < COPY_THREADS - 1 && pthread_create(&helpers[n_helpers], NULL, copy_worker, &j) == 0)
+        n_helpers++;
+    copy_worker(&j);
+    while (n_helpers > 0)
+        pthread_join(helpers[--n_helpers], NULL);
+    free(j.batches);
+    free(zeros);
+    int e = atomic_load(&j.failed_errno);
+    if (e == EFAULT)    /* the container read short */
+        return qp_fail(err, "filling BPF map %s: the model file was truncated or changed on disk while qrun was reading it",
+                       j.failed_map);
+    if (e)
+        return qp_fail(err, "filling BPF map %s: %s%s", j.failed_map, strerror(e),
+                       e == ENOMEM ? "; try --stream or a smaller format" : "");
+    return 0;
+}
+
+/* Maps state map id into this process, once; NULL on failure. */
+static void *map_state(struct bpfb *s, const struct qp_plan *plan, enum qp_map_id id, qp_err *err)
+{
+    if (s->mapped[id])
+        return s->mapped[id];
+    size_t len = map_bytes(&plan->maps[id]);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, id)), 0);
+    if (p == MAP_FAILED) {
+        qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", plan->maps[id].name, len, strerror(errno));
+        return NULL;
+    }
+    s->mapped[id] = p;
+    s->mapped_len[id] = len;
+    return p;
+}
+
+/* Fills the maps that hold data from the container (segments) and maps the
+ * state maps the host reads or writes every token; the others (the KV
+ * cache above all) are mapped only when asked for (bpfb_state, for tests),
+ * and the weight maps never are. */
+static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    const enum qp_map_id host_maps[] = {QP_MAP_LOGITS, QP_MAP_SCAL, QP_MAP_H, QP_MAP_WORK};
+    for (size_t i = 0; i < sizeof host_maps / sizeof *host_maps; i++)
+        if (!map_state(s, plan, host_maps[i], err))
+            return -1;
+    return copy_segments(s, plan, err);
+}
+
+static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    qp_err err;
+    if (id >= QP_MAP_COUNT || s->plan->maps[id].segs || streamed_matrix(s->plan, id))
+        return NULL;
+    return map_state(s, s->plan, id, &err);
+}
+
+/* the verifier's processed-instruction count of a loaded program (0 on a
+ * kernel that does not report it) */
+static uint32_t verified_insns(int prog_fd)
+{
+    struct bpf_prog_info info = {0};
+    uint32_t len = sizeof info;
+    return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.verified_insns : 0;
+}
+
+int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
+{
+    *out = NULL;
+    struct bpfb *s = calloc(1, sizeof *s);
+    if (!s)
+        return qp_fail(err, "out of memory");
+    s->plan = plan;
+    /* QP_BPF_LOG=1 shows libbpf's messages and the verifier's log */
+    libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
+    s->skel = qrun__open();
+    int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
+    double t0 = now_ms();
+    if (!rc && qrun__load(s->skel) != 0) {
+        int e = errno;
+        char why[160];
+        const char *hint = qp_bpf_load_hint(plan, e, why, sizeof why);
+        int code = e == ENOMEM ? QP_E_MEMORY
+                   : (e == EPERM || e == EACCES) && !qp_bpf_may_load() ? QP_E_PRIVILEGE : QP_E_KERNEL;
+        rc = qp_fail_code(err, code, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "",
+                          hint ? hint : "");
+    }
+    double t1 = now_ms();
+    if (!rc)
+        rc = fill_maps(s, plan, err);
+    double t2 = now_ms();
+    if (rc) {
+        if (s->skel)
+            bpfb_destroy(&s->b);
+        else
+            free(s);
+        return -1;
+    }
+    struct bpf_program *progs[QP_K_COUNT] = {
+        s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
+        s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
+        s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream, s->skel->progs.quant_x,
+        s->skel->progs.matvec4, s->skel->progs.matvec4_stream, s->skel->progs.matvec4b,
+        s->skel->progs.matvec4b_stream,
+    };
+    for (int k = 0; k < QP_K_COUNT; k++)
+        s->prog_fd[k] = bpf_program__fd(progs[k]);
+    uint64_t bytes = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (!streamed_matrix(plan, i))
+            bytes += map_bytes(&plan->maps[i]);
+    s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
+                               .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
+                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .map_bytes = bytes, .verify_ms = t1 - t0,
+                               .copy_ms = t2 - t1};
+    for (int k = 0; k < QP_K_COUNT; k++)
+        s->b.verified_insns[k] = verified_insns(s->prog_fd[k]);
+    *out = &s->b;
+    return 0;
+}

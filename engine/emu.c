@@ -1,0 +1,194 @@
+/* emu.c - the host twin: kernels/qkernels.h compiled for the host. A "map" is
+ * a bounds-checked view: a lookup past the last entry gives NULL exactly as
+ * an array map lookup does, and weight maps read the container in place
+ * through the plan's segments (a packed tensor's, i6g or i4k, from a copy
+ * expanded when the emu is made). */
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+struct qk_hmap {
+    uint8_t *base;                      /* state maps: value_size * max_entries bytes */
+    const struct qp_segment *segs;      /* weight maps: sorted segments */
+    uint32_t n_segs, value_size, max_entries;
+};
+
+struct qk_host_maps {
+    struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, klayout, kcache, vcache, h, x,
+        xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work, unpk;
+};
+
+/* the model the kernels run on; one emu model per process at a time */
+static struct qk_host_maps *qk_host;
+static const struct qk_config *qk_host_cfg;
+#define QK_CFG (*qk_host_cfg)
+
+static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)
+{
+    if (key >= m->max_entries)
+        return NULL;
+    if (!m->segs)   /* an array map's values start 8-byte aligned: the same bytes as BPF's */
+        return m->base + (uint64_t)key * ((m->value_size + 7) / 8 * 8);
+    return (void *)qp_segments_find(m->segs, m->n_segs, m->value_size, key);
+}
+
+static long qk_host_loop(uint64_t n, long (*cb)(uint64_t, void *), void *ctx)
+{
+    uint64_t i = 0;
+    while (i < n && cb(i, ctx) == 0)
+        i++;
+    return (long)i;
+}
+
+#include "qkernels.h"
+
+struct emu {
+    struct qp_backend b;
+    struct qk_host_maps maps;
+    struct qk_config cfg;
+    uint8_t *state;                     /* one allocation for every state map */
+    /* a weight map's segments when some were packed: those expanded into
+     * buffers of their own, which differ from the plan's data */
+    struct qp_segment *own_segs[QP_MAP_COUNT];
+    const struct qp_plan *plan;
+};
+
+static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err)
+{
+    if (prog_ns)
+        *prog_ns = 0;   /* no kernel clock: the host twin's time is the call's */
+    struct emu *e = (struct emu *)b;
+    qk_host = &e->maps;
+    qk_host_cfg = &e->cfg;
+    int rc;
+    switch (k) {
+    case QP_K_EMBED: rc = qk_embed(a); break;
+    case QP_K_RMSNORM: rc = qk_rmsnorm(a); break;
+    case QP_K_MATVEC: rc = qk_matvec(a); break;
+    case QP_K_ROPE_STORE: rc = qk_rope_store(a); break;
+    case QP_K_ATTENTION: rc = qk_attention(a); break;
+    case QP_K_ATTN_MERGE: rc = qk_attn_merge(a); break;
+    case QP_K_SWIGLU: rc = qk_swiglu(a); break;
+    case QP_K_ARGMAX_REDUCE: rc = qk_argmax_reduce(a); break;
+    case QP_K_MATVEC_STREAM: rc = qk_matvec_stream(a); break;
+    case QP_K_QUANT_X: rc = qk_quant_x(a); break;
+    case QP_K_MATVEC4: rc = qk_matvec4(a); break;
+    case QP_K_MATVEC4_STREAM: rc = qk_matvec4_stream(a); break;
+    case QP_K_MATVEC4B: rc = qk_matvec4b(a); break;
+    case QP_K_MATVEC4B_STREAM: rc = qk_matvec4b_stream(a); break;
+    default: rc = -1;
+    }
+    return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
+}
+
+static void free_own_segs(struct emu *e)
+{
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *s = &e->plan->maps[i];
+        for (uint32_t k = 0; e->own_segs[i] && k < s->n_segs; k++)
+            if (e->own_segs[i][k].data != s->segs[k].data)
+                free((void *)e->own_segs[i][k].data);
+        free(e->own_segs[i]);
+    }
+}
+
+static void emu_destroy(struct qp_backend *b)
+{
+    struct emu *e = (struct emu *)b;
+    free_own_segs(e);
+    free(e->state);
+    free(e);
+}
+
+/* The segments of a weight map with every packed tensor expanded into
+ * memory of its own; NULL when none is packed or on failure (*failed). */
+static struct qp_segment *expand_segments(const struct qp_mapspec *s, bool *failed)
+{
+    bool any = false;
+    for (uint32_t k = 0; k < s->n_segs; k++)
+        any |= s->segs[k].packed != NULL;
+    if (!any)
+        return NULL;
+    struct qp_segment *own = calloc(s->n_segs, sizeof *own);
+    for (uint32_t k = 0; own && k < s->n_segs; k++) {
+        own[k] = s->segs[k];
+        if (!own[k].packed)
+            continue;
+        uint8_t *buf = malloc((size_t)own[k].n_keys * s->value_size);
+        if (!buf) {
+            for (uint32_t j = 0; j < k; j++)
+                if (own[j].data != s->segs[j].data)
+                    free((void *)own[j].data);
+            free(own);
+            own = NULL;
+            break;
+        }
+        qp_segment_expand(&own[k], own[k].data, own[k].n_keys, buf, s->value_size);
+        own[k].data = buf;
+        own[k].packed = NULL;
+        own[k].lanes6 = false;
+    }
+    *failed = !own;
+    return own;
+}
+
+static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
+{
+    struct emu *e = (struct emu *)b;
+    const struct qk_hmap *m = &e->maps.w_hid;
+    return id < QP_MAP_COUNT ? m[id].base : NULL;
+}
+
+int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
+{
+    struct emu *e = calloc(1, sizeof *e);
+    if (!e)
+        return qp_fail(err, "out of memory");
+    e->cfg = plan->cfg;
+    e->plan = plan;
+    struct qk_hmap *m = &e->maps.w_hid;   /* the fields follow enum qp_map_id's order */
+    uint64_t state = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (!plan->maps[i].segs)
+            state += qp_map_bytes(&plan->maps[i]);
+    e->state = calloc(1, state);
+    if (!e->state) {
+        free(e);
+        return qp_fail(err, "out of memory for %.1f MB of kernel state", (double)state / 1e6);
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < QP_MAP_COUNT; i++) {
+        const struct qp_mapspec *s = &plan->maps[i];
+        bool failed = false;
+        e->own_segs[i] = expand_segments(s, &failed);
+        m[i] = (struct qk_hmap){.segs = e->own_segs[i] ? e->own_segs[i] : s->segs, .n_segs = s->n_segs,
+                                .value_size = s->value_size, .max_entries = s->max_entries};
+        if (failed) {
+            free_own_segs(e);
+            free(e->state);
+            free(e);
+            return qp_fail(err, "out of memory for the expanded weights of map %s", s->name);
+        }
+        if (!s->segs) {
+            m[i].base = e->state + at;
+            at += qp_map_bytes(s);
+        }
+    }
+    e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,
+                               .logits = (const int64_t *)e->maps.logits.base,
+                               .scal = (const struct qk_scalars *)e->maps.scal.base,
+                               .h = (const int64_t *)e->maps.h.base, .work = e->maps.work.base};
+    *out = &e->b;
+    return 0;
+}
+
+const char *qp_kernel_name(enum qp_kernel k)
+{
+    static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
+                                                  "attn_merge", "swiglu", "argmax_reduce",
+                                                  "matvec_stream", "quant_x", "matvec4",
+                                                  "matvec4_stream", "matvec4b", "matvec4b_stream"};
+    return k < QP_K_COUNT ? names[k] : "unknown";
+}

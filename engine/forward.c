@@ -1,0 +1,638 @@
+/* forward.c - the schedule of one token and the two-thread pool.
+ *
+ * Parallel steps are cut into jobs of at most MACS_PER_CALL multiply-adds
+ * (about half a millisecond in BPF) and taken from a shared counter by both
+ * threads; integer sums do not depend on who computes which rows, so the
+ * result is the same bits for any split. */
+#include "forward.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MACS_PER_CALL (2u << 20)
+#define JOBS_PER_THREAD 2       /* at least, per product */
+#define MAX_JOBS 4096
+
+/* --stream: where a job's weight blocks come from (args.work_key is
+ * where they go) */
+struct job_source {
+    enum qp_map_id map;
+    uint32_t key;
+};
+
+struct job_list {
+    enum qp_kernel kernel[MAX_JOBS];
+    struct qk_args args[MAX_JOBS];
+    struct job_source src[MAX_JOBS];    /* --stream products: staged by the job itself */
+    uint32_t n;
+    /* (limit << 32) | next job: a taker owns job `next` when next < limit.
+     * One word, so that a thread that takes late, after the list is done,
+     * sees limit 0 (or a later list's own limit), never a list being
+     * rewritten. */
+    _Atomic uint64_t ticket;
+    atomic_uint done;           /* jobs finished */
+    atomic_int failed;
+    qp_err err;
+};
+
+struct qp_forward {
+    struct qp_backend *b;
+    const struct qp_plan *plan;
+    const struct qk_config *cfg;
+    struct qk_args pending[MAX_JOBS];   /* --stream: the whole list, run in batches */
+    enum qp_kernel pending_kernel[MAX_JOBS];
+    unsigned threads;
+    pthread_t worker;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, finished;
+    atomic_uint_fast64_t generation;    /* bumped for each job list */
+    uint64_t seen;              /* the worker's: the last generation it ran */
+    atomic_bool worker_asleep;  /* on `wake` */
+    atomic_bool main_asleep;    /* on `finished` */
+    atomic_bool stop;
+    struct job_list jobs;
+    struct qp_forward_stats stats;
+    pthread_mutex_t stats_mu;
+    void (*on_layer)(void *, uint32_t);
+    void *on_layer_arg;
+    const atomic_bool *interrupt;       /* when set, every later invocation fails at once */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    if (fw->interrupt && atomic_load(fw->interrupt))
+        return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
+    double t0 = now_ms();
+    uint64_t prog_ns = 0;
+    int rc = fw->b->run(fw->b, k, a, &prog_ns, err);
+    double ms = now_ms() - t0, prog_ms = prog_ns / 1e6;
+    pthread_mutex_lock(&fw->stats_mu);
+    fw->stats.calls++;
+    fw->stats.kernel_ms[k] += ms;
+    fw->stats.kernel_calls[k]++;
+    fw->stats.slow_calls += ms > QP_SLOW_CALL_MS;
+    fw->stats.slow_progs += prog_ms > QP_SLOW_CALL_MS;
+    if (prog_ms > fw->stats.max_prog_ms)
+        fw->stats.max_prog_ms = prog_ms;
+    if (ms > fw->stats.max_call_ms) {
+        fw->stats.max_call_ms = ms;
+        snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));
+    }
+    pthread_mutex_unlock(&fw->stats_mu);
+    return rc;
+}
+
+/* --stream: reads n blocks of `block` bytes from the container, starting
+ * at src (a pointer into its mapping), to work keys [key, key + n): one
+ * qpk_readv per IOV_BATCH blocks. Reading rather than copying from the
+ * mapping keeps the model out of this process's memory (--stream is for
+ * hosts without room for it) and takes no page faults, which on this VM
+ * cost more than the copy. */
+#define IOV_BATCH 256
+
+static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, uint32_t n, uint32_t block,
+                       qp_err *err)
+{
+    const struct qpk_file *f = fw->plan->file;
+    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
+    uint8_t *dst = fw->b->work + (uint64_t)key * stride;
+    struct iovec iov[IOV_BATCH];
+    for (uint32_t done = 0; done < n;) {
+        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
+        for (uint32_t b = 0; b < count; b++)
+            iov[b] = (struct iovec){dst + (uint64_t)(done + b) * stride, block};
+        uint64_t at = (uint64_t)(src - f->map) + (uint64_t)done * block;
+        if (qpk_readv(f, at, iov, (int)count))
+            return errno == EFAULT
+                       ? qp_fail(err, "%s: the model file was truncated or changed on disk while qrun was reading it",
+                                 f->path)
+                       : qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
+                                 strerror(errno));
+        done += count;
+    }
+    return 0;
+}
+
+/* --stream: reads n row blocks of a packed tensor (i6g, i4k), from block
+ * `first` of segment seg, and expands them to work keys [key, key + n),
+ * IOV_BATCH blocks per read. */
+static int read_packed(struct qp_forward *fw, const struct qp_segment *seg, uint32_t first, uint32_t key,
+                       uint32_t n, qp_err *err)
+{
+    const struct qpk_file *f = fw->plan->file;
+    const struct qpk_tensor *t = seg->packed;
+    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
+    uint8_t *stored = malloc((size_t)IOV_BATCH * t->row_stride);
+    if (!stored)
+        return qp_fail(err, "out of memory");
+    int rc = 0;
+    for (uint32_t done = 0; done < n && !rc;) {
+        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
+        uint64_t at = (uint64_t)(seg->data - f->map) + (uint64_t)(first + done) * t->row_stride;
+        if (qpk_read(f, at, stored, (size_t)count * t->row_stride))
+            rc = qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
+                         errno == EFAULT ? "the model file was truncated or changed on disk" : strerror(errno));
+        else    /* the work map's entries are value_size apart, wider than some blocks */
+            qp_segment_expand(seg, stored, count, fw->b->work + (uint64_t)(key + done) * stride, stride);
+        done += count;
+    }
+    free(stored);
+    return rc;
+}
+
+/* --stream: copies blocks [group, group + n) of a weight map to work keys
+ * [key, key + n): verbatim, one read per run of blocks in one segment (the
+ * run read IOV_BATCH blocks at a time), or expanded when the segment is a
+ * packed tensor's. */
+static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
+{
+    const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
+    for (uint32_t b = 0; b < n;) {
+        const struct qp_segment *seg = qp_plan_segment(fw->plan, map, group + b);
+        if (!seg || key + n > w->max_entries)
+            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
+        uint32_t i = group + b - seg->first_key, run = n - b < seg->n_keys - i ? n - b : seg->n_keys - i;
+        int rc = seg->packed ? read_packed(fw, seg, i, key + b, run, err)
+                             : read_blocks(fw, seg->data + (uint64_t)i * m->value_size, key + b, run, m->value_size,
+                                           err);
+        if (rc)
+            return -1;
+        b += run;
+    }
+    return 0;
+}
+
+/* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the
+ * worker), which has its own scratch; a --stream product first stages its
+ * own blocks, so each thread reads while the other computes. */
+static int run_job(struct qp_forward *fw, unsigned i, uint32_t thread, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    struct qk_args a = j->args[i];
+    a.scratch = thread;
+    bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM ||
+                  j->kernel[i] == QP_K_MATVEC4B_STREAM;
+    if (staged && stage(fw, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4, a.work_key, err))
+        return -1;
+    return call(fw, j->kernel[i], &a, err);
+}
+
+/* Takes jobs until none are left; wakes the calling thread of run_jobs
+ * when it finishes the list's last job and that thread sleeps. */
+static void drain(struct qp_forward *fw, uint32_t thread)
+{
+    struct job_list *j = &fw->jobs;
+    for (;;) {
+        uint64_t t = atomic_fetch_add(&j->ticket, 1);
+        uint32_t i = (uint32_t)t, limit = (uint32_t)(t >> 32);
+        if (i >= limit)
+            return;
+        qp_err err;
+        if (!atomic_load(&j->failed) && run_job(fw, i, thread, &err) != 0 && atomic_exchange(&j->failed, 1) == 0)
+            j->err = err;
+        if (atomic_fetch_add(&j->done, 1) + 1 == limit && atomic_load(&fw->main_asleep)) {
+            pthread_mutex_lock(&fw->mu);
+            pthread_cond_signal(&fw->finished);
+            pthread_mutex_unlock(&fw->mu);
+        }
+    }
+}
+
+/* Sharing the machine. A thread that waits for the other spins only
+ * briefly, then sleeps: with another busy process on this 2-core machine
+ * the other thread may have lost its core, and a spinning waiter would
+ * keep the core it needs. The thread that hands out a list never waits for
+ * the worker to show up: it takes every job the worker has not taken, and
+ * waits only for jobs in progress. SPIN_US covers the gaps between the
+ * lists of a quiet machine (tens of microseconds; a sleeping thread's
+ * wake-up costs about as much on a virtual machine). An idle qrun (a chat
+ * waiting for input) takes no CPU. */
+#define SPIN_US 200
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+/* Spins until done(fw) holds or SPIN_US pass; returns whether it held. */
+static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
+{
+    double deadline = 0;
+    for (unsigned i = 1;; i++) {
+        if (done(fw))
+            return true;
+        cpu_relax();
+        if (i % 64 == 0) {
+            double t = now_ms();
+            if (deadline == 0)
+                deadline = t + SPIN_US / 1e3;
+            else if (t > deadline)
+                return false;
+        }
+    }
+}
+
+static bool has_work(struct qp_forward *fw)
+{
+    return atomic_load(&fw->stop) || atomic_load(&fw->generation) != fw->seen;
+}
+
+static bool list_done(struct qp_forward *fw)
+{
+    return atomic_load(&fw->jobs.done) == fw->jobs.n;
+}
+
+/* Sleeps on cv until done(fw), with *flag set meanwhile so that the
+ * other thread knows to signal. */
+static void sleep_until(struct qp_forward *fw, pthread_cond_t *cv, atomic_bool *flag,
+                        bool (*done)(struct qp_forward *))
+{
+    pthread_mutex_lock(&fw->mu);
+    atomic_store(flag, true);
+    while (!done(fw))
+        pthread_cond_wait(cv, &fw->mu);
+    atomic_store(flag, false);
+    pthread_mutex_unlock(&fw->mu);
+}
+
+static void *worker_main(void *arg)
+{
+    struct qp_forward *fw = arg;
+    for (;;) {
+        if (!spin_until(fw, has_work))
+            sleep_until(fw, &fw->wake, &fw->worker_asleep, has_work);
+        if (atomic_load(&fw->stop))
+            return NULL;
+        fw->seen = atomic_load(&fw->generation);
+        drain(fw, 1);
+    }
+}
+
+/* Runs the prepared job list on every thread and waits for all of it. */
+static int run_jobs(struct qp_forward *fw, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    atomic_store(&j->done, 0);
+    atomic_store(&j->failed, 0);
+    atomic_store(&j->ticket, (uint64_t)j->n << 32);
+    if (fw->threads > 1 && j->n > 1) {
+        atomic_fetch_add(&fw->generation, 1);
+        if (atomic_load(&fw->worker_asleep)) {
+            pthread_mutex_lock(&fw->mu);
+            pthread_cond_signal(&fw->wake);
+            pthread_mutex_unlock(&fw->mu);
+        }
+    }
+    drain(fw, 0);
+    if (!spin_until(fw, list_done))
+        sleep_until(fw, &fw->finished, &fw->main_asleep, list_done);
+    atomic_store(&j->ticket, 0);    /* a late taker finds nothing */
+    if (atomic_load(&j->failed)) {
+        *err = j->err;
+        return -1;
+    }
+    return 0;
+}
+
+/* --stream: runs fw->pending[0, n) in batches that fit the work map. */
+static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    uint32_t capacity = fw->plan->maps[QP_MAP_WORK].max_entries;
+    for (uint32_t first = 0; first < n;) {
+        uint32_t used = 0, count = 0;
+        while (first + count < n) {
+            struct qk_args a = fw->pending[first + count];
+            uint32_t blocks = (a.end - a.begin) / 4;
+            if (count && used + blocks > capacity)
+                break;
+            a.streamed = 1;
+            a.work_key = used;
+            qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &j->src[count].map, &j->src[count].key);
+            enum qp_kernel k = fw->pending_kernel[first + count];
+            j->kernel[count] = k == QP_K_MATVEC4    ? QP_K_MATVEC4_STREAM
+                               : k == QP_K_MATVEC4B ? QP_K_MATVEC4B_STREAM
+                                                    : QP_K_MATVEC_STREAM;
+            j->args[count++] = a;
+            used += blocks;
+        }
+        j->n = count;
+        if (run_jobs(fw, err))
+            return -1;
+        first += count;
+    }
+    return 0;
+}
+
+/* The kernels flag a value that left the Q32 range (QM_Q32_LIMIT_BITS):
+ * from there on nothing is exact, so the model is refused rather than
+ * allowed to print wrong tokens. `where` names the step just run (NULL:
+ * layer `layer`). */
+static int check_range(const struct qp_forward *fw, const char *where, uint32_t layer, qp_err *err)
+{
+    if (!fw->b->scal->range_error)
+        return 0;
+    char at[48];
+    if (where)
+        snprintf(at, sizeof at, "%s", where);
+    else
+        snprintf(at, sizeof at, "layer %u", layer);
+    return qp_fail_code(err, QP_E_RANGE, "the model's activations left the range the kernels compute exactly (|value| >= 2^%d) "
+                        "in the %s: qrun refuses this model rather than print wrong tokens",
+                   QM_Q32_LIMIT_BITS - QM_RESID_FRAC, at);
+}
+
+
+/* BPF instructions a per-entry kernel spends on one block entry, about
+ * (counted in build/kernels/qrun.bpf.o: per element of its loops, with the
+ * callbacks' own cost): the measure that keeps its invocations short at
+ * any width. */
+static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a)
+{
+    const struct qk_config *c = fw->cfg;
+    uint64_t heads = c->n_heads, d = c->head_dim;
+    switch (k) {
+    case QP_K_SWIGLU: return 120ull * c->inter;         /* SiLU, one element per callback */
+    case QP_K_QUANT_X:
+        return 20ull * (a->mode == QK_MV_O ? c->q_dim : a->mode == QK_MV_DOWN ? c->inter : c->hidden);
+    case QP_K_ROPE_STORE: return 60 * (heads + c->n_kv_heads) * d;
+    case QP_K_ATTN_MERGE: return heads * ((a->pos + a->nb) / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
+    case QP_K_ARGMAX_REDUCE: return 20ull * a->n_slots;
+    default: return 25ull * c->hidden;                   /* rmsnorm: four passes */
+    }
+}
+
+#define ENTRY_INSNS_PER_CALL (4u << 20)   /* a few milliseconds at most */
+
+/* Runs a per-entry kernel over block entries [b0, b0 + nb) in jobs of
+ * whole entries, ENTRY_INSNS_PER_CALL of work at most (one entry at least),
+ * as many jobs as threads at least. */
+static int entries(struct qp_forward *fw, enum qp_kernel k, struct qk_args a, uint32_t b0, uint32_t nb, qp_err *err)
+{
+    a.b0 = b0;
+    a.nb = nb;
+    uint64_t per_entry = entry_insns(fw, k, &a), fit = ENTRY_INSNS_PER_CALL / (per_entry ? per_entry : 1);
+    uint32_t jobs = (uint32_t)((nb + (fit ? fit : 1) - 1) / (fit ? fit : 1));
+    jobs = (jobs + fw->threads - 1) / fw->threads * fw->threads;
+    jobs = jobs > nb ? nb : jobs;
+    if (jobs < 2)
+        return call(fw, k, &a, err);
+    struct job_list *j = &fw->jobs;
+    uint32_t per_job = (nb + jobs - 1) / jobs;
+    j->n = 0;
+    for (uint32_t e = 0; e < nb; e += per_job) {
+        j->kernel[j->n] = k;
+        j->args[j->n] = a;
+        j->args[j->n].b0 = b0 + e;
+        j->args[j->n++].nb = nb - e < per_job ? nb - e : per_job;
+    }
+    return run_jobs(fw, err);
+}
+
+#define MATVEC_MAX_JOBS (MAX_JOBS < QK_MAX_ARGMAX_SLOTS ? MAX_JOBS : QK_MAX_ARGMAX_SLOTS)
+
+uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t threads, uint32_t stream_fit)
+{
+    uint32_t step = MACS_PER_CALL / cols / nb / 4 * 4;
+    /* every thread gets JOBS_PER_THREAD jobs: a thread that lost its core
+     * strands at most that share of the product on the other */
+    uint32_t share = (rows / (threads * JOBS_PER_THREAD) + 3) / 4 * 4;
+    step = step > share ? share : step;
+    step = step < 4 ? 4 : step;
+    /* every job has a partial-argmax slot: a whole block's vocabulary
+     * projection (151,936 rows x 1,024 x 16 at 0.6B) takes larger jobs
+     * rather than more (a partial job per matrix of a fused product) */
+    uint32_t least = (rows + (MATVEC_MAX_JOBS - QP_MAX_FUSED) - 1) / (MATVEC_MAX_JOBS - QP_MAX_FUSED);
+    least = (least + 3) / 4 * 4;
+    step = step < least ? least : step;
+    if (stream_fit)
+        step = step > stream_fit ? stream_fit : step;
+    return step;
+}
+
+/* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work,
+ * each for block entries [b0, b0 + nb). */
+static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
+                  uint32_t b0, uint32_t nb, uint32_t *slots, qp_err *err)
+{
+    struct job_list *j = &fw->jobs;
+    /* --stream: two jobs per batch of the work map at least */
+    uint32_t fit = fw->plan->stream ? fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4 : 0;
+    uint32_t step = qp_matvec_rows_per_job(rows, cols, nb, fw->threads, fit);
+    if (qp_plan_reads_act_records(fw->plan, layer, mode) &&
+        entries(fw, QP_K_QUANT_X, (struct qk_args){.layer = layer, .mode = mode}, b0, nb, err))
+        return -1;
+    struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
+    enum qp_kernel *kernels = fw->plan->stream ? fw->pending_kernel : j->kernel;
+    uint32_t n = 0;
+    for (uint32_t first = 0; first < rows;) {   /* a job never spans two matrices */
+        struct qp_matrix_rows m = qp_plan_matrix_of(fw->plan, layer, mode, first);
+        uint32_t end = m.row0 + m.rows;
+        for (uint32_t r = first; r < end; r += step) {
+            if (n == MATVEC_MAX_JOBS)
+                return qp_fail(err, "internal: too many jobs for one matrix");
+            list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
+                                       .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
+            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+        }
+        first = end;
+    }
+    if (slots)
+        *slots = n;
+    int rc;
+    if (fw->plan->stream) {
+        rc = run_streamed(fw, n, err);
+    } else {
+        j->n = n;
+        rc = run_jobs(fw, err);
+    }
+    /* checked after every product, before any later kernel reads its output */
+    return rc ? rc : check_range(fw, mode == QK_MV_LOGITS ? "vocabulary projection" : NULL, layer, err);
+}
+
+/* Attention (entry, head group, chunk) tasks of entries [0, nb), a few per job;
+ * then the per-head merge. */
+static int attention(struct qp_forward *fw, uint32_t slot, uint32_t layer, uint32_t pos0, uint32_t nb, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    uint32_t last = pos0 + nb - 1, chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_groups(c) * chunks;
+    /* a task's work in matvec multiply-adds (3 BPF instructions each): a
+     * position of a head costs ~6.5 instructions per multiply-add of its
+     * scores and values, plus ~290 for its exponential and V weight (a pair
+     * of heads costs less than twice that: the estimate errs short) */
+    uint32_t per_task = (last + 1 < QK_ATTN_CHUNK ? last + 1 : QK_ATTN_CHUNK) * (c->head_dim * 4 + 100) *
+                        c->attn_heads;
+    uint32_t step = MACS_PER_CALL / per_task;
+    step = step < 1 ? 1 : step;
+    uint32_t parts = fw->threads > 1 ? 2 : 1;  /* at least one job per thread */
+    if (step > (tasks + parts - 1) / parts)
+        step = (tasks + parts - 1) / parts;
+    struct job_list *j = &fw->jobs;
+    j->n = 0;
+    for (uint32_t t = 0; t < tasks; t += step) {
+        if (j->n == MAX_JOBS)
+            return qp_fail(err, "internal: too many attention jobs");
+        j->kernel[j->n] = QP_K_ATTENTION;
+        j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos0, .b0 = 0, .nb = nb, .begin = t,
+                                           .end = t + step < tasks ? t + step : tasks, .kv_slot = slot};
+    }
+    if (run_jobs(fw, err))
+        return -1;
+    struct qk_args a = {.layer = layer, .pos = pos0, .begin = 0, .end = c->n_heads};
+    return entries(fw, QP_K_ATTN_MERGE, a, 0, nb, err);
+}
+
+static int layer(struct qp_forward *fw, uint32_t slot, uint32_t l, uint32_t pos0, uint32_t nb, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    struct qk_args norm_attn = {.layer = l, .mode = QK_NORM_ATTN};
+    struct qk_args norm_mlp = {.layer = l, .mode = QK_NORM_MLP};
+    struct qk_args rope = {.layer = l, .pos = pos0, .kv_slot = slot};
+    struct qk_args none = {0};
+    return entries(fw, QP_K_RMSNORM, norm_attn, 0, nb, err) ||
+           matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, 0, nb, NULL, err) ||
+           entries(fw, QP_K_ROPE_STORE, rope, 0, nb, err) || attention(fw, slot, l, pos0, nb, err) ||
+           matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, 0, nb, NULL, err) ||
+           entries(fw, QP_K_RMSNORM, norm_mlp, 0, nb, err) ||
+           matvec(fw, l, QK_MV_GATE_UP, 2 * c->inter, c->hidden, 0, nb, NULL, err) ||
+           entries(fw, QP_K_SWIGLU, none, 0, nb, err) ||
+           matvec(fw, l, QK_MV_DOWN, c->hidden, c->inter, 0, nb, NULL, err);
+}
+
+/* The final norm, the vocabulary projection and the argmax of entries
+ * [b0, b0 + nb). */
+static int vocabulary(struct qp_forward *fw, uint32_t b0, uint32_t nb, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    uint32_t slots;
+    if (entries(fw, QP_K_RMSNORM, (struct qk_args){.mode = QK_NORM_FINAL}, b0, nb, err) ||
+        matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, b0, nb, &slots, err))
+        return -1;
+    return entries(fw, QP_K_ARGMAX_REDUCE, (struct qk_args){.n_slots = slots}, b0, nb, err);
+}
+
+/* h of entry b = the embedding of token */
+static int embed(struct qp_forward *fw, uint32_t token, uint32_t b, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    struct qk_args a = {.token = token, .b0 = b, .nb = 1};
+    if (fw->plan->stream) {
+        a.streamed = 1;
+        if (stage(fw, c->embed_i4 ? QP_MAP_W4_HID : QP_MAP_W_HID, c->embed_key + token / 4, 1, 0, err))
+            return -1;
+    }
+    return call(fw, QP_K_EMBED, &a, err) || check_range(fw, "embedding", 0, err);
+}
+
+int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+                     enum qp_logits logits, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    if (n < 1 || n > c->block)
+        return qp_fail(err, "internal: a block of %u positions (1..%u)", n, c->block);
+    if (slot >= c->slots)
+        return qp_fail_code(err, QP_E_ARGUMENT, "sequence slot %u outside the model's %u", slot, c->slots);
+    if (pos0 >= c->ctx || n > c->ctx - pos0)
+        return qp_fail_code(err, QP_E_CONTEXT, "position %llu is past the context of %u tokens (see -c)",
+                       (unsigned long long)pos0 + n - 1, c->ctx);
+    for (uint32_t b = 0; b < n; b++)
+        if (tokens[b] >= c->vocab)
+            return qp_fail(err, "token id %u is outside the vocabulary (%u)", tokens[b], c->vocab);
+    for (uint32_t b = 0; b < n; b++)
+        if (embed(fw, tokens[b], b, err))
+            return -1;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        if (layer(fw, slot, l, pos0, n, err))
+            return -1;
+        if (fw->on_layer)
+            fw->on_layer(fw->on_layer_arg, l);
+    }
+    if (logits == QP_LOGITS_NONE)
+        return 0;
+    return logits == QP_LOGITS_ALL ? vocabulary(fw, 0, n, err) : vocabulary(fw, n - 1, 1, err);
+}
+
+uint32_t qp_forward_block_size(const struct qp_forward *fw)
+{
+    return fw->cfg->block;
+}
+
+const int64_t *qp_forward_logits(const struct qp_forward *fw, uint32_t b)
+{
+    return fw->b->logits + (uint64_t)b * fw->cfg->vocab;
+}
+
+uint32_t qp_forward_argmax(const struct qp_forward *fw, uint32_t b)
+{
+    return fw->b->scal[b].argmax_index;
+}
+
+int qp_forward_create(struct qp_forward **out, struct qp_backend *b, const struct qp_plan *plan,
+                      unsigned threads, qp_err *err)
+{
+    struct qp_forward *fw = calloc(1, sizeof *fw);
+    if (!fw)
+        return qp_fail(err, "out of memory");
+    fw->b = b;
+    fw->plan = plan;
+    fw->cfg = &plan->cfg;
+    fw->threads = threads > 1 ? 2 : 1;
+    pthread_mutex_init(&fw->mu, NULL);
+    pthread_mutex_init(&fw->stats_mu, NULL);
+    pthread_cond_init(&fw->wake, NULL);
+    pthread_cond_init(&fw->finished, NULL);
+    if (fw->threads > 1 && pthread_create(&fw->worker, NULL, worker_main, fw) != 0)
+        fw->threads = 1;
+    *out = fw;
+    return 0;
+}
+
+void qp_forward_destroy(struct qp_forward *fw)
+{
+    if (!fw)
+        return;
+    if (fw->threads > 1) {
+        pthread_mutex_lock(&fw->mu);
+        atomic_store(&fw->stop, true);
+        pthread_cond_signal(&fw->wake);
+        pthread_mutex_unlock(&fw->mu);
+        pthread_join(fw->worker, NULL);
+    }
+    pthread_mutex_destroy(&fw->mu);
+    pthread_mutex_destroy(&fw->stats_mu);
+    pthread_cond_destroy(&fw->wake);
+    pthread_cond_destroy(&fw->finished);
+    free(fw);
+}
+
+void qp_forward_set_interrupt(struct qp_forward *fw, const atomic_bool *flag)
+{
+    fw->interrupt = flag;
+}
+
+void qp_forward_on_layer(struct qp_forward *fw, void (*cb)(void *, uint32_t), void *arg)
+{
+    fw->on_layer = cb;
+    fw->on_layer_arg = arg;
+}
+
+const struct qp_forward_stats *qp_forward_stats(const struct qp_forward *fw)
+{
+    return &fw->stats;
+}

@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+/* qrun.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
+ * with bpf_prog_test_run. Each program is one kernel of kernels/qkernels.h;
+ * its arguments (struct qk_args) follow the 14-byte Ethernet header slot
+ * of the test run's input. Map sizes and the model constants are set by
+ * the loader (engine/bpf_backend.c) before load. */
+#include <linux/bpf.h>
+#include <stdbool.h>
+#include <bpf/bpf_helpers.h>
+
+#include "qrun_abi.h"
+
+const volatile struct qk_config CFG = {0};
+#define QK_CFG CFG
+
+/* every map: a BPF_F_MMAPABLE array; value_size and max_entries set at load */
+#define QK_MAP(name)                                                   \
+    struct {                                                           \
+        __uint(type, BPF_MAP_TYPE_ARRAY);                              \
+        __uint(map_flags, BPF_F_MMAPABLE);                             \
+        __uint(key_size, 4);                                           \
+        __uint(value_size, 8);                                         \
+        __uint(max_entries, 1);                                        \
+    } m_##name SEC(".maps")
+
+QK_MAP(w_hid);
+QK_MAP(w_o);
+QK_MAP(w_down);
+QK_MAP(w4_hid);
+QK_MAP(w4_o);
+QK_MAP(w4_down);
+QK_MAP(norms);
+QK_MAP(qk_norms);
+QK_MAP(rope);
+QK_MAP(klayout);
+QK_MAP(kcache);
+QK_MAP(vcache);
+QK_MAP(h);
+QK_MAP(x);
+QK_MAP(xq);
+QK_MAP(qkv);
+QK_MAP(qrot);
+QK_MAP(gu);
+QK_MAP(scores);
+QK_MAP(parts);
+QK_MAP(logits);
+QK_MAP(amax);
+QK_MAP(scal);
+QK_MAP(work);
+QK_MAP(unpk);
+
+#include "qkernels.h"
+
+static __always_inline int read_args(struct __sk_buff *skb, struct qk_args *a)
+{
+    return bpf_skb_load_bytes(skb, 0, a, sizeof(*a));
+}
+
+/* Each program returns 0 when its arguments were valid, 1 when not. */
+#define QK_PROGRAM(name, kernel)                                       \
+    SEC("socket")                                                      \
+    int name(struct __sk_buff *skb)                                    \
+    {                                                                  \
+        struct qk_args a;                                              \
+        if (read_args(skb, &a))                                        \
+            return 1;                                                  \
+        return kernel(&a) ? 1 : 0;                                     \
+    }
+
+QK_PROGRAM(embed, qk_embed)
+QK_PROGRAM(rmsnorm, qk_rmsnorm)
+QK_PROGRAM(matvec, qk_matvec)
+QK_PROGRAM(matvec_stream, qk_matvec_stream)
+QK_PROGRAM(rope_store, qk_rope_store)
+QK_PROGRAM(attention, qk_attention)
+QK_PROGRAM(attn_merge, qk_attn_merge)
+QK_PROGRAM(swiglu, qk_swiglu)
+QK_PROGRAM(argmax_reduce, qk_argmax_reduce)
+QK_PROGRAM(quant_x, qk_quant_x)
+QK_PROGRAM(matvec4, qk_matvec4)
+QK_PROGRAM(matvec4_stream, qk_matvec4_stream)
+QK_PROGRAM(matvec4b, qk_matvec4b)
+QK_PROGRAM(matvec4b_stream, qk_matvec4b_stream)
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

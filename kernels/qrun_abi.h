@@ -1,0 +1,231 @@
+/* qrun_abi.h - what the host and the kernels agree on: the arguments of a
+ * kernel invocation (passed as the test run's input data), the layout of
+ * the maps, and the sizes that bound every loop. Shared by kernels/qrun.bpf.c,
+ * the host twin (engine/emu.c) and the loader (engine/bpf_backend.c). */
+#ifndef QP_QRUN_ABI_H
+#define QP_QRUN_ABI_H
+
+#include "qmath.h"
+
+#define QK_MAX_LAYERS 256         /* = QWEN3_MAX_LAYERS */
+#define QK_MAX_HEADS 256
+#define QK_ATTN_CHUNK 256         /* positions per attention task */
+#define QK_MAX_BLOCK 64           /* positions one forward block computes at most */
+#define QK_MAX_ARGMAX_SLOTS 1024  /* partial argmaxes of one vocabulary pass */
+#define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
+#define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
+#define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
+#define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
+#define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
+#define QK_MAX_HIDDEN 16384       /* hidden size the kernels' index masks allow */
+#define QK_MAX_ACT 32768          /* act vector length (max of hidden, q_dim, inter) */
+#define QK_COL_CHUNK_MAX 1024     /* columns per product callback at most (plan.c) */
+#define QK_XQ_BLOCK 32            /* i4g: act values per 8-bit block (the smallest group) */
+#define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
+#define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
+#define QK_XQ_MAX_REL 31          /* i4g: blocks further below the largest are dropped */
+#define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
+#define QK_KEXT_MAX 15            /* K cache: extension bits of one channel at most */
+#define QK_K_ACT_BITS 31          /* K head mantissas before the cache: |m| <= 2^31 */
+#define QK_Q_ACT_BITS 29          /* query mantissas: q.k stays below 2^29+10+15+7 < 2^63 */
+
+/* An index already checked against a model size, masked to its table's
+ * power-of-two length so the verifier sees the bound on all 64 bits (a
+ * 32-bit compare alone leaves the upper half unknown to it). The empty asm
+ * stops the compiler from dropping the mask as redundant. */
+#define QK_IDX(x, len) ({ u64 __qk_v = (x); asm volatile("" : "+r"(__qk_v)); __qk_v & ((len) - 1); })
+
+/* Model constants, read-only in the kernels (BPF .rodata set before load,
+ * so the verifier sees every size as a known constant). */
+struct qk_config {
+    u32 hidden, inter, q_dim, kv_dim, head_dim, n_heads, n_kv_heads, vocab, n_layers, ctx;
+    u32 slots;                  /* sequence slots: KV caches of ctx positions each (qk_kv_row0) */
+    u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
+    u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
+    u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
+    u32 embed_i6, lm_i6;        /* ... 1 when it is an i6g tensor held in w_hid as i6 lanes (QK_I6_*) */
+    u32 act_len;                /* entries of x: max(hidden, q_dim, inter) */
+    u32 w_enc;                  /* wide matrices (w_hid, w_o, w_down): QK_ENC_Q24 or QK_ENC_I8G */
+    u32 w_group;                /* i8g: columns per scale (a power of two) */
+    u32 w_group_shift;          /* log2(w_group): the verifier follows shifts, not divisions */
+    u32 w4_group, w4_group_shift; /* i4g: columns per (d, m) pair, a power of two >= 16 */
+    u32 has_i4;                 /* any i4g matrix: the act vector is quantised (quant_x) */
+    u32 block;                  /* positions per block (1..QK_MAX_BLOCK): entries of the per-position maps */
+    u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qkernels.h) */
+    u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
+                                   come in pairs (one read of K and V serves both), else 1 */
+    u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
+    u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
+    s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
+    s32 w_adj[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down (see qk_row_adj) */
+    s32 norm_exp[4 * QK_MAX_LAYERS];      /* I32S exponents: attn 2l, mlp 2l+1, final 2L */
+    s32 qk_norm_exp[2 * QK_MAX_LAYERS];   /* q_norm 2l, k_norm 2l+1 */
+    s32 k_exp[QK_MAX_LAYERS];             /* KV cache exponents per layer */
+    s32 v_exp[QK_MAX_LAYERS];
+    struct qm_sf eps;           /* rms_norm_eps */
+    struct qm_sf inv_hidden;    /* 1 / hidden */
+    struct qm_sf inv_head_dim;  /* 1 / head_dim */
+    struct qm_sf attn_c;        /* log2(e) / sqrt(head_dim) */
+};
+
+/* attention tasks per (block entry, chunk): one per attn_heads query heads */
+static inline u32 qk_attn_groups(const struct qk_config *c)
+{
+    return c->n_heads / c->attn_heads;
+}
+
+/* kernel invocation arguments, little-endian, at the start of data_in */
+struct qk_args {
+    u32 layer;
+    u32 begin, end;     /* rows, heads, or (position, head, chunk) tasks: [begin, end) */
+    u32 pos;            /* position of block entry 0 */
+    u32 b0, nb;         /* block entries [b0, b0 + nb): position pos + b of entry b */
+    u32 token;          /* embed: the token id (of entry b0) */
+    u32 mode;           /* matvec: enum qk_matvec_mode */
+    u32 slot;           /* matvec QK_MV_LOGITS: argmax slot of this invocation */
+    u32 n_slots;        /* argmax_reduce: slots to combine */
+    u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
+    u32 work_key;       /* ... from this key on (--stream) */
+    u32 scratch;        /* matvec4 of a block: the calling thread's `unpk` entry */
+    u32 kv_slot;        /* rope_store, attention: the sequence slot whose KV cache they use */
+};
+
+enum qk_matvec_mode {
+    QK_MV_QKV = 0,      /* q|k|v rows of a layer -> qkv (Q32) */
+    QK_MV_O = 1,        /* o_proj rows -> h += */
+    QK_MV_GATE_UP = 2,  /* gate|up rows -> gu (Q32) */
+    QK_MV_DOWN = 3,     /* down_proj rows -> h += */
+    QK_MV_LOGITS = 4,   /* vocabulary rows -> logits (Q32) and an argmax slot */
+};
+
+enum qk_norm_target {
+    QK_NORM_ATTN = 0,   /* h -> x with the layer's input_layernorm */
+    QK_NORM_MLP = 1,    /* h -> x with post_attention_layernorm */
+    QK_NORM_FINAL = 2,  /* h -> x with model.norm */
+};
+
+/* The quantised act vector (map `xq`, one value per block entry) for the
+ * i4g and i6 lanes products, made by quant_x from `x` (the i8g products'
+ * 16-bit records follow it in the same value, QK_XP_*): x_j ~ a_j * 2^(sh_b + x_exp) per 32-entry block b,
+ * |a_j| <= 127. One record of QK_XQ_REC 64-bit words per block, so that a
+ * product walks the act vector with a single pointer:
+ *   u64 pk[2][4]   per 16-entry half h, word j packs a_(32b + 16h + 4L + j)
+ *                  for L = 0..3 into 16-bit lane 3 - L (two's complement
+ *                  lanes: the word is the integer sum of a * 2^(16 (3 - L)))
+ *   s64 sa         (A_b << QK_XQ_FRAC) >> r_b, A_b = sum of a_j in b
+ *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL): the products
+ *                  shift by it unmasked, so nothing else writes it
+ *   s64 a          A_b
+ * and scal.xq_exp = x_exp + sh_max - QK_XQ_FRAC. */
+#define QK_XQ_REC 11
+#define QK_XQ_SA 8                /* word of a record */
+#define QK_XQ_R 9
+#define QK_XQ_A 10
+
+/* i6 lanes: the vocabulary projection's layout of an i6g matrix (container:
+ * formats/QPK.md), made by qrun as it fills w_hid. The block is an i8g
+ * block (codes at 64 t + 16 k + j for column 16 t + j of row k, then the
+ * int32 scales) with each row's 16 code bytes of a chunk reordered and
+ * biased: byte QK_I6_BYTE(j) holds q_j + QK_I6_BIAS (0..63). A 64-bit word
+ * then holds columns j, j + 4, j + 8, j + 12 of j = 0, 1 (word 0) or 2, 3
+ * (word 1) in its even and odd bytes: masked to 16-bit lanes they meet the
+ * act words pk[j] of the quantised act vector (qk_dot_i6_word). */
+#define QK_I6_BIAS 32
+#define QK_I6_BYTE(j) (8 * (((j) & 3) >> 1) + 2 * ((j) >> 2) + ((j) & 1))
+#define QK_XQ_BYTES(act_len) (8 * QK_XQ_REC * ((act_len) / QK_XQ_BLOCK))
+
+/* The act vector in 16-bit blocks for the i8g products, in the same map
+ * value after the 8-bit records (from byte QK_XQ_BYTES(act_len) on): x_j ~
+ * a_j * 2^(sh_b + x_exp) per 32-entry block b, |a_j| <= 2^15 - 1. One
+ * record of QK_XP_REC 64-bit words per block:
+ *   s64 pk[16]     word 4 i + j (i = 0..3, j = 0..3) pairs entries
+ *                  c = 32 b + 8 i + j and c + 4 as a_(c+4) + a_c * 2^32
+ *                  (the integer: two's complement lanes borrow)
+ *   s64 a          A_b = sum of a_j in b
+ *   u64 r          r_b = min(sh_max - sh_b, QK_XQ_MAX_REL)
+ * and scal.xp_exp = x_exp + sh_max - QK_XP_FRAC. An i8g code word (8
+ * columns of a row) with its sign bits flipped, u = q + 128, masked with
+ * QK_PAIR_LANES after shifts of 0, 8, 16, 24 bits holds u_c + u_(c+4) *
+ * 2^32 for j = 0..3: its product with pk[4 i + j] has u_c a_c + u_(c+4)
+ * a_(c+4) as the coefficient of 2^32 (qk_dot_i8_block). */
+#define QK_XP_REC 18
+#define QK_XP_A 16                /* word of a record */
+#define QK_XP_R 17
+#define QK_XP_FRAC 8              /* i8g: fraction bits a block sum keeps below the largest block */
+#define QK_XP_BYTES(act_len) (8 * QK_XP_REC * ((act_len) / QK_XQ_BLOCK))
+
+/* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
+ * value per thread), for a matrix of `cols` columns, QK_UNPK_I4_UNIT
+ * words per act block b (32 columns):
+ *   u64 lanes[2][4][4]   half h, j = 0..3, row k: ((w >> 4j) &
+ *                        QK_NIBBLE_LANES) - QK_I4_LANE_BIAS of row k's code
+ *                        word w of chunk 2b + h
+ *   s64 par[4][2]        row k: the two parameters (D, M) of the group
+ *                        b starts; not used when b starts none
+ * An i6 lanes block unpacks row by row: u64 lanes[4][cols / 16][4], lane
+ * word j of row k, chunk t holding the signed codes of the columns that
+ * meet act word j (qk_unpack_i6_chunk), and s64 dm[4][groups][2] from u64
+ * entry act_len, dm[k][g][0] the group's int32 scale and dm[k][g][1] not
+ * used; its groups have at least 32 columns, so dm fits. An i8g block,
+ * QK_UNPK_I8_UNIT words per act block b:
+ *   u64 pairs[16][4]     pair word p = 4 i + j, row k: q_c + q_(c+4) * 2^32
+ *                        for c = 32 b + 8 i + j (qk_unpack_i8_chunk)
+ *   s64 d[4]             row k: the int32 scale of the group b starts;
+ *                        not used when b starts none
+ * All three fit QK_UNPK_BYTES for matrices of up to act_len columns. */
+#define QK_UNPK_I4_UNIT 40
+#define QK_UNPK_I4_PAR 32
+#define QK_UNPK_I8_UNIT 68
+#define QK_UNPK_I8_PAR 64
+#define QK_UNPK_DM_OFF(act_len) (act_len)
+#define QK_UNPK_BYTES(act_len) (8 * QK_UNPK_I8_UNIT * (((act_len) + 31) / 32))
+
+/* The K cache layout of one layer (map `klayout`, one value per layer,
+ * plan.c fill_klayout), s32 entries:
+ *   boost[head_dim / 2]  per RoPE pair: K is stored * 2^boost, the query
+ *                        * 2^(QK_KBOOST_MAX - boost)
+ *   ext[head_dim]        per channel: QK_KEXT_* fields
+ *   n_donors             channels that lend their lowest bit (0: plain int16)
+ * A channel the query weighs heavily (a large q_norm scale) gets x extra
+ * bits: its int16 entry holds floor(w / 2^x) of its value w at 2^x finer
+ * steps, and the x bits below lie in the lowest bit of x donor channels,
+ * whose own values are rounded to even steps. The score then reads
+ * sum q_k k16_k + sum over donors (k16_e & 1) * (round(q_d / 2^(x - j)) - q_e). */
+#define QK_KL_EXT(head_dim) ((head_dim) / 2)
+#define QK_KL_DONORS(head_dim) ((head_dim) / 2 + (head_dim))
+#define QK_KL_LEN(head_dim) ((head_dim) / 2 + (head_dim) + 1)
+#define QK_KEXT_BITS(e) ((u32)(e) & 31)           /* x: extension bits of this channel */
+#define QK_KEXT_DONOR(e) (((u32)(e) >> 5) & 1)    /* lends its lowest bit ... */
+#define QK_KEXT_BIT(e) (((u32)(e) >> 8) & 31)     /* ... as bit j of the extension ... */
+#define QK_KEXT_PARTNER(e) (((u32)(e) >> 16) & 1023) /* ... of this channel */
+#define QK_KEXT_MAKE_DONOR(partner, j) (s32)(1u << 5 | (u32)(j) << 8 | (u32)(partner) << 16)
+
+/* one (head, chunk) attention partial: scores relative to max_score */
+struct qk_attn_part {
+    s64 max_score;      /* largest raw q.k in the chunk */
+    u64 sum;            /* sum of 2^-u, Q30 */
+    s64 min_shift;      /* smallest V vector shift it read: |acc| <= sum 2^(15 - min_shift) */
+    s64 acc[];          /* head_dim sums of p * v16 */
+};
+#define QK_PART_ACC 3   /* acc's index in the map value (s64 entries) */
+
+/* an argmax partial: the largest logit of a row range, lowest index on ties */
+struct qk_argmax {
+    s64 value;
+    u32 index;
+    u32 valid;
+};
+
+/* scalars the kernels pass each other (one map value) */
+struct qk_scalars {
+    s32 x_exp;                    /* exponent of the act vector in `x` */
+    s32 xq_exp;                   /* exponent of the quantised act vector in `xq` (i4g) */
+    s32 xp_exp;                   /* exponent of its 16-bit blocks (QK_XP_*, i8g) */
+    s32 q_exp[QK_MAX_HEADS];      /* exponent of each rotated query head */
+    u32 argmax_index;             /* result of argmax_reduce */
+    u32 range_error;              /* sticky: non-zero once a Q32 value left its range
+                                   * (QM_Q32_LIMIT_BITS): the results are not exact */
+    s64 argmax_value;
+};
+
+#endif

@@ -1,0 +1,512 @@
+#!/bin/bash
+# test_serve.sh CASE QRUN QPACK QP_GEN TOKENIZER_DIR WORK_DIR SOURCE_DIR
+#
+# qrun serve with real clients, one CASE per ctest test (tests/serve/serve.cmake).
+# "setup" packs a tiny random model with the real Qwen3 tokenizer into
+# WORK_DIR/M.qpk and installs the JavaScript clients (tests/serve/
+# package.json: the official openai package and playwright-core) into
+# WORK_DIR/node with npm ci. The expectation for every greedy reply is
+# qrun's own output for the same prompt. Cases on the bpf backend need root
+# (skipped otherwise); the others run the server on emu, the kernels' host
+# twin, bit-identical.
+set -u
+
+CASE=$1 QRUN=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 WORK=$6 SRC=$7
+M=$WORK/M.qpk
+NODE_DIR=$WORK/node
+T=$WORK/$CASE.tmp
+J='Content-Type: application/json'
+PID=
+
+fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
+skip() { echo "SKIP ($CASE): $*"; exit 77; }
+need_root() { [ "$(id -u)" = 0 ] || skip "loading BPF programs needs root"; }
+trap '[ -n "$PID" ] && kill -KILL $PID 2>/dev/null' EXIT
+
+if [ "$CASE" != setup ]; then
+    [ -f "$TOKDIR/tokenizer.json" ] || skip "no $TOKDIR/tokenizer.json (scripts/fetch_tokenizer.sh)"
+    [ -f "$M" ] || fail "no $M: the serve_setup test must run first"
+    rm -rf "$T" && mkdir -p "$T" || fail "cannot create $T"
+fi
+
+# start_server NAME ARGS...: qrun serve -m M on a free port, in the
+# background; sets PID and URL once it listens (stderr in $T/NAME.err)
+start_server() {
+    local name=$1 port= i
+    shift
+    rm -f "$T/$name.err"   # not an earlier server's line
+    "$QRUN" serve -m "$M" --port 0 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    PID=$!
+    for i in $(seq 600); do
+        port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/$name.err" 2>/dev/null)
+        [ -n "$port" ] && break
+        kill -0 $PID 2>/dev/null || fail "$name: the server exited: $(cat "$T/$name.err")"
+        sleep 0.1
+    done
+    [ -n "$port" ] || fail "$name: the server did not listen within 60 s"
+    URL=http://127.0.0.1:$port
+    SERVER=$name
+}
+
+# stop_server [SIGNAL]: the server must exit 0 within 30 s
+stop_server() {
+    local i
+    kill -"${1:-TERM}" $PID
+    for i in $(seq 300); do
+        kill -0 $PID 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 $PID 2>/dev/null && fail "the server did not stop within 30 s of SIG${1:-TERM}"
+    wait $PID
+    local rc=$?
+    PID=
+    [ "$rc" = 0 ] || fail "the server exited with $rc after SIG${1:-TERM}: $(tail -3 "$T/$SERVER.err")"
+    grep -q "stopped$" "$T/$SERVER.err" || fail "no 'stopped' line: $(tail -3 "$T/$SERVER.err")"
+}
+
+# post PATH BODY [CURL ARGS...]: the response body in $T/resp, its status in $code
+post() {
+    local path=$1 body=$2
+    shift 2
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' --max-time 120 -H "$J" "$@" --data-binary "$body" "$URL$path")
+}
+
+get() {
+    local path=$1
+    shift
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' --max-time 30 "$@" "$URL$path")
+}
+
+# expect_error STATUS [CODE]: the response is OpenAI's error object
+expect_error() {
+    [ "$code" = "$1" ] || fail "status $code, expected $1: $(head -c 300 "$T/resp")"
+    jq -e '.error | (.message | type == "string" and length > 0) and (.type | type == "string")
+                  and has("param") and has("code")' "$T/resp" >/dev/null ||
+        fail "not OpenAI's error object: $(head -c 300 "$T/resp")"
+    [ -z "${2:-}" ] || [ "$(jq -r .error.code "$T/resp")" = "$2" ] ||
+        fail "error code $(jq -r .error.code "$T/resp"), expected $2"
+    echo "ok $1 $(jq -r .error.message "$T/resp")"
+}
+
+expect_ok() {
+    [ "$code" = 200 ] || fail "$1: status $code: $(head -c 300 "$T/resp")"
+}
+
+# qrun's greedy output (text and a final newline): the expectation
+qrun_chat() { "$QRUN" -m "$M" --backend emu --chat -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun --chat: $(cat "$T/qrun.err")"; }
+qrun_text() { "$QRUN" -m "$M" --backend emu -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun -p: $(cat "$T/qrun.err")"; }
+
+# the text of a streamed response ($T/resp): its deltas or texts joined, and a newline
+stream_text() {
+    grep '^data: {' "$T/resp" | sed 's/^data: //' |
+        jq -rj '.choices[0] | select(.) | (.delta.content // .text // empty)'
+    echo
+}
+
+# count_tokens TEXT: how many ids qrun's tokenizer gives TEXT
+count_tokens() { printf '%s' "$1" | "$QRUN" tokenize -m "$M" | wc -w; }
+
+metric() { curl -sS --max-time 30 "$@" "$URL/metrics" | awk -v m="$METRIC" '$1 == m { print $2 }'; }
+
+# BPF programs and maps process $1 holds
+bpf_ids_of() { cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^(prog|map)_id:/ {print $1 $2}' | sort -u; }
+
+# bpf_gone IDS: every program and map of the list is freed (within 5 s)
+bpf_gone() {
+    local id kind num i
+    for id in $1; do
+        kind=${id%%_id:*} num=${id#*:}
+        for i in $(seq 50); do
+            bpftool "$kind" show id "$num" >/dev/null 2>&1 || continue 2
+            sleep 0.1
+        done
+        fail "BPF $kind $num is still there after the server stopped"
+    done
+}
+
+case $CASE in
+setup)
+    rm -rf "$WORK/ck" "$M" && mkdir -p "$WORK" || fail "cannot create $WORK"
+    [ -f "$TOKDIR/tokenizer.json" ] || skip "no $TOKDIR/tokenizer.json (scripts/fetch_tokenizer.sh)"
+    "$QP_GEN" "$WORK/ck" --preset tiny --vocab 151936 --seed 2 --tokenizer-dir "$TOKDIR" >/dev/null ||
+        fail "generating the checkpoint"
+    "$QPACK" pack "$WORK/ck" -o "$M" --quiet || fail "packing"
+    # the JavaScript clients, pinned by tests/serve/package-lock.json; kept
+    # while the lock file is the same
+    command -v npm >/dev/null || fail "npm is missing (scripts/install_deps.sh installs it)"
+    mkdir -p "$NODE_DIR"
+    if ! cmp -s "$SRC/tests/serve/package-lock.json" "$NODE_DIR/package-lock.json" ||
+        [ ! -d "$NODE_DIR/node_modules/openai" ] || [ ! -d "$NODE_DIR/node_modules/playwright-core" ]; then
+        rm -f "$NODE_DIR/unreachable"
+        cp "$SRC/tests/serve/package.json" "$SRC/tests/serve/package-lock.json" "$NODE_DIR/" || fail "copying"
+        if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
+            # only an unreachable registry excuses the clients' tests (they
+            # skip, saying so); any other failure of npm is one
+            timeout 30 npm ping >/dev/null 2>&1 && fail "npm ci in $NODE_DIR"
+            echo "the npm registry ($(npm config get registry)) is unreachable: the openai and browser cases will skip" |
+                tee "$NODE_DIR/unreachable"
+            exit 0
+        fi
+    fi
+    echo "ok openai $(jq -r .version "$NODE_DIR/node_modules/openai/package.json")," \
+         "playwright-core $(jq -r .version "$NODE_DIR/node_modules/playwright-core/package.json")"
+    ;;
+
+endpoints)
+    start_server emu --backend emu
+    get /health; expect_ok health
+    [ "$(jq -c . "$T/resp")" = '{"status":"ok"}' ] || fail "health: $(cat "$T/resp")"
+    get /v1/models; expect_ok models
+    [ "$(jq -r '.object + " " + .data[0].id + " " + .data[0].object' "$T/resp")" = "list M model" ] ||
+        fail "models: $(cat "$T/resp")"
+    get /v1/models/M; expect_ok "models/M"
+    [ "$(jq -r .id "$T/resp")" = M ] || fail "models/M: $(cat "$T/resp")"
+    get /v1/models/other; expect_error 404
+
+    # chat, whole and streamed, against qrun --chat
+    for p in "Hi" "Tell me a story about a dragon"; do
+        qrun_chat "$p" 12 "$T/want"
+        body=$(jq -nc --arg p "$p" '{model: "M", messages: [{role: "user", content: $p}], max_tokens: 12, temperature: 0}')
+        post /v1/chat/completions "$body"; expect_ok chat
+        jq -r '.choices[0].message.content' "$T/resp" >"$T/got"
+        cmp -s "$T/got" "$T/want" || fail "chat '$p': '$(cat "$T/got")', qrun --chat: '$(cat "$T/want")'"
+        # Qwen3's template, thinking off, written out: its tokens are the prompt's
+        n=$(printf '<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' "$p" |
+            "$QRUN" tokenize -m "$M" | wc -w)
+        want_usage="$n 12 $((n + 12))"
+        [ "$(jq -r '[.object, .choices[0].message.role, .choices[0].finish_reason] | join(" ")' "$T/resp")" = \
+          "chat.completion assistant length" ] || fail "chat fields: $(cat "$T/resp")"
+        [ "$(jq -r '[.usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")' "$T/resp")" = \
+          "$want_usage" ] || fail "chat usage: $(jq -c .usage "$T/resp"), expected $want_usage"
+        post /v1/chat/completions "$(jq -c '. + {stream: true, stream_options: {include_usage: true}}' <<<"$body")"
+        expect_ok "chat stream"
+        stream_text >"$T/got"
+        cmp -s "$T/got" "$T/want" || fail "streamed chat '$p': '$(cat "$T/got")', qrun: '$(cat "$T/want")'"
+        [ "$(tail -n 2 "$T/resp" | head -n 1)" = "data: [DONE]" ] || fail "the stream does not end in data: [DONE]"
+        grep '^data: {' "$T/resp" | head -n 1 | sed 's/^data: //' | jq -e '.choices[0].delta.role == "assistant"' \
+            >/dev/null || fail "the first chunk does not carry the role"
+        grep '^data: {' "$T/resp" | tail -n 2 | head -n 1 | sed 's/^data: //' |
+            jq -e '.choices[0].finish_reason == "length" and .choices[0].delta == {}' >/dev/null ||
+            fail "no final chunk with the finish reason"
+        [ "$(grep '^data: {' "$T/resp" | tail -n 1 | sed 's/^data: //' |
+             jq -r '[.usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")')" = \
+          "$want_usage" ] || fail "no usage chunk"
+        echo "ok chat '$p' whole and streamed: $(cat "$T/got")"
+    done
+
+    # text completions, from text and from ids, against qrun -p and --ids
+    qrun_text "Hello" 8 "$T/want"
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 8, "temperature": 0}'; expect_ok completion
+    jq -r '.choices[0].text' "$T/resp" >"$T/got"
+    cmp -s "$T/got" "$T/want" || fail "completion: '$(cat "$T/got")', qrun -p: '$(cat "$T/want")'"
+    [ "$(jq -r '[.object, .usage.prompt_tokens, .usage.completion_tokens] | join(" ")' "$T/resp")" = \
+      "text_completion $(count_tokens Hello) 8" ] || fail "completion fields: $(cat "$T/resp")"
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 8, "temperature": 0, "stream": true}'
+    expect_ok "completion stream"
+    stream_text >"$T/got"
+    cmp -s "$T/got" "$T/want" || fail "streamed completion: '$(cat "$T/got")'"
+    "$QRUN" -m "$M" --backend emu --ids "9707 11 1879 0" -n 8 >"$T/want" || fail "qrun --ids"
+    post /v1/completions '{"prompt": [9707, 11, 1879, 0], "max_tokens": 8, "temperature": 0}'; expect_ok ids
+    jq -r '.choices[0].text' "$T/resp" >"$T/got"
+    cmp -s "$T/got" "$T/want" || fail "completion of ids: '$(cat "$T/got")', qrun --ids: '$(cat "$T/want")'"
+    echo "ok completions of text and of ids equal qrun's"
+
+    # stop strings: the reply ends before the first one, which is not in it
+    qrun_text "Hello" 12 "$T/want"
+    full=$(cat "$T/want")
+    stop=${full:4:3}
+    want=${full%%"$stop"*}
+    [ -n "$stop" ] && [ "$want" != "$full" ] || fail "no stop string to take from '$full'"
+    for stream in false true; do
+        post /v1/completions "$(jq -nc --arg s "$stop" --argjson st $stream \
+            '{prompt: "Hello", max_tokens: 12, temperature: 0, stop: ["never here", $s], stream: $st}')"
+        expect_ok "stop"
+        if [ $stream = true ]; then
+            got=$(stream_text)
+        else
+            got=$(jq -r '.choices[0].text' "$T/resp")
+            stop_tokens=$(jq -r .usage.completion_tokens "$T/resp")
+            [ "$stop_tokens" -lt 12 ] || fail "stop: $stop_tokens tokens generated"
+        fi
+        [ "$got" = "$want" ] || fail "stop '$stop' (stream $stream): '$got', expected '$want'"
+        grep -q '"finish_reason":"stop"' "$T/resp" || fail "stop: finish_reason is not stop"
+    done
+    echo "ok stop '$stop': '$want'"
+
+    # sampling: a seed repeats exactly
+    body='{"prompt": "Hello", "max_tokens": 16, "temperature": 1.0, "top_p": 0.95, "seed": 42}'
+    post /v1/completions "$body"; expect_ok seed; a=$(jq -r '.choices[0].text' "$T/resp")
+    post /v1/completions "$body"; expect_ok seed; b=$(jq -r '.choices[0].text' "$T/resp")
+    [ "$a" = "$b" ] || fail "seed 42 gave '$a' then '$b'"
+    echo "ok seed 42 repeats: $a"
+
+    # the page: self-contained
+    get /; expect_ok page
+    grep -q '<title>qpack chat</title>' "$T/resp" || fail "the page has no title"
+    grep -Eiq '(src|href)=|@import|url\(' "$T/resp" && fail "the page loads something: $(grep -Eio '(src|href)=[^ >]*' "$T/resp")"
+    curl -sS -D "$T/headers" -o /dev/null "$URL/"
+    grep -qi '^content-type: text/html' "$T/headers" || fail "the page is not text/html"
+
+    # metrics: Prometheus text that counted what happened
+    get /metrics; expect_ok metrics
+    grep -q '^qpack_requests_total{endpoint="/v1/chat/completions",code="200"} 4$' "$T/resp" ||
+        fail "metrics: chat requests: $(grep requests_total "$T/resp")"
+    grep -q '^qpack_requests_total{endpoint="/v1/completions",code="200"} 7$' "$T/resp" ||
+        fail "metrics: completions: $(grep requests_total "$T/resp")"
+    tokens=$(awk '$1 == "qpack_completion_tokens_total" { print $2 }' "$T/resp")
+    [ "$tokens" = $((4 * 12 + 3 * 8 + 2 * stop_tokens + 2 * 16)) ] || fail "metrics: $tokens completion tokens"
+    for m in qpack_prompt_seconds_total qpack_decode_seconds_total qpack_sessions_busy qpack_bpf_map_bytes \
+             qpack_kv_cache_bytes; do
+        grep -q "^# TYPE $m " "$T/resp" && grep -q "^$m [0-9.e+-]*$" "$T/resp" || fail "metrics: no $m"
+    done
+    [ "$(awk '$1 == "qpack_sessions_busy" { print $2 }' "$T/resp")" = 0 ] || fail "metrics: a session still busy"
+    echo "ok metrics: $tokens completion tokens"
+    stop_server
+    ;;
+
+errors)
+    start_server emu --backend emu -c 64 --timeout 3
+    chat='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}'
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}'; expect_error 400
+    post /v1/chat/completions '[1, 2]'; expect_error 400
+    post /v1/chat/completions '{"messages": "Hi"}'; expect_error 400
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": "2"}'; expect_error 400
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "temperature": -1}'; expect_error 400
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "tools": []}'; expect_error 400
+    post /v1/chat/completions '{"messages": [], "messages": [{"role": "user", "content": "Hi"}]}'; expect_error 400
+    post /v1/chat/completions '{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}'
+    expect_error 404 model_not_found
+    post /v1/completions '{"prompt": [1, 151936]}'; expect_error 400
+    post /v1/completions "{\"prompt\": \"$(printf 'word %.0s' $(seq 80))\"}"; expect_error 400 context_length_exceeded
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' -H 'Content-Type: text/plain' -d "$chat" "$URL/v1/chat/completions")
+    expect_error 415
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' -d "$chat" "$URL/v1/chat/completions")
+    expect_error 415
+    head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$T/big"
+    post /v1/chat/completions "@$T/big"; expect_error 413
+    post /v1/chat/completions "@$T/big" -H 'Transfer-Encoding: chunked'; expect_error 413
+    get /v1/chat/completions; expect_error 405
+    get /v2/nothing; expect_error 404
+    # not HTTP: libmicrohttpd's own 400 (or a closed connection for a
+    # request line that is not one), and the server goes on
+    raw() {
+        exec 3<>/dev/tcp/127.0.0.1/${URL##*:} || fail "connecting"
+        printf "$1" >&3
+        timeout 10 cat <&3 >"$T/raw"
+        exec 3<&-
+    }
+    raw 'GET / HTTP/1.1\r\nNot a header line\r\n\r\n'
+    head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "a malformed header: $(head -n 1 "$T/raw")"
+    raw 'NONSENSE\r\n\r\n'
+    [ ! -s "$T/raw" ] || head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "a line that is not HTTP: $(head -n 1 "$T/raw")"
+    post /v1/chat/completions "$chat"; expect_ok "after every bad request"
+    jq -e '.choices[0].finish_reason == "length"' "$T/resp" >/dev/null || fail "after the errors: $(cat "$T/resp")"
+    echo "ok the server answers after every bad request"
+    stop_server
+    ;;
+
+clients)
+    # a client that goes away stops its generation; a slow one is closed
+    # after --timeout without holding up the others; the queue is bounded
+    start_server emu --backend emu --parallel 1 --queue 1 --timeout 2
+    long='{"prompt": "Hello", "max_tokens": 2000, "temperature": 0, "stream": true}'
+    curl -sSN --max-time 60 -H "$J" -d "$long" "$URL/v1/completions" >"$T/gone" 2>/dev/null &
+    c=$!
+    for i in $(seq 100); do [ -s "$T/gone" ] && break; sleep 0.1; done
+    [ -s "$T/gone" ] || fail "the stream sent nothing"
+    kill $c; wait $c 2>/dev/null
+    for i in $(seq 50); do
+        [ "$(METRIC=qpack_requests_cancelled_total metric)" = 1 ] && [ "$(METRIC=qpack_sessions_busy metric)" = 0 ] && break
+        sleep 0.1
+    done
+    [ "$(METRIC=qpack_requests_cancelled_total metric)" = 1 ] || fail "a client that went away did not cancel"
+    [ "$(METRIC=qpack_sessions_busy metric)" = 0 ] || fail "the session is still busy after its client went away"
+    generated=$(METRIC=qpack_completion_tokens_total metric)
+    [ "$generated" -lt 2000 ] || fail "the generation ran to its end ($generated tokens)"
+    echo "ok a client gone mid-stream stopped its generation after $generated tokens"
+
+    # one running (not streamed, then gone), one waiting, one refused
+    curl -sS --max-time 60 -H "$J" -d '{"prompt": "Hello", "max_tokens": 2000}' "$URL/v1/completions" >/dev/null 2>&1 &
+    c1=$!
+    for i in $(seq 50); do [ "$(METRIC=qpack_sessions_busy metric)" = 1 ] && break; sleep 0.1; done
+    curl -sS --max-time 60 -o "$T/waiting" -w '%{http_code}' -H "$J" \
+        -d '{"prompt": "Hello", "max_tokens": 4, "temperature": 0}' "$URL/v1/completions" >"$T/waiting.code" &
+    c2=$!
+    for i in $(seq 50); do [ "$(METRIC=qpack_queue_waiting metric)" = 1 ] && break; sleep 0.1; done
+    [ "$(METRIC=qpack_queue_waiting metric)" = 1 ] || fail "the second request is not waiting"
+    code=$(curl -sS -D "$T/headers" -o "$T/resp" -w '%{http_code}' -H "$J" -d '{"prompt": "Hi"}' "$URL/v1/completions")
+    expect_error 503 server_busy
+    grep -qi '^retry-after:' "$T/headers" || fail "503 without Retry-After"
+    kill $c1; wait $c1 2>/dev/null
+    wait $c2
+    [ "$(cat "$T/waiting.code")" = 200 ] || fail "the waiting request: $(cat "$T/waiting.code") $(cat "$T/waiting")"
+    qrun_text "Hello" 4 "$T/want"
+    [ "$(jq -r '.choices[0].text' "$T/waiting")" = "$(cat "$T/want")" ] || fail "the waiting request's text"
+    [ "$(METRIC=qpack_requests_cancelled_total metric)" = 2 ] || fail "the non-streamed request gone did not cancel"
+    echo "ok queue: one ran, one waited and got its answer, one got 503; the gone client's generation stopped"
+
+    # a client gone while it waits leaves the queue
+    curl -sS --max-time 60 -H "$J" -d '{"prompt": "Hello", "max_tokens": 2000}' "$URL/v1/completions" >/dev/null 2>&1 &
+    c1=$!
+    for i in $(seq 50); do [ "$(METRIC=qpack_sessions_busy metric)" = 1 ] && break; sleep 0.1; done
+    curl -sS --max-time 60 -H "$J" -d '{"prompt": "Hello", "max_tokens": 4}' "$URL/v1/completions" >/dev/null 2>&1 &
+    c2=$!
+    for i in $(seq 50); do [ "$(METRIC=qpack_queue_waiting metric)" = 1 ] && break; sleep 0.1; done
+    kill $c2; wait $c2 2>/dev/null
+    for i in $(seq 50); do [ "$(METRIC=qpack_queue_waiting metric)" = 0 ] && break; sleep 0.1; done
+    [ "$(METRIC=qpack_queue_waiting metric)" = 0 ] || fail "a gone client's request is still queued"
+    kill $c1; wait $c1 2>/dev/null
+    echo "ok a client gone while waiting leaves the queue"
+
+    # a slow client: half a request, then silence
+    exec 3<>/dev/tcp/127.0.0.1/${URL##*:} || fail "connecting"
+    printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50\r\n\r\n{"pro' >&3
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0}'
+    expect_ok "beside a slow client"
+    start=$(date +%s)
+    timeout 20 cat <&3 >"$T/slow"
+    waited=$(( $(date +%s) - start ))
+    exec 3<&-
+    [ $waited -lt 15 ] || fail "the slow client's connection was not closed ($waited s)"
+    echo "ok a slow client was closed after ${waited} s while others were served"
+    stop_server
+
+    # authentication
+    start_server key --backend emu --api-key 's3cret key'
+    get /v1/models; expect_error 401 invalid_api_key
+    get /v1/models -H 'Authorization: Bearer wrong'; expect_error 401 invalid_api_key
+    get /metrics; expect_error 401
+    post /v1/completions '{"prompt": "Hi", "max_tokens": 1}'; expect_error 401
+    get /v1/models -H 'Authorization: Bearer s3cret key'; expect_ok "with the key"
+    post /v1/completions '{"prompt": "Hi", "max_tokens": 1}' -H 'Authorization: Bearer s3cret key'; expect_ok "with the key"
+    get /health; expect_ok "health without the key"
+    get /; expect_ok "the page without the key"
+    stop_server INT
+    ;;
+
+openai)
+    [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
+    [ -d "$NODE_DIR/node_modules/openai" ] || fail "no openai package in $NODE_DIR (serve_setup)"
+    qrun_chat Hi 8 "$T/chat.txt"
+    qrun_text Hello 8 "$T/text.txt"
+    start_server emu --backend emu --api-key k --parallel 2
+    cp "$SRC/tests/serve/openai_client.mjs" "$NODE_DIR/" || fail "copying the client"
+    timeout 120 node "$NODE_DIR/openai_client.mjs" "$URL" M k "$T" || fail "the OpenAI client"
+    stop_server
+    ;;
+
+browser)
+    [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
+    [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"
+    export CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+    [ -x "$CHROMIUM" ] || skip "no $CHROMIUM (Debian's chromium; scripts/install_deps.sh)"
+    qrun_chat Hi 24 "$T/want"
+    start_server emu --backend emu
+    cp "$SRC/tests/serve/browser.mjs" "$NODE_DIR/" || fail "copying the script"
+    timeout 180 node "$NODE_DIR/browser.mjs" "$URL" "$T/want" "$T/page.png" || fail "the page in Chromium"
+    stop_server
+    ;;
+
+signals)
+    # SIGINT and SIGTERM with work running and waiting: every client gets a
+    # whole answer or an error, the server exits 0, and every BPF program
+    # and map it held is gone
+    need_root
+    command -v bpftool >/dev/null || skip "needs bpftool"
+    for sig in INT TERM; do
+        start_server $sig --parallel 2 --queue 4
+        ids=$(bpf_ids_of $PID)
+        [ "$(echo "$ids" | grep -c prog_id)" -ge 8 ] || fail "the server holds $(echo "$ids" | grep -c prog_id) programs"
+        for i in 1 2 3; do
+            curl -sSN --max-time 60 -H "$J" -d '{"prompt": "Hello", "max_tokens": 100000, "stream": true}' \
+                "$URL/v1/completions" >"$T/s$i" 2>/dev/null &
+        done
+        curl -sS --max-time 60 -o "$T/w" -w '%{http_code}' -H "$J" -d '{"prompt": "Hello", "max_tokens": 100000}' \
+            "$URL/v1/completions" >"$T/w.code" 2>/dev/null &
+        # two sessions taken, two requests waiting
+        for i in $(seq 100); do
+            [ "$(METRIC=qpack_sessions_busy metric)" = 2 ] && [ "$(METRIC=qpack_queue_waiting metric)" = 2 ] && break
+            sleep 0.1
+        done
+        [ "$(METRIC=qpack_queue_waiting metric)" = 2 ] || fail "SIG$sig: the requests did not arrive"
+        stop_server $sig
+        wait
+        for i in 1 2 3; do
+            [ "$(tail -n 2 "$T/s$i" | head -n 1)" = "data: [DONE]" ] || fail "SIG$sig: stream $i did not end with [DONE]"
+            grep '^data: {' "$T/s$i" | tail -n 1 | sed 's/^data: //' |
+                jq -e '.error.code == "server_shutting_down"' >/dev/null || fail "SIG$sig: stream $i: no error event"
+        done
+        [ "$(cat "$T/w.code")" = 503 ] && jq -e '.error.code == "server_shutting_down"' "$T/w" >/dev/null ||
+            fail "SIG$sig: the waiting request got $(cat "$T/w.code") $(cat "$T/w")"
+        bpf_gone "$ids"
+        echo "ok SIG$sig: exit 0, every client answered, $(echo "$ids" | wc -l) BPF programs and maps released"
+    done
+    ;;
+
+load)
+    # 8 clients x 20 requests on --parallel 2 --queue 4 (bpf): every request
+    # gets qrun's greedy answer or a clean 503, within a time bound
+    need_root
+    command -v bpftool >/dev/null || skip "needs bpftool"
+    prompts=("Hi" "Hello there" "What is a dragon?" "Count to ten")
+    for k in 0 1 2 3; do
+        "$QRUN" -m "$M" --chat -p "${prompts[$k]}" -n 8 >"$T/want$k" 2>"$T/qrun.err" || fail "qrun: $(cat "$T/qrun.err")"
+    done
+    start_server load --parallel 2 --queue 4 --quiet
+    ids=$(bpf_ids_of $PID)
+    deadline=$(( $(date +%s) + 240 ))
+    client() {
+        local c=$1 r k body stream
+        for r in $(seq 0 19); do
+            [ "$(date +%s)" -lt $deadline ] || { echo timeout >"$T/c$c.r$r.code"; continue; }
+            k=$(( (c + r) % 4 ))
+            stream=$([ $(( r % 2 )) = 0 ] && echo true || echo false)
+            body=$(jq -nc --arg p "${prompts[$k]}" --argjson s $stream \
+                '{messages: [{role: "user", content: $p}], max_tokens: 8, temperature: 0, stream: $s}')
+            curl -sS --max-time 120 -o "$T/c$c.r$r" -w '%{http_code}' -H "$J" -d "$body" \
+                "$URL/v1/chat/completions" >"$T/c$c.r$r.code" 2>/dev/null
+            echo "$k $stream" >"$T/c$c.r$r.what"
+        done
+    }
+    start=$(date +%s%N)
+    clients=()
+    for c in $(seq 0 7); do client $c & clients+=($!); done
+    wait "${clients[@]}"    # not the server, also a child of this shell
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    ok=0 busy=0
+    for c in $(seq 0 7); do
+        for r in $(seq 0 19); do
+            f=$T/c$c.r$r
+            code=$(cat "$f.code")
+            read -r k stream <"$f.what"
+            if [ "$code" = 503 ]; then
+                cp "$f" "$T/resp"
+                expect_error 503 server_busy >/dev/null
+                busy=$((busy + 1))
+                continue
+            fi
+            [ "$code" = 200 ] || fail "client $c request $r: status $code: $(head -c 200 "$f")"
+            if [ "$stream" = true ]; then
+                cp "$f" "$T/resp"
+                stream_text >"$f.text"
+                [ "$(tail -n 2 "$f" | head -n 1)" = "data: [DONE]" ] || fail "client $c request $r: stream unfinished"
+            else
+                jq -r '.choices[0].message.content' "$f" >"$f.text"
+            fi
+            cmp -s "$f.text" "$T/want$k" ||
+                fail "client $c request $r ('${prompts[$k]}'): '$(cat "$f.text")', qrun: '$(cat "$T/want$k")'"
+            ok=$((ok + 1))
+        done
+    done
+    [ $ok -ge 40 ] || fail "only $ok of 160 requests were answered ($busy got 503)"
+    [ "$(METRIC=qpack_requests_rejected_total metric)" = $busy ] || fail "metrics: rejected != $busy"
+    [ "$(METRIC=qpack_sessions_busy metric)" = 0 ] || fail "metrics: sessions still busy"
+    stop_server
+    bpf_gone "$ids"
+    echo "ok load: $ok answered as qrun does, $busy clean 503s, in $ms ms; $(echo "$ids" | wc -l) BPF objects released"
+    ;;
+
+*)
+    fail "unknown case $CASE"
+    ;;
+esac
