@@ -1,4 +1,4 @@
-/* emu.c - the host twin: kernels/qkernels.h compiled for the host. A "map" is
+/* emu.c - the host twin: kernels/qk_kernels.h compiled for the host. A "map" is
  * a bounds-checked view: a lookup past the last entry gives NULL exactly as
  * an array map lookup does, and weight maps read the container in place
  * through the plan's segments (a packed tensor's, i6g or i4k, from a copy
@@ -42,7 +42,7 @@ static long qk_host_loop(uint64_t n, long (*cb)(uint64_t, void *), void *ctx)
     return (long)i;
 }
 
-#include "qkernels.h"
+#include "qk_kernels.h"
 
 struct emu {
     struct qp_backend b;

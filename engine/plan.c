@@ -527,7 +527,7 @@ static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
     return 0;
 }
 
-/* The columns a product's callback takes at a time (qkernels.h, "Column
+/* The columns a product's callback takes at a time (qk_dot.h, "Column
  * chunks"): the largest power of two dividing hidden, q_dim and inter (the
  * lowest bit set in any of them), at most QK_COL_CHUNK_MAX. */
 static uint32_t column_chunk(const struct qk_config *c)

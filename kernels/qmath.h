@@ -351,7 +351,7 @@ QM_INLINE u64 qm_outside(s64 v, u32 bits)
 
 /* qm_scale_pow2 for a value headed into Q32 storage: *bad becomes non-zero
  * when the shift loses bits or the result leaves the Q32 range. For
- * |x| < 2^62, which every product's accumulator keeps (qkernels.h). */
+ * |x| < 2^62, which every product's accumulator keeps (qk_matvec.h). */
 QM_INLINE s64 qm_scale_pow2_checked(s64 x, s32 s, u64 *bad)
 {
     s64 y;

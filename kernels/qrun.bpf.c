@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* qrun.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
- * with bpf_prog_test_run. Each program is one kernel of kernels/qkernels.h;
+ * with bpf_prog_test_run. Each program is one kernel of kernels/qk_kernels.h;
  * its arguments (struct qk_args) follow the 14-byte Ethernet header slot
  * of the test run's input. Map sizes and the model constants are set by
  * the loader (engine/bpf_backend.c) before load. */
@@ -49,7 +49,7 @@ QK_MAP(scal);
 QK_MAP(work);
 QK_MAP(unpk);
 
-#include "qkernels.h"
+#include "qk_kernels.h"
 
 static __always_inline int read_args(struct __sk_buff *skb, struct qk_args *a)
 {

@@ -51,7 +51,7 @@ struct qk_config {
     u32 w4_group, w4_group_shift; /* i4g: columns per (d, m) pair, a power of two >= 16 */
     u32 has_i4;                 /* any i4g matrix: the act vector is quantised (quant_x) */
     u32 block;                  /* positions per block (1..QK_MAX_BLOCK): entries of the per-position maps */
-    u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qkernels.h) */
+    u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qk_dot.h) */
     u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
                                    come in pairs (one read of K and V serves both), else 1 */
     u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */

@@ -18,7 +18,7 @@
 # thanks to the BTF func info) and objdump disassembles it.
 #
 # The multiply-adds are in one bpf_loop callback per (program, matrix
-# role; hid = q/k/v/gate/up/lm_head, o, down), kernels/qkernels.h:
+# role; hid = q/k/v/gate/up/lm_head, o, down), kernels/qk_matvec.h:
 #   matvec,  q24   *_cb_chunk  qk_dot4_chunk: per iteration of its c loop
 #                              16 columns x 4 rows = 64 MACs (j unrolled)
 #   matvec,  int8  *_cb_chunk  qk_dot_i8_row_chunk: per iteration of its h

@@ -31,7 +31,7 @@ struct shape {
  * follows the reference to ~1e-4 of that rms (bound 1e-3); int4's
  * rounding of every matrix, the tied embedding included, moves it by
  * ~0.21-0.23 with rtn (bound 0.3). With every matrix int8 but the 17,408-column
- * int4 down_proj of 14B (past 2^14 columns; qkernels.h bounds the i4g sums
+ * int4 down_proj of 14B (past 2^14 columns; qk_dot_i4.h bounds the i4g sums
  * for rows of up to 2^15) it is ~0.08 (bound 0.15): what that one product
  * costs, so a wrapped index or sum there would show. */
 static const struct shape shapes[] = {
