@@ -11,13 +11,7 @@
 
 #include "internal.h"
 #include "qmath.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "clock.h"
 
 /* Takes a free KV cache slot of the model into *slot; false when every
  * one is taken. */
@@ -288,7 +282,7 @@ int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *er
         return rc;
     atomic_store(&s->interrupt, false);
     qpack_model *m = s->m;
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     qp_err e = {{0}};
     pthread_mutex_lock(&m->step_mu);
     struct qp_forward_stats before = {0};
@@ -306,7 +300,7 @@ int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *er
         qp_forward_set_interrupt(m->engine.fw, NULL);
     }
     pthread_mutex_unlock(&m->step_mu);
-    s->stats.feed_ms += now_ms() - t0;
+    s->stats.feed_ms += qp_now_ms() - t0;
     return bad ? qp_lib_error(err, &e, QPACK_ERR_INTERNAL) : QPACK_OK;
 }
 

@@ -25,16 +25,10 @@
 
 #include "backend.h"
 #include "qpk.h"
+#include "clock.h"
 
 #define REPS 9
 #define ATTN_POS 4095
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
 
 /* The core's 64-bit multiply throughput, ns per multiply at best: eight
  * independent chains of the imul the BPF JIT emits for a BPF multiply.
@@ -47,14 +41,14 @@ static double multiply_ns(void)
     for (int r = 0; r < REPS; r++) {
         uint64_t v[8] = {3, 5, 7, 9, 11, 13, 15, 17}, m = 0x9E3779B97F4A7C15ull;
         const long n = 20000000;
-        double t0 = now_ns();
+        double t0 = (qp_now_ms() * 1e6);
         for (long i = 0; i < n; i++)
             asm volatile("imul %8, %0\n\timul %8, %1\n\timul %8, %2\n\timul %8, %3\n\t"
                          "imul %8, %4\n\timul %8, %5\n\timul %8, %6\n\timul %8, %7"
                          : "+r"(v[0]), "+r"(v[1]), "+r"(v[2]), "+r"(v[3]), "+r"(v[4]), "+r"(v[5]), "+r"(v[6]),
                            "+r"(v[7])
                          : "r"(m));
-        double t = (now_ns() - t0) / (8.0 * n);
+        double t = ((qp_now_ms() * 1e6) - t0) / (8.0 * n);
         best = t < best ? t : best;
     }
     return best;
@@ -71,7 +65,7 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
 {
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
-        double t0 = now_ns();
+        double t0 = (qp_now_ms() * 1e6);
         for (uint32_t layer = 0; layer < layers; layer++)
         for (uint32_t k = 0; k < block / nb; k++)
         for (uint32_t first = 0; first < rows;) {
@@ -88,7 +82,7 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
             }
             first = m.row0 + m.rows;
         }
-        double t = now_ns() - t0;
+        double t = (qp_now_ms() * 1e6) - t0;
         best = t < best ? t : best;
     }
     return best;

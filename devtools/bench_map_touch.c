@@ -5,6 +5,8 @@
  * two threads from a buffer already in memory, and prints the time of map
  * creation and of each pass. The second pass writes the same bytes to the
  * same memory: the difference between the two is the first touch alone. */
+#include "clock.h"
+
 #include <bpf/bpf.h>
 #include <errno.h>
 #include <pthread.h>
@@ -26,13 +28,6 @@ struct fill {
     _Atomic int failed_errno;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void *fill_batches(void *arg)
 {
     struct fill *f = arg;
@@ -53,7 +48,7 @@ static void *fill_batches(void *arg)
 static double write_pass(struct fill *f)
 {
     atomic_store(&f->next, 0);
-    double t0 = now_s();
+    double t0 = qp_now_s();
     pthread_t helpers[THREADS - 1];
     int n = 0;
     while (n < THREADS - 1 && pthread_create(&helpers[n], NULL, fill_batches, f) == 0)
@@ -61,7 +56,7 @@ static double write_pass(struct fill *f)
     fill_batches(f);
     while (n > 0)
         pthread_join(helpers[--n], NULL);
-    return atomic_load(&f->failed_errno) ? -1 : now_s() - t0;
+    return atomic_load(&f->failed_errno) ? -1 : qp_now_s() - t0;
 }
 
 int main(int argc, char **argv)
@@ -77,13 +72,13 @@ int main(int argc, char **argv)
         return fprintf(stderr, "qp-bench-map-touch: out of memory\n"), 1;
     memset(src, 0x5a, (size_t)BATCH_KEYS * VALUE_BYTES);
     f.src = src;
-    double t0 = now_s();
+    double t0 = qp_now_s();
     f.fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "touch", 4, VALUE_BYTES, f.n_keys, NULL);
     if (f.fd < 0) {
         fprintf(stderr, "qp-bench-map-touch: creating a %.2f GB array map: %s\n", gb, strerror(errno));
         return 1;
     }
-    double create = now_s() - t0, first = write_pass(&f), second = write_pass(&f);
+    double create = qp_now_s() - t0, first = write_pass(&f), second = write_pass(&f);
     if (first < 0 || second < 0) {
         fprintf(stderr, "qp-bench-map-touch: writing the map: %s\n", strerror(atomic_load(&f.failed_errno)));
         return 1;

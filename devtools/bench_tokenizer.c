@@ -16,13 +16,7 @@
 #include <time.h>
 
 #include "tokenizer.h"
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
+#include "clock.h"
 
 static uint32_t rng_state = 0x2545F491;
 
@@ -133,12 +127,12 @@ static double encode_once(qp_tok *tok, const qp_tok_text *text, size_t *n_ids)
 {
     qp_tok_ids ids = {0};
     qp_err err = {{0}};
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     if (qp_tok_encode(tok, text->s, text->len, &ids, &err)) {
         fprintf(stderr, "encode: %s\n", err.msg);
         exit(1);
     }
-    double ms = now_ms() - t0;
+    double ms = qp_now_ms() - t0;
     *n_ids = ids.len;
     qp_tok_ids_free(&ids);
     return ms;
@@ -183,9 +177,9 @@ static int bench_encode(const char *path, double mb, int runs, const char *dump)
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "load") == 0) {
-        double t0 = now_ms();
+        double t0 = qp_now_ms();
         qp_tok *tok = load(argv[2]);
-        printf("%.2f\n", now_ms() - t0);
+        printf("%.2f\n", qp_now_ms() - t0);
         qp_tok_free(tok);
         return 0;
     }

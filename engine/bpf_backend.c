@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "qrun.skel.h"
+#include "clock.h"
 
 #define ETH_HLEN 14   /* socket-filter test runs drop this much of data_in */
 
@@ -29,13 +30,6 @@ struct bpfb {
     void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
     size_t mapped_len[QP_MAP_COUNT];
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
@@ -351,7 +345,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qrun__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     if (!rc && qrun__load(s->skel) != 0) {
         int e = errno;
         char why[160];
@@ -361,10 +355,10 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         rc = qp_fail_code(err, code, "loading the BPF kernels failed: %s%s%s", strerror(e), hint ? "; " : "",
                           hint ? hint : "");
     }
-    double t1 = now_ms();
+    double t1 = qp_now_ms();
     if (!rc)
         rc = fill_maps(s, plan, err);
-    double t2 = now_ms();
+    double t2 = qp_now_ms();
     if (rc) {
         if (s->skel)
             bpfb_destroy(&s->b);

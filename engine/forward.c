@@ -5,6 +5,7 @@
  * threads; integer sums do not depend on who computes which rows, so the
  * result is the same bits for any split. */
 #include "forward.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -63,21 +64,14 @@ struct qp_forward {
     const atomic_bool *interrupt;       /* when set, every later invocation fails at once */
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
 {
     if (fw->interrupt && atomic_load(fw->interrupt))
         return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     uint64_t prog_ns = 0;
     int rc = fw->b->run(fw->b, k, a, &prog_ns, err);
-    double ms = now_ms() - t0, prog_ms = prog_ns / 1e6;
+    double ms = qp_now_ms() - t0, prog_ms = prog_ns / 1e6;
     pthread_mutex_lock(&fw->stats_mu);
     fw->stats.calls++;
     fw->stats.kernel_ms[k] += ms;
@@ -239,7 +233,7 @@ static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
             return true;
         cpu_relax();
         if (i % 64 == 0) {
-            double t = now_ms();
+            double t = qp_now_ms();
             if (deadline == 0)
                 deadline = t + SPIN_US / 1e3;
             else if (t > deadline)
@@ -357,7 +351,6 @@ static int check_range(const struct qp_forward *fw, const char *where, uint32_t 
                         "in the %s: qrun refuses this model rather than print wrong tokens",
                    QM_Q32_LIMIT_BITS - QM_RESID_FRAC, at);
 }
-
 
 /* BPF instructions a per-entry kernel spends on one block entry, about
  * (counted in build/kernels/qrun.bpf.o: per element of its loops, with the

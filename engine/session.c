@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include "memory.h"
+#include "clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,13 +10,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 const char *qp_backend_kind_name(enum qp_backend_kind k)
 {
@@ -70,7 +64,7 @@ static int size_for_memory(struct qp_session *s, const struct qp_session_opts *o
 
 static int open_container(struct qp_session *s, const struct qp_session_opts *o, qp_err *err)
 {
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     if (qpk_open(&s->file, o->model, 0, err))
         return -1;
     s->file_open = true;
@@ -80,7 +74,7 @@ static int open_container(struct qp_session *s, const struct qp_session_opts *o,
     if (!o->no_verify &&
         qpk_verify_all_progress(&s->file, o->progress ? checksum_progress : NULL, (void *)o, err))
         return -1;
-    s->checksum_ms = o->no_verify ? 0 : now_ms() - t0;
+    s->checksum_ms = o->no_verify ? 0 : qp_now_ms() - t0;
     const struct qpk_config *c = &s->file.cfg;
     s->vocab = c->vocab;
     s->hidden = c->hidden;
@@ -121,7 +115,7 @@ int qp_session_open(struct qp_session *s, const struct qp_session_opts *o, qp_er
 {
     memset(s, 0, sizeof *s);
     s->kind = o->backend;
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     int rc = o->backend == QP_BACKEND_REF ? open_reference(s, o, err) : open_container(s, o, err);
     if (!rc) {
         s->logits = malloc((size_t)s->vocab * sizeof *s->logits);
@@ -131,7 +125,7 @@ int qp_session_open(struct qp_session *s, const struct qp_session_opts *o, qp_er
         qp_session_close(s);
         return -1;
     }
-    s->load_ms = now_ms() - t0;
+    s->load_ms = qp_now_ms() - t0;
     return 0;
 }
 

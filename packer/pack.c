@@ -34,6 +34,7 @@
 #include "progress.h"
 #include "safetensors.h"
 #include "tokenizer.h"
+#include "clock.h"
 
 struct pack_opts {
     const char *src, *out;
@@ -1026,13 +1027,6 @@ static void print_summary(const struct packer *p, double seconds)
             p->deduped_lm_head ? "; lm_head stored once (tied)" : "");
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void fill_config(struct packer *p)
 {
     const struct qwen3_config *h = &p->hf;
@@ -1089,14 +1083,14 @@ static int calibrate(struct packer *p, qp_err *err)
     if (!p->opt.quiet && isatty(STDERR_FILENO))
         fprintf(stderr, "qpack: calibrating on up to %" PRIu64 " tokens of %s (float64 reference)\n",
                 p->opt.calib_tokens, p->opt.calib_text);
-    double t0 = now_seconds();
+    double t0 = qp_now_s();
     if (calib_run(&p->calib, p->opt.src, p->tokenizer, p->tokenizer_len, p->opt.calib_text, p->opt.calib_tokens,
                   err))
         return -1;
     p->calibrated = true;
     if (!p->opt.quiet)
         fprintf(stderr, "qpack: calibrated on %" PRIu64 " tokens of %s in %u window(s), %.1f s\n",
-                p->calib.tokens, p->opt.calib_text, p->calib.windows, now_seconds() - t0);
+                p->calib.tokens, p->opt.calib_text, p->calib.windows, qp_now_s() - t0);
     return 0;
 }
 
@@ -1150,7 +1144,7 @@ int cmd_pack(int argc, char **argv)
     if (parse_args(&p.opt, argc, argv))
         return 2;
     catch_stop_signals();
-    double t0 = now_seconds();
+    double t0 = qp_now_s();
     qp_err err = {{0}};
     char config_path[4096];
     snprintf(config_path, sizeof config_path, "%s/config.json", p.opt.src);
@@ -1193,7 +1187,7 @@ int cmd_pack(int argc, char **argv)
             fprintf(stderr, "\r\033[K");
         fprintf(stderr, "qpack: %s\n", err.msg);
     } else {
-        print_summary(&p, now_seconds() - t0);
+        print_summary(&p, qp_now_s() - t0);
     }
     packer_free(&p);
     return bad_out ? 2 : rc ? 1 : 0;

@@ -1,21 +1,15 @@
 /* progress.c - the progress line of `qpack pack` (see progress.h). */
 #include "progress.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <time.h>
 
 #define PROGRESS_PERIOD 0.25
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 void progress_start(struct progress *pr, bool on, uint32_t n_tensors, uint64_t bytes_total, double work_total)
 {
-    *pr = (struct progress){.on = on, .start = now_seconds(), .n_tensors = n_tensors, .bytes_total = bytes_total,
+    *pr = (struct progress){.on = on, .start = qp_now_s(), .n_tensors = n_tensors, .bytes_total = bytes_total,
                             .work_total = work_total};
     pr->shown = pr->start - PROGRESS_PERIOD;
 }
@@ -23,7 +17,7 @@ void progress_start(struct progress *pr, bool on, uint32_t n_tensors, uint64_t b
 /* "qpack: 57/310 tensors, 120.5/446.2 MB, 12 s, about 31 s left" */
 static void show(struct progress *pr, uint64_t bytes_done)
 {
-    double now = now_seconds(), elapsed = now - pr->start;
+    double now = qp_now_s(), elapsed = now - pr->start;
     if (now - pr->shown < PROGRESS_PERIOD)
         return;
     pr->shown = now;

@@ -6,7 +6,7 @@
 # own command line, is the one exception.
 set -u
 SRC=$1
-allowed='qpack.h cli_out.h fsafe.h json_strict.h tok_cli.h cli_num.h progress.h stop_text.h qrun.h qeval.h qeval_plot.h serve.h'
+allowed='qpack.h clock.h cli_out.h fsafe.h json_strict.h tok_cli.h cli_num.h progress.h stop_text.h qrun.h qeval.h qeval_plot.h serve.h'
 bad=0
 for f in "$SRC"/tools/qrun/qrun*.[ch] "$SRC"/tools/qeval/*.[ch] "$SRC"/tools/serve/*.[ch] "$SRC"/tools/cli/*.[ch]; do
     while read -r inc; do

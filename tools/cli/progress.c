@@ -1,5 +1,6 @@
 /* progress.c - one live status line on a terminal's stderr (progress.h). */
 #include "progress.h"
+#include "clock.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -14,13 +15,6 @@ static bool on;
 static volatile sig_atomic_t drawn;    /* a line is on the screen */
 static double last_ms = -1e9;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void progress_init(const char *prog, bool enabled)
 {
     line_prog = prog;
@@ -34,7 +28,7 @@ bool progress_enabled(void)
 
 void progress_show(bool force, const char *fmt, ...)
 {
-    if (!on || (!force && now_ms() - last_ms < REDRAW_MS))
+    if (!on || (!force && qp_now_ms() - last_ms < REDRAW_MS))
         return;
     char text[256];
     va_list ap;
@@ -44,7 +38,7 @@ void progress_show(bool force, const char *fmt, ...)
     fprintf(stderr, "\r%s: %s\033[K", line_prog, text);
     fflush(stderr);
     drawn = 1;
-    last_ms = now_ms();
+    last_ms = qp_now_ms();
 }
 
 void progress_clear(void)

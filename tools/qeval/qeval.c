@@ -42,6 +42,7 @@
 #include "progress.h"
 #include "qeval.h"
 #include "qeval_plot.h"
+#include "clock.h"
 
 #define INPUT_MAX (256u << 20) /* bytes of --prompts or --text read at most */
 
@@ -58,13 +59,6 @@ static int die(const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return 1;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 /* Nothing is half-written: the cache file is a nameless temporary until it
@@ -582,10 +576,10 @@ static int run_greedy(qpack_session *s, const struct seq *q, struct result *r, i
 {
     gen[0] = qpack_argmax(s);
     for (uint32_t k = 1; k < q->gen; k++) {
-        double t0 = now_ms();
+        double t0 = qp_now_ms();
         if (qpack_feed(s, &gen[k - 1], 1, err))
             return -1;
-        r->decode_ms += now_ms() - t0;
+        r->decode_ms += qp_now_ms() - t0;
         r->decode_steps++;
         gen[k] = qpack_argmax(s);
     }
@@ -608,7 +602,7 @@ static int run_prompts(struct ctx *x, struct result *r, int index, qpack_session
         struct scorer sc = {x, r, index, p, ref_logits, NULL, at, 0};
         qpack_session_stats before, after;
         qpack_session_get_stats(s, &before);
-        double t0 = now_ms();
+        double t0 = qp_now_ms();
         rc = qpack_session_rewind(s, 0, &err);
         if (!rc)
             rc = traced ? run_traced(s, q, &sc, hidden, &err) : qpack_feed_each(s, q->ids, q->n, score_position, &sc, &err);
@@ -617,7 +611,7 @@ static int run_prompts(struct ctx *x, struct result *r, int index, qpack_session
             break;
         }
         qpack_session_get_stats(s, &after);
-        r->prompt_ms += now_ms() - t0;
+        r->prompt_ms += qp_now_ms() - t0;
         r->prompt_calls += after.calls - before.calls;
         r->prompt_tokens += q->n;
         at += q->n;
@@ -672,12 +666,12 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     mp.progress = on_load_progress;
     mp.progress_user = &line;
     qpack_error err;
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     if (!index)
         progress_show(true, "[1/%d] %s: mapping the checkpoint", x->o->n_models + 1, r->label);
     if (qpack_model_open(m, r->path, &mp, &err) || qpack_session_new(s, *m, &err))
         return die("%s", err.message);
-    r->load_ms = now_ms() - t0;
+    r->load_ms = qp_now_ms() - t0;
     const qpack_model_info *i = qpack_model_get_info(*m);
     r->map_bytes = i->map_bytes;
     r->info.kv_bytes_per_position = i->kv_bytes_per_position;

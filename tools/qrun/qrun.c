@@ -35,6 +35,7 @@
 #include "qrun.h"
 #include "serve.h"
 #include "tok_cli.h"
+#include "clock.h"
 
 volatile sig_atomic_t qrun_stop_signal, qrun_reply_stopped, qrun_prompt_shown;
 static volatile sig_atomic_t phase = QRUN_LOADING, interactive_mode;
@@ -68,13 +69,6 @@ static void on_signal(int sig)
 void qrun_set_phase(enum qrun_phase p)
 {
     phase = p;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
 static int fail(qpack_error *err, qpack_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -358,7 +352,7 @@ static void on_prompt_progress(void *user, size_t done, size_t total)
 {
     struct prompt_progress *p = user;
     (void)total;
-    double ms = now_ms() - p->t0;
+    double ms = qp_now_ms() - p->t0;
     done += p->base;
     if (ms < PROMPT_PROGRESS_AFTER_MS || done >= p->total)
         return;
@@ -422,14 +416,14 @@ int qrun_feed(struct run_state *r, const int32_t *ids, size_t n, qpack_error *er
 {
     qpack_session_stats before, after;
     qpack_session_get_stats(r->s, &before);
-    struct prompt_progress pp = {0, n, now_ms()};
+    struct prompt_progress pp = {0, n, qp_now_ms()};
     qpack_session_set_progress(r->s, on_prompt_progress, &pp);
     int rc = r->o->dump_logits_all ? feed_all_rows(r, ids, n, &pp, err) : qpack_feed(r->s, ids, n, err) ? -1 : 0;
     qpack_session_set_progress(r->s, NULL, NULL);
     progress_clear();
     qpack_session_get_stats(r->s, &after);
     r->prompt_tokens += (uint32_t)n;
-    r->prompt_ms += now_ms() - pp.t0;
+    r->prompt_ms += qp_now_ms() - pp.t0;
     r->prompt_calls += after.calls - before.calls;
     if (!rc && r->o->dump_logits && !qrun_stop_signal)
         rc = dump_logits(r, err);
@@ -465,13 +459,13 @@ static int record_reply_token(struct run_state *r, int32_t id, qpack_error *err)
  * with a draft (queue: the model's tokens of that pass, the last pending). */
 static int step(struct run_state *r, int32_t id, int32_t *queue, uint32_t *q_len, qpack_error *err)
 {
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     qpack_session_stats before, after;
     qpack_session_get_stats(r->s, &before);
     int rc = r->o->lookup ? qpack_lookup_step(r->s, id, r->o->lookup, queue, q_len, err)
                           : qpack_feed(r->s, &id, 1, err);
     qpack_session_get_stats(r->s, &after);
-    r->gen_ms += now_ms() - t0;
+    r->gen_ms += qp_now_ms() - t0;
     r->decode_calls += after.calls - before.calls;
     r->decode_steps++;
     return rc ? -1 : 0;
@@ -553,7 +547,7 @@ static void on_load_progress(void *user, qpack_load_phase ph, uint64_t done, uin
 {
     struct load_progress *p = user;
     if (ph == QPACK_LOAD_CHECKSUMS) {
-        double s = (now_ms() - p->t0) / 1e3;
+        double s = (qp_now_ms() - p->t0) / 1e3;
         char left[32] = "?";
         if (done && done < total)
             progress_duration(left, s / (double)done * (double)(total - done));
@@ -589,20 +583,20 @@ static void print_verifier_counts(const qpack_model_info *info)
 static int load_model(struct run_state *r, qpack_error *err)
 {
     struct options *o = r->o;
-    struct load_progress lp = {base_name(o->model), o, now_ms()};
+    struct load_progress lp = {base_name(o->model), o, qp_now_ms()};
     qpack_model_params mp = o->mp;
     mp.ctx = o->ctx;        /* 0: the library's default, lowered to fit the memory */
     mp.progress = on_load_progress;
     mp.progress_user = &lp;
     mp.skip_tokenizer = true;     /* qrun has read it already */
-    double t0 = now_ms();
+    double t0 = qp_now_ms();
     if (o->mp.backend == QPACK_BACKEND_REF)
         progress_show(true, "loading %s: mapping the checkpoint", lp.name);
     int rc = qpack_model_open(&r->m, o->model, &mp, err) || qpack_session_new(&r->s, r->m, err) ? -1 : 0;
     progress_clear();
     if (rc)
         return -1;
-    r->load_ms = now_ms() - t0;
+    r->load_ms = qp_now_ms() - t0;
     r->info = qpack_model_get_info(r->m);
     if (getenv("QP_BPF_STATS"))
         print_verifier_counts(r->info);

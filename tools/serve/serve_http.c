@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "serve.h"
+#include "clock.h"
 
 #define WAIT_MS 100             /* how often a waiting request checks its client */
 #define STREAM_BLOCK 16384
@@ -59,13 +60,6 @@ struct request {
     struct serve_usage usage;
     struct stream *stream;      /* an SSE response still open */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ---- responses ----------------------------------------------------------- */
 
@@ -381,7 +375,6 @@ static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_
     return 0;
 }
 
-
 /* ---- server-sent events -------------------------------------------------- */
 
 struct stream {
@@ -573,7 +566,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
-        r->t0 = now_s();
+        r->t0 = qp_now_s();
         r->ep = route(url, h->cfg.model_id, &r->one_model);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
@@ -607,7 +600,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         char tokens[64] = "";
         if (r->usage.prompt_tokens)
             snprintf(tokens, sizeof tokens, ", %u + %u tokens", r->usage.prompt_tokens, r->usage.completion_tokens);
-        fprintf(stderr, "qrun serve: %s %s %d (%.3f s%s)%s\n", r->method, r->url, r->status, now_s() - r->t0, tokens,
+        fprintf(stderr, "qrun serve: %s %s %d (%.3f s%s)%s\n", r->method, r->url, r->status, qp_now_s() - r->t0, tokens,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost");
     }
     free(r->body);

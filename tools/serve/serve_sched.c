@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "serve.h"
+#include "clock.h"
 
 #define CHUNK 64                /* prompt tokens per feed */
 
@@ -76,13 +77,6 @@ struct serve_sched {
     pthread_cond_t turn_cv;
     uint64_t turn_next, turn_serving;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static unsigned long long micros(double seconds)
 {
@@ -260,7 +254,7 @@ int serve_sched_submit(struct serve_sched *s, struct serve_job *j)
         serve_job_ref(j);
         j->sched = s;
         j->queued = true;
-        j->t_submit = now_s();
+        j->t_submit = qp_now_s();
         s->q[(s->q_head + s->q_len++) % s->q_max] = j;
         atomic_store(&serve_metrics.waiting, s->q_len);
         pthread_cond_signal(&s->cv);
@@ -341,14 +335,14 @@ static int feed_prompt(struct worker *w, struct serve_job *j, qpack_error *err)
     if (qpack_session_rewind(w->session, keep, err))
         return -1;
     atomic_fetch_add(&serve_metrics.cached_tokens, keep);
-    double t0 = now_s();
+    double t0 = qp_now_s();
     for (uint32_t at = keep; at < j->n_prompt; at += CHUNK) {
         uint32_t n = j->n_prompt - at < CHUNK ? j->n_prompt - at : CHUNK;
         if (feed(w, j, j->prompt + at, n, err))
             return -1;
     }
     atomic_fetch_add(&serve_metrics.prompt_tokens, j->n_prompt);
-    atomic_fetch_add(&serve_metrics.prompt_us, micros(now_s() - t0));
+    atomic_fetch_add(&serve_metrics.prompt_us, micros(qp_now_s() - t0));
     return 0;
 }
 
@@ -374,7 +368,7 @@ static const char *decode(struct worker *w, struct serve_job *j, qpack_sampler *
     for (;;) {
         int32_t id = qpack_sample(smp, w->session);
         if (j->usage.completion_tokens++ == 0) {
-            atomic_fetch_add(&serve_metrics.first_token_us, micros(now_s() - j->t_submit));
+            atomic_fetch_add(&serve_metrics.first_token_us, micros(qp_now_s() - j->t_submit));
             atomic_fetch_add(&serve_metrics.first_tokens, 1);
         }
         if (qpack_token_is_end(m, id))
@@ -423,9 +417,9 @@ static void run_job(struct worker *w, struct serve_job *j)
     if (w->s->job_turns)
         turn_acquire(w->s);
     if (!feed_prompt(w, j, &err) && !qpack_sampler_new(&smp, w->s->m, &j->sp, &err)) {
-        double t0 = now_s();
+        double t0 = qp_now_s();
         finish = decode(w, j, smp, &sm, &err);
-        atomic_fetch_add(&serve_metrics.decode_us, micros(now_s() - t0));
+        atomic_fetch_add(&serve_metrics.decode_us, micros(qp_now_s() - t0));
         atomic_fetch_add(&serve_metrics.completion_tokens, j->usage.completion_tokens);
     }
     if (w->s->job_turns)
