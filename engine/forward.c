@@ -1,19 +1,20 @@
-/* forward.c - the schedule of one token and the two-thread pool.
+/* forward.c - the schedule of a forward pass: which kernel runs when, on
+ * which rows, heads and positions.
  *
  * Parallel steps are cut into jobs of at most MACS_PER_CALL multiply-adds
- * (about half a millisecond in BPF) and taken from a shared counter by both
- * threads; integer sums do not depend on who computes which rows, so the
+ * (about half a millisecond in BPF) and shared by the pool's threads
+ * (pool.h); integer sums do not depend on who computes which rows, so the
  * result is the same bits for any split. */
 #include "forward.h"
-#include "clock.h"
 
-#include <errno.h>
+#include "clock.h"
+#include "pool.h"
+#include "stream.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #define MACS_PER_CALL (2u << 20)
 #define JOBS_PER_THREAD 2       /* at least, per product */
@@ -26,19 +27,12 @@ struct job_source {
     uint32_t key;
 };
 
+/* the jobs the pool runs next: one kernel invocation each */
 struct job_list {
     enum qp_kernel kernel[MAX_JOBS];
     struct qk_args args[MAX_JOBS];
     struct job_source src[MAX_JOBS];    /* --stream products: staged by the job itself */
     uint32_t n;
-    /* (limit << 32) | next job: a taker owns job `next` when next < limit.
-     * One word, so that a thread that takes late, after the list is done,
-     * sees limit 0 (or a later list's own limit), never a list being
-     * rewritten. */
-    _Atomic uint64_t ticket;
-    atomic_uint done;           /* jobs finished */
-    atomic_int failed;
-    qp_err err;
 };
 
 struct qp_forward {
@@ -47,15 +41,8 @@ struct qp_forward {
     const struct qk_config *cfg;
     struct qk_args pending[MAX_JOBS];   /* --stream: the whole list, run in batches */
     enum qp_kernel pending_kernel[MAX_JOBS];
-    unsigned threads;
-    pthread_t worker;
-    pthread_mutex_t mu;
-    pthread_cond_t wake, finished;
-    atomic_uint_fast64_t generation;    /* bumped for each job list */
-    uint64_t seen;              /* the worker's: the last generation it ran */
-    atomic_bool worker_asleep;  /* on `wake` */
-    atomic_bool main_asleep;    /* on `finished` */
-    atomic_bool stop;
+    struct qp_pool *pool;
+    unsigned threads;           /* the pool's */
     struct job_list jobs;
     struct qp_forward_stats stats;
     pthread_mutex_t stats_mu;
@@ -88,220 +75,27 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     return rc;
 }
 
-/* --stream: reads n blocks of `block` bytes from the container, starting
- * at src (a pointer into its mapping), to work keys [key, key + n): one
- * qpk_readv per IOV_BATCH blocks. Reading rather than copying from the
- * mapping keeps the model out of this process's memory (--stream is for
- * hosts without room for it) and takes no page faults, which on this VM
- * cost more than the copy. */
-#define IOV_BATCH 256
-
-static int read_blocks(struct qp_forward *fw, const uint8_t *src, uint32_t key, uint32_t n, uint32_t block,
-                       qp_err *err)
-{
-    const struct qpk_file *f = fw->plan->file;
-    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
-    uint8_t *dst = fw->b->work + (uint64_t)key * stride;
-    struct iovec iov[IOV_BATCH];
-    for (uint32_t done = 0; done < n;) {
-        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
-        for (uint32_t b = 0; b < count; b++)
-            iov[b] = (struct iovec){dst + (uint64_t)(done + b) * stride, block};
-        uint64_t at = (uint64_t)(src - f->map) + (uint64_t)done * block;
-        if (qpk_readv(f, at, iov, (int)count))
-            return errno == EFAULT
-                       ? qp_fail(err, "%s: the model file was truncated or changed on disk while qrun was reading it",
-                                 f->path)
-                       : qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
-                                 strerror(errno));
-        done += count;
-    }
-    return 0;
-}
-
-/* --stream: reads n row blocks of a packed tensor (i6g, i4k), from block
- * `first` of segment seg, and expands them to work keys [key, key + n),
- * IOV_BATCH blocks per read. */
-static int read_packed(struct qp_forward *fw, const struct qp_segment *seg, uint32_t first, uint32_t key,
-                       uint32_t n, qp_err *err)
-{
-    const struct qpk_file *f = fw->plan->file;
-    const struct qpk_tensor *t = seg->packed;
-    uint32_t stride = fw->plan->maps[QP_MAP_WORK].value_size;
-    uint8_t *stored = malloc((size_t)IOV_BATCH * t->row_stride);
-    if (!stored)
-        return qp_fail(err, "out of memory");
-    int rc = 0;
-    for (uint32_t done = 0; done < n && !rc;) {
-        uint32_t count = n - done < IOV_BATCH ? n - done : IOV_BATCH;
-        uint64_t at = (uint64_t)(seg->data - f->map) + (uint64_t)(first + done) * t->row_stride;
-        if (qpk_read(f, at, stored, (size_t)count * t->row_stride))
-            rc = qp_fail(err, "%s: reading weights at byte %llu: %s", f->path, (unsigned long long)at,
-                         errno == EFAULT ? "the model file was truncated or changed on disk" : strerror(errno));
-        else    /* the work map's entries are value_size apart, wider than some blocks */
-            qp_segment_expand(seg, stored, count, fw->b->work + (uint64_t)(key + done) * stride, stride);
-        done += count;
-    }
-    free(stored);
-    return rc;
-}
-
-/* --stream: copies blocks [group, group + n) of a weight map to work keys
- * [key, key + n): verbatim, one read per run of blocks in one segment (the
- * run read IOV_BATCH blocks at a time), or expanded when the segment is a
- * packed tensor's. */
-static int stage(struct qp_forward *fw, enum qp_map_id map, uint32_t group, uint32_t n, uint32_t key, qp_err *err)
-{
-    const struct qp_mapspec *w = &fw->plan->maps[QP_MAP_WORK], *m = &fw->plan->maps[map];
-    for (uint32_t b = 0; b < n;) {
-        const struct qp_segment *seg = qp_plan_segment(fw->plan, map, group + b);
-        if (!seg || key + n > w->max_entries)
-            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
-        uint32_t i = group + b - seg->first_key, run = n - b < seg->n_keys - i ? n - b : seg->n_keys - i;
-        int rc = seg->packed ? read_packed(fw, seg, i, key + b, run, err)
-                             : read_blocks(fw, seg->data + (uint64_t)i * m->value_size, key + b, run, m->value_size,
-                                           err);
-        if (rc)
-            return -1;
-        b += run;
-    }
-    return 0;
-}
-
 /* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the
  * worker), which has its own scratch; a --stream product first stages its
  * own blocks, so each thread reads while the other computes. */
-static int run_job(struct qp_forward *fw, unsigned i, uint32_t thread, qp_err *err)
+static int run_job(void *ctx, uint32_t i, uint32_t thread, qp_err *err)
 {
+    struct qp_forward *fw = ctx;
     struct job_list *j = &fw->jobs;
     struct qk_args a = j->args[i];
     a.scratch = thread;
     bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM ||
                   j->kernel[i] == QP_K_MATVEC4B_STREAM;
-    if (staged && stage(fw, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4, a.work_key, err))
+    if (staged && qp_stream_stage(fw->plan, fw->b->work, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4,
+                                  a.work_key, err))
         return -1;
     return call(fw, j->kernel[i], &a, err);
-}
-
-/* Takes jobs until none are left; wakes the calling thread of run_jobs
- * when it finishes the list's last job and that thread sleeps. */
-static void drain(struct qp_forward *fw, uint32_t thread)
-{
-    struct job_list *j = &fw->jobs;
-    for (;;) {
-        uint64_t t = atomic_fetch_add(&j->ticket, 1);
-        uint32_t i = (uint32_t)t, limit = (uint32_t)(t >> 32);
-        if (i >= limit)
-            return;
-        qp_err err;
-        if (!atomic_load(&j->failed) && run_job(fw, i, thread, &err) != 0 && atomic_exchange(&j->failed, 1) == 0)
-            j->err = err;
-        if (atomic_fetch_add(&j->done, 1) + 1 == limit && atomic_load(&fw->main_asleep)) {
-            pthread_mutex_lock(&fw->mu);
-            pthread_cond_signal(&fw->finished);
-            pthread_mutex_unlock(&fw->mu);
-        }
-    }
-}
-
-/* Sharing the machine. A thread that waits for the other spins only
- * briefly, then sleeps: with another busy process on this 2-core machine
- * the other thread may have lost its core, and a spinning waiter would
- * keep the core it needs. The thread that hands out a list never waits for
- * the worker to show up: it takes every job the worker has not taken, and
- * waits only for jobs in progress. SPIN_US covers the gaps between the
- * lists of a quiet machine (tens of microseconds; a sleeping thread's
- * wake-up costs about as much on a virtual machine). An idle qrun (a chat
- * waiting for input) takes no CPU. */
-#define SPIN_US 200
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ volatile("yield");
-#endif
-}
-
-/* Spins until done(fw) holds or SPIN_US pass; returns whether it held. */
-static bool spin_until(struct qp_forward *fw, bool (*done)(struct qp_forward *))
-{
-    double deadline = 0;
-    for (unsigned i = 1;; i++) {
-        if (done(fw))
-            return true;
-        cpu_relax();
-        if (i % 64 == 0) {
-            double t = qp_now_ms();
-            if (deadline == 0)
-                deadline = t + SPIN_US / 1e3;
-            else if (t > deadline)
-                return false;
-        }
-    }
-}
-
-static bool has_work(struct qp_forward *fw)
-{
-    return atomic_load(&fw->stop) || atomic_load(&fw->generation) != fw->seen;
-}
-
-static bool list_done(struct qp_forward *fw)
-{
-    return atomic_load(&fw->jobs.done) == fw->jobs.n;
-}
-
-/* Sleeps on cv until done(fw), with *flag set meanwhile so that the
- * other thread knows to signal. */
-static void sleep_until(struct qp_forward *fw, pthread_cond_t *cv, atomic_bool *flag,
-                        bool (*done)(struct qp_forward *))
-{
-    pthread_mutex_lock(&fw->mu);
-    atomic_store(flag, true);
-    while (!done(fw))
-        pthread_cond_wait(cv, &fw->mu);
-    atomic_store(flag, false);
-    pthread_mutex_unlock(&fw->mu);
-}
-
-static void *worker_main(void *arg)
-{
-    struct qp_forward *fw = arg;
-    for (;;) {
-        if (!spin_until(fw, has_work))
-            sleep_until(fw, &fw->wake, &fw->worker_asleep, has_work);
-        if (atomic_load(&fw->stop))
-            return NULL;
-        fw->seen = atomic_load(&fw->generation);
-        drain(fw, 1);
-    }
 }
 
 /* Runs the prepared job list on every thread and waits for all of it. */
 static int run_jobs(struct qp_forward *fw, qp_err *err)
 {
-    struct job_list *j = &fw->jobs;
-    atomic_store(&j->done, 0);
-    atomic_store(&j->failed, 0);
-    atomic_store(&j->ticket, (uint64_t)j->n << 32);
-    if (fw->threads > 1 && j->n > 1) {
-        atomic_fetch_add(&fw->generation, 1);
-        if (atomic_load(&fw->worker_asleep)) {
-            pthread_mutex_lock(&fw->mu);
-            pthread_cond_signal(&fw->wake);
-            pthread_mutex_unlock(&fw->mu);
-        }
-    }
-    drain(fw, 0);
-    if (!spin_until(fw, list_done))
-        sleep_until(fw, &fw->finished, &fw->main_asleep, list_done);
-    atomic_store(&j->ticket, 0);    /* a late taker finds nothing */
-    if (atomic_load(&j->failed)) {
-        *err = j->err;
-        return -1;
-    }
-    return 0;
+    return qp_pool_run(fw->pool, fw->jobs.n, err);
 }
 
 /* --stream: runs fw->pending[0, n) in batches that fit the work map. */
@@ -527,7 +321,8 @@ static int embed(struct qp_forward *fw, uint32_t token, uint32_t b, qp_err *err)
     struct qk_args a = {.token = token, .b0 = b, .nb = 1};
     if (fw->plan->stream) {
         a.streamed = 1;
-        if (stage(fw, c->embed_i4 ? QP_MAP_W4_HID : QP_MAP_W_HID, c->embed_key + token / 4, 1, 0, err))
+        if (qp_stream_stage(fw->plan, fw->b->work, c->embed_i4 ? QP_MAP_W4_HID : QP_MAP_W_HID, c->embed_key + token / 4,
+                            1, 0, err))
             return -1;
     }
     return call(fw, QP_K_EMBED, &a, err) || check_range(fw, "embedding", 0, err);
@@ -585,13 +380,12 @@ int qp_forward_create(struct qp_forward **out, struct qp_backend *b, const struc
     fw->b = b;
     fw->plan = plan;
     fw->cfg = &plan->cfg;
-    fw->threads = threads > 1 ? 2 : 1;
-    pthread_mutex_init(&fw->mu, NULL);
     pthread_mutex_init(&fw->stats_mu, NULL);
-    pthread_cond_init(&fw->wake, NULL);
-    pthread_cond_init(&fw->finished, NULL);
-    if (fw->threads > 1 && pthread_create(&fw->worker, NULL, worker_main, fw) != 0)
-        fw->threads = 1;
+    if (qp_pool_create(&fw->pool, threads, run_job, fw, err)) {
+        qp_forward_destroy(fw);
+        return -1;
+    }
+    fw->threads = qp_pool_threads(fw->pool);
     *out = fw;
     return 0;
 }
@@ -600,17 +394,8 @@ void qp_forward_destroy(struct qp_forward *fw)
 {
     if (!fw)
         return;
-    if (fw->threads > 1) {
-        pthread_mutex_lock(&fw->mu);
-        atomic_store(&fw->stop, true);
-        pthread_cond_signal(&fw->wake);
-        pthread_mutex_unlock(&fw->mu);
-        pthread_join(fw->worker, NULL);
-    }
-    pthread_mutex_destroy(&fw->mu);
+    qp_pool_destroy(fw->pool);
     pthread_mutex_destroy(&fw->stats_mu);
-    pthread_cond_destroy(&fw->wake);
-    pthread_cond_destroy(&fw->finished);
     free(fw);
 }
 
