@@ -1,15 +1,15 @@
-/* plan.c - model constants and map layout from a validated container. */
+/* plan.c - the model constants (struct qk_config) and the layout of the
+ * maps from a validated container: which map each matrix lands in, at
+ * which key, and every map's size. What attention reads beside the
+ * weights is planned in plan_kv.c; what qrun rewrites as it fills a map,
+ * in plan_encode.c. */
 #include "plan.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "hf_config.h"
-#include "pf16.h"
-
-/* bounds on the KV cache get this much slack for rounding in the kernels */
-#define KV_BOUND_MARGIN 1.01
+#include "plan_kv.h"
 
 struct qm_sf qp_sf_from_double(double v)
 {
@@ -24,222 +24,10 @@ double qp_sf_to_double(struct qm_sf v)
     return ldexp((double)v.m, v.e);
 }
 
-static int64_t i32s_abs(const struct qpk_tensor *t, uint32_t i)
-{
-    int32_t q;
-    memcpy(&q, t->data + 4 * (uint64_t)i, 4);
-    return llabs((long long)q);
-}
-
-static int64_t i32s_max_q(const struct qpk_tensor *t)
-{
-    int64_t max = 0;
-    for (uint32_t i = 0; i < t->cols; i++)
-        max = i32s_abs(t, i) > max ? i32s_abs(t, i) : max;
-    return max;
-}
-
-static double i32s_max_abs(const struct qpk_tensor *t)
-{
-    return ldexp((double)i32s_max_q(t), -t->scale_exp);
-}
-
 /* the encoding the kernels read t in (i6g as i8g, i4k as i4g) */
 static unsigned kernel_enc(const struct qpk_tensor *t)
 {
     return qpk_kernel_encoding(t->encoding);
-}
-
-bool qp_tensor_widened(const struct qpk_tensor *t)
-{
-    return kernel_enc(t) == QPK_ENC_I4G;
-}
-
-/* value of element (r, c) of a blocked matrix (q24, i8g or i4g) whose row
- * block holding r is at blk, in its kernel encoding */
-static double matrix_value(const struct qpk_tensor *t, const uint8_t *blk, uint32_t r, uint32_t c)
-{
-    if (kernel_enc(t) == QPK_ENC_I4G) {
-        uint64_t word = 0;
-        memcpy(&word, blk + 8 * ((uint64_t)(c / 16) * 4 + r % 4), 8);   /* little-endian host */
-        unsigned q = (unsigned)(word >> (4 * (c % 16))) & 15;
-        uint16_t dm[8];
-        memcpy(dm, blk + 2 * (uint64_t)t->cols + 16 * (uint64_t)(c / t->group_size), 16);
-        return ldexp((double)pf16_int(dm[r % 4]) * q - (double)pf16_int(dm[4 + r % 4]), -t->scale_exp);
-    }
-    uint64_t at = (uint64_t)(c / QPK_Q24_TILE_COLS) * 64 + (r % 4) * 16 + c % 16;
-    if (kernel_enc(t) == QPK_ENC_I8G) {
-        int32_t d;
-        memcpy(&d, blk + (uint64_t)t->cols * 4 + ((uint64_t)(c / t->group_size) * 4 + r % 4) * 4, 4);
-        return ldexp((double)d * (int8_t)blk[at], -t->scale_exp);
-    }
-    int32_t q;
-    memcpy(&q, blk + 4 * at, 4);
-    return ldexp((double)q, -24);
-}
-
-/* largest Euclidean norm of a row of a matrix (-1: out of memory) */
-static double max_row_norm(const struct qpk_tensor *t)
-{
-    uint8_t *expanded = qpk_encoding_packed(t->encoding) ? malloc(qpk_kernel_stride(t)) : NULL;
-    if (qpk_encoding_packed(t->encoding) && !expanded)
-        return -1;
-    double best = 0;
-    for (uint32_t r = 0; r < t->rows; r++) {
-        const uint8_t *blk = t->data + (uint64_t)(r / QPK_Q24_TILE_ROWS) * t->row_stride;
-        if (expanded && r % QPK_Q24_TILE_ROWS == 0)
-            qpk_expand_blocks(t, blk, 1, expanded);
-        double ss = 0;
-        for (uint32_t c = 0; c < t->cols; c++) {
-            double v = matrix_value(t, expanded ? expanded : blk, r, c);
-            ss += v * v;
-        }
-        best = fmax(best, sqrt(ss));
-    }
-    free(expanded);
-    return best;
-}
-
-/* smallest exponent e with bound <= 32767 * 2^e */
-static int32_t cache_exponent(double bound)
-{
-    if (!(bound > 0))
-        return -30;
-    return (int32_t)ceil(log2(bound * KV_BOUND_MARGIN / 32767.0));
-}
-
-/* K after q/k RMSNorm and RoPE: |k_i| <= sqrt(head_dim) max|g|. V = W_v x
- * with x the input RMSNorm's output: |v_j| <= |W_v row j| |x|, and
- * |x| <= sqrt(hidden) max|g|. Neither bound can be exceeded. */
-static int kv_exponents(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
-{
-    struct qk_config *c = &p->cfg;
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        double gk = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_K_NORM, l));
-        double gx = i32s_max_abs(qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l));
-        double wv = max_row_norm(qpk_tensor_of(f, QPK_ROLE_V, l));
-        if (wv < 0)
-            return qp_fail(err, "out of memory");
-        c->k_exp[l] = cache_exponent(sqrt((double)c->head_dim) * gk);
-        c->v_exp[l] = cache_exponent(wv * sqrt((double)c->hidden) * gx);
-    }
-    return 0;
-}
-
-/* the larger |g| of RoPE pair i (channels i and i + half) */
-static int64_t pair_gain(const struct qpk_tensor *g, uint32_t i, uint32_t half)
-{
-    int64_t a = i32s_abs(g, i), b = i32s_abs(g, i + half);
-    return a > b ? a : b;
-}
-
-/* K channel boosts. q_norm/k_norm scales in the hundreds on a few channels
- * would leave the other channels of an int16 K vector with few bits. Each
- * RoPE channel pair i of layer l is stored as k * 2^b_i, with b_i the most
- * (up to QK_KBOOST_MAX) that keeps it under the vector's static bound:
- * 2^b_i <= max|g| / max(|g_i|, |g_i+half|). The query is scaled by
- * 2^(QK_KBOOST_MAX - b_i), so q.k gains the constant 2^QK_KBOOST_MAX. */
-static void fill_boosts(int32_t *boost, const struct qpk_tensor *g, uint32_t head_dim)
-{
-    uint32_t half = head_dim / 2;
-    int64_t gmax = i32s_max_q(g);
-    for (uint32_t i = 0; i < half; i++) {
-        int64_t pair = pair_gain(g, i, half);
-        int32_t b = 0;
-        while (b < QK_KBOOST_MAX && (pair << (b + 1)) <= gmax)
-            b++;
-        boost[i] = b;
-    }
-}
-
-/* channel i's weight once its extension bits are counted */
-static double weight_left(const double *w, const int32_t *ext, int i)
-{
-    return ldexp(w[i], -(int)QK_KEXT_BITS(ext[i]));
-}
-
-/* the heaviest channel that may still take a bit (not a tag, not a donor,
- * under QK_KEXT_MAX), and the lightest that may still lend one (neither
- * extended nor a donor, not `heavy`); -1 when none */
-static int heaviest_open(const double *w, const int32_t *ext, uint32_t head_dim)
-{
-    int heavy = -1;
-    for (uint32_t i = 4; i < head_dim; i++)
-        if (!QK_KEXT_DONOR(ext[i]) && QK_KEXT_BITS(ext[i]) < QK_KEXT_MAX &&
-            (heavy < 0 || weight_left(w, ext, (int)i) > weight_left(w, ext, heavy)))
-            heavy = (int)i;
-    return heavy;
-}
-
-static int lightest_open(const double *w, const int32_t *ext, uint32_t head_dim, int heavy)
-{
-    int light = -1;
-    for (uint32_t i = 4; i < head_dim; i++)
-        if (ext[i] == 0 && (int)i != heavy && (light < 0 || w[i] < w[light]))
-            light = (int)i;
-    return light;
-}
-
-/* K extension bits (qrun_abi.h, klayout). A rounding step of K channel i
- * moves a score by about |q_i| * step_i, so channel i weighs
- * w_i = gq_i * 2^-b_i (q_norm gain of its pair, its boost). Each step
- * halves the heaviest channel's error by lending it the lowest bit of the
- * lightest channel left, which doubles that one's: worth it while the
- * heavy weight is more than twice the light one (the sum of squared
- * errors falls). Channels 0..3 carry the vector's exponent tag. Returns
- * the number of donors; equal gains (a plain checkpoint) give none. */
-static int32_t fill_extensions(int32_t *ext, const int32_t *boost, const struct qpk_tensor *gq, uint32_t head_dim)
-{
-    uint32_t half = head_dim / 2;
-    double w[QWEN3_MAX_HEAD_DIM];
-    for (uint32_t i = 0; i < head_dim; i++) {
-        w[i] = ldexp((double)pair_gain(gq, i % half, half), -boost[i % half]);
-        ext[i] = 0;
-    }
-    int32_t n_donors = 0;
-    for (;;) {
-        int heavy = heaviest_open(w, ext, head_dim);
-        int light = heavy < 0 ? -1 : lightest_open(w, ext, head_dim, heavy);
-        if (light < 0 || weight_left(w, ext, heavy) <= 2 * w[light])
-            return n_donors;
-        ext[light] = QK_KEXT_MAKE_DONOR(heavy, QK_KEXT_BITS(ext[heavy]));
-        ext[heavy]++;
-        n_donors++;
-    }
-}
-
-/* the klayout map: per layer, boosts, extensions and the donor count */
-static int fill_klayout(struct qp_plan *p, const struct qpk_file *f, qp_err *err)
-{
-    const struct qk_config *c = &p->cfg;
-    uint32_t len = QK_KL_LEN(c->head_dim);
-    p->klayout_table = calloc((uint64_t)c->n_layers * len, sizeof(int32_t));
-    if (!p->klayout_table)
-        return qp_fail(err, "out of memory");
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        int32_t *t = p->klayout_table + (uint64_t)l * len;
-        fill_boosts(t, qpk_tensor_of(f, QPK_ROLE_K_NORM, l), c->head_dim);
-        t[QK_KL_DONORS(c->head_dim)] =
-            fill_extensions(t + QK_KL_EXT(c->head_dim), t, qpk_tensor_of(f, QPK_ROLE_Q_NORM, l), c->head_dim);
-    }
-    return 0;
-}
-
-static int fill_rope(struct qp_plan *p, double theta, qp_err *err)
-{
-    const struct qk_config *c = &p->cfg;
-    uint32_t half = c->head_dim / 2;
-    p->rope_table = malloc((uint64_t)c->ctx * half * 2 * sizeof(int32_t));
-    if (!p->rope_table)
-        return qp_fail(err, "out of memory for the RoPE table");
-    for (uint32_t pos = 0; pos < c->ctx; pos++)
-        for (uint32_t i = 0; i < half; i++) {
-            double a = pos * pow(theta, -2.0 * i / c->head_dim);
-            int32_t *cs = p->rope_table + ((uint64_t)pos * half + i) * 2;
-            cs[0] = (int32_t)llround(ldexp(cos(a), 30));
-            cs[1] = (int32_t)llround(ldexp(sin(a), 30));
-        }
-    return 0;
 }
 
 static void set_map(struct qp_plan *p, enum qp_map_id id, const char *name, uint64_t value_size,
@@ -349,58 +137,6 @@ static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *
         return -1;
     p->maps[hm].segs[p->maps[hm].n_segs - 1].lanes6 = c->lm_i6;
     return 0;
-}
-
-/* i8g code bytes of one block (4 rows x cols) rewritten as i6 lanes
- * (QK_I6_BYTE), 16 bytes at a time: in 16-bit units, the chunk's
- * [u0 u1 u2 u3 | v0 v1 v2 v3] become [u0 u2 v0 v2] and [u1 u3 v1 v3]. A
- * code q in -32..31 biased by 32 is its low 6 bits with bit 5 flipped: no
- * carry crosses a byte. Little-endian, as the kernels' maps. */
-static void i6_lanes(uint8_t *blk, uint32_t cols)
-{
-    const uint64_t low6 = 0x3F3F3F3F3F3F3F3Full, bias = 0x2020202020202020ull;
-    for (uint32_t at = 0; at < 4 * cols; at += 16) {
-        uint64_t lo, hi;
-        memcpy(&lo, blk + at, 8);
-        memcpy(&hi, blk + at + 8, 8);
-        lo = (lo & low6) ^ bias;
-        hi = (hi & low6) ^ bias;
-        uint64_t a = (lo & 0xFFFF) | ((lo >> 16) & 0xFFFF0000ull) | ((hi & 0xFFFF) << 32) |
-                     ((hi << 16) & 0xFFFF000000000000ull);
-        uint64_t b = ((lo >> 16) & 0xFFFF) | ((lo >> 32) & 0xFFFF0000ull) | ((hi << 16) & 0xFFFF00000000ull) |
-                     (hi & 0xFFFF000000000000ull);
-        memcpy(blk + at, &a, 8);
-        memcpy(blk + at + 8, &b, 8);
-    }
-}
-
-/* An i4g block's pf16 parameters (after its 2 * cols code bytes) as the
- * int32s they encode, in place: from the last to the first, so that each
- * int32 only covers parameters already read. Little-endian, as the
- * kernels' maps. */
-static void widen_i4_params(uint8_t *blk, uint32_t cols, uint32_t group)
-{
-    uint8_t *par = blk + 2ull * cols;
-    for (uint64_t i = 8ull * (cols / group); i-- > 0;) {
-        uint16_t v;
-        memcpy(&v, par + 2 * i, 2);
-        int32_t d = pf16_int(v);
-        memcpy(par + 4 * i, &d, 4);
-    }
-}
-
-void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
-                       uint64_t value_size)
-{
-    const struct qpk_tensor *t = seg->packed;
-    for (uint64_t b = 0; b < n; b++) {
-        uint8_t *out = dst + b * value_size;
-        qpk_expand_blocks(t, src + b * t->row_stride, 1, out);
-        if (seg->lanes6)
-            i6_lanes(out, t->cols);
-        if (seg->widen4)
-            widen_i4_params(out, t->cols, t->group_size);
-    }
 }
 
 bool qp_map_is_matrix(enum qp_map_id id)
@@ -745,7 +481,8 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uin
     if (qp_plan_layout(p, f, ctx, slots, block, stream, err))
         return -1;
     const struct qpk_config *q = &f->cfg;
-    if (kv_exponents(p, f, err) || weight_segments(p, f, err) || fill_rope(p, q->rope_theta, err) || fill_klayout(p, f, err)) {
+    if (qp_plan_kv_exponents(p, f, err) || weight_segments(p, f, err) || qp_plan_rope(p, q->rope_theta, err) ||
+        qp_plan_klayout(p, f, err)) {
         qp_plan_free(p);
         return -1;
     }

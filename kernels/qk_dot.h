@@ -12,7 +12,7 @@
 
 /* Column chunks. A product's row is walked C.col_chunk columns at a time
  * (a power of two up to QK_COL_CHUNK_MAX dividing every width and a
- * multiple of every group size; plan.c), each chunk one bpf_loop callback:
+ * multiple of every group size; engine/plan.c), each chunk one bpf_loop callback:
  * the verifier walks a chunk's constant-length loop, so what it processes
  * does not grow with the model's width. The functions below add one
  * chunk, columns [c0, c0 + C.col_chunk), into acc[0..3]. Sums are exact

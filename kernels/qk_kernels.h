@@ -15,7 +15,7 @@
  *   w_o      o_proj blocks, w_down down_proj blocks
  *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in),
  *            their pf16 parameters widened to int32 as qrun fills the map
- *            (plan.c widen_i4_params): a load each, not a decode
+ *            (engine/plan_encode.c): a load each, not a decode
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2

@@ -173,7 +173,7 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     u32 head = (u32)i, layer = cx->layer;
     s64 *qkv = QK_LOOKUP(qkv, cx->b);
     const s32 *cs = QK_LOOKUP(rope, cx->pos);
-    const s32 *kl = QK_LOOKUP(klayout, layer);   /* plan.c fill_klayout */
+    const s32 *kl = QK_LOOKUP(klayout, layer);   /* engine/plan_kv.c */
     if (!qkv || !cs || !kl || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
         head >= C.n_heads + C.n_kv_heads || head >= QK_MAX_HEADS)
         return 1;

@@ -19,12 +19,12 @@
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
 #define QK_MAX_HIDDEN 16384       /* hidden size the kernels' index masks allow */
 #define QK_MAX_ACT 32768          /* act vector length (max of hidden, q_dim, inter) */
-#define QK_COL_CHUNK_MAX 1024     /* columns per product callback at most (plan.c) */
+#define QK_COL_CHUNK_MAX 1024     /* columns per product callback at most (engine/plan.c) */
 #define QK_XQ_BLOCK 32            /* i4g: act values per 8-bit block (the smallest group) */
 #define QK_XQ_FRAC 12             /* i4g: fraction bits a block sum keeps below the largest block */
 #define QK_I4_GROUP_SHIFT 10      /* i4g: a group's D*SP - M*SA is shifted down this much */
 #define QK_XQ_MAX_REL 31          /* i4g: blocks further below the largest are dropped */
-#define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (see plan.c) */
+#define QK_KBOOST_MAX 10          /* K channel boost: at most 2^10 (engine/plan_kv.c) */
 #define QK_KEXT_MAX 15            /* K cache: extension bits of one channel at most */
 #define QK_K_ACT_BITS 31          /* K head mantissas before the cache: |m| <= 2^31 */
 #define QK_Q_ACT_BITS 29          /* query mantissas: q.k stays below 2^29+10+15+7 < 2^63 */
@@ -181,7 +181,7 @@ enum qk_norm_target {
 #define QK_UNPK_BYTES(act_len) (8 * QK_UNPK_I8_UNIT * (((act_len) + 31) / 32))
 
 /* The K cache layout of one layer (map `klayout`, one value per layer,
- * plan.c fill_klayout), s32 entries:
+ * engine/plan_kv.c), s32 entries:
  *   boost[head_dim / 2]  per RoPE pair: K is stored * 2^boost, the query
  *                        * 2^(QK_KBOOST_MAX - boost)
  *   ext[head_dim]        per channel: QK_KEXT_* fields
