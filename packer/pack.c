@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bf16.h"
 #include "clock.h"
 #include "fsafe.h"
 #include "pack.h"
+#include "progress.h"
 
 static void fill_config(struct packer *p)
 {
@@ -104,14 +106,13 @@ static void packer_free(struct packer *p)
  * write past the file size limit then fails with one line. */
 static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2,
                                    SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU};
-static volatile sig_atomic_t progress_line; /* a progress line is on stderr */
 
 static void on_stop_signal(int sig)
 {
     fs_out_remove_temps();
-    static const char msg[] = "\r\033[Kqpack: interrupted\n"; /* "\r\033[K" clears a progress line */
-    const char *m = progress_line ? msg : msg + 4;
-    ssize_t n = write(STDERR_FILENO, m, strlen(m));
+    progress_clear_from_signal();
+    static const char msg[] = "qpack: interrupted\n";
+    ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
     (void)n;
     _exit(128 + sig);
 }
@@ -132,6 +133,7 @@ int cmd_pack(int argc, char **argv)
     struct packer p = {0};
     if (pack_parse_args(&p.opt, argc, argv))
         return 2;
+    progress_init("qpack", !p.opt.quiet);
     catch_stop_signals();
     double t0 = qp_now_s();
     qp_err err = {{0}};
@@ -167,13 +169,10 @@ int cmd_pack(int argc, char **argv)
     if (!rc) {
         pack_warn_unused(&p);
         pack_settle_norm_exponents(&p);
-        p.progress = !p.opt.quiet && isatty(STDERR_FILENO);
-        progress_line = p.progress;
         rc = write_container(&p, &err);
     }
     if (rc) {
-        if (p.progress)
-            fprintf(stderr, "\r\033[K");
+        progress_clear();
         fprintf(stderr, "qpack: %s\n", err.msg);
     } else {
         pack_print_summary(&p, qp_now_s() - t0);

@@ -13,6 +13,7 @@
 #include "bf16.h"
 #include "int4.h"
 #include "int8.h"
+#include "progress.h"
 #include "q24.h"
 
 static void note_error(struct planned *pl, double v, double back)
@@ -118,7 +119,7 @@ static int write_matrix(struct packer *p, struct qpk_writer *w, struct planned *
         if ((done - released) * elem >= RELEASE_BYTES || b + 1 == blocks) {
             st_release_part(&p->model, pl->src, released, done - released);
             released = done;
-            progress_bytes(&p->prog, done * 4);
+            pack_progress_bytes(&p->prog, done * 4);
         }
     }
     return 0;
@@ -236,7 +237,7 @@ static float *column_importance(const struct packer *p, const struct planned *pl
 
 static void quant_progress(void *ctx, uint64_t bytes_done)
 {
-    progress_bytes(ctx, bytes_done);
+    pack_progress_bytes(ctx, bytes_done);
 }
 
 static int write_quantised(struct packer *p, struct qpk_writer *w, struct planned *pl, qp_err *err)
@@ -284,10 +285,10 @@ int pack_write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
         bytes += pack_planned_bytes(&p->plan[i]);
         work += tensor_work(p, &p->plan[i]);
     }
-    progress_start(&p->prog, p->progress, p->n_plan, bytes, work);
+    pack_progress_start(&p->prog, p->n_plan, bytes, work);
     for (uint32_t i = 0; i < p->n_plan; i++) {
         struct planned *pl = &p->plan[i];
-        progress_tensor(&p->prog, i, pack_planned_bytes(pl), tensor_work(p, pl));
+        pack_progress_tensor(&p->prog, i, pack_planned_bytes(pl), tensor_work(p, pl));
         int rc = qpk_writer_begin_tensor(w, i, err);
         if (!rc)
             rc = pl->t.encoding == QPK_ENC_I32S ? write_norm(p, w, pl, err)
@@ -299,6 +300,6 @@ int pack_write_tensors(struct packer *p, struct qpk_writer *w, qp_err *err)
         if (rc)
             return -1;
     }
-    progress_end(&p->prog);
+    progress_clear();
     return 0;
 }

@@ -16,7 +16,7 @@
 #include "error.h"
 #include "hf_config.h"
 #include "precision.h"
-#include "progress.h"
+#include "pack_progress.h"
 #include "qpk.h"
 #include "qpk_write.h"
 #include "quant.h"
@@ -54,8 +54,7 @@ struct packer {
     bool deduped_lm_head;
     bool calibrated;          /* calib holds --calibrate's statistics */
     struct calib calib;
-    bool progress;
-    struct progress prog;     /* the progress line while the tensors are written */
+    struct pack_progress prog;   /* the progress line while the tensors are written */
     int32_t *chunk;
     uint32_t i8_group;        /* the group of every i8g matrix */
     /* the source files' provenance, hashed on a second thread while the
