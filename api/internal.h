@@ -9,7 +9,7 @@
 
 #include "qpack.h"
 #include "ref.h"
-#include "session.h"
+#include "engine.h"
 #include "tokenizer.h"
 
 struct qpack_tokenizer {
@@ -25,7 +25,7 @@ struct qpack_model {
     /* bpf and emu: the container, its maps and threads, with a KV cache
      * slot per session; the sessions' steps run on it one at a time
      * (step_mu) */
-    struct qp_session engine;
+    struct qp_engine engine;
     bool engine_open;
     pthread_mutex_t step_mu;
     /* ref: each session opens its own reference from the folder */

@@ -12,8 +12,6 @@
 #include "cli_out.h"
 #include "internal.h"
 
-#define DEFAULT_CTX 4096
-
 const char *qpack_version(void)
 {
     return qp_version();
@@ -56,7 +54,7 @@ qpack_status qp_lib_fail(qpack_error *out, qpack_status code, const char *fmt, .
 
 uint32_t qpack_default_ctx(uint32_t max_positions)
 {
-    return max_positions < DEFAULT_CTX ? max_positions : DEFAULT_CTX;
+    return max_positions < QPACK_DEFAULT_CTX ? max_positions : QPACK_DEFAULT_CTX;
 }
 
 qpack_model_params qpack_model_default_params(void)
@@ -96,16 +94,16 @@ static int load_container_tokenizer(qpack_model *m, qp_err *err)
 
 static void fill_info_from_engine(qpack_model *m)
 {
-    const struct qp_session *e = &m->engine;
+    const struct qp_engine *e = &m->engine;
     qpack_model_info *i = &m->info;
     qp_lib_info_from_container(&e->file, i);
     i->ctx = e->ctx;
-    i->backend = qp_backend_kind_name(e->kind);
+    i->backend = qp_backend_name(e->kind);
     i->block_positions = qp_forward_block_size(e->fw);
     i->kv_bytes_per_position = e->plan.kv_bytes_per_pos;
     i->load_ms = e->load_ms;
     i->checksum_ms = e->checksum_ms;
-    if (e->kind == QP_BACKEND_BPF && e->b) {
+    if (e->kind == QPACK_BACKEND_BPF && e->b) {
         i->map_bytes = e->b->map_bytes;
         i->weight_bytes = e->plan.stream ? 0 : e->plan.weight_bytes;
         i->maps_ms = e->b->verify_ms;
@@ -119,27 +117,12 @@ static void fill_info_from_engine(qpack_model *m)
     }
 }
 
-_Static_assert((int)QPACK_LOAD_CHECKSUMS == QP_LOAD_CHECKSUMS && (int)QPACK_LOAD_MAPS == QP_LOAD_MAPS &&
-                   (int)QPACK_LOAD_WEIGHTS == QP_LOAD_WEIGHTS, "the engine's phases are the API's");
-
-static void forward_progress(void *user, int phase, uint64_t done, uint64_t total)
-{
-    const qpack_model_params *p = user;
-    p->progress(p->progress_user, (qpack_load_phase)phase, done, total);
-}
-
 static int open_container(qpack_model *m, const qpack_model_params *p, qp_err *err)
 {
     if (p->backend == QPACK_BACKEND_BPF && !qp_bpf_may_load())
         return qp_fail_code(err, QP_E_PRIVILEGE, "loading BPF programs needs root or CAP_BPF + CAP_PERFMON "
                             "(the emu backend, the kernels' host twin, runs without)");
-    struct qp_session_opts o = {
-        .model = m->path, .backend = p->backend == QPACK_BACKEND_EMU ? QP_BACKEND_EMU : QP_BACKEND_BPF,
-        .ctx = p->ctx, .slots = p->max_sessions, .threads = p->threads ? p->threads : 2,
-        .no_verify = p->no_verify, .stream = p->stream,
-        .progress = p->progress ? forward_progress : NULL, .progress_user = (void *)p,
-    };
-    if (qp_session_open(&m->engine, &o, err))
+    if (qp_engine_open(&m->engine, m->path, p, 0, err))
         return -1;
     m->engine_open = true;
     fill_info_from_engine(m);
@@ -205,7 +188,7 @@ void qpack_model_free(qpack_model *m)
     if (!m)
         return;
     if (m->engine_open)
-        qp_session_close(&m->engine);
+        qp_engine_close(&m->engine);
     qpack_tokenizer_free(m->tokenizer);
     pthread_mutex_destroy(&m->step_mu);
     pthread_mutex_destroy(&m->sessions_mu);

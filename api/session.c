@@ -156,12 +156,12 @@ static int run_reference(qpack_session *s, const struct qp_lib_feed *req, qp_err
 /* --- bpf and emu: blocks of positions on the model's engine ------------ */
 
 struct row_sink {
-    const struct qp_session *e;
+    const struct qp_engine *e;
     const struct qp_lib_feed *req;
     uint32_t pos0;              /* the position of req->tokens[0] */
 };
 
-/* qp_session_feed's callback: position pos's logits, row pos - pos0 */
+/* qp_engine_feed's callback: position pos's logits, row pos - pos0 */
 static int take_row(void *arg, uint32_t pos, qp_err *err)
 {
     struct row_sink *k = arg;
@@ -175,7 +175,7 @@ static int take_row(void *arg, uint32_t pos, qp_err *err)
 }
 
 struct layer_sink {
-    const struct qp_session *e;
+    const struct qp_engine *e;
     double *hidden;             /* [n_layers][hidden] */
 };
 
@@ -193,14 +193,14 @@ static void take_layer(void *arg, uint32_t layer)
  * the last block computes logits unless every position's are asked for */
 static int run_blocks(qpack_session *s, const struct qp_lib_feed *req, qp_err *err)
 {
-    struct qp_session *e = &s->m->engine;
+    struct qp_engine *e = &s->m->engine;
     struct row_sink sink = {e, req, s->pos};
     bool each = req->all || req->on_position;
     size_t block = qp_forward_block_size(e->fw);
     for (size_t at = 0; at < req->n; at += block) {
         uint32_t len = (uint32_t)(req->n - at < block ? req->n - at : block);
         enum qp_logits want = each ? QP_LOGITS_ALL : at + len == req->n ? QP_LOGITS_LAST : QP_LOGITS_NONE;
-        if (qp_session_feed_slot(e, s->slot, (const uint32_t *)req->tokens + at, len, s->pos + (uint32_t)at,
+        if (qp_engine_feed(e, s->slot, (const uint32_t *)req->tokens + at, len, s->pos + (uint32_t)at,
                                  want, each ? take_row : NULL, &sink, NULL, err))
             return -1;
         report_progress(s, at + len, req->n);
@@ -210,7 +210,7 @@ static int run_blocks(qpack_session *s, const struct qp_lib_feed *req, qp_err *e
 
 static int run_engine(qpack_session *s, const struct qp_lib_feed *req, qp_err *err)
 {
-    struct qp_session *e = &s->m->engine;
+    struct qp_engine *e = &s->m->engine;
     struct layer_sink layers = {e, req->hidden};
     if (req->hidden)
         qp_forward_on_layer(e->fw, take_layer, &layers);

@@ -18,7 +18,7 @@
 
 #include "qeval.h"        /* qe_acc: the statistics qeval reports */
 #include "ref.h"
-#include "session.h"
+#include "engine.h"
 
 static const char *const k_scale_names[] = {[REF_K_FLAT] = "flat", [REF_K_NORM] = "norm",
                                              [REF_K_IMPORTANCE] = "importance"};
@@ -41,7 +41,7 @@ static int fail(const char *what, const qp_err *err)
 int main(int argc, char **argv)
 {
     const char *ref_dir = NULL, *model = NULL;
-    enum qp_backend_kind backend = QP_BACKEND_BPF;
+    qpack_backend backend = QPACK_BACKEND_BPF;
     uint32_t prompts = 4, positions = 16;
     uint64_t seed = 1;
     int k_bits = -1, v_bits = -1;
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--ref") && i + 1 < argc)
             ref_dir = argv[++i];
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
-            backend = !strcmp(argv[++i], "emu") ? QP_BACKEND_EMU : QP_BACKEND_BPF;
+            backend = !strcmp(argv[++i], "emu") ? QPACK_BACKEND_EMU : QPACK_BACKEND_BPF;
         else if (!strcmp(argv[i], "--prompts") && i + 1 < argc)
             prompts = (uint32_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--positions") && i + 1 < argc)
@@ -76,21 +76,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "qp-accuracy: need --ref DIR and either MODEL.qpk or --kv-bits\n");
         return 2;
     }
-    struct qp_session ours, ref;
+    struct qp_engine ours, ref;
     qp_err err = {{0}};
-    struct qp_session_opts o = {.model = model, .backend = backend, .ctx = positions, .threads = 2};
+    qpack_model_params o = {.backend = backend, .ctx = positions, .threads = 2};
+    const char *path = model;
     char label[128];
     if (floor_only) {
-        o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
+        o = (qpack_model_params){.backend = QPACK_BACKEND_REF, .ctx = positions, .threads = 2};
+        path = ref_dir;
         snprintf(label, sizeof label, "K %d bits (%s), V %d bits", k_bits, k_scale_names[k_scale], v_bits);
         model = label;
     }
-    if (qp_session_open(&ours, &o, &err))
+    if (qp_engine_open(&ours, path, &o, 0, &err))
         return fail(model, &err);
     if (floor_only)
         ref_round_kv(ours.ref, k_bits, v_bits, (enum ref_k_scale)k_scale);
-    o = (struct qp_session_opts){.model = ref_dir, .backend = QP_BACKEND_REF, .ctx = positions, .threads = 2};
-    if (qp_session_open(&ref, &o, &err))
+    o = (qpack_model_params){.backend = QPACK_BACKEND_REF, .ctx = positions, .threads = 2};
+    if (qp_engine_open(&ref, ref_dir, &o, 0, &err))
         return fail(ref_dir, &err);
     struct qe_acc t = {0};
     uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -100,17 +102,17 @@ int main(int argc, char **argv)
             rng ^= rng >> 7;
             rng ^= rng << 17;
             uint32_t tok = (uint32_t)(rng % ours.vocab), top;
-            if (qp_session_step(&ours, tok, pos, true, &top, &err) || qp_session_step(&ref, tok, pos, true, &top, &err))
+            if (qp_engine_step(&ours, tok, pos, true, &top, &err) || qp_engine_step(&ref, tok, pos, true, &top, &err))
                 return fail("step", &err);
             qe_acc_add(&t, ref.logits, ours.logits, ours.vocab);
         }
     }
-    const char *kind = floor_only ? "rounded float64 reference" : qp_backend_kind_name(backend);
+    const char *kind = floor_only ? "rounded float64 reference" : qp_backend_name(backend);
     printf("%s (%s) vs float64 reference, %u prompts x %u positions:\n", model, kind, prompts, positions);
     printf("  max logit error %.3g, mean abs %.3g, rms %.3g\n", t.max_err, qe_acc_mae(&t), qe_acc_rms(&t));
     printf("  KL divergence mean %.3g, max %.3g\n", qe_acc_kl_mean(&t), t.max_kl);
     printf("  top-1 agreement %llu/%llu\n", (unsigned long long)t.top1, (unsigned long long)t.positions);
-    qp_session_close(&ours);
-    qp_session_close(&ref);
+    qp_engine_close(&ours);
+    qp_engine_close(&ref);
     return 0;
 }

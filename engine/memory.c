@@ -153,7 +153,7 @@ int qp_mem_check(const struct qp_plan *p, bool bpf, uint64_t avail, qp_err *err)
 uint32_t qp_mem_default_ctx(const struct qpk_file *f, uint32_t slots, uint32_t block, bool stream, bool bpf,
                             uint64_t avail)
 {
-    uint32_t max = f->cfg.max_positions, ctx = max < QP_DEFAULT_CTX ? max : QP_DEFAULT_CTX;
+    uint32_t max = f->cfg.max_positions, ctx = max < QPACK_DEFAULT_CTX ? max : QPACK_DEFAULT_CTX;
     uint64_t budget = budget_of(avail), need = need_at(f, ctx, slots, block, stream, bpf);
     /* a layout error, or maps that do not fit at all, are the caller's
      * plan's to report */

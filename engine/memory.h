@@ -10,12 +10,10 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "qpack.h"
 
 /* memory left to everything else: the maps may take MemAvailable less this */
 #define QP_MEM_RESERVE (512ull << 20)
-
-/* the context the default rule starts from (and qpack_default_ctx's cap) */
-#define QP_DEFAULT_CTX 4096
 
 /* MemAvailable of /proc/meminfo, in bytes. QP_MEM_AVAILABLE=BYTES sets it
  * instead (tests and benchmarks: what a smaller host would do). */
@@ -34,7 +32,7 @@ uint64_t qp_mem_need(const struct qp_plan *p, bool bpf);
 int qp_mem_check(const struct qp_plan *p, bool bpf, uint64_t avail, qp_err *err);
 
 /* The default context (the caller left it open): min(max_positions,
- * QP_DEFAULT_CTX), lowered in steps of QK_ATTN_CHUNK positions until every
+ * QPACK_DEFAULT_CTX), lowered in steps of QK_ATTN_CHUNK positions until every
  * map of the model - weights, the KV caches of all `slots` sessions, the
  * buffers - fits `avail` less QP_MEM_RESERVE; QK_ATTN_CHUNK at least
  * (when even that does not fit, qp_mem_check's error at that context). */

@@ -193,9 +193,10 @@ int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_inf
 bool qpack_bpf_permitted(void);
 
 /* The context a model gets at most when params.ctx is 0: min(max_positions,
- * 4096). A container (bpf, emu) gets it lowered in steps of 256 positions
+ * QPACK_DEFAULT_CTX). A container (bpf, emu) gets it lowered in steps of 256 positions
  * until its maps fit the memory available (README: memory); the context
  * chosen is qpack_model_get_info's ctx. */
+#define QPACK_DEFAULT_CTX 4096
 uint32_t qpack_default_ctx(uint32_t max_positions);
 
 /* KV caches the model keeps for its sessions (1 .. max_sessions; today

@@ -14,7 +14,7 @@
 #include "memory.h"
 #include "qpk_write.h"
 #include "ref.h"
-#include "session.h"
+#include "engine.h"
 
 /* A tiny random model's logits are O(1): 1e-3 is ~50x the error measured
  * here and 1000x below the gap that would let a wrong token through. */
@@ -40,15 +40,15 @@ static void make_model(const char *name, const char *flags, char *ckpt, char *qp
     sh(QP_QPACK " pack %s -o %s --quiet", ckpt, qpk);
 }
 
-static void open_session_mode(struct qp_session *s, const char *model, enum qp_backend_kind kind, uint32_t ctx,
+static void open_session_mode(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx,
                               bool stream)
 {
-    struct qp_session_opts o = {.model = model, .backend = kind, .ctx = ctx, .threads = 2, .stream = stream};
+    qpack_model_params o = {.backend = kind, .ctx = ctx, .threads = 2, .stream = stream};
     qp_err err = {{0}};
-    ck_assert_msg(qp_session_open(s, &o, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_engine_open(s, model, &o, 0, &err) == 0, "%s", err.msg);
 }
 
-static void open_session(struct qp_session *s, const char *model, enum qp_backend_kind kind, uint32_t ctx)
+static void open_session(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx)
 {
     open_session_mode(s, model, kind, ctx, false);
 }
@@ -71,19 +71,19 @@ static void compare_backends(const char *flags, uint32_t n, double max_err_bound
 {
     char ckpt[256], qpk[256];
     make_model("m", flags, ckpt, qpk);
-    struct qp_session bpf, emu, ref;
-    open_session(&bpf, qpk, QP_BACKEND_BPF, n);
-    open_session(&emu, qpk, QP_BACKEND_EMU, n);
-    open_session(&ref, ckpt, QP_BACKEND_REF, n);
+    struct qp_engine bpf, emu, ref;
+    open_session(&bpf, qpk, QPACK_BACKEND_BPF, n);
+    open_session(&emu, qpk, QPACK_BACKEND_EMU, n);
+    open_session(&ref, ckpt, QPACK_BACKEND_REF, n);
     uint32_t vocab = bpf.vocab, tok = 1;
     *worst = 0;
     *top1_agree = 0;
     for (uint32_t pos = 0; pos < n; pos++) {
         qp_err err = {{0}};
         uint32_t nb, ne, nr;
-        ck_assert_msg(qp_session_step(&bpf, tok, pos, true, &nb, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &ne, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&ref, tok, pos, true, &nr, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&bpf, tok, pos, true, &nb, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &ne, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&ref, tok, pos, true, &nr, &err) == 0, "%s", err.msg);
         ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, vocab * sizeof(int64_t)) == 0,
                       "bpf and emu logits differ at position %u", pos);
         ck_assert_uint_eq(nb, ne);
@@ -98,9 +98,9 @@ static void compare_backends(const char *flags, uint32_t n, double max_err_bound
         tok = (tok * 1103515245u + 12345u) % vocab;
     }
     ck_assert_msg(*worst < max_err_bound, "max logit error %g over %u positions", *worst, n);
-    qp_session_close(&bpf);
-    qp_session_close(&emu);
-    qp_session_close(&ref);
+    qp_engine_close(&bpf);
+    qp_engine_close(&emu);
+    qp_engine_close(&ref);
 }
 
 START_TEST(tiny_model_bpf_equals_emu_and_follows_reference)
@@ -145,20 +145,20 @@ static void check_quantised(const char *ckpt, const struct quant_case *qc, int k
     snprintf(out, sizeof out, "%s/q-%d.qpk", dir, k);
     snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, qc->pack);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
-    struct qp_session bpf, str, emu, ref;
-    open_session(&bpf, out, QP_BACKEND_BPF, 128);
-    open_session_mode(&str, out, QP_BACKEND_BPF, 128, true);
-    open_session(&emu, out, QP_BACKEND_EMU, 128);
-    open_session(&ref, ckpt, QP_BACKEND_REF, 128);
+    struct qp_engine bpf, str, emu, ref;
+    open_session(&bpf, out, QPACK_BACKEND_BPF, 128);
+    open_session_mode(&str, out, QPACK_BACKEND_BPF, 128, true);
+    open_session(&emu, out, QPACK_BACKEND_EMU, 128);
+    open_session(&ref, ckpt, QPACK_BACKEND_REF, 128);
     qp_err err = {{0}};
     uint32_t tok = 9, agree = 0;
     double worst = 0;
     for (uint32_t pos = 0; pos < 100; pos++) {
         uint32_t a, b, c, d;
-        ck_assert_msg(qp_session_step(&bpf, tok, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
-        ck_assert(qp_session_step(&emu, tok, pos, true, &c, &err) == 0);
-        ck_assert(qp_session_step(&ref, tok, pos, true, &d, &err) == 0);
+        ck_assert_msg(qp_engine_step(&bpf, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0);
+        ck_assert(qp_engine_step(&ref, tok, pos, true, &d, &err) == 0);
         ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, bpf.vocab * 8) == 0, "%s: bpf != emu at %u", qc->pack, pos);
         ck_assert_msg(memcmp(bpf.b->logits, str.b->logits, bpf.vocab * 8) == 0, "%s: stream != resident", qc->pack);
         agree += a == d;
@@ -169,10 +169,10 @@ static void check_quantised(const char *ckpt, const struct quant_case *qc, int k
     printf("%s: max |logit - reference| %.3g, top-1 %u/100\n", qc->pack, worst, agree);
     ck_assert_uint_ge(agree, qc->min_agree);
     ck_assert_msg(worst < qc->max_error, "%s: max error %g", qc->pack, worst);
-    qp_session_close(&bpf);
-    qp_session_close(&str);
-    qp_session_close(&emu);
-    qp_session_close(&ref);
+    qp_engine_close(&bpf);
+    qp_engine_close(&str);
+    qp_engine_close(&emu);
+    qp_engine_close(&ref);
 }
 
 START_TEST(quantised_containers_run_exactly_and_follow_reference)
@@ -198,18 +198,18 @@ static void check_i4_widths(const char *ckpt, const char *shape)
     snprintf(out, sizeof out, "%s.i4.qpk", ckpt);
     snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet --format int4-pure --quant rtn", QP_QPACK, ckpt, out);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
-    struct qp_session bpf, emu;
-    open_session(&bpf, out, QP_BACKEND_BPF, 8);
-    open_session(&emu, out, QP_BACKEND_EMU, 8);
+    struct qp_engine bpf, emu;
+    open_session(&bpf, out, QPACK_BACKEND_BPF, 8);
+    open_session(&emu, out, QPACK_BACKEND_EMU, 8);
     qp_err err = {{0}};
     for (uint32_t pos = 0, tok = 11; pos < 3; pos++, tok = tok * 31 + 5) {
         uint32_t a, b;
-        ck_assert_msg(qp_session_step(&bpf, tok % 4096, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert(qp_session_step(&emu, tok % 4096, pos, true, &b, &err) == 0);
+        ck_assert_msg(qp_engine_step(&bpf, tok % 4096, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert(qp_engine_step(&emu, tok % 4096, pos, true, &b, &err) == 0);
         ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, bpf.vocab * 8) == 0, "%s int4: bpf != emu", shape);
     }
-    qp_session_close(&bpf);
-    qp_session_close(&emu);
+    qp_engine_close(&bpf);
+    qp_engine_close(&emu);
 }
 
 /* The verifier accepts the kernels at the real widths (it walks loops
@@ -226,18 +226,18 @@ START_TEST(real_widths_0_6b_and_1_7b_run_exactly)
         snprintf(name, sizeof name, "w%d", k);
         char ckpt[256], qpk[256];
         make_model(name, shapes[k], ckpt, qpk);
-        struct qp_session bpf, emu, ref;
-        open_session(&bpf, qpk, QP_BACKEND_BPF, 8);
-        open_session(&emu, qpk, QP_BACKEND_EMU, 8);
-        open_session(&ref, ckpt, QP_BACKEND_REF, 8);
+        struct qp_engine bpf, emu, ref;
+        open_session(&bpf, qpk, QPACK_BACKEND_BPF, 8);
+        open_session(&emu, qpk, QPACK_BACKEND_EMU, 8);
+        open_session(&ref, ckpt, QPACK_BACKEND_REF, 8);
         worst = 0;
         agree = 0;
         qp_err err = {{0}};
         for (uint32_t pos = 0, tok = 7; pos < 4; pos++, tok = tok * 31 + 5) {
             uint32_t a, b, c;
-            ck_assert_msg(qp_session_step(&bpf, tok % 4096, pos, true, &a, &err) == 0, "%s", err.msg);
-            ck_assert(qp_session_step(&emu, tok % 4096, pos, true, &b, &err) == 0);
-            ck_assert(qp_session_step(&ref, tok % 4096, pos, true, &c, &err) == 0);
+            ck_assert_msg(qp_engine_step(&bpf, tok % 4096, pos, true, &a, &err) == 0, "%s", err.msg);
+            ck_assert(qp_engine_step(&emu, tok % 4096, pos, true, &b, &err) == 0);
+            ck_assert(qp_engine_step(&ref, tok % 4096, pos, true, &c, &err) == 0);
             ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, bpf.vocab * 8) == 0, "%s: bpf != emu", shapes[k]);
             agree += a == c;
             for (uint32_t i = 0; i < bpf.vocab; i++)
@@ -246,9 +246,9 @@ START_TEST(real_widths_0_6b_and_1_7b_run_exactly)
         printf("%s: max |logit - reference| %.3g, top-1 %u/4\n", shapes[k], worst, agree);
         ck_assert_uint_eq(agree, 4);
         ck_assert(worst < PLAIN_MAX_LOGIT_ERROR);
-        qp_session_close(&bpf);
-        qp_session_close(&emu);
-        qp_session_close(&ref);
+        qp_engine_close(&bpf);
+        qp_engine_close(&emu);
+        qp_engine_close(&ref);
         check_i4_widths(ckpt, shapes[k]);
     }
 }
@@ -318,7 +318,7 @@ static void check_emu_memory(const char *packed, const char *expanded)
  * kernels/qrun_abi.h documents (per 32-column act block P_b = sum q a, per
  * group D * sum (P_b << QK_XQ_FRAC) >> r_b shifted down QK_I4_GROUP_SHIFT)
  * in plain scalar loops, into Q32 logits. */
-static void i6_vocabulary_by_hand(const struct qp_session *s, int64_t *out)
+static void i6_vocabulary_by_hand(const struct qp_engine *s, int64_t *out)
 {
     const struct qpk_tensor *t = qpk_tensor_of(&s->file, QPK_ROLE_EMBED, QPK_NO_LAYER);
     const uint64_t *xq = s->b->state(s->b, QP_MAP_XQ);
@@ -375,11 +375,11 @@ START_TEST(packed_encodings_run_as_their_expansion)
     sh(QP_QPACK " pack %s -o %s --quiet --format int4", ckpt, packed);
     ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
     check_emu_memory(packed, expanded);
-    struct qp_session res, str, emu, exp;
-    open_session(&res, packed, QP_BACKEND_BPF, 64);
-    open_session_mode(&str, packed, QP_BACKEND_BPF, 64, true);
-    open_session(&emu, packed, QP_BACKEND_EMU, 64);
-    open_session(&exp, expanded, QP_BACKEND_BPF, 64);
+    struct qp_engine res, str, emu, exp;
+    open_session(&res, packed, QPACK_BACKEND_BPF, 64);
+    open_session_mode(&str, packed, QPACK_BACKEND_BPF, 64, true);
+    open_session(&emu, packed, QPACK_BACKEND_EMU, 64);
+    open_session(&exp, expanded, QPACK_BACKEND_BPF, 64);
     ck_assert(res.plan.cfg.lm_i6 && res.plan.cfg.embed_i6 && !exp.plan.cfg.lm_i6);
     size_t bytes = res.vocab * sizeof(int64_t), act = res.hidden * sizeof(int64_t);
     int64_t *by_hand = malloc(bytes);
@@ -387,10 +387,10 @@ START_TEST(packed_encodings_run_as_their_expansion)
     qp_err err = {{0}};
     for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
         uint32_t a, b, c, d;
-        ck_assert_msg(qp_session_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
         const void *x = res.b->state(res.b, QP_MAP_X);
         ck_assert_msg(memcmp(x, exp.b->state(exp.b, QP_MAP_X), act) == 0, "resident != expanded at %u", pos);
         ck_assert_msg(memcmp(x, str.b->state(str.b, QP_MAP_X), act) == 0, "--stream != expanded at %u", pos);
@@ -403,10 +403,10 @@ START_TEST(packed_encodings_run_as_their_expansion)
         ck_assert_uint_eq(a, c);
     }
     free(by_hand);
-    qp_session_close(&res);
-    qp_session_close(&str);
-    qp_session_close(&emu);
-    qp_session_close(&exp);
+    qp_engine_close(&res);
+    qp_engine_close(&str);
+    qp_engine_close(&emu);
+    qp_engine_close(&exp);
 }
 END_TEST
 
@@ -422,17 +422,17 @@ START_TEST(format_1_0_container_still_runs)
     ck_assert_uint_eq(f.version_major, 1);
     ck_assert_uint_eq(f.version_minor, 0);
     qpk_close(&f);
-    struct qp_session bpf, emu;
-    open_session(&bpf, old, QP_BACKEND_BPF, 16);
-    open_session(&emu, old, QP_BACKEND_EMU, 16);
+    struct qp_engine bpf, emu;
+    open_session(&bpf, old, QPACK_BACKEND_BPF, 16);
+    open_session(&emu, old, QPACK_BACKEND_EMU, 16);
     for (uint32_t pos = 0, tok = 3; pos < 8; pos++, tok = (tok * 7 + 1) % bpf.vocab) {
         uint32_t a, b;
-        ck_assert_msg(qp_session_step(&bpf, tok, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&bpf, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &b, &err) == 0, "%s", err.msg);
         ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, bpf.vocab * sizeof(int64_t)) == 0, "bpf != emu at %u", pos);
     }
-    qp_session_close(&bpf);
-    qp_session_close(&emu);
+    qp_engine_close(&bpf);
+    qp_engine_close(&emu);
 }
 END_TEST
 
@@ -440,25 +440,25 @@ START_TEST(generation_with_cache_equals_recomputation)
 {
     char ckpt[256], qpk[256];
     make_model("g", "--preset tiny --seed 9", ckpt, qpk);
-    struct qp_session a;
-    open_session(&a, qpk, QP_BACKEND_BPF, 64);
+    struct qp_engine a;
+    open_session(&a, qpk, QPACK_BACKEND_BPF, 64);
     uint32_t seq[24] = {3, 17, 99}, n = 3, next = 0;
     qp_err err = {{0}};
     for (uint32_t pos = 0; pos < 20; pos++) {
-        ck_assert(qp_session_step(&a, seq[pos], pos, true, &next, &err) == 0);
+        ck_assert(qp_engine_step(&a, seq[pos], pos, true, &next, &err) == 0);
         if (pos + 1 >= n)
             seq[n++] = next;
     }
     /* a fresh session fed the whole sequence predicts the same last token */
-    struct qp_session b;
-    open_session(&b, qpk, QP_BACKEND_BPF, 64);
+    struct qp_engine b;
+    open_session(&b, qpk, QPACK_BACKEND_BPF, 64);
     uint32_t again = 0;
     for (uint32_t pos = 0; pos < 20; pos++)
-        ck_assert(qp_session_step(&b, seq[pos], pos, true, &again, &err) == 0);
+        ck_assert(qp_engine_step(&b, seq[pos], pos, true, &again, &err) == 0);
     ck_assert_uint_eq(again, next);
     ck_assert(memcmp(a.b->logits, b.b->logits, a.vocab * sizeof(int64_t)) == 0);
-    qp_session_close(&a);
-    qp_session_close(&b);
+    qp_engine_close(&a);
+    qp_engine_close(&b);
 }
 END_TEST
 
@@ -467,16 +467,16 @@ START_TEST(stream_mode_equals_resident_mode)
 {
     char ckpt[256], qpk[256];
     make_model("s", "--preset tiny --seed 11 --untied", ckpt, qpk);
-    struct qp_session res, str, emu;
-    open_session_mode(&res, qpk, QP_BACKEND_BPF, 64, false);
-    open_session_mode(&str, qpk, QP_BACKEND_BPF, 64, true);
-    open_session_mode(&emu, qpk, QP_BACKEND_EMU, 64, true);
+    struct qp_engine res, str, emu;
+    open_session_mode(&res, qpk, QPACK_BACKEND_BPF, 64, false);
+    open_session_mode(&str, qpk, QPACK_BACKEND_BPF, 64, true);
+    open_session_mode(&emu, qpk, QPACK_BACKEND_EMU, 64, true);
     qp_err err = {{0}};
     uint32_t tok = 5, a, b, c;
     for (uint32_t pos = 0; pos < 40; pos++) {
-        ck_assert(qp_session_step(&res, tok, pos, true, &a, &err) == 0);
-        ck_assert_msg(qp_session_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert(qp_engine_step(&res, tok, pos, true, &a, &err) == 0);
+        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
         ck_assert_msg(memcmp(res.b->logits, str.b->logits, res.vocab * sizeof(int64_t)) == 0,
                       "stream differs from resident at position %u", pos);
         ck_assert(memcmp(res.b->logits, emu.b->logits, res.vocab * sizeof(int64_t)) == 0);
@@ -486,9 +486,9 @@ START_TEST(stream_mode_equals_resident_mode)
     /* the matrices are not resident in stream mode, only staged */
     ck_assert_msg(str.plan.weight_bytes * 4 < res.plan.weight_bytes, "stream keeps %llu weight bytes, resident %llu",
                   (unsigned long long)str.plan.weight_bytes, (unsigned long long)res.plan.weight_bytes);
-    qp_session_close(&res);
-    qp_session_close(&str);
-    qp_session_close(&emu);
+    qp_engine_close(&res);
+    qp_engine_close(&str);
+    qp_engine_close(&emu);
 }
 END_TEST
 
@@ -496,12 +496,12 @@ START_TEST(position_past_context_is_an_error)
 {
     char ckpt[256], qpk[256];
     make_model("c", "--preset tiny --seed 10", ckpt, qpk);
-    struct qp_session s;
-    open_session(&s, qpk, QP_BACKEND_BPF, 8);
+    struct qp_engine s;
+    open_session(&s, qpk, QPACK_BACKEND_BPF, 8);
     qp_err err = {{0}};
-    ck_assert_int_ne(qp_session_step(&s, 1, 8, true, NULL, &err), 0);
+    ck_assert_int_ne(qp_engine_step(&s, 1, 8, true, NULL, &err), 0);
     ck_assert_msg(strstr(err.msg, "past the context"), "%s", err.msg);
-    qp_session_close(&s);
+    qp_engine_close(&s);
 }
 END_TEST
 
@@ -509,22 +509,22 @@ END_TEST
  * rounded to k:v bits (qp-accuracy --kv-bits) */
 static double rounded_reference_error(const char *ckpt, int k_bits, int v_bits, enum ref_k_scale k_scale, uint32_t n)
 {
-    struct qp_session exact, rounded;
-    open_session(&exact, ckpt, QP_BACKEND_REF, n);
-    open_session(&rounded, ckpt, QP_BACKEND_REF, n);
+    struct qp_engine exact, rounded;
+    open_session(&exact, ckpt, QPACK_BACKEND_REF, n);
+    open_session(&rounded, ckpt, QPACK_BACKEND_REF, n);
     ref_round_kv(rounded.ref, k_bits, v_bits, k_scale);
     double worst = 0;
     uint32_t tok = 3;
     for (uint32_t pos = 0; pos < n; pos++) {
         qp_err err = {{0}};
-        ck_assert_msg(qp_session_step(&exact, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_session_step(&rounded, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&exact, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&rounded, tok, pos, true, NULL, &err) == 0, "%s", err.msg);
         for (uint32_t i = 0; i < exact.vocab; i++)
             worst = fmax(worst, fabs(exact.logits[i] - rounded.logits[i]));
         tok = (tok * 1103515245u + 12345u) % exact.vocab;
     }
-    qp_session_close(&exact);
-    qp_session_close(&rounded);
+    qp_engine_close(&exact);
+    qp_engine_close(&rounded);
     return worst;
 }
 
@@ -553,7 +553,7 @@ END_TEST
 /* ---- blocks: a prompt read in blocks gives the bits of one step per token */
 
 struct all_logits {
-    struct qp_session *s;
+    struct qp_engine *s;
     const int64_t *want;        /* [positions][vocab] from pos0: one step per position */
     uint32_t pos0, seen;
     const char *what;
@@ -572,13 +572,13 @@ static int expect_logits(void *arg, uint32_t pos, qp_err *err)
 
 /* seq[0..n) one position at a time from position 0: every position's Q32
  * logits and argmax */
-static int64_t *step_logits(struct qp_session *s, const uint32_t *seq, uint32_t n, uint32_t *next)
+static int64_t *step_logits(struct qp_engine *s, const uint32_t *seq, uint32_t n, uint32_t *next)
 {
     int64_t *all = malloc((size_t)n * s->vocab * 8);
     ck_assert(all);
     for (uint32_t i = 0; i < n; i++) {
         qp_err err = {{0}};
-        ck_assert_msg(qp_session_step(s, seq[i], i, true, &next[i], &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(s, seq[i], i, true, &next[i], &err) == 0, "%s", err.msg);
         memcpy(all + (size_t)i * s->vocab, s->logits_q32, s->vocab * 8);
     }
     return all;
@@ -586,18 +586,18 @@ static int64_t *step_logits(struct qp_session *s, const uint32_t *seq, uint32_t 
 
 /* feeds seq[pos0..pos0 + n) from pos0 in blocks, asking for every
  * position's logits and then for the last one's, against the steps' */
-static void check_block_feed(struct qp_session *s, const uint32_t *seq, uint32_t pos0, uint32_t n,
+static void check_block_feed(struct qp_engine *s, const uint32_t *seq, uint32_t pos0, uint32_t n,
                              const int64_t *want, const uint32_t *want_next, const char *what)
 {
     qp_err err = {{0}};
     uint32_t next = ~0u;
     struct all_logits a = {s, want + (size_t)pos0 * s->vocab, pos0, 0, what};
-    ck_assert_msg(qp_session_feed(s, seq + pos0, n, pos0, QP_LOGITS_ALL, expect_logits, &a, &next, &err) == 0,
+    ck_assert_msg(qp_engine_feed(s, 0, seq + pos0, n, pos0, QP_LOGITS_ALL, expect_logits, &a, &next, &err) == 0,
                   "%s", err.msg);
     ck_assert_uint_eq(a.seen, n);
     ck_assert_uint_eq(next, want_next[pos0 + n - 1]);
     next = ~0u;
-    ck_assert_msg(qp_session_feed(s, seq + pos0, n, pos0, QP_LOGITS_LAST, NULL, NULL, &next, &err) == 0, "%s",
+    ck_assert_msg(qp_engine_feed(s, 0, seq + pos0, n, pos0, QP_LOGITS_LAST, NULL, NULL, &next, &err) == 0, "%s",
                   err.msg);
     ck_assert_msg(memcmp(s->logits_q32, want + (size_t)(pos0 + n - 1) * s->vocab, s->vocab * 8) == 0,
                   "%s: the last position of %u read in blocks differs", what, n);
@@ -613,9 +613,9 @@ static void pseudo_random_tokens(uint32_t *seq, uint32_t n, uint32_t vocab)
 /* One model on one backend: prompts of 1, B - 1, B and B + 1 positions
  * from position 0, and a block that starts after 7 positions (a chat
  * turn), all against one step per position; returns the steps' logits. */
-static int64_t *check_blocks(const char *model, enum qp_backend_kind kind, bool stream, const char *what)
+static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream, const char *what)
 {
-    struct qp_session s;
+    struct qp_engine s;
     open_session_mode(&s, model, kind, 128, stream);
     uint32_t B = qp_forward_block_size(s.fw), n = 2 * B + 7, seq[2 * QK_MAX_BLOCK + 7], next[2 * QK_MAX_BLOCK + 7];
     ck_assert_uint_ge(B, 2);
@@ -625,9 +625,9 @@ static int64_t *check_blocks(const char *model, enum qp_backend_kind kind, bool 
     for (int i = 0; i < 4; i++)
         check_block_feed(&s, seq, 0, lengths[i], want, next, what);
     qp_err err = {{0}};
-    ck_assert(qp_session_feed(&s, seq, 7, 0, QP_LOGITS_NONE, NULL, NULL, NULL, &err) == 0);
+    ck_assert(qp_engine_feed(&s, 0, seq, 7, 0, QP_LOGITS_NONE, NULL, NULL, NULL, &err) == 0);
     check_block_feed(&s, seq, 7, n - 7, want, next, what);
-    qp_session_close(&s);
+    qp_engine_close(&s);
     return want;
 }
 
@@ -674,17 +674,17 @@ START_TEST(blocks_give_the_bits_of_one_step_per_position)
     snprintf(out, sizeof out, "%s/blk-%d.qpk", dir, _i);
     snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
-    int64_t *bpf = check_blocks(out, QP_BACKEND_BPF, false, packs[_i]);
-    int64_t *emu = check_blocks(out, QP_BACKEND_EMU, false, packs[_i]);
-    struct qp_session s;
-    open_session(&s, out, QP_BACKEND_BPF, 8);
+    int64_t *bpf = check_blocks(out, QPACK_BACKEND_BPF, false, packs[_i]);
+    int64_t *emu = check_blocks(out, QPACK_BACKEND_EMU, false, packs[_i]);
+    struct qp_engine s;
+    open_session(&s, out, QPACK_BACKEND_BPF, 8);
     if (_i == 2)    /* int4: the vocabulary as i6 lanes, its block kernel matvec4b's own */
         ck_assert(s.plan.cfg.lm_i6);
     size_t bytes = (2 * (size_t)qp_forward_block_size(s.fw) + 7) * s.vocab * 8;
-    qp_session_close(&s);
+    qp_engine_close(&s);
     ck_assert_msg(memcmp(bpf, emu, bytes) == 0, "%s: bpf and emu differ", packs[_i]);
     if (_i == 0 || _i == 2) {
-        int64_t *str = check_blocks(out, QP_BACKEND_BPF, true, packs[_i]);
+        int64_t *str = check_blocks(out, QPACK_BACKEND_BPF, true, packs[_i]);
         ck_assert_msg(memcmp(bpf, str, bytes) == 0, "%s: --stream and resident differ", packs[_i]);
         free(str);
     }
@@ -697,8 +697,8 @@ START_TEST(stress_blocks_give_the_bits_of_one_step_per_position)
 {
     char ckpt[256], qpk[256];
     make_model("sblk", "--preset tiny --seed 8 --stress", ckpt, qpk);
-    free(check_blocks(qpk, QP_BACKEND_BPF, false, "stress bpf"));
-    free(check_blocks(qpk, QP_BACKEND_EMU, false, "stress emu"));
+    free(check_blocks(qpk, QPACK_BACKEND_BPF, false, "stress bpf"));
+    free(check_blocks(qpk, QPACK_BACKEND_EMU, false, "stress emu"));
 }
 END_TEST
 
@@ -712,14 +712,14 @@ START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
     snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
     const uint32_t n = 1030;
-    struct qp_session s;
-    open_session(&s, out, QP_BACKEND_BPF, n);
+    struct qp_engine s;
+    open_session(&s, out, QPACK_BACKEND_BPF, n);
     uint32_t *seq = malloc(n * sizeof *seq), *next = malloc(n * sizeof *next);
     ck_assert(seq && next);
     pseudo_random_tokens(seq, n, s.vocab);
     int64_t *want = step_logits(&s, seq, n, next);
     check_block_feed(&s, seq, 0, n, want, next, packs[_i]);
-    qp_session_close(&s);
+    qp_engine_close(&s);
     free(want);
     free(seq);
     free(next);

@@ -17,7 +17,7 @@
 #include "backend.h"
 #include "memory.h"
 #include "plan.h"
-#include "session.h"
+#include "engine.h"
 
 #define MAX_POS 2048
 #define SLOTS 2
@@ -57,17 +57,17 @@ static void set_available(uint64_t bytes)
 
 static int progress_calls;
 
-static void count_progress(void *user, int phase, uint64_t done, uint64_t total)
+static void count_progress(void *user, qpack_load_phase phase, uint64_t done, uint64_t total)
 {
     (void)user, (void)phase, (void)done, (void)total;
     progress_calls++;
 }
 
-static int open_model(struct qp_session *s, enum qp_backend_kind kind, uint32_t ctx, qp_err *err)
+static int open_model(struct qp_engine *s, qpack_backend kind, uint32_t ctx, qp_err *err)
 {
-    struct qp_session_opts o = {.model = qpk, .backend = kind, .ctx = ctx, .slots = SLOTS, .threads = 1,
-                                .progress = count_progress};
-    return qp_session_open(s, &o, err);
+    qpack_model_params o = {.backend = kind, .ctx = ctx, .max_sessions = SLOTS, .threads = 1,
+                            .progress = count_progress};
+    return qp_engine_open(s, qpk, &o, 0, err);
 }
 
 /* the bytes emu's maps take at ctx, from the library's own layout */
@@ -92,9 +92,9 @@ static uint64_t emu_need(uint32_t ctx)
 START_TEST(too_little_memory_is_refused_before_any_map)
 {
     set_available(QP_MEM_RESERVE + 1000);
-    enum qp_backend_kind kinds[] = {QP_BACKEND_BPF, QP_BACKEND_EMU};
+    qpack_backend kinds[] = {QPACK_BACKEND_BPF, QPACK_BACKEND_EMU};
     for (int k = 0; k < 2; k++) {
-        struct qp_session s;
+        struct qp_engine s;
         qp_err err = {{0}};
         progress_calls = 0;
         ck_assert_int_eq(open_model(&s, kinds[k], 1024, &err), -1);
@@ -115,9 +115,9 @@ END_TEST
 START_TEST(bad_available_figure_is_an_error)
 {
     setenv("QP_MEM_AVAILABLE", "12G", 1);
-    struct qp_session s;
+    struct qp_engine s;
     qp_err err = {{0}};
-    ck_assert_int_eq(open_model(&s, QP_BACKEND_EMU, 0, &err), -1);
+    ck_assert_int_eq(open_model(&s, QPACK_BACKEND_EMU, 0, &err), -1);
     ck_assert_int_eq(err.code, QP_E_ARGUMENT);
     ck_assert_msg(strstr(err.msg, "QP_MEM_AVAILABLE=12G"), "%s", err.msg);
 }
@@ -144,30 +144,30 @@ START_TEST(default_context_fits_the_memory_left)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         set_available(cases[i].avail);
-        struct qp_session s;
+        struct qp_engine s;
         qp_err err = {{0}};
-        ck_assert_msg(open_model(&s, QP_BACKEND_EMU, 0, &err) == 0, "%s", err.msg);
+        ck_assert_msg(open_model(&s, QPACK_BACKEND_EMU, 0, &err) == 0, "%s", err.msg);
         ck_assert_uint_eq(s.ctx, cases[i].ctx);
-        qp_session_close(&s);
+        qp_engine_close(&s);
     }
     /* the need grows with the context: each step costs at least its KV
      * cache */
     ck_assert_uint_ge(emu_need(1024) - emu_need(768), 2ull * 2 * (2 * 16) * 2 * 256 * SLOTS);
     /* below 256 positions' need: the default stops at 256 and is refused */
     set_available(QP_MEM_RESERVE + emu_need(256) - 1);
-    struct qp_session s;
+    struct qp_engine s;
     qp_err err = {{0}};
-    ck_assert_int_eq(open_model(&s, QP_BACKEND_EMU, 0, &err), -1);
+    ck_assert_int_eq(open_model(&s, QPACK_BACKEND_EMU, 0, &err), -1);
     ck_assert_int_eq(err.code, QP_E_MEMORY);
     ck_assert_msg(strstr(err.msg, "of 256 positions"), "%s", err.msg);
     /* an explicit -c is checked, not lowered */
     set_available(QP_MEM_RESERVE + emu_need(1024) - 1);
-    ck_assert_int_eq(open_model(&s, QP_BACKEND_EMU, 1024, &err), -1);
+    ck_assert_int_eq(open_model(&s, QPACK_BACKEND_EMU, 1024, &err), -1);
     ck_assert_int_eq(err.code, QP_E_MEMORY);
     ck_assert_msg(strstr(err.msg, "-c 768"), "the alternative -c is the largest that fits: %s", err.msg);
-    ck_assert_int_eq(open_model(&s, QP_BACKEND_EMU, 768, &err), 0);
+    ck_assert_int_eq(open_model(&s, QPACK_BACKEND_EMU, 768, &err), 0);
     ck_assert_uint_eq(s.ctx, 768);
-    qp_session_close(&s);
+    qp_engine_close(&s);
 }
 END_TEST
 

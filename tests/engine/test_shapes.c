@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "session.h"
+#include "engine.h"
 
 #define VOCAB 4096
 #define POSITIONS 4
@@ -52,11 +52,11 @@ static void sh(const char *cmd)
     ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
 }
 
-static void open_session(struct qp_session *s, const char *model, enum qp_backend_kind kind)
+static void open_session(struct qp_engine *s, const char *model, qpack_backend kind)
 {
-    struct qp_session_opts o = {.model = model, .backend = kind, .ctx = 8, .threads = 2};
+    qpack_model_params o = {.backend = kind, .ctx = 8, .threads = 2};
     qp_err err = {{0}};
-    ck_assert_msg(qp_session_open(s, &o, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_engine_open(s, model, &o, 0, &err) == 0, "%s", err.msg);
 }
 
 START_TEST(width_runs_exactly_and_follows_reference)
@@ -74,19 +74,19 @@ START_TEST(width_runs_exactly_and_follows_reference)
     }
     snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, qpk, sp->pack);
     sh(cmd);
-    struct qp_session bpf, emu, ref;
-    open_session(&bpf, qpk, QP_BACKEND_BPF);
-    open_session(&emu, qpk, QP_BACKEND_EMU);
-    open_session(&ref, ckpt, QP_BACKEND_REF);
+    struct qp_engine bpf, emu, ref;
+    open_session(&bpf, qpk, QPACK_BACKEND_BPF);
+    open_session(&emu, qpk, QPACK_BACKEND_EMU);
+    open_session(&ref, ckpt, QPACK_BACKEND_REF);
     ck_assert_uint_eq(bpf.vocab, VOCAB);
     double worst = 0, err2 = 0, ref2 = 0;
     uint32_t agree = 0;
     qp_err err = {{0}};
     for (uint32_t pos = 0, tok = 7; pos < POSITIONS; pos++, tok = tok * 31 + 5) {
         uint32_t a, b, c;
-        ck_assert_msg(qp_session_step(&bpf, tok % VOCAB, pos, true, &a, &err) == 0, "%s: %s", sp->name, err.msg);
-        ck_assert_msg(qp_session_step(&emu, tok % VOCAB, pos, true, &b, &err) == 0, "%s: %s", sp->name, err.msg);
-        ck_assert_msg(qp_session_step(&ref, tok % VOCAB, pos, true, &c, &err) == 0, "%s: %s", sp->name, err.msg);
+        ck_assert_msg(qp_engine_step(&bpf, tok % VOCAB, pos, true, &a, &err) == 0, "%s: %s", sp->name, err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok % VOCAB, pos, true, &b, &err) == 0, "%s: %s", sp->name, err.msg);
+        ck_assert_msg(qp_engine_step(&ref, tok % VOCAB, pos, true, &c, &err) == 0, "%s: %s", sp->name, err.msg);
         ck_assert_msg(memcmp(bpf.b->logits, emu.b->logits, VOCAB * sizeof *bpf.b->logits) == 0,
                       "%s: bpf != emu at position %u", sp->name, pos);
         ck_assert_uint_eq(a, b);
@@ -103,9 +103,9 @@ START_TEST(width_runs_exactly_and_follows_reference)
            "(rms logit %.3g), top-1 the same %u/%u\n",
            sp->name, POSITIONS, rel, worst, sqrt(ref2 / (VOCAB * POSITIONS)), agree, POSITIONS);
     ck_assert_msg(rel < sp->max_rel_error, "%s: relative rms error %g", sp->name, rel);
-    qp_session_close(&bpf);
-    qp_session_close(&emu);
-    qp_session_close(&ref);
+    qp_engine_close(&bpf);
+    qp_engine_close(&emu);
+    qp_engine_close(&ref);
     unlink(qpk);
 }
 END_TEST

@@ -1,0 +1,216 @@
+/* engine.c - opening a model for any backend and feeding it tokens (engine.h). */
+#include "engine.h"
+
+#include "clock.h"
+#include "memory.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+const char *qp_backend_name(qpack_backend k)
+{
+    return k == QPACK_BACKEND_BPF ? "bpf" : k == QPACK_BACKEND_EMU ? "emu" : "ref";
+}
+
+static uint32_t pick_ctx(uint32_t asked, uint32_t max_positions)
+{
+    if (asked)
+        return asked;
+    return max_positions < QPACK_DEFAULT_CTX ? max_positions : QPACK_DEFAULT_CTX;
+}
+
+/* QP_BLOCK=N sets the block size when the caller leaves it open: for
+ * benchmarks that compare block sizes (scripts/bench_prompt.sh) */
+static uint32_t pick_block(uint32_t asked)
+{
+    const char *env = getenv("QP_BLOCK");
+    if (asked)
+        return asked;
+    return env && atoi(env) > 0 ? (uint32_t)atoi(env) : QP_BLOCK_DEFAULT;
+}
+
+static void checksum_progress(void *arg, uint64_t done, uint64_t total)
+{
+    const qpack_model_params *o = arg;
+    o->progress(o->progress_user, QPACK_LOAD_CHECKSUMS, done, total);
+}
+
+static void report(const qpack_model_params *o, qpack_load_phase phase, uint64_t done, uint64_t total)
+{
+    if (o->progress)
+        o->progress(o->progress_user, phase, done, total);
+}
+
+/* The context (the asked one, or the default rule's for this host's
+ * memory) and the check that the maps fit, before the checksum pass and
+ * before any map exists: a model too big for the host is refused at once,
+ * with the figures (memory.h). */
+static int size_for_memory(struct qp_engine *e, const qpack_model_params *o, uint32_t slots, uint32_t block,
+                           qp_err *err)
+{
+    bool bpf = o->backend == QPACK_BACKEND_BPF;
+    uint64_t avail;
+    if (qp_mem_available(&avail, err))
+        return -1;
+    e->ctx = o->ctx ? o->ctx : qp_mem_default_ctx(&e->file, slots, block, o->stream, bpf, avail);
+    if (qp_plan_layout(&e->plan, &e->file, e->ctx, slots, block, o->stream, err))
+        return -1;
+    return qp_mem_check(&e->plan, bpf, avail, err);
+}
+
+static int open_container(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block,
+                          qp_err *err)
+{
+    double t0 = qp_now_ms();
+    if (qpk_open(&e->file, path, 0, err))
+        return -1;
+    e->file_open = true;
+    uint32_t slots = o->max_sessions ? o->max_sessions : 1;
+    block = pick_block(block);
+    if (size_for_memory(e, o, slots, block, err))
+        return -1;
+    if (!o->no_verify &&
+        qpk_verify_all_progress(&e->file, o->progress ? checksum_progress : NULL, (void *)o, err))
+        return -1;
+    e->checksum_ms = o->no_verify ? 0 : qp_now_ms() - t0;
+    const struct qpk_config *c = &e->file.cfg;
+    e->vocab = c->vocab;
+    e->hidden = c->hidden;
+    e->n_layers = c->n_layers;
+    if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, err))
+        return -1;
+    report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
+    int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
+                                          : qp_emu_create(&e->b, &e->plan, err);
+    if (!rc)
+        report(o, QPACK_LOAD_WEIGHTS, e->plan.weight_bytes, e->plan.weight_bytes);
+    /* the BPF maps hold their own copy: the container's pages the plan read
+     * leave this process (the host twin keeps reading them) */
+    if (!rc && o->backend == QPACK_BACKEND_BPF)
+        madvise(e->file.map, e->file.size, MADV_DONTNEED);
+    return rc || qp_forward_create(&e->fw, e->b, &e->plan, o->threads ? o->threads : 2, err);
+}
+
+static int open_reference(struct qp_engine *e, const char *dir, const qpack_model_params *o, qp_err *err)
+{
+    struct qwen3_config probe;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (hf_config_load(path, &probe, err))
+        return -1;
+    e->ctx = pick_ctx(o->ctx, probe.max_position_embeddings);
+    if (e->ctx > probe.max_position_embeddings)
+        return qp_fail(err, "context %u is past the model's %u positions", e->ctx, probe.max_position_embeddings);
+    if (ref_open(&e->ref, dir, e->ctx, err))
+        return -1;
+    e->vocab = probe.vocab_size;
+    e->hidden = probe.hidden_size;
+    e->n_layers = probe.num_hidden_layers;
+    return 0;
+}
+
+int qp_engine_open(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block, qp_err *err)
+{
+    memset(e, 0, sizeof *e);
+    e->kind = o->backend;
+    double t0 = qp_now_ms();
+    int rc = o->backend == QPACK_BACKEND_REF ? open_reference(e, path, o, err) : open_container(e, path, o, block, err);
+    if (!rc) {
+        e->logits = malloc((size_t)e->vocab * sizeof *e->logits);
+        rc = e->logits ? 0 : qp_fail(err, "out of memory");
+    }
+    if (rc) {
+        qp_engine_close(e);
+        return -1;
+    }
+    e->load_ms = qp_now_ms() - t0;
+    return 0;
+}
+
+void qp_engine_close(struct qp_engine *e)
+{
+    qp_forward_destroy(e->fw);
+    if (e->b)
+        e->b->destroy(e->b);
+    qp_plan_free(&e->plan);
+    if (e->file_open)
+        qpk_close(&e->file);
+    ref_close(e->ref);
+    free(e->logits);
+    memset(e, 0, sizeof *e);
+}
+
+/* the largest of the reference's logits, lowest index on ties */
+static uint32_t reference_argmax(const struct qp_engine *e)
+{
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < e->vocab; i++)
+        if (e->logits[i] > e->logits[best])
+            best = i;
+    return best;
+}
+
+/* the reference: one position at a time */
+static int feed_reference(struct qp_engine *e, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+                          enum qp_logits want, qp_engine_logits_fn on_logits, void *arg, uint32_t *next,
+                          qp_err *err)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (ref_forward(e->ref, tokens[i], pos0 + i, e->logits, err))
+            return -1;
+        e->argmax = reference_argmax(e);
+        if (want == QP_LOGITS_ALL && on_logits && on_logits(arg, pos0 + i, err))
+            return -1;
+    }
+    if (want != QP_LOGITS_NONE && next)
+        *next = e->argmax;
+    return 0;
+}
+
+/* entry b of the last block's logits -> e->logits */
+static void take_logits(struct qp_engine *e, uint32_t b)
+{
+    e->logits_q32 = qp_forward_logits(e->fw, b);
+    e->argmax = qp_forward_argmax(e->fw, b);
+    for (uint32_t i = 0; i < e->vocab; i++)
+        e->logits[i] = ldexp((double)e->logits_q32[i], -QM_RESID_FRAC);
+}
+
+int qp_engine_feed(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+                         enum qp_logits want, qp_engine_logits_fn on_logits, void *arg, uint32_t *next,
+                         qp_err *err)
+{
+    if (e->kind == QPACK_BACKEND_REF && slot != 0)
+        return qp_fail_code(err, QP_E_ARGUMENT, "the reference holds one sequence (slot 0), not slot %u", slot);
+    if (e->kind == QPACK_BACKEND_REF)
+        return feed_reference(e, tokens, n, pos0, want, on_logits, arg, next, err);
+    uint32_t block = qp_forward_block_size(e->fw);
+    for (uint32_t at = 0; at < n; at += block) {
+        uint32_t len = n - at < block ? n - at : block;
+        bool last_block = at + len == n;
+        enum qp_logits mode = want == QP_LOGITS_ALL ? QP_LOGITS_ALL
+                              : want == QP_LOGITS_LAST && last_block ? QP_LOGITS_LAST : QP_LOGITS_NONE;
+        if (qp_forward_block(e->fw, slot, tokens + at, len, pos0 + at, mode, err))
+            return -1;
+        for (uint32_t b = 0; mode == QP_LOGITS_ALL && b < len; b++) {
+            take_logits(e, b);
+            if (on_logits && on_logits(arg, pos0 + at + b, err))
+                return -1;
+        }
+        if (mode == QP_LOGITS_LAST)
+            take_logits(e, len - 1);
+        if (mode != QP_LOGITS_NONE && last_block && next)
+            *next = qp_forward_argmax(e->fw, len - 1);
+    }
+    return 0;
+}
+
+int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_logits, uint32_t *next,
+                    qp_err *err)
+{
+    return qp_engine_feed(e, 0, &token, 1, pos, want_logits ? QP_LOGITS_LAST : QP_LOGITS_NONE, NULL, NULL, next, err);
+}
