@@ -1,4 +1,4 @@
-/* lookup.c - qpack_lookup_step: exact lookup decoding on a session.
+/* draft.c - qpack_lookup_step: exact lookup decoding on a session.
  * The draft comes from engine/lookup.c (the latest earlier occurrence of
  * the text's last 4..1 tokens); one feed computes the pending token and the
  * draft together, and the longest prefix of the draft that the model itself
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "lookup.h"
+#include "draft.h"
 
 struct verify {
     const int32_t *draft;       /* block[1..] */
@@ -47,7 +47,7 @@ static int make_block(const qpack_session *s, int32_t pending, uint32_t max_draf
         hist[i] = (uint32_t)s->tokens[i];
     hist[s->pos] = (uint32_t)pending;
     block[0] = pending;
-    *k = qp_lookup_draft(hist, n, max_draft, (uint32_t *)block + 1);
+    *k = qp_draft(hist, n, max_draft, (uint32_t *)block + 1);
     free(hist);
     return QPACK_OK;
 }

@@ -1,5 +1,5 @@
-/* lookup.c - the drafts of exact lookup decoding (lookup.h). */
-#include "lookup.h"
+/* draft.c - the drafts of exact lookup decoding (lookup.h). */
+#include "draft.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -10,9 +10,9 @@ static int same_ngram(const uint32_t *hist, uint32_t end, uint32_t n, uint32_t g
     return memcmp(hist + end - g, hist + n - g, g * sizeof *hist) == 0;
 }
 
-uint32_t qp_lookup_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_t *draft)
+uint32_t qp_draft(const uint32_t *hist, uint32_t n, uint32_t max, uint32_t *draft)
 {
-    for (uint32_t g = QP_LOOKUP_NGRAM_MAX; g >= 1; g--) {
+    for (uint32_t g = QP_DRAFT_NGRAM_MAX; g >= 1; g--) {
         if (g >= n)
             continue;
         /* the latest earlier occurrence followed by max tokens, else the

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "forward.h"
-#include "lookup.h"
+#include "draft.h"
 #include "memory.h"
 #include "qpk_write.h"
 #include "ref.h"
@@ -736,39 +736,39 @@ START_TEST(lookup_drafts_continue_the_latest_match)
 {
     const uint32_t loop[] = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
     uint32_t d[8];
-    ck_assert_uint_eq(qp_lookup_draft(loop, 10, 4, d), 4);
+    ck_assert_uint_eq(qp_draft(loop, 10, 4, d), 4);
     ck_assert_uint_eq(d[0], 3);
     ck_assert_uint_eq(d[1], 4);
     ck_assert_uint_eq(d[2], 1);
     ck_assert_uint_eq(d[3], 2);
     const uint32_t none[] = {5, 6, 7, 8};
-    ck_assert_uint_eq(qp_lookup_draft(none, 4, 4, d), 0);
+    ck_assert_uint_eq(qp_draft(none, 4, 4, d), 0);
     const uint32_t short_match[] = {9, 7, 5, 9};   /* only "9" recurs, followed by 7 5 9 */
-    ck_assert_uint_eq(qp_lookup_draft(short_match, 4, 2, d), 2);
+    ck_assert_uint_eq(qp_draft(short_match, 4, 2, d), 2);
     ck_assert_uint_eq(d[0], 7);
     ck_assert_uint_eq(d[1], 5);
     /* too little text after the latest match: the copy goes on with the
      * period it found (3 here; 1 for a run of one token) */
     const uint32_t period3[] = {1, 2, 3, 1, 2, 3, 1};
-    ck_assert_uint_eq(qp_lookup_draft(period3, 7, 5, d), 5);
+    ck_assert_uint_eq(qp_draft(period3, 7, 5, d), 5);
     const uint32_t want3[] = {2, 3, 1, 2, 3};
     for (int i = 0; i < 5; i++)
         ck_assert_uint_eq(d[i], want3[i]);
     const uint32_t run[] = {6, 7, 7, 7, 7, 7};
-    ck_assert_uint_eq(qp_lookup_draft(run, 6, 8, d), 8);
+    ck_assert_uint_eq(qp_draft(run, 6, 8, d), 8);
     for (int i = 0; i < 8; i++)
         ck_assert_uint_eq(d[i], 7);
     /* a text that ends in a loop goes on with the loop, not with what
      * followed an older occurrence (the run before the 9) */
     const uint32_t again[] = {7, 7, 7, 7, 7, 9, 7, 7, 7, 7, 7};
-    ck_assert_uint_eq(qp_lookup_draft(again, 11, 4, d), 4);
+    ck_assert_uint_eq(qp_draft(again, 11, 4, d), 4);
     for (int i = 0; i < 4; i++)
         ck_assert_uint_eq(d[i], 7);
     /* without two whole periods at the end, the occurrence followed by
      * the whole draft still wins: 1 2 3 4 after the first "3 4", not the
      * latest's 9 3 4 9 */
     const uint32_t once[] = {3, 4, 1, 2, 3, 4, 9, 3, 4};
-    ck_assert_uint_eq(qp_lookup_draft(once, 9, 4, d), 4);
+    ck_assert_uint_eq(qp_draft(once, 9, 4, d), 4);
     for (int i = 0; i < 4; i++)
         ck_assert_uint_eq(d[i], (uint32_t)i + 1);
 }
