@@ -1,4 +1,4 @@
-/* draft.c - the drafts of exact lookup decoding (lookup.h). */
+/* draft.c - the drafts of exact lookup decoding (draft.h). */
 #include "draft.h"
 
 #include <stdbool.h>
