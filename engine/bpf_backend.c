@@ -1,4 +1,4 @@
-/* bpf_backend.c - loads kernels/qrun.bpf.c: sizes every map from the plan,
+/* bpf_backend.c - loads kernels/qwen3.bpf.c: sizes every map from the plan,
  * sets the model constants as read-only data, loads (the verifier checks
  * every kernel against those sizes), then copies the weights into the
  * maps once. A kernel invocation is one bpf_prog_test_run. */
@@ -17,14 +17,14 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "qrun.skel.h"
+#include "qwen3.skel.h"
 #include "clock.h"
 
 #define ETH_HLEN 14   /* socket-filter test runs drop this much of data_in */
 
 struct bpfb {
     struct qp_backend b;
-    struct qrun *skel;
+    struct qwen3 *skel;
     int prog_fd[QP_K_COUNT];
     const struct qp_plan *plan;
     void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
@@ -37,7 +37,7 @@ static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list
     return vfprintf(stderr, fmt, ap);
 }
 
-static struct bpf_map *map_of(struct qrun *s, enum qp_map_id id)
+static struct bpf_map *map_of(struct qwen3 *s, enum qp_map_id id)
 {
     struct bpf_map *maps[QP_MAP_COUNT] = {
         s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_w4_hid, s->maps.m_w4_o, s->maps.m_w4_down,
@@ -78,7 +78,7 @@ static void bpfb_destroy(struct qp_backend *b)
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (s->mapped[i])
             munmap(s->mapped[i], s->mapped_len[i]);
-    qrun__destroy(s->skel);
+    qwen3__destroy(s->skel);
     free(s);
 }
 
@@ -343,10 +343,10 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     s->plan = plan;
     /* QP_BPF_LOG=1 shows libbpf's messages and the verifier's log */
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
-    s->skel = qrun__open();
+    s->skel = qwen3__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
     double t0 = qp_now_ms();
-    if (!rc && qrun__load(s->skel) != 0) {
+    if (!rc && qwen3__load(s->skel) != 0) {
         int e = errno;
         char why[160];
         const char *hint = qp_bpf_load_hint(plan, e, why, sizeof why);

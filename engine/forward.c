@@ -147,7 +147,7 @@ static int check_range(const struct qp_forward *fw, const char *where, uint32_t 
 }
 
 /* BPF instructions a per-entry kernel spends on one block entry, about
- * (counted in build/kernels/qrun.bpf.o: per element of its loops, with the
+ * (counted in build/kernels/qwen3.bpf.o: per element of its loops, with the
  * callbacks' own cost): the measure that keeps its invocations short at
  * any width. */
 static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a)

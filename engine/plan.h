@@ -7,7 +7,7 @@
 
 #include "error.h"
 #include "qpk.h"
-#include "qrun_abi.h"
+#include "qwen3_abi.h"
 
 enum qp_map_id {
     QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_W4_HID, QP_MAP_W4_O, QP_MAP_W4_DOWN, QP_MAP_NORMS,
@@ -23,11 +23,11 @@ struct qp_segment {
      * n_keys of its row blocks, each expanded to value_size bytes as it is
      * copied (qp_segment_expand); NULL: data is the map's bytes verbatim */
     const struct qpk_tensor *packed;
-    /* the expanded i8g blocks are then rewritten as i6 lanes (qrun_abi.h):
+    /* the expanded i8g blocks are then rewritten as i6 lanes (qwen3_abi.h):
      * an i6g vocabulary projection the i6 kernel reads (cfg.lm_i6) */
     bool lanes6;
     /* the expanded i4g blocks' pf16 parameters are then widened to int32
-     * (qrun_abi.h, the w4 maps): every tensor whose kernel encoding is i4g
+     * (qwen3_abi.h, the w4 maps): every tensor whose kernel encoding is i4g
      * (qp_tensor_widened), packed or not */
     bool widen4;
 };
@@ -39,7 +39,7 @@ void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_
                        uint64_t value_size);
 
 struct qp_mapspec {
-    const char *name;           /* as in qrun.bpf.c, without the m_ prefix */
+    const char *name;           /* as in qwen3.bpf.c, without the m_ prefix */
     uint32_t value_size, max_entries;
     struct qp_segment *segs;    /* sorted by first_key; NULL for state maps */
     uint32_t n_segs;
@@ -58,7 +58,7 @@ struct qp_plan {
     struct qk_config cfg;
     struct qp_mapspec maps[QP_MAP_COUNT];
     int32_t *rope_table;        /* [ctx][head_dim / 2][cos, sin] Q30 */
-    int32_t *klayout_table;     /* [layer][QK_KL_LEN(head_dim)] K cache layout (qrun_abi.h) */
+    int32_t *klayout_table;     /* [layer][QK_KL_LEN(head_dim)] K cache layout (qwen3_abi.h) */
     struct qp_plan_bytes bytes;
     uint64_t weight_bytes;      /* bytes.weights */
     uint64_t state_bytes;       /* every other map: bytes.kv + bytes.state */

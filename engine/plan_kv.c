@@ -1,7 +1,7 @@
 /* plan_kv.c - what attention reads beside the weights, planned from the
  * container: the KV cache's exponents per layer (static bounds that no
  * activation can exceed), the K cache layout (channel boosts and the
- * extension bits some channels borrow from donors, qrun_abi.h's klayout)
+ * extension bits some channels borrow from donors, qwen3_abi.h's klayout)
  * and the RoPE table. */
 #include "plan_kv.h"
 
@@ -160,7 +160,7 @@ static int lightest_open(const double *w, const int32_t *ext, uint32_t head_dim,
     return light;
 }
 
-/* K extension bits (qrun_abi.h, klayout). A rounding step of K channel i
+/* K extension bits (qwen3_abi.h, klayout). A rounding step of K channel i
  * moves a score by about |q_i| * step_i, so channel i weighs
  * w_i = gq_i * 2^-b_i (q_norm gain of its pair, its boost). Each step
  * halves the heaviest channel's error by lending it the lowest bit of the

@@ -1,6 +1,6 @@
 /* qk_dot.h - what the dot products of every encoding share: a row is
  * walked a column chunk at a time, and the narrow encodings read the act
- * vector's records (qrun_abi.h: QK_XQ_* for 8-bit acts, QK_XP_* for 16-bit
+ * vector's records (qwen3_abi.h: QK_XQ_* for 8-bit acts, QK_XP_* for 16-bit
  * ones). The encodings' own products are in qk_dot_q24.h, qk_dot_i8.h,
  * qk_dot_i4.h and qk_dot_i6.h; each adds the four rows of one 4-row block,
  * and the _unpacked forms do the same from a block unpacked once for a

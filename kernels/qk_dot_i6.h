@@ -1,5 +1,5 @@
 /* qk_dot_i6.h - the vocabulary projection of an i6g matrix ("i6 lanes",
- * qrun_abi.h) times the act vector's 8-bit records: 6-bit codes in 16-bit
+ * qwen3_abi.h) times the act vector's 8-bit records: 6-bit codes in 16-bit
  * lanes, one position at a time or a block of positions from the block
  * unpacked once. */
 #ifndef QP_QK_DOT_I6_H

@@ -1,6 +1,6 @@
 /* qk_kernels.h - every kernel of the forward pass, written once.
  *
- * Compiled into the BPF object (kernels/qrun.bpf.c, where QK_LOOKUP is
+ * Compiled into the BPF object (kernels/qwen3.bpf.c, where QK_LOOKUP is
  * bpf_map_lookup_elem on an array map and QK_LOOP is bpf_loop) and into the
  * host twin (engine/emu.c, where they are a bounds-checked pointer
  * computation and a for loop). The arithmetic is qmath.h's.
@@ -10,7 +10,7 @@
  * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
  *   w_hid    4-row blocks (q24 or i8g) of every such matrix with `hidden`
  *            columns: per layer q|k|v|gate|up, then the embedding (and
- *            lm_head; i6 lanes when C.embed_i6 / C.lm_i6, qrun_abi.h);
+ *            lm_head; i6 lanes when C.embed_i6 / C.lm_i6, qwen3_abi.h);
  *            where each starts: C.w_key, C.embed_key, C.lm_key
  *   w_o      o_proj blocks, w_down down_proj blocks
  *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in),
@@ -30,7 +30,7 @@
  *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
  *   xq       x quantised to 8-bit blocks for i4g products (QK_XQ_*)
  *   qkv      Q32 q|k|v, then normalised mantissas in place
- *   klayout  per layer: K channel boosts and extension bits (qrun_abi.h)
+ *   klayout  per layer: K channel boosts and extension bits (qwen3_abi.h)
  *   qrot     rotated query mantissas (exponent per head in scal.q_exp), then
  *            per head the donor corrections of the K extension bits
  *   gu       Q32 gate|up; SiLU(gate) in place

@@ -51,7 +51,7 @@ struct qk_kext_ctx {
     s32 m_exp, c_exp;           /* K: the mantissas' exponent, the vector's step */
 };
 
-/* The query's share of the donors' lowest bits (qrun_abi.h, klayout):
+/* The query's share of the donors' lowest bits (qwen3_abi.h, klayout):
  * corr[e] = round(q_d / 2^(x_d - j)) - q_e for donor e of channel d. */
 static long qk_query_corr_cb(u64 i, void *vctx)
 {

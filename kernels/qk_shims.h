@@ -9,7 +9,7 @@
 #ifndef QP_QK_SHIMS_H
 #define QP_QK_SHIMS_H
 
-#include "qrun_abi.h"
+#include "qwen3_abi.h"
 
 #ifdef __bpf__
 #define QK_LOOKUP(map, key) ({ u32 __qk_key = (key); (void *)bpf_map_lookup_elem(&m_##map, &__qk_key); })

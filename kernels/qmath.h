@@ -392,7 +392,7 @@ QM_INLINE void qm_cache_shifts(s32 m_exp, s32 c_exp, u32 *l, u32 *r)
 
 /* cache value m * 2^l / 2^r * (16 + st) / 16 (st: the vector's stretch,
  * below; 0 for none) rounded once (twice only for r > 40, which no model
- * reaches), saturating at 32767 * 2^x (x extra fraction bits, qrun_abi.h
+ * reaches), saturating at 32767 * 2^x (x extra fraction bits, qwen3_abi.h
  * klayout; the load-time bounds make saturation unreachable); branch-free
  * for the verifier, wrapping arithmetic */
 QM_INLINE s64 qm_to_cache_wide(s64 m, u32 l, u32 r, u32 x, u32 st)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* qrun.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
+/* qwen3.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
  * with bpf_prog_test_run. Each program is one kernel of kernels/qk_kernels.h;
  * its arguments (struct qk_args) follow the 14-byte Ethernet header slot
  * of the test run's input. Map sizes and the model constants are set by
@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <bpf/bpf_helpers.h>
 
-#include "qrun_abi.h"
+#include "qwen3_abi.h"
 
 const volatile struct qk_config CFG = {0};
 #define QK_CFG CFG

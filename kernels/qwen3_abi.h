@@ -1,9 +1,9 @@
-/* qrun_abi.h - what the host and the kernels agree on: the arguments of a
+/* qwen3_abi.h - what the host and the kernels agree on: the arguments of a
  * kernel invocation (passed as the test run's input data), the layout of
- * the maps, and the sizes that bound every loop. Shared by kernels/qrun.bpf.c,
+ * the maps, and the sizes that bound every loop. Shared by kernels/qwen3.bpf.c,
  * the host twin (engine/emu.c) and the loader (engine/bpf_backend.c). */
-#ifndef QP_QRUN_ABI_H
-#define QP_QRUN_ABI_H
+#ifndef QP_QWEN3_ABI_H
+#define QP_QWEN3_ABI_H
 
 #include "qmath.h"
 

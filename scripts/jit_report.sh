@@ -8,7 +8,7 @@
 # What it does: writes a tiny random checkpoint (the tiny-learned test
 # model's tokenizer, so that qrun serve starts), packs it as q24, int8 and
 # int4-pure, and for each starts `qrun serve --port 0`, which loads every
-# program of kernels/qrun.bpf.c and keeps it loaded. The programs are the ones
+# program of kernels/qwen3.bpf.c and keeps it loaded. The programs are the ones
 # whose ids are in the server's /proc/PID/fdinfo (another qrun on the
 # machine has programs of the same names). bpftool here may be built
 # without libbfd (no `dump jited`), so a small C helper (below) reads the

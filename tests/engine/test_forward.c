@@ -315,7 +315,7 @@ static void check_emu_memory(const char *packed, const char *expanded)
 /* The vocabulary projection of an i6g embedding run as i6 lanes, by hand:
  * every row's codes (the container's, expanded to i8g: formats/QPK.md)
  * times the quantised act vector the step left in xq, with the sums
- * kernels/qrun_abi.h documents (per 32-column act block P_b = sum q a, per
+ * kernels/qwen3_abi.h documents (per 32-column act block P_b = sum q a, per
  * group D * sum (P_b << QK_XQ_FRAC) >> r_b shifted down QK_I4_GROUP_SHIFT)
  * in plain scalar loops, into Q32 logits. */
 static void i6_vocabulary_by_hand(const struct qp_engine *s, int64_t *out)
@@ -632,7 +632,7 @@ static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream,
 }
 
 /* Every product's jobs fit the job list and the partial-argmax slots
- * (kernels/qrun_abi.h), whatever the shape and block: the 0.6B vocabulary
+ * (kernels/qwen3_abi.h), whatever the shape and block: the 0.6B vocabulary
  * projection of a 16-position block once needed 1,187 jobs, and qeval
  * failed on it. Each job is whole 4-row groups, at least two per thread
  * when the rows allow. */

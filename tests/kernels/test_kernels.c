@@ -234,7 +234,7 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
 END_TEST
 
 /* K channel i of the vector at `kc`, in its own cache units, decoded by
- * the klayout rules of qrun_abi.h (the tag bits of channels 0..3 and a
+ * the klayout rules of qwen3_abi.h (the tag bits of channels 0..3 and a
  * donor's lent bit are not part of their values) */
 static double decode_k(const int16_t *kc, const int32_t *ext, uint32_t i, uint32_t head_dim)
 {
