@@ -75,7 +75,7 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
             qp_err err;
             if (qp_plan_reads_act_records(p, layer, mode) && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
                 return -1;
-            enum qp_kernel k = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+            enum qp_kernel k = qp_matvec_kernel(m.enc, nb);
             if (b->run(b, k, &a, NULL, &err)) {
                 fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
                 exit(1);

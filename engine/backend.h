@@ -10,10 +10,12 @@
 #include "error.h"
 #include "plan.h"
 
+/* the kernels, in QK_PROGRAMS's order (kernels/qwen3_abi.h) */
 enum qp_kernel {
-    QP_K_EMBED, QP_K_RMSNORM, QP_K_MATVEC, QP_K_ROPE_STORE, QP_K_ATTENTION, QP_K_ATTN_MERGE,
-    QP_K_SWIGLU, QP_K_ARGMAX_REDUCE, QP_K_MATVEC_STREAM, QP_K_QUANT_X,
-    QP_K_MATVEC4, QP_K_MATVEC4_STREAM, QP_K_MATVEC4B, QP_K_MATVEC4B_STREAM, QP_K_COUNT,
+#define QP_KERNEL_ENUM(NAME, name, kernel) QP_K_##NAME,
+    QK_PROGRAMS(QP_KERNEL_ENUM)
+#undef QP_KERNEL_ENUM
+    QP_K_COUNT
 };
 
 struct qp_backend {
@@ -41,6 +43,11 @@ struct qp_backend {
 };
 
 const char *qp_kernel_name(enum qp_kernel k);
+
+/* The matrix product's program for a matrix of kernel encoding enc
+ * (QK_ENC_*) over nb block entries: the unpacking block program when there
+ * are several and the encoding has one. */
+enum qp_kernel qp_matvec_kernel(uint32_t enc, uint32_t nb);
 
 /* The host twin, reading weights from the container in place. */
 int qp_emu_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err);

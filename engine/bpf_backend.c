@@ -367,11 +367,9 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         return -1;
     }
     struct bpf_program *progs[QP_K_COUNT] = {
-        s->skel->progs.embed, s->skel->progs.rmsnorm, s->skel->progs.matvec, s->skel->progs.rope_store,
-        s->skel->progs.attention, s->skel->progs.attn_merge, s->skel->progs.swiglu,
-        s->skel->progs.argmax_reduce, s->skel->progs.matvec_stream, s->skel->progs.quant_x,
-        s->skel->progs.matvec4, s->skel->progs.matvec4_stream, s->skel->progs.matvec4b,
-        s->skel->progs.matvec4b_stream,
+#define QP_PROGRAM_OF(NAME, name, kernel) s->skel->progs.name,
+        QK_PROGRAMS(QP_PROGRAM_OF)
+#undef QP_PROGRAM_OF
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = bpf_program__fd(progs[k]);

@@ -64,20 +64,9 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
     qk_host_cfg = &e->cfg;
     int rc;
     switch (k) {
-    case QP_K_EMBED: rc = qk_embed(a); break;
-    case QP_K_RMSNORM: rc = qk_rmsnorm(a); break;
-    case QP_K_MATVEC: rc = qk_matvec(a); break;
-    case QP_K_ROPE_STORE: rc = qk_rope_store(a); break;
-    case QP_K_ATTENTION: rc = qk_attention(a); break;
-    case QP_K_ATTN_MERGE: rc = qk_attn_merge(a); break;
-    case QP_K_SWIGLU: rc = qk_swiglu(a); break;
-    case QP_K_ARGMAX_REDUCE: rc = qk_argmax_reduce(a); break;
-    case QP_K_MATVEC_STREAM: rc = qk_matvec_stream(a); break;
-    case QP_K_QUANT_X: rc = qk_quant_x(a); break;
-    case QP_K_MATVEC4: rc = qk_matvec4(a); break;
-    case QP_K_MATVEC4_STREAM: rc = qk_matvec4_stream(a); break;
-    case QP_K_MATVEC4B: rc = qk_matvec4b(a); break;
-    case QP_K_MATVEC4B_STREAM: rc = qk_matvec4b_stream(a); break;
+#define QP_EMU_CASE(NAME, name, kernel) case QP_K_##NAME: rc = kernel(a); break;
+        QK_PROGRAMS(QP_EMU_CASE)
+#undef QP_EMU_CASE
     default: rc = -1;
     }
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
@@ -182,13 +171,4 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
                                .h = (const int64_t *)e->maps.h.base, .work = e->maps.work.base};
     *out = &e->b;
     return 0;
-}
-
-const char *qp_kernel_name(enum qp_kernel k)
-{
-    static const char *const names[QP_K_COUNT] = {"embed", "rmsnorm", "matvec", "rope_store", "attention",
-                                                  "attn_merge", "swiglu", "argmax_reduce",
-                                                  "matvec_stream", "quant_x", "matvec4",
-                                                  "matvec4_stream", "matvec4b", "matvec4b_stream"};
-    return k < QP_K_COUNT ? names[k] : "unknown";
 }

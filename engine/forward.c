@@ -84,9 +84,7 @@ static int run_job(void *ctx, uint32_t i, uint32_t thread, qp_err *err)
     struct job_list *j = &fw->jobs;
     struct qk_args a = j->args[i];
     a.scratch = thread;
-    bool staged = j->kernel[i] == QP_K_MATVEC_STREAM || j->kernel[i] == QP_K_MATVEC4_STREAM ||
-                  j->kernel[i] == QP_K_MATVEC4B_STREAM;
-    if (staged && qp_stream_stage(fw->plan, fw->b->work, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4,
+    if (a.streamed && qp_stream_stage(fw->plan, fw->b->work, j->src[i].map, j->src[i].key, (a.end - a.begin) / 4,
                                   a.work_key, err))
         return -1;
     return call(fw, j->kernel[i], &a, err);
@@ -113,10 +111,7 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
             a.streamed = 1;
             a.work_key = used;
             qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &j->src[count].map, &j->src[count].key);
-            enum qp_kernel k = fw->pending_kernel[first + count];
-            j->kernel[count] = k == QP_K_MATVEC4    ? QP_K_MATVEC4_STREAM
-                               : k == QP_K_MATVEC4B ? QP_K_MATVEC4B_STREAM
-                                                    : QP_K_MATVEC_STREAM;
+            j->kernel[count] = fw->pending_kernel[first + count];
             j->args[count++] = a;
             used += blocks;
         }
@@ -236,7 +231,7 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
                 return qp_fail(err, "internal: too many jobs for one matrix");
             list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
                                        .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
-            kernels[n++] = !m.i4 ? QP_K_MATVEC : nb > 1 ? QP_K_MATVEC4B : QP_K_MATVEC4;
+            kernels[n++] = qp_matvec_kernel(m.enc, nb);
         }
         first = end;
     }

@@ -151,22 +151,24 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
     switch (mode) {
     case QK_MV_QKV:
         if (r < c->q_dim)
-            m = (struct qp_matrix_rows){0, 0, c->q_dim, false};
+            m = (struct qp_matrix_rows){0, 0, c->q_dim, 0};
         else if (r < c->q_dim + c->kv_dim)
-            m = (struct qp_matrix_rows){1, c->q_dim, c->kv_dim, false};
+            m = (struct qp_matrix_rows){1, c->q_dim, c->kv_dim, 0};
         else
-            m = (struct qp_matrix_rows){2, c->q_dim + c->kv_dim, c->kv_dim, false};
+            m = (struct qp_matrix_rows){2, c->q_dim + c->kv_dim, c->kv_dim, 0};
         break;
     case QK_MV_GATE_UP:
-        m = r < c->inter ? (struct qp_matrix_rows){4, 0, c->inter, false}
-                         : (struct qp_matrix_rows){5, c->inter, c->inter, false};
+        m = r < c->inter ? (struct qp_matrix_rows){4, 0, c->inter, 0}
+                         : (struct qp_matrix_rows){5, c->inter, c->inter, 0};
         break;
-    case QK_MV_O: m = (struct qp_matrix_rows){3, 0, c->hidden, false}; break;
-    case QK_MV_DOWN: m = (struct qp_matrix_rows){6, 0, c->hidden, false}; break;
-    default: m = (struct qp_matrix_rows){7, 0, c->vocab, false}; break;
+    case QK_MV_O: m = (struct qp_matrix_rows){3, 0, c->hidden, 0}; break;
+    case QK_MV_DOWN: m = (struct qp_matrix_rows){6, 0, c->hidden, 0}; break;
+    default: m = (struct qp_matrix_rows){7, 0, c->vocab, 0}; break;
     }
-    m.i6 = m.role == 7 && c->lm_i6;
-    m.i4 = m.role == 7 ? c->lm_i4 || c->lm_i6 : ((c->w_i4[layer] >> m.role) & 1) != 0;
+    if (m.role == 7)   /* the kernels' rule, qk_matrix_enc */
+        m.enc = c->lm_i6 ? QK_ENC_I6L : c->lm_i4 ? QK_ENC_I4G : c->w_enc;
+    else
+        m.enc = (c->w_i4[layer] >> m.role) & 1 ? QK_ENC_I4G : c->w_enc;
     return m;
 }
 
@@ -178,7 +180,7 @@ bool qp_plan_reads_act_records(const struct qp_plan *p, uint32_t layer, uint32_t
                   : mode == QK_MV_LOGITS ? p->cfg.vocab : p->cfg.hidden;
     for (uint32_t r = 0; r < rows;) {
         struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, r);
-        if (m.i4)
+        if (m.enc != QK_ENC_Q24)
             return true;
         r = m.row0 + m.rows;
     }
@@ -189,7 +191,7 @@ void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mod
                            enum qp_map_id *map, uint32_t *key)
 {
     struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, begin);
-    bool in_w4 = m.i4 && !m.i6;
+    bool in_w4 = m.enc == QK_ENC_I4G;
     *map = m.role == 3 ? o_maps[in_w4] : m.role == 6 ? down_maps[in_w4] : hid_maps[in_w4];
     *key = (m.role == 7 ? p->cfg.lm_key : p->cfg.w_key[layer * 8 + m.role]) + (begin - m.row0) / 4;
 }

@@ -109,8 +109,7 @@ bool qp_map_is_matrix(enum qp_map_id id);
  * vocabulary projection), its first row and row count, and its encoding. */
 struct qp_matrix_rows {
     uint32_t role, row0, rows;
-    bool i4;        /* read by the i4g programs (an i4g matrix, or i6 lanes) */
-    bool i6;        /* i6 lanes, in w_hid */
+    uint32_t enc;   /* the kernels' encoding: QK_ENC_Q24, _I8G, _I4G (a w4 map) or _I6L (in w_hid) */
 };
 struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r);
 

@@ -144,7 +144,7 @@ void qpack_model_free(qpack_model *model);
 /* A loaded BPF program: its kernel and the verifier's count of processed
  * instructions (the kernel allows 1,000,000 per program). */
 typedef struct qpack_program_info {
-    char name[24];              /* "matvec", "attention", ... */
+    char name[24];              /* "matvec_i4", "attention", ... */
     uint32_t verified_insns;
 } qpack_program_info;
 
@@ -294,7 +294,7 @@ int qpack_lookup_step(qpack_session *session, int32_t pending, uint32_t max_draf
 void qpack_session_interrupt(qpack_session *session);
 
 typedef struct qpack_kernel_stats {
-    char name[24];              /* "matvec", "attention", ... */
+    char name[24];              /* "matvec_i4", "attention", ... */
     uint64_t calls;
     double ms;                  /* time inside it, summed over the threads */
 } qpack_kernel_stats;

@@ -313,12 +313,22 @@ QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
     }
 }
 
+/* The kernels' encoding of the matrix of `role` in `layer` (7: the
+ * vocabulary projection): i4g in a w4 map, i6 lanes in w_hid, or the wide
+ * maps' q24 or i8g (C.w_enc). */
+QM_INLINE u32 qk_matrix_enc(u32 layer, u32 role)
+{
+    if (role == 7)
+        return C.lm_i6 ? QK_ENC_I6L : C.lm_i4 ? QK_ENC_I4G : C.w_enc;
+    return (C.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] >> role) & 1 ? QK_ENC_I4G : C.w_enc;
+}
+
 /* Rows [begin, end) (multiples of 4, inside one matrix) of the mode's
- * product. `streamed` and `i4` are compile-time constants: resident or
- * --stream, wide (q24/i8g) or i4g matrices are four programs, each within
- * the verifier's budget on its own; a program refuses a matrix of the
- * other kind. */
-QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const bool i4, const bool block)
+ * product. `enc` and `block` are compile-time constants: each (encoding,
+ * block) pair is a program of its own, within the verifier's budget, and
+ * refuses a matrix of another encoding. The weights are read from the
+ * resident maps, or from the work map where --stream staged them. */
+QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool block)
 {
     struct qk_mv_tensor t;
     if ((a->layer >= C.n_layers && a->mode != QK_MV_LOGITS) || qk_mv_tensor_of(a->mode, a->begin, &t))
@@ -327,26 +337,21 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         return -1;
     u32 slot = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
     u32 key = t.role == 7 ? C.lm_key : C.w_key[slot];
-    /* i6 lanes read the quantised act vector: the i4g programs run them */
-    bool is_i4 = t.role == 7 ? (C.lm_i4 | C.lm_i6) != 0 : ((C.w_i4[QK_IDX(a->layer, QK_MAX_LAYERS)] >> t.role) & 1) != 0;
-    bool is_i6 = t.role == 7 && C.lm_i6 != 0;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
-    if (!sc || is_i4 != i4 || a->streamed != streamed || !qk_entries_ok(a) ||
-        a->slot >= QK_MAX_ARGMAX_SLOTS)
+    if (!sc || qk_matrix_enc(a->layer, t.role) != enc || !qk_entries_ok(a) || a->slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
     u32 mode = qk_reload(&a->mode);
+    bool streamed = qk_reload(&a->streamed) != 0;
     s64 zero = qk_unknown_zero(a);
     struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : key + (a->begin - t.row0) / 4,
                            .first_row = a->begin, .mode = mode, .layer = a->layer, .b0 = a->b0, .nb = a->nb,
                            .group = (u32)zero, .amax_slot = a->slot, .scratch = a->scratch, .bad = (u64)zero,
                            .acc = {zero, zero, zero, zero}};
     u32 n = (a->end - a->begin) / 4;
-    /* the wide programs take an i8g block of positions from the thread's
-     * scratch too (the i4g ones have programs of their own) */
-    bool wide_block = !i4 && a->nb > 1;
     if (mode == QK_MV_LOGITS)
         QK_LOOP(a->nb, qk_mv_amax_init_cb, &cx);
-/* the loop over the groups with the callback of the mode in family fam */
+/* the loop over the groups with the callback of the mode in family fam,
+ * from the resident maps or the work map */
 #define QK_MV_RUN(fam)                                                     \
     do {                                                                  \
         if (mode == QK_MV_O)                                              \
@@ -356,69 +361,46 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const bool streamed, const
         else                                                              \
             QK_LOOP(n, fam##_hid_cb, &cx);                                \
     } while (0)
-    if (i4 && is_i6 && block && streamed)
+#define QK_MV_RUN_FROM(fam)                                                \
+    do {                                                                  \
+        if (streamed)                                                     \
+            QK_MV_RUN(fam##_work);                                        \
+        else                                                              \
+            QK_MV_RUN(fam);                                               \
+    } while (0)
+    if (enc == QK_ENC_I6L && block && streamed)   /* the vocabulary: w_hid only */
         QK_LOOP(n, qk_mv6b_work_hid_cb, &cx);
-    else if (i4 && is_i6 && block)
+    else if (enc == QK_ENC_I6L && block)
         QK_LOOP(n, qk_mv6b_hid_cb, &cx);
-    else if (i4 && is_i6 && streamed)
+    else if (enc == QK_ENC_I6L && streamed)
         QK_LOOP(n, qk_mv6_work_hid_cb, &cx);
-    else if (i4 && is_i6)
+    else if (enc == QK_ENC_I6L)
         QK_LOOP(n, qk_mv6_hid_cb, &cx);
-    else if (streamed && block)
-        QK_MV_RUN(qk_mv4b_work);
-    else if (block)
-        QK_MV_RUN(qk_mv4b);
-    else if (streamed && i4)
-        QK_MV_RUN(qk_mv4_work);
-    else if (streamed && C.w_enc == QK_ENC_I8G && wide_block)
-        QK_MV_RUN(qk_mv8b_work);
-    else if (streamed && C.w_enc == QK_ENC_I8G)
-        QK_MV_RUN(qk_mv8_work);
-    else if (streamed)
-        QK_MV_RUN(qk_mv_work);
-    else if (i4)
-        QK_MV_RUN(qk_mv4);
-    else if (C.w_enc == QK_ENC_I8G && wide_block)
-        QK_MV_RUN(qk_mv8b);
-    else if (C.w_enc == QK_ENC_I8G)
-        QK_MV_RUN(qk_mv8);
+    else if (enc == QK_ENC_I4G && block)
+        QK_MV_RUN_FROM(qk_mv4b);
+    else if (enc == QK_ENC_I4G)
+        QK_MV_RUN_FROM(qk_mv4);
+    else if (enc == QK_ENC_I8G && block)
+        QK_MV_RUN_FROM(qk_mv8b);
+    else if (enc == QK_ENC_I8G)
+        QK_MV_RUN_FROM(qk_mv8);
     else
-        QK_MV_RUN(qk_mv);
+        QK_MV_RUN_FROM(qk_mv);
+#undef QK_MV_RUN_FROM
 #undef QK_MV_RUN
     qk_flag_range(sc, cx.bad);
     return 0;
 }
 
-QM_INLINE int qk_matvec(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, false, false, false);
-}
-
-QM_INLINE int qk_matvec_stream(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, true, false, false);
-}
-
-QM_INLINE int qk_matvec4(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, false, true, false);
-}
-
-QM_INLINE int qk_matvec4_stream(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, true, true, false);
-}
-
-/* i4g for a block of positions (qk_unpack_i4): programs of their own, so
- * that each stays within the verifier's budget at the wider shapes */
-QM_INLINE int qk_matvec4b(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, false, true, true);
-}
-
-QM_INLINE int qk_matvec4b_stream(const struct qk_args *a)
-{
-    return qk_matvec_impl(a, true, true, true);
-}
+/* the programs (QK_PROGRAMS): q24 reads every block straight; i8g, i4g
+ * and i6 lanes have a program for one position at a time and one that
+ * unpacks each 4-row block once for a block of positions */
+QM_INLINE int qk_matvec_q24(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_Q24, false); }
+QM_INLINE int qk_matvec_i8(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I8G, false); }
+QM_INLINE int qk_matvec_i8_block(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I8G, true); }
+QM_INLINE int qk_matvec_i4(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I4G, false); }
+QM_INLINE int qk_matvec_i4_block(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I4G, true); }
+QM_INLINE int qk_matvec_i6(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I6L, false); }
+QM_INLINE int qk_matvec_i6_block(const struct qk_args *a) { return qk_matvec_impl(a, QK_ENC_I6L, true); }
 
 #endif

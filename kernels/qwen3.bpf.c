@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* qwen3.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
- * with bpf_prog_test_run. Each program is one kernel of kernels/qk_kernels.h;
- * its arguments (struct qk_args) follow the 14-byte Ethernet header slot
- * of the test run's input. Map sizes and the model constants are set by
+ * with bpf_prog_test_run. Each program is one kernel of kernels/qk_kernels.h
+ * (QK_PROGRAMS, qwen3_abi.h, lists them); its arguments (struct qk_args)
+ * follow the 14-byte Ethernet header slot of the test run's input. Map sizes and the model constants are set by
  * the loader (engine/bpf_backend.c) before load. */
 #include <linux/bpf.h>
 #include <stdbool.h>
@@ -67,19 +67,7 @@ static __always_inline int read_args(struct __sk_buff *skb, struct qk_args *a)
         return kernel(&a) ? 1 : 0;                                     \
     }
 
-QK_PROGRAM(embed, qk_embed)
-QK_PROGRAM(rmsnorm, qk_rmsnorm)
-QK_PROGRAM(matvec, qk_matvec)
-QK_PROGRAM(matvec_stream, qk_matvec_stream)
-QK_PROGRAM(rope_store, qk_rope_store)
-QK_PROGRAM(attention, qk_attention)
-QK_PROGRAM(attn_merge, qk_attn_merge)
-QK_PROGRAM(swiglu, qk_swiglu)
-QK_PROGRAM(argmax_reduce, qk_argmax_reduce)
-QK_PROGRAM(quant_x, qk_quant_x)
-QK_PROGRAM(matvec4, qk_matvec4)
-QK_PROGRAM(matvec4_stream, qk_matvec4_stream)
-QK_PROGRAM(matvec4b, qk_matvec4b)
-QK_PROGRAM(matvec4b_stream, qk_matvec4b_stream)
+#define QK_PROGRAM_OF(NAME, name, kernel) QK_PROGRAM(name, kernel)
+QK_PROGRAMS(QK_PROGRAM_OF)
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

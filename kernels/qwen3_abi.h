@@ -16,6 +16,7 @@
 #define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
 #define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
 #define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
+#define QK_ENC_I6L 8              /* i6 lanes: an i6g vocabulary projection in the kernels' layout (below) */
 #define QK_I8_GROUP_SHIFT 12      /* i8g: a group's sum * scale is shifted down this much */
 #define QK_MAX_HIDDEN 16384       /* hidden size the kernels' index masks allow */
 #define QK_MAX_ACT 32768          /* act vector length (max of hidden, q_dim, inter) */
@@ -74,6 +75,31 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
     return c->n_heads / c->attn_heads;
 }
 
+/* The BPF programs, one per kernel (X(NAME, name, kernel function)): the
+ * one list that kernels/qwen3.bpf.c, the host twin and the loader walk.
+ * The matrix products have a program per kernel encoding and, for the
+ * encodings that unpack a block of positions' weights once, per block:
+ * matvec_q24 (q24), matvec_i8 and matvec_i8_block (i8g), matvec_i4 and
+ * matvec_i4_block (i4g), matvec_i6 and matvec_i6_block (i6 lanes). Each
+ * reads its weights from the resident maps or, with --stream, from the
+ * work map (qk_args.streamed). BPF keeps 15 characters of a name. */
+#define QK_PROGRAMS(X)                                                 \
+    X(EMBED, embed, qk_embed)                                          \
+    X(RMSNORM, rmsnorm, qk_rmsnorm)                                    \
+    X(QUANT_X, quant_x, qk_quant_x)                                    \
+    X(MATVEC_Q24, matvec_q24, qk_matvec_q24)                           \
+    X(MATVEC_I8, matvec_i8, qk_matvec_i8)                              \
+    X(MATVEC_I8_BLOCK, matvec_i8_block, qk_matvec_i8_block)            \
+    X(MATVEC_I4, matvec_i4, qk_matvec_i4)                              \
+    X(MATVEC_I4_BLOCK, matvec_i4_block, qk_matvec_i4_block)            \
+    X(MATVEC_I6, matvec_i6, qk_matvec_i6)                              \
+    X(MATVEC_I6_BLOCK, matvec_i6_block, qk_matvec_i6_block)            \
+    X(ROPE_STORE, rope_store, qk_rope_store)                           \
+    X(ATTENTION, attention, qk_attention)                              \
+    X(ATTN_MERGE, attn_merge, qk_attn_merge)                           \
+    X(SWIGLU, swiglu, qk_swiglu)                                       \
+    X(ARGMAX_REDUCE, argmax_reduce, qk_argmax_reduce)
+
 /* kernel invocation arguments, little-endian, at the start of data_in */
 struct qk_args {
     u32 layer;
@@ -86,7 +112,7 @@ struct qk_args {
     u32 n_slots;        /* argmax_reduce: slots to combine */
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
-    u32 scratch;        /* matvec4 of a block: the calling thread's `unpk` entry */
+    u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
     u32 kv_slot;        /* rope_store, attention: the sequence slot whose KV cache they use */
 };
 

@@ -678,7 +678,7 @@ START_TEST(blocks_give_the_bits_of_one_step_per_position)
     int64_t *emu = check_blocks(out, QPACK_BACKEND_EMU, false, packs[_i]);
     struct qp_engine s;
     open_session(&s, out, QPACK_BACKEND_BPF, 8);
-    if (_i == 2)    /* int4: the vocabulary as i6 lanes, its block kernel matvec4b's own */
+    if (_i == 2)    /* int4: the vocabulary as i6 lanes, run by matvec_i6_block */
         ck_assert(s.plan.cfg.lm_i6);
     size_t bytes = (2 * (size_t)qp_forward_block_size(s.fw) + 7) * s.vocab * 8;
     qp_engine_close(&s);

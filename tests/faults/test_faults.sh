@@ -41,7 +41,7 @@
 set -u
 
 CASE=$1 QRUN=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 W=$6
-KERNELS='["embed","rmsnorm","matvec","matvec_stream","rope_store","attention","attn_merge","swiglu","argmax_reduce"]'
+KERNELS='["embed","rmsnorm","quant_x","matvec_q24","matvec_i8","matvec_i8_block","matvec_i4","matvec_i4_block","matvec_i6","matvec_i6_block","rope_store","attention","attn_merge","swiglu","argmax_reduce"]'
 
 fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
 skip() { echo "SKIP ($CASE): $*"; exit 77; }

@@ -111,9 +111,10 @@ static void run_ok(enum qp_kernel k, const struct qk_args *a)
     ck_assert_msg(run_both(k, a) == 0, "%s rejected valid arguments", qp_kernel_name(k));
 }
 
-static bool row_is_i4(uint32_t layer, uint32_t mode, uint32_t r)
+/* the one-position program of the matrix holding row r */
+static enum qp_kernel program_of(uint32_t layer, uint32_t mode, uint32_t r)
 {
-    return qp_plan_matrix_of(&plan, layer, mode, r).i4;
+    return qp_matvec_kernel(qp_plan_matrix_of(&plan, layer, mode, r).enc, 1);
 }
 
 /* rows [begin, end) of one matrix, on both backends: quant_x first when
@@ -124,7 +125,7 @@ static void run_rows(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end
     struct qk_args a = {.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = 1};
     if (qp_plan_reads_act_records(&plan, layer, mode))
         run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode, .nb = 1});
-    run_ok(row_is_i4(layer, mode, begin) ? QP_K_MATVEC4 : QP_K_MATVEC, &a);
+    run_ok(program_of(layer, mode, begin), &a);
 }
 
 static bool any_nonzero(enum qp_map_id id)
@@ -147,11 +148,21 @@ static void assert_state_equal(const char *what)
     }
 }
 
-/* i4g rows [begin, end) for every entry of the block at once (matvec4b,
- * each block unpacked once) give each entry the bits of matvec4 run on it
- * alone; h, which products add into, starts from the same bytes both ways */
-static void check_i4_block(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
+/* whether the matrix holding row r has a program for blocks of positions */
+static bool has_block_program(uint32_t layer, uint32_t mode, uint32_t r)
 {
+    uint32_t enc = qp_plan_matrix_of(&plan, layer, mode, r).enc;
+    return qp_matvec_kernel(enc, 2) != qp_matvec_kernel(enc, 1);
+}
+
+/* rows [begin, end) for every entry of the block at once (the matrix's
+ * block program, each 4-row block unpacked once) give each entry the bits
+ * of its one-position program run on it alone; h, which products add into,
+ * starts from the same bytes both ways */
+static void check_block(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
+{
+    uint32_t enc = qp_plan_matrix_of(&plan, layer, mode, begin).enc;
+    enum qp_kernel one = qp_matvec_kernel(enc, 1), many = qp_matvec_kernel(enc, 2);
     enum qp_map_id out = mode == QK_MV_QKV ? QP_MAP_QKV : mode == QK_MV_GATE_UP ? QP_MAP_GU : QP_MAP_H;
     uint32_t nb = plan.cfg.block;
     size_t len = map_len(out);
@@ -160,12 +171,13 @@ static void check_i4_block(uint32_t layer, uint32_t mode, uint32_t begin, uint32
     run_ok(QP_K_QUANT_X, &(struct qk_args){.layer = layer, .mode = mode, .nb = nb});
     memcpy(start, bpf->state(bpf, out), len);
     for (uint32_t b = 0; b < nb; b++)
-        run_ok(QP_K_MATVEC4, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .b0 = b, .nb = 1});
+        run_ok(one, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .b0 = b, .nb = 1});
     memcpy(alone, bpf->state(bpf, out), len);
     set_state(out, start);
-    run_ok(QP_K_MATVEC4B, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = nb});
-    ck_assert_msg(memcmp(alone, bpf->state(bpf, out), len) == 0, "matvec4b differs from matvec4 (mode %u)", mode);
-    assert_state_equal("matvec4b");
+    run_ok(many, &(struct qk_args){.layer = layer, .mode = mode, .begin = begin, .end = end, .nb = nb});
+    ck_assert_msg(memcmp(alone, bpf->state(bpf, out), len) == 0, "%s differs from %s (mode %u)", qp_kernel_name(many),
+                  qp_kernel_name(one), mode);
+    assert_state_equal(qp_kernel_name(many));
     free(start);
     free(alone);
 }
@@ -204,10 +216,10 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
         run_rows(1, QK_MV_DOWN, 4, c->hidden);
         snprintf(what, sizeof what, "matvec down, pattern %d", p);
         assert_state_equal(what);
-        if (row_is_i4(0, QK_MV_QKV, 0)) {
-            check_i4_block(0, QK_MV_QKV, 0, c->q_dim);
-            check_i4_block(1, QK_MV_DOWN, 4, c->hidden);
-        }
+        if (has_block_program(0, QK_MV_QKV, 0))
+            check_block(0, QK_MV_QKV, 0, c->q_dim);
+        if (has_block_program(1, QK_MV_DOWN, 4))
+            check_block(1, QK_MV_DOWN, 4, c->hidden);
 
         fill(buf, map_len(QP_MAP_QKV) / 8, p, 1ll << 40);
         set_state(QP_MAP_QKV, buf);
@@ -581,12 +593,12 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         qp_err err = {{0}};
-        ck_assert_int_ne(bpf->run(bpf, QP_K_MATVEC, &bad[i], NULL, &err), 0);
+        ck_assert_int_ne(bpf->run(bpf, program_of(0, QK_MV_QKV, 0), &bad[i], NULL, &err), 0);
         ck_assert_msg(strstr(err.msg, "rejected its arguments"), "%s", err.msg);
     }
     /* each product kernel refuses the other encoding's matrices */
     qp_err err = {{0}};
-    enum qp_kernel other = row_is_i4(0, QK_MV_O, 0) ? QP_K_MATVEC : QP_K_MATVEC4;
+    enum qp_kernel other = program_of(0, QK_MV_O, 0) == QP_K_MATVEC_Q24 ? QP_K_MATVEC_I4 : QP_K_MATVEC_Q24;
     ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4, .nb = 1},
                               NULL, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, NULL, &err), 0);

@@ -10,7 +10,7 @@ set -u
 CASE=$1 QRUN=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 WORK=$6
 M=$WORK/M.qpk
 T=$WORK/$CASE.tmp
-KERNELS='["embed","rmsnorm","matvec","rope_store","attention","attn_merge","swiglu","argmax_reduce"]'
+KERNELS='["embed","rmsnorm","quant_x","matvec_q24","matvec_i8","matvec_i8_block","matvec_i4","matvec_i4_block","matvec_i6","matvec_i6_block","rope_store","attention","attn_merge","swiglu","argmax_reduce"]'
 
 fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
 skip() { echo "SKIP ($CASE): $*"; exit 77; }
@@ -178,7 +178,7 @@ generate)
     QP_BPF_STATS=1 "$QRUN" -m "$M" --ids "1 2" -n 1 >"$T/vstats.out" 2>"$T/vstats.err" ||
         fail "QP_BPF_STATS=1: $(cat "$T/vstats.err")"
     [ "$(lines "$T/vstats.err")" = 1 ] || fail "QP_BPF_STATS=1: $(cat "$T/vstats.err")"
-    for k in $(echo "$KERNELS" | tr -d '[]"' | tr , ' ') matvec4 quant_x; do
+    for k in $(echo "$KERNELS" | tr -d '[]"' | tr , ' '); do
         n=$(grep -o " $k [0-9]*" "$T/vstats.err" | head -1 | awk '{print $2}')
         [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 1000000 ] || fail "QP_BPF_STATS=1: $k: '$n' in $(cat "$T/vstats.err")"
     done
