@@ -34,7 +34,7 @@ struct bpfb {
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
     (void)level;
-    return vfprintf(stderr, fmt, ap);
+    return vfprintf(stderr, fmt, ap);   /* QP_BPF_LOG=1 only: a developer asked for the log */
 }
 
 static struct bpf_map *map_of(struct qwen3 *s, enum qp_map_id id)

@@ -194,10 +194,10 @@ static long qk_attn_weight2_cb(u64 i, void *vctx)
 }
 
 /* acc += w * v + w1 * v1 over a head's entries, two positions at once:
- * each accumulator is loaded and stored once for both (~4.5 BPF
- * instructions per multiply-add against 5 a position at a time, clang's
- * code spilling a little). The same integer sum
- * as two qk_attn_add_v, whose bound holds in any order. */
+ * each accumulator is loaded and stored once for both, fewer instructions
+ * per multiply-add than a position at a time even with clang spilling a
+ * little. The same integer sum as two qk_attn_add_v, whose bound holds in
+ * any order. */
 QM_INLINE void qk_attn_add_v2(s64 *acc, const s16 *v, s64 w, const s16 *v1, s64 w1)
 {
     for (u32 d = 0; d < C.head_dim; d += 16) {

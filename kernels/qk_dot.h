@@ -56,8 +56,8 @@ QM_INLINE const u64 *qk_xp_from(const u8 *xq, u32 c0)
 /* The four rows' sums of an act block's unpacked lane words l[4 j + k]
  * (act word j, row k) times its n act words xr[j], each from `bias`. Each
  * sum is kept right after its product: clang then reuses one register for
- * the products and keeps the act record's pointer out of the stack (for
- * int4 171 BPF instructions per 128 multiply-adds against 191). */
+ * the products and keeps the act record's pointer out of the stack
+ * (scripts/jit_report.sh counts the loop's instructions). */
 QM_INLINE void qk_lane_sums4(const u64 *l, const u64 *xr, const int n, u64 bias, u64 *s)
 {
     u64 s0 = bias, s1 = bias, s2 = bias, s3 = bias;

@@ -445,9 +445,9 @@ QM_INLINE u32 qm_cache_untag(const s16 *v)
  * [2^14, 2^15): half a bit unused on average. A V vector is also stored
  * times (16 + st) / 16, st in 0..15 the most that keeps that entry within
  * int16; st rides in the lowest bit of entries 4..7 (qm_cache_tag, read
- * with qm_cache_untag(v + 4)). Measured on the stress checkpoint, it took
- * qrun's mean KL from 1.4e-3 to 1.1e-4. (The same on K measured within
- * noise there, for 8% more attention time: not done.) */
+ * with qm_cache_untag(v + 4)). On the stress checkpoint it cuts the mean
+ * KL more than tenfold; on K it buys nothing measurable for more attention
+ * time, so K is not stretched (kernels/KERNELS.md). */
 #define QM_V_WEIGHT_FRAC 8      /* extra fraction bits of qm_v_weight */
 
 /* st for a V vector whose largest entry, at the vector's shift and rounded,

@@ -337,8 +337,8 @@ static double i4_absmax(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
 /* The search's candidates: the group's range in 13, 13.25, ..., 16.75 steps,
  * each anchored at the minimum (even lanes) and at the maximum (odd lanes),
  * 32 lines evaluated at once; the I4_TOP best fits are refined to
- * convergence (at most I4_ROUNDS rounds). Refining every candidate, as the
- * search did before, found 0.3 % less squared error for 5x the work. */
+ * convergence (at most I4_ROUNDS rounds): refining them all buys little
+ * error for much more work (docs/QUANT.md). */
 #define I4_CAND_V8 4
 #define I4_CANDS (8 * I4_CAND_V8)
 #define I4_TOP 3

@@ -1,4 +1,4 @@
-/* quant.h - group-scaled INT4 / INT8 weight quantisers (issue 5).
+/* quant.h - group-scaled INT4 / INT8 weight quantisers.
  *
  * Independent of the container layout: everything here works on groups of
  * n consecutive values along a row (the input dimension of a matrix) and on
@@ -74,22 +74,10 @@
  *   RTN solutions (INT4: min/max and absmax) are evaluated the same way and
  *   kept if not worse, so err(SEARCH) <= err(RTN), err(ABSMAX) on every
  *   group, on the reconstructed values.
- *   Measured (devtools/bench_quant.c, tests/packer/test_quant.c), 1M Gaussian
- *   weights std 0.02 with 0.2 % outliers, MSE search / RTN: INT4 g32 0.78,
- *   g64 0.82, g128 0.83; INT8 g32 0.85. Symmetric absmax RTN is 1.70-1.81x
- *   the min/max RTN, i.e. search has 0.45x its MSE. The ceiling for a uniform
- *   16-level grid is close: an exhaustive 2-D search over both ends of the
- *   range reaches 0.783 (g32) / 0.824 (g128). The search before issue 17
- *   refined every candidate (26 of them) and ended with the 8 one-ulp pf16
- *   neighbours: 0.3 % less INT4 squared error for ~10x the work. Bigger
- *   gains need importance weights (w, e.g. mean squared activations per
- *   input column), which the search honours. An IQ4_NL-style codebook (one
- *   scale, 4 + 16/g bpw) was worse than min/max RTN at g32/g64 (1.04, 1.02)
- *   and only 0.98 at g128, and needs a table look-up the SWAR kernel cannot
- *   do: not included.
- *   Cost (one core of the 2-core EPYC this project runs on, AVX2): ~30-45 ns
- *   of CPU per weight for INT4 search (g32), ~20 for INT8 (was ~470 and
- *   ~235).
+ *   How close this comes to an exhaustive search, what the alternatives
+ *   (more refinement, an IQ4_NL-style codebook) cost and gave, and the
+ *   quantisers' speed are in docs/QUANT.md (devtools/bench_quant.c
+ *   measures them).
  *
  * The arithmetic is written on GCC/clang vector extensions with fixed lane
  * orders and built without FMA contraction, so the AVX2 clone picked at run

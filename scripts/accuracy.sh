@@ -9,6 +9,8 @@
 # max logit error <= 0.05.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record accuracy "$@"
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-bench}
 prompts=${QP_PROMPTS:-8}
@@ -25,3 +27,4 @@ for kind in plain stress; do
     [ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
     "$build/devtools/qp-accuracy" --ref "$src" "$src.qpk" --prompts "$prompts" --positions "$positions"
 done
+bench_recorded

@@ -29,6 +29,8 @@
 # error in units of it, which compares models of different spreads.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record accuracy_sizes "$@"
 build=${1:-$root/build}
 bin=$build/bin
 work=${QP_BENCH_DIR:-/tmp/qp-bench}/accuracy
@@ -95,3 +97,4 @@ for size in $sizes; do
     [ "${QP_KEEP:-0}" = 1 ] || rm -rf "$ck"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_recorded

@@ -9,6 +9,8 @@
 # q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_formats "$@"
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-bench}
 positions=${QP_POSITIONS:-16}
@@ -36,3 +38,4 @@ for kind in plain stress; do
     "$build/bin/qeval" --ref "$src" "$@" --positions "$positions" --seed 1 2>&1 |
         sed -n '1,40p'
 done
+bench_recorded

@@ -4,7 +4,7 @@
 # preset it replaced, on random Qwen3-0.6B-shape checkpoints of several
 # seeds (QP_SEEDS, default "1 2 3"; cached in ${QP_BENCH_DIR:-/tmp/qp-int4}).
 # qeval's default prompts: 4 seeded random sequences of 16 tokens, 64
-# positions per model, as in the llama.cpp comparison of shared/DESIGN.md,
+# positions per model, as in the llama.cpp comparison of docs/BENCHMARKS.md,
 # whose Q4_K_M row is printed last for reference.
 #
 #   int4        the preset (embedding int6, every v_proj and outer
@@ -19,6 +19,8 @@
 # cached in the work folder). Needs jq.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_int4_preset "$@"
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-int4}
 seeds=${QP_SEEDS:-1 2 3}
@@ -58,4 +60,5 @@ for seed in $seeds; do
         done
 done
 printf '%-5s %-10s %9.1f %9.5f %8.4f %8.3f %3s/64\n' "-" "Q4_K_M" 397 0.0132 0.129 0.87 31
-echo "(Q4_K_M: llama.cpp b10573 on an independently generated checkpoint of the same distribution, 64 positions: issue 15, shared/DESIGN.md)"
+echo "(Q4_K_M: llama.cpp b10573 on an independently generated checkpoint of the same distribution, 64 positions; docs/BENCHMARKS.md)"
+bench_recorded

@@ -20,11 +20,13 @@
 # that / 1000).
 #
 # FORMATS: any of q24 int8 int4 int4-pure (default "q24 int8 int4").
-# Targets (medians of RUNS, default 3; issue 17, a quiet 2-core machine):
+# Targets (medians of RUNS, default 3, on a quiet 2-core machine):
 # 0.6b: q24 <= 10 s, int8 <= 15 s, int4 <= 25 s; 8b: int4 <= 480 s; every
 # shape and format: peak RSS <= 512 MB.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_pack "$@"
 runs=3
 build=$root/build
 formats="q24 int8 int4"
@@ -109,3 +111,4 @@ for f in $formats; do
         printf ", %.2f s CPU, peak RSS %.1f MB (target <= 512 MB: %s)\n", c, mb, mb <= 512 ? "met" : "MISSED"
     }'
 done
+bench_recorded

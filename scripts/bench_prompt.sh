@@ -28,6 +28,8 @@
 # runs the lookup lines alone.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_prompt "$@"
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-bench}
 runs=${QP_RUNS:-3}
@@ -85,7 +87,7 @@ for fmt in ${QP_FORMATS:-q24 int4}; do
             measure "$fmt-$which-prompt" "$which" "$model" 512 1 600
             measure "$fmt-$which-d16" "$which" "$model" 16 17 64
             [ -n "${QP_SKIP_LONG:-}" ] || measure "$fmt-$which-d4096" "$which" "$model" 4080 17 4096
-            sh -c 'end=$(($(date +%s) + 600)); while [ "$(date +%s)" -lt "$end" ]; do :; done' &
+            sh -c 'end=$(($(date +%s) + 600)); while [ "$(date +%s)" -lt "$end" ]; do :; done' >/dev/null &
             busy_pid=$!
             measure "$fmt-$which-busy" "$which" "$model" 16 17 64
             stop_busy
@@ -126,3 +128,4 @@ for fmt in ${QP_FORMATS:-q24 int4}; do
             "speed-up $(ratio "$plain" "$look")"
     done
 done
+bench_recorded

@@ -13,6 +13,8 @@
 # QP_STREAM=1 runs qrun --stream (the small-memory mode) instead.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_qrun "$@"
 build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-bench}
 runs=${QP_RUNS:-5}
@@ -50,3 +52,4 @@ pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
     echo "  calls over 10 ms  $(median $(sed -n 's/.*ms (.*), \([0-9]*\) of [0-9]* calls over.*/\1/p' "$out")) per run, of $(median $(sed -n 's/.* of \([0-9]*\) calls over.*/\1/p' "$out")) (a shared host's preemption stretches single calls)"
     grep 'BPF maps' "$out" | tail -1 | sed 's/^qrun: /  /'
 }
+bench_recorded

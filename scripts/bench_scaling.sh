@@ -34,6 +34,8 @@
 # several times slower.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_scaling "$@"
 build=${1:-$root/build}
 bin=$build/bin
 work=${QP_BENCH_DIR:-/tmp/qp-bench}/scaling
@@ -120,3 +122,4 @@ for size in $sizes; do
     [ "${QP_KEEP:-0}" = 1 ] || rm -rf "$ck"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_recorded

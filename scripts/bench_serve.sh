@@ -4,8 +4,7 @@
 # latency per request), time to first token on the loaded server against a
 # cold `qrun` start, and the BPF map bytes each extra session costs (the
 # weights are shared; each session has its own KV cache slot, see
-# qpack_model_kv_caches). Issue 19's targets: first token <= 150 ms
-# warm for 0.6B int4; 2 sessions' aggregate tokens/s >= one session's.
+# qpack_model_kv_caches).
 #
 # QP_MODEL=FILE.qpk benchmarks that container (it needs its tokenizer; e.g.
 # scripts/bench_formats.sh's int4 0.6B); by default a tiny random model with
@@ -15,6 +14,8 @@
 # the load average is printed with them.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_serve "$@"
 build=${1:-$root/build}
 qrun=$build/bin/qrun
 backend=${QP_BACKEND:-bpf}
@@ -36,7 +37,7 @@ body="{\"prompt\": \"Hello\", \"max_tokens\": $new, \"temperature\": 0}"
 # start PARALLEL: qrun serve on a free port; sets pid and url
 start() {
     rm -f "$work/err"   # not the last server's line
-    "$qrun" serve -m "$model" --backend "$backend" --port 0 --parallel "$1" --queue 64 --quiet 2>"$work/err" &
+    "$qrun" serve -m "$model" --backend "$backend" --port 0 --parallel "$1" --queue 64 --quiet >/dev/null 2>"$work/err" &
     pid=$!
     local port= i
     for i in $(seq 1200); do
@@ -115,3 +116,4 @@ for clients in 1 2 4; do
 done
 stop
 echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_recorded

@@ -7,6 +7,8 @@
 # Targets: load <= 150 ms, encode >= 5 MB/s.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record bench_tokenizer "$@"
 build=${1:-$root/build}
 tokenizer=$root/assets/qwen3-tokenizer/tokenizer.json
 "$root/scripts/fetch_tokenizer.sh"
@@ -23,3 +25,4 @@ echo "$times" | tr ' ' '\n' | grep . | sort -n | awk '
     END { printf "load: median %.1f ms (11 runs, min %.1f, max %.1f ms; target <= 150)\n", v[6], v[1], v[NR] }'
 taskset -c 0 "$bench" encode "$tokenizer" 4 5
 echo "(encode target >= 5 MB/s)"
+bench_recorded

@@ -69,6 +69,8 @@
 # width (the sizes are constants read from .rodata), only on its encodings.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record jit_report "$@"
 build=${1:-$root/build}
 work=$(mktemp -d)
 keep=${QP_JIT_KEEP:-}
@@ -165,7 +167,7 @@ printf '%-9s %-9s %-26s %9s %6s %5s %4s %6s %9s %6s %6s %9s\n' \
 for fmt in q24 int8 int4-pure int4; do
     "$build/bin/qpack" pack "$work/ck" -o "$work/$fmt.qpk" --format "$fmt" --quiet
     : >"$work/err"
-    "$build/bin/qrun" serve -m "$work/$fmt.qpk" --port 0 --threads 1 --quiet 2>"$work/err" &
+    "$build/bin/qrun" serve -m "$work/$fmt.qpk" --port 0 --threads 1 --quiet >/dev/null 2>"$work/err" &
     pid=$!
     i=0
     until grep -q ' on http://' "$work/err"; do
@@ -243,3 +245,4 @@ for fmt in q24 int8 int4-pure int4; do
 done
 echo "x86-range: offsets (hex) in the function of the hot loop's first instruction and of its"
 echo "backward jump; bpf-pcs: the same in xlated instruction numbers; jumps: other jumps inside"
+bench_recorded

@@ -19,6 +19,8 @@
 # laid out like tests/data/tiny-learned (model/, eval.txt).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/bench_record.sh"
+bench_record tiny_learned_ppl "$@"
 build=${QP_BUILD:-$root/build}
 data=${QP_TINY_LEARNED:-$root/tests/data/tiny-learned}
 windows=${1:-24}
@@ -80,3 +82,4 @@ jq -s -r '
   | @tsv' "$work"/r.*.json |
     awk -F'\t' -v names="${labels[*]}" 'BEGIN { split(names, f, " ") }
         NR > 2 { $1 = f[$1 + 1] } { printf "%-12s %8s %10s %11s %10s %8s\n", $1, $2, $3, $4, $5, $6 }'
+bench_recorded

@@ -1,4 +1,4 @@
-# faults: qpack and qrun under damage and stress (issue 6). faults_corruption
+# faults: qpack and qrun under damage and stress. faults_corruption
 # (tests/faults/test_corruption.c) flips every header and directory byte and a
 # sample of every section and tensor of a tiny container (q24; and int4,
 # faults_corruption_int4) and expects both qpack verify and qrun to refuse
@@ -8,7 +8,7 @@
 # a memory cgroup too small for --resident, the container truncated while
 # qrun runs (truncate_stream: SIGBUS on the mapped file, skipped as an
 # expected failure until that is handled or documented), bad containers and
-# paths, concurrent and long runs; and issue 16: signals during a pack,
+# paths, concurrent and long runs; signals during a pack,
 # outputs that are devices, FIFOs, folders, links or inputs, links planted at
 # partial-file names, FIFOs as inputs, duplicate keys and unloadable
 # tokenizers at pack time. Cases that need root (BPF, mount,

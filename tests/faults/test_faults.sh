@@ -958,7 +958,7 @@ pack_inputs)
     run no_tok_run "$QRUN" -m "$W/x.qpk" --backend emu -p "Hi" -n 1
     one_line_error no_tok_run "no tokenizer"
     if [ -f "$TOKDIR/tokenizer.json" ]; then
-        # issue 16: a tokenizer with ids past the model's vocabulary is refused
+        # a tokenizer with ids past the model's vocabulary is refused
         # at pack time (qrun would fail only on the texts that use them)
         cp "$TOKDIR/tokenizer.json" "$W/m/"
         rm -f "$W/x.qpk"

@@ -565,7 +565,7 @@ START_TEST(tokenizer_files_are_copied)
 }
 END_TEST
 
-/* Issue 16: a vocabulary smaller than the tokenizer's ids is refused
+/* A vocabulary smaller than the tokenizer's ids is refused
  * before anything is written (the tiny preset's 512 beside 2,048 ids) */
 START_TEST(vocabulary_too_small_for_the_tokenizer_is_refused)
 {

@@ -721,7 +721,7 @@ START_TEST(info_json_parses_and_lists_every_tensor)
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings")));
     ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cfg, "hidden_size")->valueint, 64);
     /* the tiny vocabulary has no room for Qwen3's bos/eos (151643, 151645):
-     * config.json says null, and so does info, never -1 (issue 16) */
+     * config.json says null, and so does info, never -1 */
     ck_assert_int_eq(f.cfg.bos_id, -1);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id")));
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id")));

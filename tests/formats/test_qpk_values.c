@@ -1,6 +1,5 @@
 /* test_qpk_values.c - values the kernels cannot compute exactly are refused,
- * never computed wrongly (formats/QPK.md, "Value ranges"; issue 16,
- * findings 6 and 8):
+ * never computed wrongly (formats/QPK.md, "Value ranges"):
  *   - forged containers: stored integers outside an encoding's documented
  *     range, with every checksum recomputed, are refused by the reader
  *     (qpk_open with QPK_VERIFY), `qpack verify`, and qrun on bpf and emu,
@@ -11,7 +10,7 @@
  *     that is not a JSON object or has a key twice; a chat template with a
  *     NUL byte or invalid UTF-8; a provenance that is not a JSON object) are
  *     refused by `qpack verify` naming the section, and the tokenizers by
- *     qrun --ids too (issue 16, finding 7);
+ *     qrun --ids too;
  *   - legal but extreme checkpoints: a q24 row whose sum of |w| the int64
  *     product cannot hold and an embedding the residual stream cannot hold
  *     are refused by qpack with the figure; the same lm_head packed as int8
@@ -272,7 +271,7 @@ static void reseal_section(struct image *im, uint8_t *e)
 /* The tokenizer section's size, codec or place forged with the checksums
  * recomputed: refused when the container is opened, so even qrun --ids,
  * which never decodes the tokenizer, refuses it, with --no-verify and
- * --stream too (issue 16, finding 7). */
+ * --stream too. */
 START_TEST(forged_tokenizer_section_fields_are_refused_at_open)
 {
     struct {
@@ -368,7 +367,7 @@ static char *replaced(const char *text, size_t len, const char *from, const char
     return s;
 }
 
-/* Issue 16, finding 7: sections whose content the checksums cannot judge. */
+/* Sections whose content the checksums cannot judge. */
 START_TEST(forged_section_contents_are_refused_by_verify_naming_the_section)
 {
     char args[512];

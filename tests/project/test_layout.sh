@@ -1,0 +1,89 @@
+#!/bin/bash
+# test_layout.sh CASE SOURCE_DIR - the folders are the architecture
+# (common -> formats -> packer | kernels -> engine -> api -> tools), and
+# these checks keep it so:
+#   includes  each folder includes only what it may: kernels/ its own
+#             headers (they compile for BPF too), formats/ its own and
+#             common/'s, the tools include/qpack.h, common/ and tools/cli/
+#             and their own folder's headers (qrun also the server's, which
+#             it runs as `qrun serve`; the tokenizer's command line,
+#             tools/qrun/tok_cli*, also the tokenizer's), nothing of the
+#             engine;
+#   quiet     the engine and the library (engine/, api/) print nothing:
+#             errors go back to the caller (a line tagged QP_BPF_LOG, the
+#             developer's switch for libbpf's log, is the one exception);
+#   readme    README.md is a guide: at most 250 lines, no dated runs, and
+#             no reference to a file outside the repository.
+set -u
+CASE=$1 SRC=$2
+bad=0
+fail() { echo "FAIL ($CASE): $*" >&2; bad=1; }
+
+# quoted includes of file f
+includes() { sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$1"; }
+
+# headers of the folders given, by file name
+headers_of() { for d in "$@"; do (cd "$SRC/$d" && ls -- *.h 2>/dev/null); done; }
+
+# check FILES... against the allowed header names in $allowed
+check_includes() {
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        while read -r inc; do
+            case " $allowed " in
+            *" $inc "*) ;;
+            *) fail "${f#"$SRC"/} includes \"$inc\"" ;;
+            esac
+        done < <(includes "$f")
+    done
+}
+
+case $CASE in
+includes)
+    allowed=$(headers_of kernels | tr '\n' ' ')
+    check_includes "$SRC"/kernels/*.h "$SRC"/kernels/*.bpf.c
+    allowed="$(headers_of formats common | tr '\n' ' ') qp_git_version.h"
+    check_includes "$SRC"/formats/*.[ch] "$SRC"/common/*.[ch]
+    cli="qpack.h $(headers_of common tools/cli | tr '\n' ' ')"
+    for tool in qrun serve qeval cli; do
+        allowed="$cli $(headers_of "tools/$tool" | tr '\n' ' ')"
+        [ "$tool" = qrun ] && allowed="$allowed serve.h"
+        files=()
+        for f in "$SRC/tools/$tool"/*.[ch]; do
+            case $(basename "$f") in tok_cli*) ;; *) files+=("$f") ;; esac
+        done
+        check_includes "${files[@]}"
+    done
+    [ $bad = 0 ] && echo "ok: kernels, formats and the tools include only what their layer may"
+    ;;
+quiet)
+    pattern='\b(printf|puts|perror|putchar|vprintf)\(|\b(v?fprintf|fputs|fputc|fwrite)\([^;]*\b(stdout|stderr)\b|STD(OUT|ERR)_FILENO'
+    hits=$(grep -nE "$pattern" "$SRC"/engine/*.[ch] "$SRC"/api/*.[ch] | grep -v 'QP_BPF_LOG')
+    [ -z "$hits" ] || fail "the engine and the library print; they return errors instead:
+$hits"
+    [ $bad = 0 ] && echo "ok: engine/ and api/ write nothing to stdout or stderr"
+    ;;
+readme)
+    r=$SRC/README.md
+    n=$(wc -l <"$r")
+    [ "$n" -le 250 ] || fail "README.md has $n lines (a guide: at most 250; measurements go to docs/)"
+    dated=$(grep -nE '20[0-9]{2}-[01][0-9]-[0-3][0-9]' "$r")
+    [ -z "$dated" ] || fail "README.md has dated runs (docs/BENCHMARKS.md holds them):
+$dated"
+    outside=$(grep -nE '\.\./|shared/DESIGN|shared/STYLE' "$r")
+    [ -z "$outside" ] || fail "README.md points outside the repository:
+$outside"
+    # every repository path the README names exists
+    for p in $(grep -oE '`[A-Za-z0-9_./-]+/[A-Za-z0-9_.-]+`' "$r" | tr -d '`' | sort -u); do
+        case $p in
+        */*.*|*/) [ -e "$SRC/$p" ] || case $p in build/*|.local/*|assets/*|qwen3-tiny/*|Qwen3-*) ;; *) fail "README.md names $p, which is not in the repository" ;; esac ;;
+        esac
+    done
+    [ $bad = 0 ] && echo "ok: README.md is $n lines, undated, and names only files of the repository"
+    ;;
+*)
+    echo "test_layout.sh: unknown case $CASE" >&2
+    exit 2
+    ;;
+esac
+exit $bad
