@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "chat.h"
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "internal.h"
 
 const char *qpack_version(void)

@@ -1,5 +1,5 @@
-/* cli_out.c - standard output of the command-line tools (see cli_out.h). */
-#include "cli_out.h"
+/* stdout_policy.c - standard output of the command-line tools (see stdout_policy.h). */
+#include "stdout_policy.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-/* cli_out.h - what every command-line tool (qpack, qrun, qeval,
+/* stdout_policy.h - what every command-line tool (qpack, qrun, qeval,
  * qp-gen-checkpoint) does with its standard output: `--version`, and the
  * rule that output which could not be written is an error, never a success.
  *
@@ -14,8 +14,8 @@
  * returns QP_EXIT_PIPE quietly, the status a shell shows for a tool that a
  * closed pipe stopped, without dying by SIGPIPE midway.
  */
-#ifndef QP_CLI_OUT_H
-#define QP_CLI_OUT_H
+#ifndef QP_STDOUT_POLICY_H
+#define QP_STDOUT_POLICY_H
 
 #include <stdbool.h>
 #include <stddef.h>

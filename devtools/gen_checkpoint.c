@@ -23,7 +23,7 @@
 #include <xxhash.h>
 
 #include "bf16.h"
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "error.h"
 #include "fsafe.h"
 #include "hf_config.h"

@@ -7,8 +7,10 @@
  * glue uses bpf_loop, the host uses for loops); integer sums wrap mod 2^64
  * in both, so the order in which slices are visited never changes a result.
  *
- * Number formats (value = integer * 2^exponent):
- *   weights      Q24 int32 (2^-24), norm scales I32S int32 (2^-scale_exp)
+ * Number formats (value = integer * 2^exponent; kernels/KERNELS.md says why):
+ *   weights      Q24 int32 (2^-24), or group codes with pf16 parameters and
+ *                one exponent per tensor (i8g, i4g, i6 lanes: qk_dot_*.h);
+ *                norm scales I32S int32 (2^-scale_exp)
  *   residual     Q32 int64 (2^-32): kept within +-2^29 (QM_Q32_LIMIT_BITS;
  *                a model that leaves it is refused) with 2.3e-10 steps, so
  *                massive activations (thousands) and tiny early residuals
@@ -16,11 +18,16 @@
  *   act vector   int32 mantissas |m| <= 2^24 sharing one exponent: the input
  *                of every matrix product. 24 bits relative to the vector's
  *                largest element; a Q24 row's product stays below 2^62 (the
- *                reader bounds each row's sum of |q|: QPK_Q24_MAX_ROW_SUM)
+ *                reader bounds each row's sum of |q|: QPK_Q24_MAX_ROW_SUM);
+ *                quant_x also writes it in 8- and 16-bit blocks of 32, each
+ *                with its own power-of-two scale, for the narrow encodings
  *   scalars      softfloat {m, e}, m in [2^31, 2^32): norms' 1/rms, constants
  *   probability  Q30 (2^-30) in attention and SiLU
- *   KV cache     int16 with one exponent per layer for K and one for V,
- *                chosen at load from bounds that can never be exceeded
+ *   KV cache     int16: per layer one exponent for K and one for V, chosen
+ *                at load from bounds that can never be exceeded; per head
+ *                vector a 4-bit shift in the lowest bits of its first four
+ *                entries (below), V also stretched; K laid out by the
+ *                layer's klayout (qwen3_abi.h)
  */
 #ifndef QP_QMATH_H
 #define QP_QMATH_H

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "pack.h"
 #include "qpk.h"
 #include "show.h"

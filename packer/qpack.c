@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "error.h"
 #include "pack.h"
 

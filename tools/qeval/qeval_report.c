@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "qeval.h"
 
 static void fmt_bytes(char *out, size_t n, double b)

@@ -17,7 +17,7 @@
  * it (130, 143), 141 when the reader of stdout went away. Errors are one
  * line on stderr. Output is part of the result: a token that cannot be
  * written (a full disk, a closed pipe) stops the generation at once
- * (cli_out.h).
+ * (stdout_policy.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "fsafe.h"
 #include "progress.h"
 #include "qrun.h"

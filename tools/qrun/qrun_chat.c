@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "qrun.h"
 
 static void turn_free(struct turn *t)

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli_num.h"
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "fsafe.h"
 #include "qrun.h"
 

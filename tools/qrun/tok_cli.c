@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "tok_json.h"
 #include "utf8_stream.h"
 

@@ -18,7 +18,7 @@
  * (padding ids) print no text, as in generation; with --tokenizer alone an
  * id the tokenizer lacks is an error.
  *
- * Output that cannot be written is an error (cli_out.h): exit status 1 with
+ * Output that cannot be written is an error (stdout_policy.h): exit status 1 with
  * one line, or 141 quietly when the reader went away.
  *
  * Exit status: 0 done, 1 bad input or tokenizer or lost output, 2 bad

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_out.h"
+#include "stdout_policy.h"
 #include "serve.h"
 
 #define DRAIN_MS 5000           /* at shutdown, for the last answers to go out */
