@@ -28,10 +28,8 @@
 # width; "ref SD" is the reference logits' spread and "RMS/SD" the RMS
 # error in units of it, which compares models of different spreads.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record accuracy_sizes "$@"
-build=${1:-$root/build}
 bin=$build/bin
 work=${QP_BENCH_DIR:-/tmp/qp-bench}/accuracy
 sizes=${QP_SIZES:-"4b 8b"}
@@ -70,7 +68,7 @@ printf '%-5s %-5s %-8s %10s %8s %8s %7s %7s %7s %7s\n' size fmt share "mean KL" 
 for size in $sizes; do
     ck=$work/$size-$init
     ref_note="reference of $size: cached"
-    [ -f "$ck/config.json" ] || "$bin/qp-gen-checkpoint" "$ck" --preset "$size" --seed 1 --init "$init" >/dev/null
+    bench_checkpoint "$ck" --preset "$size" --seed 1 --init "$init"
     case $size in 0.6b|1.7b|tiny) split=${QP_SPLIT:-1} ;; *) split=${QP_SPLIT:-0} ;; esac
     for fmt in $formats; do
         qpk=$work/$size-$fmt.qpk

@@ -8,19 +8,11 @@
 # too (repacked when qpack is newer). QP_FORMATS picks formats (default:
 # q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn).
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_formats "$@"
-build=${1:-$root/build}
-work=${QP_BENCH_DIR:-/tmp/qp-bench}
 positions=${QP_POSITIONS:-16}
-mkdir -p "$work"
 for kind in plain stress; do
-    src=$work/0.6b-$kind
-    flags=""
-    [ "$kind" = stress ] && flags="--stress"
-    # shellcheck disable=SC2086
-    [ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 $flags >/dev/null
+    src=$(bench_06b "$kind")
     set --
     for fmt in ${QP_FORMATS:-q24 int8 int8-rtn int4 int4-rtn int4-pure int4-pure-rtn}; do
         out=$src-$fmt.qpk

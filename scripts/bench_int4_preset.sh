@@ -18,10 +18,8 @@
 # Takes ~2 min per seed on 2 quiet cores (qeval's float64 reference is
 # cached in the work folder). Needs jq.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_int4_preset "$@"
-build=${1:-$root/build}
 work=${QP_BENCH_DIR:-/tmp/qp-int4}
 seeds=${QP_SEEDS:-1 2 3}
 variants=${QP_VARIANTS:-int4 int4-2611}
@@ -42,7 +40,7 @@ variant_args() {
 printf '%-5s %-10s %9s %9s %8s %8s %6s\n' seed variant "file MB" "mean KL" MAE "max err" top-1
 for seed in $seeds; do
     src=$work/0.6b-s$seed
-    [ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed "$seed" >/dev/null
+    bench_checkpoint "$src" --preset 0.6b --seed "$seed"
     set --
     for v in $variants; do
         out=$src-$v.qpk

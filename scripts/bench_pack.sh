@@ -24,8 +24,7 @@
 # 0.6b: q24 <= 10 s, int8 <= 15 s, int4 <= 25 s; 8b: int4 <= 480 s; every
 # shape and format: peak RSS <= 512 MB.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_pack "$@"
 runs=3
 build=$root/build

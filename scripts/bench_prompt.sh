@@ -27,16 +27,11 @@
 # skips the 4096 context (its prompt takes minutes "before"); QP_LOOKUP_ONLY=1
 # runs the lookup lines alone.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_prompt "$@"
-build=${1:-$root/build}
-work=${QP_BENCH_DIR:-/tmp/qp-bench}
 runs=${QP_RUNS:-3}
 after=$build/bin/qrun
-src=$work/0.6b-plain
-mkdir -p "$work"
-[ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 >/dev/null
+src=$(bench_06b plain)
 [ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
 [ -f "$work/0.6b-int4.qpk" ] || "$build/bin/qpack" pack "$src" -o "$work/0.6b-int4.qpk" --format int4 --quiet
 log=$(mktemp "$work/bench_prompt.XXXXXX")

@@ -12,16 +12,11 @@
 # cost of attention over a long context (N + QP_NEW must fit in 4096).
 # QP_STREAM=1 runs qrun --stream (the small-memory mode) instead.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_qrun "$@"
-build=${1:-$root/build}
-work=${QP_BENCH_DIR:-/tmp/qp-bench}
 runs=${QP_RUNS:-5}
 new=${QP_NEW:-16}
-src=$work/0.6b-plain
-mkdir -p "$work"
-[ -f "$src/config.json" ] || "$build/bin/qp-gen-checkpoint" "$src" --preset 0.6b --seed 1 >/dev/null
+src=$(bench_06b plain)
 [ -f "$src.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src.qpk" --quiet
 model=${QP_MODEL:-$src.qpk}
 out=$work/bench_qrun.txt

@@ -33,10 +33,8 @@
 # Check the load average first: another busy process makes every figure
 # several times slower.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_scaling "$@"
-build=${1:-$root/build}
 bin=$build/bin
 work=${QP_BENCH_DIR:-/tmp/qp-bench}/scaling
 runs=${QP_RUNS:-3}
@@ -81,7 +79,7 @@ printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %7s %5s %8s %7s %6s %8s %8s\n'
        "start ms" prompt decode "long ms" ">10ms" "prog ms" ">10" "maps MB" "kv kB" GMAC ms/GMAC bpf=emu
 for size in $sizes; do
     ck=$work/$size
-    [ -f "$ck/config.json" ] || "$bin/qp-gen-checkpoint" "$ck" --preset "$size" --seed 1 >/dev/null
+    bench_checkpoint "$ck" --preset "$size" --seed 1
     vocab=$(jq .vocab_size "$ck/config.json")
     gmac=$(awk -v m="$(macs "$ck")" 'BEGIN { printf "%.4g", m / 1e9 }')
     for fmt in $formats; do

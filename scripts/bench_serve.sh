@@ -13,10 +13,8 @@
 # reply (default 16). Numbers from a shared, loaded machine are not final:
 # the load average is printed with them.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_serve "$@"
-build=${1:-$root/build}
 qrun=$build/bin/qrun
 backend=${QP_BACKEND:-bpf}
 requests=${QP_REQUESTS:-8}

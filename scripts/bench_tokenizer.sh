@@ -6,10 +6,8 @@
 # cold (new tokenizer, empty word cache) and warm. One core.
 # Targets: load <= 150 ms, encode >= 5 MB/s.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record bench_tokenizer "$@"
-build=${1:-$root/build}
 tokenizer=$root/assets/qwen3-tokenizer/tokenizer.json
 "$root/scripts/fetch_tokenizer.sh"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -68,10 +68,8 @@
 # .x for xlated) there. The loops' bodies do not depend on the model's
 # width (the sizes are constants read from .rodata), only on its encodings.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record jit_report "$@"
-build=${1:-$root/build}
 work=$(mktemp -d)
 keep=${QP_JIT_KEEP:-}
 pid=

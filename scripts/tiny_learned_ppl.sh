@@ -18,8 +18,7 @@
 # root, else emu) is the containers' backend; QP_TINY_LEARNED another folder
 # laid out like tests/data/tiny-learned (model/, eval.txt).
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
-. "$root/scripts/bench_record.sh"
+. "$(dirname "$0")/bench_lib.sh"
 bench_record tiny_learned_ppl "$@"
 build=${QP_BUILD:-$root/build}
 data=${QP_TINY_LEARNED:-$root/tests/data/tiny-learned}

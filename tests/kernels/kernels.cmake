@@ -3,12 +3,12 @@
 # (test_kernels).
 add_bpf_skeleton(qmath_test ${CMAKE_CURRENT_LIST_DIR}/qmath_test.bpf.c
                  DEPENDS ${CMAKE_SOURCE_DIR}/kernels/qmath.h ${CMAKE_CURRENT_LIST_DIR}/qmath_test.h)
-qp_add_check_test(test_qmath SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qmath.c LIBS qprun)
+qp_add_check_test(test_qmath SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qmath.c LIBS qpengine)
 add_dependencies(test_qmath qmath_test_skel)
 target_include_directories(test_qmath PRIVATE ${CMAKE_SOURCE_DIR}/kernels ${CMAKE_CURRENT_LIST_DIR} ${BPF_SKEL_DIR})
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/test_qmath.c PROPERTIES COMPILE_OPTIONS "-Wno-unknown-pragmas")
 
-qp_add_check_test(test_kernels SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels.c LIBS qprun TIMEOUT 600)
+qp_add_check_test(test_kernels SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels.c LIBS qpengine TIMEOUT 600)
 add_dependencies(test_kernels qp-gen-checkpoint qpack)
 target_compile_definitions(test_kernels PRIVATE
     QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>" QP_QPACK="$<TARGET_FILE:qpack>")

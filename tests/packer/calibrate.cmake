@@ -5,7 +5,7 @@
 # (test_calibrate.sh: provenance, what it refuses).
 qp_add_check_test(test_calibrate
                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_calibrate.c ${CMAKE_SOURCE_DIR}/packer/calibrate.c
-                  LIBS qpquant qprun qptok qpformats LABELS packer quant TIMEOUT 120)
+                  LIBS qpquant qpengine qptok qpformats LABELS packer quant TIMEOUT 120)
 target_include_directories(test_calibrate PRIVATE ${CMAKE_SOURCE_DIR}/packer)
 add_test(NAME qpack_calibrate
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_calibrate.sh $<TARGET_FILE:qpack>

@@ -1,7 +1,18 @@
-# bench_record.sh - sourced by the benchmark scripts: what a benchmark
-# prints is also its table in docs/BENCHMARKS.md, replaced by each run.
+# bench_lib.sh - what the benchmark scripts share, sourced first thing:
 #
-#   . "$root/scripts/bench_record.sh"
+#   . "$(dirname "$0")/bench_lib.sh"
+#                          root (the source tree), build (the script's first
+#                          argument, BUILD_DIR, default build/)
+#   bench_checkpoint DIR ARGS...
+#                          qp-gen-checkpoint DIR ARGS... unless DIR holds one
+#   bench_06b KIND         the real-shape Qwen3-0.6B random checkpoint, plain
+#                          or stress (seed 1), made once in $work
+#                          (QP_BENCH_DIR, default /tmp/qp-bench); prints its
+#                          folder
+#
+# and what a benchmark prints is also its table in docs/BENCHMARKS.md,
+# replaced by each run:
+#
 #   bench_record NAME      from here on standard output is also kept
 #   ... the benchmark prints its table ...
 #   bench_recorded         the kept output replaces section NAME of
@@ -13,10 +24,29 @@
 # QP_RECORD=0 leaves docs/BENCHMARKS.md alone (a quick look, a run with
 # other settings than the table's).
 
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+
+work=${QP_BENCH_DIR:-/tmp/qp-bench}
+
+bench_checkpoint() {
+    [ -f "$1/config.json" ] || "$build/bin/qp-gen-checkpoint" "$@" >/dev/null
+}
+
+bench_06b() {
+    mkdir -p "$work"
+    if [ "$1" = stress ]; then
+        bench_checkpoint "$work/0.6b-$1" --preset 0.6b --seed 1 --stress
+    else
+        bench_checkpoint "$work/0.6b-$1" --preset 0.6b --seed 1
+    fi
+    echo "$work/0.6b-$1"
+}
+
 bench_record() {
     _bench_name=$1
     [ "${QP_RECORD:-1}" = 1 ] || return 0
-    _bench_root=$(cd "$(dirname "$0")/.." && pwd)
+    _bench_root=$root
     _bench_dir=$(mktemp -d)
     _bench_load=$(cut -d' ' -f1-3 /proc/loadavg)
     _bench_args=$*
