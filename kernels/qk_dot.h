@@ -58,7 +58,7 @@ QM_INLINE const u64 *qk_xp_from(const u8 *xq, u32 c0)
  * sum is kept right after its product: clang then reuses one register for
  * the products and keeps the act record's pointer out of the stack
  * (scripts/jit_report.sh counts the loop's instructions). */
-QM_INLINE void qk_lane_sums4(const u64 *l, const u64 *xr, const int n, u64 bias, u64 *s)
+QM_INLINE void qk_lane_sums_rows(const u64 *l, const u64 *xr, const int n, u64 bias, u64 *s)
 {
     u64 s0 = bias, s1 = bias, s2 = bias, s3 = bias;
 QK_UNROLL

@@ -104,7 +104,7 @@ QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const s32 *par
     return row;
 }
 
-QM_INLINE void qk_dot4_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
+QM_INLINE void qk_rows_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
 {
     const u64 *codes = (const u64 *)blk;
     const s32 *par = (const s32 *)((const u8 *)blk + 2 * cols);
@@ -124,7 +124,7 @@ QM_INLINE void qk_dot4_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c
  * 16-column halves share one sum: its coefficient of 2^48 is sum l a,
  * |sum l a| <= 32 * 8 * 127 < 2^15, and the lower coefficients stay below
  * 8 * 8 * 127 * (3 * 2^32 + 2 * 2^16 + 1) < 2^47. P_b = sum l a + 8 A_b is
- * the integer qk_dot4_i4_chunk takes, and the group terms are its own: the
+ * the integer qk_rows_i4_chunk takes, and the group terms are its own: the
  * same bits. This unpacks columns [c0, c0 + C.col_chunk). */
 #define QK_I4_LANE_BIAS (8 * 0x0001000100010001ULL)
 
@@ -157,10 +157,10 @@ QK_UNROLL
 
 /* the four rows' P_b of one act block: its 32 lane words l[4 j + k] (act
  * word j, row k) times act record xr, at the record's scale (<< FRAC >> r) */
-QM_INLINE void qk_unpacked4_block(const u64 *l, const u64 *xr, s64 *sp)
+QM_INLINE void qk_unpacked_i4_block(const u64 *l, const u64 *xr, s64 *sp)
 {
     u64 s[4];
-    qk_lane_sums4(l, xr, 8, QK_XQ_BIAS, s);
+    qk_lane_sums_rows(l, xr, 8, QK_XQ_BIAS, s);
     s64 a8 = (s64)xr[QK_XQ_A] * 8;
     u64 r = xr[QK_XQ_R];
 QK_UNROLL
@@ -169,7 +169,7 @@ QK_UNROLL
 }
 
 /* row[k] += a group's term, from its SP (sp[k]) and SA, parameters d[2 k] */
-QM_INLINE void qk_unpacked4_group(const s64 *sp, s64 sa, const s64 *d, s64 *row)
+QM_INLINE void qk_unpacked_i4_group(const s64 *sp, s64 sa, const s64 *d, s64 *row)
 {
 QK_UNROLL
     for (int k = 0; k < 4; k++)
@@ -178,7 +178,7 @@ QK_UNROLL
 
 /* the four rows of an unpacked block (a thread's scratch) times entry xq,
  * columns [c0, c0 + C.col_chunk), added into row[0..3] */
-QM_INLINE void qk_dot4_i4_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
+QM_INLINE void qk_rows_i4_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
 {
     const u64 *xr = qk_xq_from((const u8 *)xq, c0);
     const u64 *l = (const u64 *)lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
@@ -187,8 +187,8 @@ QM_INLINE void qk_dot4_i4_unpacked(const void *lanes, const void *xq, u32 cols, 
     s64 sp[4];
     if (blocks_per_group == 1) {   /* the default groups of 32: a group per act block */
         for (u32 g = C.col_chunk / QK_XQ_BLOCK; g; g--) {
-            qk_unpacked4_block(l, xr, sp);
-            qk_unpacked4_group(sp, (s64)xr[QK_XQ_SA], (const s64 *)l + QK_UNPK_I4_PAR, row);
+            qk_unpacked_i4_block(l, xr, sp);
+            qk_unpacked_i4_group(sp, (s64)xr[QK_XQ_SA], (const s64 *)l + QK_UNPK_I4_PAR, row);
             l += QK_UNPK_I4_UNIT;
             xr += QK_XQ_REC;
         }
@@ -198,7 +198,7 @@ QM_INLINE void qk_dot4_i4_unpacked(const void *lanes, const void *xq, u32 cols, 
         const s64 *d = (const s64 *)l + QK_UNPK_I4_PAR;
         s64 sg[4] = {0, 0, 0, 0}, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
-            qk_unpacked4_block(l, xr, sp);
+            qk_unpacked_i4_block(l, xr, sp);
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 sg[k] += sp[k];
@@ -206,7 +206,7 @@ QK_UNROLL
             l += QK_UNPK_I4_UNIT;
             xr += QK_XQ_REC;
         }
-        qk_unpacked4_group(sg, sa, d, row);
+        qk_unpacked_i4_group(sg, sa, d, row);
     }
 }
 

@@ -66,7 +66,7 @@ QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, 
     return qk_row_groups(cw, xr, d, lanes, qk_dot_i6_block, QK_XQ_REC, QK_I4_GROUP_SHIFT);
 }
 
-QM_INLINE void qk_dot4_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
+QM_INLINE void qk_rows_i6_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
 {
     for (u32 k = 0; k < 4; k++)
         acc[k] += qk_dot_i6_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);

@@ -64,7 +64,7 @@ QM_INLINE s64 qk_dot_i8_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, 
     return qk_row_groups(cw, xr, d, lanes, qk_dot_i8_block, QK_XP_REC, QK_I8_GROUP_SHIFT);
 }
 
-QM_INLINE void qk_dot4_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
+QM_INLINE void qk_rows_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c0, s64 *acc)
 {
     for (u32 k = 0; k < 4; k++)
         acc[k] += qk_dot_i8_row_chunk((const u8 *)blk, (const u8 *)xq, cols, k, c0);
@@ -112,10 +112,10 @@ QK_UNROLL
 
 /* the four rows' P_b of one act block: its 64 pair words l[4 p + k] (act
  * pair word p, row k) times act record xr, at the record's scale */
-QM_INLINE void qk_unpacked8_block(const u64 *l, const u64 *xr, s64 *sp)
+QM_INLINE void qk_unpacked_i8_block(const u64 *l, const u64 *xr, s64 *sp)
 {
     u64 s[4];
-    qk_lane_sums4(l, xr, 16, QK_XP_BIAS, s);
+    qk_lane_sums_rows(l, xr, 16, QK_XP_BIAS, s);
     u64 r = xr[QK_XP_R];
 QK_UNROLL
     for (int k = 0; k < 4; k++)
@@ -124,7 +124,7 @@ QK_UNROLL
 
 /* the four rows of an unpacked i8g block (a thread's scratch) times entry
  * xq's 16-bit records, columns [c0, c0 + C.col_chunk), added into row[] */
-QM_INLINE void qk_dot4_i8_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
+QM_INLINE void qk_rows_i8_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
 {
     const u64 *xr = qk_xp_from((const u8 *)xq, c0);
     const u64 *l = (const u64 *)lanes + QK_UNPK_I8_UNIT * (c0 / QK_XQ_BLOCK);
@@ -134,7 +134,7 @@ QM_INLINE void qk_dot4_i8_unpacked(const void *lanes, const void *xq, u32 cols, 
         const s64 *d = (const s64 *)l + QK_UNPK_I8_PAR;
         s64 sg[4] = {0, 0, 0, 0}, sp[4];
         for (u32 h = 0; h < blocks_per_group; h++) {
-            qk_unpacked8_block(l, xr, sp);
+            qk_unpacked_i8_block(l, xr, sp);
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 sg[k] += sp[k];

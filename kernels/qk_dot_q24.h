@@ -9,7 +9,7 @@
  * |x| <= 2^24 and each row's sum of |W| below QPK_Q24_MAX_ROW_SUM = 2^38
  * (checked when the container is read) keep |acc| < 2^62 for the whole
  * row. Most of the time of a token is spent here. */
-QM_INLINE void qk_dot4_chunk(const s32 *blk, const s64 *x, u32 c0, s64 *acc)
+QM_INLINE void qk_rows_q24_dot(const s32 *blk, const s64 *x, u32 c0, s64 *acc)
 {
     const s32 *bp = blk + c0 * 4;
     const s64 *xc = x + c0;
@@ -33,10 +33,10 @@ QK_UNROLL
 }
 
 /* a chunk of a q24 block times the act vector */
-QM_INLINE void qk_dot4_q24_chunk(const void *blk, const void *x, u32 cols, u32 c0, s64 *acc)
+QM_INLINE void qk_rows_q24_chunk(const void *blk, const void *x, u32 cols, u32 c0, s64 *acc)
 {
     (void)cols;
-    qk_dot4_chunk((const s32 *)blk, (const s64 *)x, c0, acc);
+    qk_rows_q24_dot((const s32 *)blk, (const s64 *)x, c0, acc);
 }
 
 #endif

@@ -161,9 +161,9 @@ QK_UNROLL
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_dot4_q24_chunk, x_exp)
-#define QK_DEFINE_MV8_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i8_chunk, xp_exp)
-#define QK_DEFINE_MV4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_dot4_i4_chunk, xq_exp)
+#define QK_DEFINE_MV_Q24_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_rows_q24_chunk, x_exp)
+#define QK_DEFINE_MV_I8_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_rows_i8_chunk, xp_exp)
+#define QK_DEFINE_MV_I4_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_rows_i4_chunk, xq_exp)
 
 /* The unpacking pass of a block of positions' product: each 4-row block
  * of `map` unpacked once into the thread's scratch, a column chunk per call */
@@ -193,16 +193,16 @@ QK_UNROLL
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
         return 0;                                                         \
     }
-#define QK_DEFINE_MV4_BLOCK_CB(name, map, cols)                           \
-    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i4_chunk, qk_dot4_i4_unpacked, xq_exp)
-#define QK_DEFINE_MV8_BLOCK_CB(name, map, cols)                           \
-    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i8_chunk, qk_dot4_i8_unpacked, xp_exp)
+#define QK_DEFINE_MV_I4_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i4_chunk, qk_rows_i4_unpacked, xq_exp)
+#define QK_DEFINE_MV_I8_BLOCK_CB(name, map, cols)                           \
+    QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i8_chunk, qk_rows_i8_unpacked, xp_exp)
 
 /* i6 lanes for more than one position (qk_unpack_i6_chunk): each 4-row
  * block unpacked once, then every (entry, row, column chunk) from it
  * (name##_row): one row's chunk per call, so the verifier walks one row's
  * loop, not four */
-#define QK_DEFINE_MV6_BLOCK_CB(name, map, cols)                           \
+#define QK_DEFINE_MV_I6_BLOCK_CB(name, map, cols)                           \
     QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
                         qk_unpack_i6_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, \
                                            (u32)t << C.col_chunk_shift)) \
@@ -234,40 +234,40 @@ QK_UNROLL
         return 0;                                                         \
     }
 
-QK_DEFINE_MV_CB(qk_mv_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV_CB(qk_mv_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV_CB(qk_mv_down_cb, w_down, C.inter)
-QK_DEFINE_MV_CB(qk_mv_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_CB(qk_mv_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_CB(qk_mv_work_down_cb, work, C.inter)
-QK_DEFINE_MV8_CB(qk_mv8_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV8_CB(qk_mv8_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV8_CB(qk_mv8_down_cb, w_down, C.inter)
-QK_DEFINE_MV8_CB(qk_mv8_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV8_CB(qk_mv8_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV8_CB(qk_mv8_work_down_cb, work, C.inter)
-QK_DEFINE_MV4_CB(qk_mv4_hid_cb, w4_hid, C.hidden)
-QK_DEFINE_MV4_CB(qk_mv4_o_cb, w4_o, C.q_dim)
-QK_DEFINE_MV4_CB(qk_mv4_down_cb, w4_down, C.inter)
-QK_DEFINE_MV4_CB(qk_mv4_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV4_CB(qk_mv4_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV4_CB(qk_mv4_work_down_cb, work, C.inter)
-QK_DEFINE_MV_CB_OF(qk_mv6_hid_cb, w_hid, C.hidden, xq, qk_dot4_i6_chunk, xq_exp)
-QK_DEFINE_MV_CB_OF(qk_mv6_work_hid_cb, work, C.hidden, xq, qk_dot4_i6_chunk, xq_exp)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_hid_cb, w4_hid, C.hidden)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_o_cb, w4_o, C.q_dim)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_down_cb, w4_down, C.inter)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV4_BLOCK_CB(qk_mv4b_work_down_cb, work, C.inter)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_down_cb, w_down, C.inter)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV8_BLOCK_CB(qk_mv8b_work_down_cb, work, C.inter)
-QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV6_BLOCK_CB(qk_mv6b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_down_cb, w_down, C.inter)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_down_cb, work, C.inter)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_down_cb, w_down, C.inter)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_down_cb, work, C.inter)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_hid_cb, w4_hid, C.hidden)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_o_cb, w4_o, C.q_dim)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_down_cb, w4_down, C.inter)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_down_cb, work, C.inter)
+QK_DEFINE_MV_CB_OF(qk_mv_i6_hid_cb, w_hid, C.hidden, xq, qk_rows_i6_chunk, xq_exp)
+QK_DEFINE_MV_CB_OF(qk_mv_i6_work_hid_cb, work, C.hidden, xq, qk_rows_i6_chunk, xq_exp)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_hid_cb, w4_hid, C.hidden)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_o_cb, w4_o, C.q_dim)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_down_cb, w4_down, C.inter)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_down_cb, work, C.inter)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_o_cb, w_o, C.q_dim)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_down_cb, w_down, C.inter)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_o_cb, work, C.q_dim)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_down_cb, work, C.inter)
+QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_hid_cb, w_hid, C.hidden)
+QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_work_hid_cb, work, C.hidden)
 
 /* QK_MV_LOGITS: entry b's argmax starts below every logit, at the first row */
 static long qk_mv_amax_init_cb(u64 j, void *vctx)
@@ -369,23 +369,23 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
             QK_MV_RUN(fam);                                               \
     } while (0)
     if (enc == QK_ENC_I6L && block && streamed)   /* the vocabulary: w_hid only */
-        QK_LOOP(n, qk_mv6b_work_hid_cb, &cx);
+        QK_LOOP(n, qk_mv_i6b_work_hid_cb, &cx);
     else if (enc == QK_ENC_I6L && block)
-        QK_LOOP(n, qk_mv6b_hid_cb, &cx);
+        QK_LOOP(n, qk_mv_i6b_hid_cb, &cx);
     else if (enc == QK_ENC_I6L && streamed)
-        QK_LOOP(n, qk_mv6_work_hid_cb, &cx);
+        QK_LOOP(n, qk_mv_i6_work_hid_cb, &cx);
     else if (enc == QK_ENC_I6L)
-        QK_LOOP(n, qk_mv6_hid_cb, &cx);
+        QK_LOOP(n, qk_mv_i6_hid_cb, &cx);
     else if (enc == QK_ENC_I4G && block)
-        QK_MV_RUN_FROM(qk_mv4b);
+        QK_MV_RUN_FROM(qk_mv_i4b);
     else if (enc == QK_ENC_I4G)
-        QK_MV_RUN_FROM(qk_mv4);
+        QK_MV_RUN_FROM(qk_mv_i4);
     else if (enc == QK_ENC_I8G && block)
-        QK_MV_RUN_FROM(qk_mv8b);
+        QK_MV_RUN_FROM(qk_mv_i8b);
     else if (enc == QK_ENC_I8G)
-        QK_MV_RUN_FROM(qk_mv8);
+        QK_MV_RUN_FROM(qk_mv_i8);
     else
-        QK_MV_RUN_FROM(qk_mv);
+        QK_MV_RUN_FROM(qk_mv_q24);
 #undef QK_MV_RUN_FROM
 #undef QK_MV_RUN
     qk_flag_range(sc, cx.bad);

@@ -19,14 +19,14 @@
 #
 # The multiply-adds are in one bpf_loop callback per (program, matrix
 # role; hid = q/k/v/gate/up/lm_head, o, down), kernels/qk_matvec.h:
-#   matvec_q24       *_cb_chunk  qk_dot4_chunk: per iteration of its c loop
+#   matvec_q24       *_cb_chunk  qk_rows_q24_dot: per iteration of its c loop
 #                              16 columns x 4 rows = 64 MACs (j unrolled)
 #   matvec_i8        *_cb_chunk  qk_dot_i8_row_chunk: per iteration of its h
 #                              loop one 32-column act block of one row,
 #                              4 code words x 4 SWAR multiplies of two
 #                              lanes = 32 MACs, 16 multiplies (the group's
 #                              scale product is in the enclosing g loop)
-#   matvec_i8_block  *_cb_chunk  qk_dot4_i8_unpacked, for a block of
+#   matvec_i8_block  *_cb_chunk  qk_rows_i8_unpacked, for a block of
 #                              positions: per iteration of its h loop one
 #                              act block of all four rows from pre-unpacked
 #                              pair words: 64 SWAR multiplies = 128 MACs
@@ -35,7 +35,7 @@
 #                              2 x qk_dot_i4_chunk = 8 SWAR multiplies of
 #                              4 lanes = 32 MACs (+ 2 group-scale
 #                              multiplies): 64 MACs, 20 multiplies
-#   matvec_i4_block  *_cb_chunk  qk_dot4_i4_unpacked: per iteration of its g
+#   matvec_i4_block  *_cb_chunk  qk_rows_i4_unpacked: per iteration of its g
 #                              loop one 32-column group of all four rows
 #                              from pre-unpacked lane words, each act word
 #                              loaded once for the four: 32 SWAR multiplies
@@ -43,11 +43,11 @@
 #                              *_cb_unpack callback, run once per 4-row
 #                              block and chunk for all positions of the
 #                              block, is not counted)
-#   matvec_i6 (int4 preset)    qk_mv6_*_cb_chunk: the i6 vocabulary
+#   matvec_i6 (int4 preset)    qk_mv_i6_*_cb_chunk: the i6 vocabulary
 #                              projection, qk_dot_i6_row_chunk, one group
 #                              of 64 columns per g iteration (16 SWAR
 #                              multiplies + 1 scale): 64 MACs
-#   matvec_i6_block (preset)   qk_mv6b_*_cb_row: the same from unpacked
+#   matvec_i6_block (preset)   qk_mv_i6b_*_cb_row: the same from unpacked
 #                              lanes, qk_dot_i6_row_unpacked
 # How the loop is found: every backward jump (a j* whose target is below
 # its own address; in xlated, "goto pc-N") closes a range [target, jump].
@@ -177,7 +177,7 @@ for fmt in q24 int8 int4-pure int4; do
     ids=$(cat /proc/$pid/fdinfo/* 2>/dev/null | sed -n 's/^prog_id:[[:space:]]*//p' | sort -n)
     case $fmt in
     int4-pure) progs="matvec_i4 matvec_i4_block" ;;
-    int4) progs="matvec_i6 matvec_i6_block" ;;    # the preset's i6 vocabulary projection (qk_mv6*)
+    int4) progs="matvec_i6 matvec_i6_block" ;;    # the preset's i6 vocabulary projection (qk_mv_i6*)
     int8) progs="matvec_i8 matvec_i8_block" ;;
     *) progs="matvec_q24" ;;
     esac
@@ -196,7 +196,7 @@ for fmt in q24 int8 int4-pure int4; do
             case $fmt-$prog-$func in
             int4-pure-matvec_i4_block-*_cb_chunk)
                 macs=128 need=32 ;;  # one act block of four rows per iteration
-            int4-pure-*_cb_chunk | int4-*-qk_mv6_*_cb_chunk | int4-*-qk_mv6b_*_cb_row)
+            int4-pure-*_cb_chunk | int4-*-qk_mv_i6_*_cb_chunk | int4-*-qk_mv_i6b_*_cb_row)
                 macs=64 need=16 ;;   # two act blocks per iteration
             int8-matvec_i8_block-*_cb_chunk)
                 macs=128 need=64 ;;  # one act block of four rows per iteration
