@@ -28,6 +28,7 @@ struct qpack_model {
     struct qp_engine engine;
     bool engine_open;
     pthread_mutex_t step_mu;
+    atomic_bool batch_interrupt;        /* a session of the running qpack_feed_batch was interrupted */
     /* ref: each session opens its own reference from the folder */
     struct qpack_tokenizer *tokenizer;  /* NULL when the model carries none */
     int32_t end_ids[3];
@@ -46,6 +47,7 @@ struct qpack_session {
     bool have_logits;
     struct ref_model *ref;      /* ref backend: this session's own reference */
     atomic_bool interrupt;
+    atomic_bool in_batch;       /* a qpack_feed_batch holding this session runs */
     qpack_session_stats stats;
     uint32_t lookup_len;        /* qpack_lookup_step: the next draft's length at most (lookup.c) */
     void (*progress)(void *user, size_t done, size_t total);
@@ -67,6 +69,14 @@ struct qp_lib_feed {
 
 /* Checks, then computes req's tokens at the session's next positions. */
 int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *err);
+
+/* The checks of a feed before any compute: the ids against the
+ * vocabulary, the count against the session's context. */
+int qp_lib_check_feed(const qpack_session *s, const int32_t *tokens, size_t n, qpack_error *err);
+
+/* Adds the kernel statistics between two snapshots of the engine's to s. */
+void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *before,
+                           const struct qp_forward_stats *after);
 
 /* Fills a public error from an internal one; `fallback` classifies a
  * failure the failing code did not (qp_err.code 0). Returns the code. */

@@ -104,6 +104,8 @@ int qpack_session_rewind(qpack_session *s, uint32_t pos, qpack_error *err)
 void qpack_session_interrupt(qpack_session *s)
 {
     atomic_store(&s->interrupt, true);
+    if (atomic_load(&s->in_batch))
+        atomic_store(&s->m->batch_interrupt, true);
 }
 
 void qpack_session_set_progress(qpack_session *s, void (*progress)(void *user, size_t done, size_t total),
@@ -232,7 +234,7 @@ static int run_tokens(qpack_session *s, const struct qp_lib_feed *req, qp_err *e
 
 /* Checks before any compute: the ids against the vocabulary, the count
  * against the context. */
-static int check_feed(const qpack_session *s, const int32_t *tokens, size_t n, qpack_error *err)
+int qp_lib_check_feed(const qpack_session *s, const int32_t *tokens, size_t n, qpack_error *err)
 {
     const qpack_model_info *i = &s->m->info;
     for (size_t k = 0; k < n; k++)
@@ -246,7 +248,7 @@ static int check_feed(const qpack_session *s, const int32_t *tokens, size_t n, q
     return QPACK_OK;
 }
 
-static void add_call_stats(qpack_session *s, const struct qp_forward_stats *before,
+void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *before,
                            const struct qp_forward_stats *after)
 {
     qpack_session_stats *st = &s->stats;
@@ -277,7 +279,7 @@ static void add_call_stats(qpack_session *s, const struct qp_forward_stats *befo
 
 int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *err)
 {
-    int rc = check_feed(s, req->tokens, req->n, err);
+    int rc = qp_lib_check_feed(s, req->tokens, req->n, err);
     if (rc)
         return rc;
     atomic_store(&s->interrupt, false);
@@ -296,7 +298,7 @@ int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *er
         s->stats.tokens += req->n;
     }
     if (m->engine.fw) {
-        add_call_stats(s, &before, qp_forward_stats(m->engine.fw));
+        qp_lib_add_call_stats(s, &before, qp_forward_stats(m->engine.fw));
         qp_forward_set_interrupt(m->engine.fw, NULL);
     }
     pthread_mutex_unlock(&m->step_mu);

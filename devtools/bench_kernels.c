@@ -95,11 +95,12 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
 static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint32_t pos)
 {
     uint32_t tasks = qk_attn_groups(c) * (pos / QK_ATTN_CHUNK + 1);
+    b->seq[0] = (struct qk_seq){.pos = pos, .kv_slot = 0};
     double sum = 0;
     for (uint32_t t = 0; t < tasks; t++) {
         double best = 1e30;
         for (int r = 0; r < REPS; r++) {
-            struct qk_args a = {.layer = 0, .pos = pos, .nb = 1, .begin = t, .end = t + 1};
+            struct qk_args a = {.layer = 0, .max_pos = pos, .nb = 1, .begin = t, .end = t + 1};
             uint64_t ns = 0;
             qp_err err;
             if (b->run(b, QP_K_ATTENTION, &a, &ns, &err)) {

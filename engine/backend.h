@@ -35,6 +35,8 @@ struct qp_backend {
     const struct qk_scalars *scal;      /* argmax */
     const int64_t *h;                   /* residual [hidden] (tests, --trace-layers) */
     uint8_t *work;                      /* --stream: where jobs' weight blocks are staged */
+    struct qk_seq *seq;                 /* [block]: each block entry's slot and position, written
+                                           by the schedule before a block runs */
     uint64_t map_bytes;                 /* bytes in BPF maps (0 for emu) */
     double verify_ms, copy_ms;          /* start-up: program load, weight copy */
     /* the verifier's processed instructions per kernel (bpf_prog_info's

@@ -40,11 +40,9 @@ static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list
 static struct bpf_map *map_of(struct qwen3 *s, enum qp_map_id id)
 {
     struct bpf_map *maps[QP_MAP_COUNT] = {
-        s->maps.m_w_hid, s->maps.m_w_o, s->maps.m_w_down, s->maps.m_w4_hid, s->maps.m_w4_o, s->maps.m_w4_down,
-        s->maps.m_norms, s->maps.m_qk_norms, s->maps.m_rope, s->maps.m_klayout, s->maps.m_kcache,
-        s->maps.m_vcache, s->maps.m_h, s->maps.m_x, s->maps.m_xq, s->maps.m_qkv,
-        s->maps.m_qrot, s->maps.m_gu, s->maps.m_scores, s->maps.m_parts, s->maps.m_logits,
-        s->maps.m_amax, s->maps.m_scal, s->maps.m_work, s->maps.m_unpk,
+#define QP_BPF_MAP(NAME, name) s->maps.m_##name,
+        QK_MAPS(QP_BPF_MAP)
+#undef QP_BPF_MAP
     };
     return maps[id];
 }
@@ -309,7 +307,7 @@ static void *map_state(struct bpfb *s, const struct qp_plan *plan, enum qp_map_i
  * and the weight maps never are. */
 static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
 {
-    const enum qp_map_id host_maps[] = {QP_MAP_LOGITS, QP_MAP_SCAL, QP_MAP_H, QP_MAP_WORK};
+    const enum qp_map_id host_maps[] = {QP_MAP_LOGITS, QP_MAP_SCAL, QP_MAP_H, QP_MAP_WORK, QP_MAP_SEQ};
     for (size_t i = 0; i < sizeof host_maps / sizeof *host_maps; i++)
         if (!map_state(s, plan, host_maps[i], err))
             return -1;
@@ -379,7 +377,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
             bytes += map_bytes(&plan->maps[i]);
     s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
-                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .map_bytes = bytes, .verify_ms = t1 - t0,
+                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .seq = s->mapped[QP_MAP_SEQ], .map_bytes = bytes, .verify_ms = t1 - t0,
                                .copy_ms = t2 - t1};
     for (int k = 0; k < QP_K_COUNT; k++)
         s->b.verified_insns[k] = verified_insns(s->prog_fd[k]);

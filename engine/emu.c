@@ -15,9 +15,11 @@ struct qk_hmap {
     uint32_t n_segs, value_size, max_entries;
 };
 
+/* one per map, in enum qp_map_id's order */
 struct qk_host_maps {
-    struct qk_hmap w_hid, w_o, w_down, w4_hid, w4_o, w4_down, norms, qk_norms, rope, klayout, kcache, vcache, h, x,
-        xq, qkv, qrot, gu, scores, parts, logits, amax, scal, work, unpk;
+#define QK_HOST_MAP(NAME, name) struct qk_hmap name;
+    QK_MAPS(QK_HOST_MAP)
+#undef QK_HOST_MAP
 };
 
 /* the model the kernels run on; one emu model per process at a time */
@@ -168,7 +170,8 @@ int qp_emu_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     e->b = (struct qp_backend){.name = "emu", .run = emu_run, .destroy = emu_destroy, .state = emu_state,
                                .logits = (const int64_t *)e->maps.logits.base,
                                .scal = (const struct qk_scalars *)e->maps.scal.base,
-                               .h = (const int64_t *)e->maps.h.base, .work = e->maps.work.base};
+                               .h = (const int64_t *)e->maps.h.base, .work = e->maps.work.base,
+                               .seq = (struct qk_seq *)e->maps.seq.base};
     *out = &e->b;
     return 0;
 }

@@ -209,6 +209,32 @@ int qp_engine_feed(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, u
     return 0;
 }
 
+int qp_engine_feed_batch(struct qp_engine *e, const struct qp_entry *ent, const bool *want, uint32_t n,
+                         qp_engine_batch_fn on_logits, void *arg, qp_err *err)
+{
+    if (e->kind == QPACK_BACKEND_REF)
+        return qp_fail_code(err, QP_E_ARGUMENT, "the reference holds one sequence: no batches");
+    uint32_t block = qp_forward_block_size(e->fw);
+    struct qp_entry order[QK_MAX_BLOCK];
+    uint32_t index[QK_MAX_BLOCK];
+    for (uint32_t at = 0; at < n; at += block) {
+        uint32_t len = n - at < block ? n - at : block, head = 0, wanted = 0;
+        for (uint32_t i = at; i < at + len; wanted += want[i++])
+            ;
+        for (uint32_t i = at, tail = len - wanted; i < at + len; i++) {
+            uint32_t b = want[i] ? tail++ : head++;
+            order[b] = ent[i];
+            index[b] = i;
+        }
+        if (qp_forward_batch(e->fw, order, len, len - wanted, err))
+            return -1;
+        for (uint32_t b = len - wanted; b < len; b++)
+            if (on_logits(arg, index[b], qp_forward_logits(e->fw, b), qp_forward_argmax(e->fw, b), err))
+                return -1;
+    }
+    return 0;
+}
+
 int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_logits, uint32_t *next,
                     qp_err *err)
 {

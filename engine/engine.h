@@ -57,6 +57,21 @@ typedef int (*qp_engine_logits_fn)(void *arg, uint32_t pos, qp_err *err);
 int qp_engine_feed(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                    enum qp_logits want, qp_engine_logits_fn on_logits, void *arg, uint32_t *next, qp_err *err);
 
+/* Called with the logits (Q32, as the kernels left them) and argmax of
+ * each entry of a batch asked for them; index: the entry's place in the
+ * caller's array. Valid during the call. */
+typedef int (*qp_engine_batch_fn)(void *arg, uint32_t index, const int64_t *logits_q32, uint32_t argmax,
+                                  qp_err *err);
+
+/* Computes ent[0..n) (positions of any sequences, each sequence's at
+ * consecutive positions after what its cache holds, in order) in blocks of
+ * the plan's block size, several sequences to a block (bpf and emu). Within
+ * each block the entries with want[i] set go last, so the vocabulary
+ * projection runs for them alone, and on_logits sees each of them. Every
+ * entry's logits are the same bits as feeding its sequence alone gives. */
+int qp_engine_feed_batch(struct qp_engine *e, const struct qp_entry *ent, const bool *want, uint32_t n,
+                         qp_engine_batch_fn on_logits, void *arg, qp_err *err);
+
 /* One token at pos of slot 0; with want_logits fills e->logits and *next
  * (argmax). */
 int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_logits, uint32_t *next,

@@ -141,6 +141,17 @@ static int check_range(const struct qp_forward *fw, const char *where, uint32_t 
                    QM_Q32_LIMIT_BITS - QM_RESID_FRAC, at);
 }
 
+/* The kernels skip a block entry whose slot or position lies outside the
+ * model (qk_seq_of) and say so; the schedule never writes one, so it is a
+ * bug, and the step fails rather than leave that entry's values stale. */
+static int check_seq(const struct qp_forward *fw, qp_err *err)
+{
+    if (!fw->b->scal->seq_error)
+        return 0;
+    return qp_fail_code(err, QP_E_INTERNAL, "internal: a block entry's sequence slot or position was outside the "
+                        "model (the kernels skipped it)");
+}
+
 /* BPF instructions a per-entry kernel spends on one block entry, about
  * (counted in build/kernels/qwen3.bpf.o: per element of its loops, with the
  * callbacks' own cost): the measure that keeps its invocations short at
@@ -154,7 +165,7 @@ static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const
     case QP_K_QUANT_X:
         return 20ull * (a->mode == QK_MV_O ? c->q_dim : a->mode == QK_MV_DOWN ? c->inter : c->hidden);
     case QP_K_ROPE_STORE: return 60 * (heads + c->n_kv_heads) * d;
-    case QP_K_ATTN_MERGE: return heads * ((a->pos + a->nb) / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
+    case QP_K_ATTN_MERGE: return heads * (a->max_pos / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
     case QP_K_ARGMAX_REDUCE: return 20ull * a->n_slots;
     default: return 25ull * c->hidden;                   /* rmsnorm: four passes */
     }
@@ -250,10 +261,10 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
 
 /* Attention (entry, head group, chunk) tasks of entries [0, nb), a few per job;
  * then the per-head merge. */
-static int attention(struct qp_forward *fw, uint32_t slot, uint32_t layer, uint32_t pos0, uint32_t nb, qp_err *err)
+static int attention(struct qp_forward *fw, uint32_t layer, uint32_t last, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    uint32_t last = pos0 + nb - 1, chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_groups(c) * chunks;
+    uint32_t chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_groups(c) * chunks;
     /* a task's work in matvec multiply-adds (3 BPF instructions each): a
      * position of a head costs ~6.5 instructions per multiply-add of its
      * scores and values, plus ~290 for its exponential and V weight (a pair
@@ -271,25 +282,31 @@ static int attention(struct qp_forward *fw, uint32_t slot, uint32_t layer, uint3
         if (j->n == MAX_JOBS)
             return qp_fail(err, "internal: too many attention jobs");
         j->kernel[j->n] = QP_K_ATTENTION;
-        j->args[j->n++] = (struct qk_args){.layer = layer, .pos = pos0, .b0 = 0, .nb = nb, .begin = t,
-                                           .end = t + step < tasks ? t + step : tasks, .kv_slot = slot};
+        j->args[j->n++] = (struct qk_args){.layer = layer, .max_pos = last, .b0 = 0, .nb = nb, .begin = t,
+                                           .end = t + step < tasks ? t + step : tasks};
     }
-    if (run_jobs(fw, err))
+    if (run_jobs(fw, err) || check_seq(fw, err))
         return -1;
-    struct qk_args a = {.layer = layer, .pos = pos0, .begin = 0, .end = c->n_heads};
+    struct qk_args a = {.layer = layer, .max_pos = last, .begin = 0, .end = c->n_heads};
     return entries(fw, QP_K_ATTN_MERGE, a, 0, nb, err);
 }
 
-static int layer(struct qp_forward *fw, uint32_t slot, uint32_t l, uint32_t pos0, uint32_t nb, qp_err *err)
+/* layer l of block entries [0, nb), whose largest position is last:
+ *   x = rmsnorm(h);  qkv[nb][q_dim + 2 kv_dim] = x W_qkv
+ *   q, k = rope(norm(q), norm(k)), k and v into each entry's cache slot
+ *   x[nb][q_dim] = attention(q, the slot's cache up to the entry);  h += x W_o
+ *   x = rmsnorm(h);  gu[nb][2 inter] = x W_gate|up;  x = silu(g) * u;  h += x W_down */
+static int layer(struct qp_forward *fw, uint32_t l, uint32_t last, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
     struct qk_args norm_attn = {.layer = l, .mode = QK_NORM_ATTN};
     struct qk_args norm_mlp = {.layer = l, .mode = QK_NORM_MLP};
-    struct qk_args rope = {.layer = l, .pos = pos0, .kv_slot = slot};
+    struct qk_args rope = {.layer = l};
     struct qk_args none = {0};
     return entries(fw, QP_K_RMSNORM, norm_attn, 0, nb, err) ||
            matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, 0, nb, NULL, err) ||
-           entries(fw, QP_K_ROPE_STORE, rope, 0, nb, err) || attention(fw, slot, l, pos0, nb, err) ||
+           entries(fw, QP_K_ROPE_STORE, rope, 0, nb, err) || check_seq(fw, err) ||
+           attention(fw, l, last, nb, err) ||
            matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, 0, nb, NULL, err) ||
            entries(fw, QP_K_RMSNORM, norm_mlp, 0, nb, err) ||
            matvec(fw, l, QK_MV_GATE_UP, 2 * c->inter, c->hidden, 0, nb, NULL, err) ||
@@ -323,32 +340,49 @@ static int embed(struct qp_forward *fw, uint32_t token, uint32_t b, qp_err *err)
     return call(fw, QP_K_EMBED, &a, err) || check_range(fw, "embedding", 0, err);
 }
 
-int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
-                     enum qp_logits logits, qp_err *err)
+int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
+                     qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    if (n < 1 || n > c->block)
-        return qp_fail(err, "internal: a block of %u positions (1..%u)", n, c->block);
-    if (slot >= c->slots)
-        return qp_fail_code(err, QP_E_ARGUMENT, "sequence slot %u outside the model's %u", slot, c->slots);
-    if (pos0 >= c->ctx || n > c->ctx - pos0)
-        return qp_fail_code(err, QP_E_CONTEXT, "position %llu is past the context of %u tokens (see -c)",
-                       (unsigned long long)pos0 + n - 1, c->ctx);
-    for (uint32_t b = 0; b < n; b++)
-        if (tokens[b] >= c->vocab)
-            return qp_fail(err, "token id %u is outside the vocabulary (%u)", tokens[b], c->vocab);
-    for (uint32_t b = 0; b < n; b++)
-        if (embed(fw, tokens[b], b, err))
+    if (n < 1 || n > c->block || first_logits > n)
+        return qp_fail(err, "internal: a block of %u positions (1..%u), logits from %u", n, c->block, first_logits);
+    uint32_t last = 0;
+    for (uint32_t b = 0; b < n; b++) {
+        if (e[b].slot >= c->slots)
+            return qp_fail_code(err, QP_E_ARGUMENT, "sequence slot %u outside the model's %u", e[b].slot, c->slots);
+        if (e[b].pos >= c->ctx)
+            return qp_fail_code(err, QP_E_CONTEXT, "position %u is past the context of %u tokens (see -c)", e[b].pos,
+                                c->ctx);
+        if (e[b].token >= c->vocab)
+            return qp_fail(err, "token id %u is outside the vocabulary (%u)", e[b].token, c->vocab);
+        last = e[b].pos > last ? e[b].pos : last;
+    }
+    for (uint32_t b = 0; b < n; b++) {
+        fw->b->seq[b] = (struct qk_seq){.pos = e[b].pos, .kv_slot = e[b].slot};
+        if (embed(fw, e[b].token, b, err))
             return -1;
+    }
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        if (layer(fw, slot, l, pos0, n, err))
+        if (layer(fw, l, last, n, err))
             return -1;
         if (fw->on_layer)
             fw->on_layer(fw->on_layer_arg, l);
     }
-    if (logits == QP_LOGITS_NONE)
-        return 0;
-    return logits == QP_LOGITS_ALL ? vocabulary(fw, 0, n, err) : vocabulary(fw, n - 1, 1, err);
+    return first_logits < n ? vocabulary(fw, first_logits, n - first_logits, err) : 0;
+}
+
+int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+                     enum qp_logits logits, qp_err *err)
+{
+    struct qp_entry e[QK_MAX_BLOCK];
+    if (n < 1 || n > QK_MAX_BLOCK)
+        return qp_fail(err, "internal: a block of %u positions (1..%u)", n, QK_MAX_BLOCK);
+    if (pos0 > UINT32_MAX - n)
+        return qp_fail_code(err, QP_E_CONTEXT, "position %u is past the context (see -c)", pos0);
+    for (uint32_t b = 0; b < n; b++)
+        e[b] = (struct qp_entry){.token = tokens[b], .slot = slot, .pos = pos0 + b};
+    uint32_t first = logits == QP_LOGITS_ALL ? 0 : logits == QP_LOGITS_LAST ? n - 1 : n;
+    return qp_forward_batch(fw, e, n, first, err);
 }
 
 uint32_t qp_forward_block_size(const struct qp_forward *fw)

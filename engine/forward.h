@@ -30,6 +30,25 @@ int qp_forward_create(struct qp_forward **fw, struct qp_backend *b, const struct
                       unsigned threads, qp_err *err);
 void qp_forward_destroy(struct qp_forward *fw);
 
+/* One position of a block: a token of the sequence in KV cache slot
+ * `slot`, at position pos of that sequence. */
+struct qp_entry {
+    uint32_t token, slot, pos;
+};
+
+/* Runs entries e[0..n) as one block (1 <= n <= the block size): each
+ * entry's token at its own position of its own sequence, every weight
+ * block read once for all of them. An entry attends to its own slot's
+ * cache up to its position, so the entries of one sequence in a block
+ * must be at consecutive positions right after what its cache holds; the
+ * order of the entries in the block does not matter. The vocabulary
+ * projection and argmax run for entries [first_logits, n) (n: none), read
+ * with qp_forward_logits and qp_forward_argmax. An entry's results are the
+ * same bits whatever else shares its block, where it sits, and however its
+ * sequence was cut into blocks. */
+int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
+                     qp_err *err);
+
 /* which positions of a block get the vocabulary projection and argmax */
 enum qp_logits { QP_LOGITS_NONE, QP_LOGITS_LAST, QP_LOGITS_ALL };
 

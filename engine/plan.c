@@ -362,6 +362,7 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_LOGITS, "logits", 8ull * c->vocab, c->block);
     set_map(p, QP_MAP_AMAX, "amax", sizeof(struct qk_argmax), (uint64_t)QK_MAX_ARGMAX_SLOTS * c->block);
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), c->block);
+    set_map(p, QP_MAP_SEQ, "seq", sizeof(struct qk_seq), c->block);
     /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
      * matrices' blocks (so streaming never holds the model), at least 8 */
     uint64_t widest = block_bytes(c->w_enc, c->w_group, c->act_len);

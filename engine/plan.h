@@ -9,10 +9,12 @@
 #include "qpk.h"
 #include "qwen3_abi.h"
 
+/* the maps, in QK_MAPS's order (kernels/qwen3_abi.h) */
 enum qp_map_id {
-    QP_MAP_W_HID, QP_MAP_W_O, QP_MAP_W_DOWN, QP_MAP_W4_HID, QP_MAP_W4_O, QP_MAP_W4_DOWN, QP_MAP_NORMS,
-    QP_MAP_QK_NORMS, QP_MAP_ROPE, QP_MAP_KLAYOUT, QP_MAP_KCACHE, QP_MAP_VCACHE, QP_MAP_H, QP_MAP_X, QP_MAP_XQ, QP_MAP_QKV, QP_MAP_QROT, QP_MAP_GU,
-    QP_MAP_SCORES, QP_MAP_PARTS, QP_MAP_LOGITS, QP_MAP_AMAX, QP_MAP_SCAL, QP_MAP_WORK, QP_MAP_UNPK, QP_MAP_COUNT,
+#define QP_MAP_ENUM(NAME, name) QP_MAP_##NAME,
+    QK_MAPS(QP_MAP_ENUM)
+#undef QP_MAP_ENUM
+    QP_MAP_COUNT
 };
 
 /* a run of map keys filled from one source */

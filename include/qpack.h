@@ -14,9 +14,10 @@
  *                    carries. Read-only once open; shared by its sessions.
  *   qpack_session    one token sequence with its own KV cache: feed tokens,
  *                    read logits. A model holds up to max_sessions of them,
- *                    each cache a slot of the model's KV maps; their steps
- *                    run one at a time on the model's threads, and a step
- *                    of one session after another's costs no recompute.
+ *                    each cache a slot of the model's KV maps; a step of one
+ *                    session after another's costs no recompute, and
+ *                    qpack_feed_batch computes several sessions' next
+ *                    tokens in shared blocks of positions.
  *   qpack_sampler    picks the next token from a session's logits (greedy,
  *                    temperature, top-k, top-p, min-p, repeat penalty),
  *                    seeded so a run repeats exactly.
@@ -287,10 +288,33 @@ void qpack_session_set_progress(qpack_session *session, void (*progress)(void *u
 int qpack_lookup_step(qpack_session *session, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,
                       qpack_error *err);
 
+/* One session's part of a batch: its next tokens[0..n), n >= 1. */
+typedef struct qpack_batch_item {
+    qpack_session *session;
+    const int32_t *tokens;
+    size_t n;
+} qpack_batch_item;
+
+/* Feeds several sessions of one model at once: as qpack_feed on each
+ * item's session, but in shared blocks of positions, so that each weight
+ * is read once for the positions of every session in the block (bpf and
+ * emu: a block of several sessions costs much less than a step of each;
+ * the reference feeds them one after another). Afterwards each session's
+ * logits are those after its last token, the same bits qpack_feed alone
+ * gives them, whatever else shares the batch and however it is cut into
+ * blocks. A session appears at most once and every session must be of the
+ * same model. Every item is checked before any compute (ids, context:
+ * QPACK_ERR_ARGUMENT or QPACK_ERR_CONTEXT naming the item); a batch that
+ * fails or is interrupted (qpack_session_interrupt of any of its sessions)
+ * leaves every session as it was. Batches and single feeds of one model run
+ * one at a time, in any mix; a batch's kernel statistics count in each of
+ * its sessions (qpack_session_get_stats). */
+int qpack_feed_batch(const qpack_batch_item *items, size_t n, qpack_error *err);
+
 /* Makes a running qpack_feed of this session return QPACK_ERR_INTERRUPTED
  * within one kernel invocation (milliseconds; one position for the
- * reference). Async-signal-safe and callable from any thread; the next
- * qpack_feed clears it. */
+ * reference), and a qpack_feed_batch holding it likewise. Async-signal-safe
+ * and callable from any thread; the next qpack_feed clears it. */
 void qpack_session_interrupt(qpack_session *session);
 
 typedef struct qpack_kernel_stats {

@@ -5,13 +5,13 @@
 #ifndef QP_QK_ATTENTION_H
 #define QP_QK_ATTENTION_H
 
-#include "qk_elementwise.h"
+#include "qk_rope.h"
 
 /* ---- attention: (head, chunk) tasks over the KV cache --------------- */
 
 struct qk_attn_ctx {
-    u32 layer, pos, n_chunks, first_task;
-    u32 kv0;            /* KV cache row of position 0 (qk_kv_row0) */
+    u32 layer, max_pos, n_chunks, first_task;
+    u32 kv0;            /* the task's: KV cache row of position 0 of its entry's slot (qk_kv_row0) */
     u32 b0, b;          /* block entries: the first of the invocation, the task's */
     u32 head, kv_head, chunk, first, count;
     u32 has_ext;        /* the layer's K has extension bits (klayout) */
@@ -278,15 +278,18 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
     u32 per_entry = groups * n_chunks, b = cx->b0 + task / per_entry;
-    u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks, pos = cx->pos + b;
+    u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
-    if (!sc || !kl || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
+    const struct qk_seq *sq = qk_seq_of(b, cx->max_pos);
+    if (!sc || !kl || !sq || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
         return 1;
+    u32 pos = sq->pos;
     if (chunk * QK_ATTN_CHUNK > pos)
         return 0;       /* past this entry's position: the block's later entries have it */
     struct qk_attn_ctx t = *cx;
     t.b = b;
+    t.kv0 = qk_kv_row0(sq->kv_slot, layer);
     t.head = head;
     t.chunk = chunk;
     t.kv_head = head / (C.n_heads / C.n_kv_heads);
@@ -313,21 +316,21 @@ static long qk_attn_task_cb(u64 i, void *vctx)
 /* chunks of the block's last entry: every entry's tasks are numbered so */
 QM_INLINE u32 qk_attn_chunks(const struct qk_args *a)
 {
-    return (a->pos + a->b0 + a->nb - 1) / QK_ATTN_CHUNK + 1;
+    return a->max_pos / QK_ATTN_CHUNK + 1;
 }
 
 /* tasks (entry, head, chunk), entries b0.. in order, [begin, end) of them */
 QM_INLINE int qk_attention(const struct qk_args *a)
 {
-    if (!qk_kv_ok(a))
+    if (a->layer >= C.n_layers || !qk_entries_ok(a) || a->max_pos >= C.ctx)
         return -1;
     u32 n_chunks = qk_attn_chunks(a);
     if (C.attn_heads != 1 && C.attn_heads != 2)
         return -1;
     if (a->begin >= a->end || a->end > a->nb * (C.n_heads >> (C.attn_heads == 2)) * n_chunks)
         return -1;
-    struct qk_attn_ctx cx = {.layer = a->layer, .pos = a->pos, .n_chunks = n_chunks, .first_task = a->begin,
-                              .kv0 = qk_kv_row0(a->kv_slot, a->layer), .b0 = a->b0};
+    struct qk_attn_ctx cx = {.layer = a->layer, .max_pos = a->max_pos, .n_chunks = n_chunks,
+                              .first_task = a->begin, .b0 = a->b0};
     QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
     return 0;
 }
@@ -432,10 +435,12 @@ static long qk_merge_head_cb(u64 i, void *vctx)
 static long qk_merge_entry_cb(u64 i, void *vctx)
 {
     const struct qk_merge_ctx *base = vctx;
-    u32 b = base->b + (u32)i, pos = base->pos + (u32)i, layer = base->layer;
+    u32 b = base->b + (u32)i, layer = base->layer;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
-    if (!sc || layer >= C.n_layers)
+    const struct qk_seq *sq = qk_seq_of(b, C.ctx - 1);
+    if (!sc || !sq || layer >= C.n_layers)
         return 1;
+    u32 pos = sq->pos;
     struct qk_merge_ctx cx = {.layer = layer, .n_chunks = pos / QK_ATTN_CHUNK + 1, .first = base->first,
                               .pos = pos, .b = b, .parts0 = b * C.n_heads * C.max_chunks,
                               .min_shift = QM_CACHE_SH_MAX};
@@ -448,9 +453,9 @@ static long qk_merge_entry_cb(u64 i, void *vctx)
 
 QM_INLINE int qk_attn_merge(const struct qk_args *a)
 {
-    if (a->layer >= C.n_layers || !qk_positions_ok(a) || a->begin >= a->end || a->end > C.n_heads)
+    if (a->layer >= C.n_layers || !qk_entries_ok(a) || a->begin >= a->end || a->end > C.n_heads)
         return -1;
-    struct qk_merge_ctx cx = {.layer = a->layer, .first = a->begin, .pos = a->pos + a->b0, .b = a->b0,
+    struct qk_merge_ctx cx = {.layer = a->layer, .first = a->begin, .b = a->b0,
                               .n_heads = a->end - a->begin};
     QK_LOOP(a->nb, qk_merge_entry_cb, &cx);
     return 0;

@@ -20,7 +20,7 @@
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
  *   kcache, vcache  int16 [(slot * n_layers + layer) * ctx + pos][kv_dim]: one
- *            cache of ctx positions per sequence slot (qk_args.kv_slot, at
+ *            cache of ctx positions per sequence slot (qk_seq.kv_slot, at
  *            most C.slots); K laid out by klayout
  * The per-position maps (h, x, xq, qkv, qrot, gu, logits, scal) have one
  * entry per position of the block (C.block); scores, parts and amax one

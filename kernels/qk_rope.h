@@ -14,6 +14,30 @@ struct qk_rope_ctx {
     u32 kv0;            /* KV cache row of position 0 (the slot's layer: qk_kv_row0) */
 };
 
+/* The KV cache row of position 0 of a layer in a sequence slot. With
+ * slot < C.slots, layer < C.n_layers and a position below C.ctx the row
+ * stays inside the slot's own rows: the plan keeps slots * n_layers * ctx
+ * below 2^31, so the sum cannot wrap into another slot's. */
+QM_INLINE u32 qk_kv_row0(u32 slot, u32 layer)
+{
+    return (slot * C.n_layers + layer) * C.ctx;
+}
+
+/* Block entry b's sequence (qwen3_abi.h), or NULL when its slot or
+ * position is outside the model, or its position past max_pos: the entry
+ * is then skipped and scal.seq_error raised, so that no entry ever reaches
+ * another slot's rows. */
+QM_INLINE const struct qk_seq *qk_seq_of(u32 b, u32 max_pos)
+{
+    const struct qk_seq *sq = QK_LOOKUP(seq, b);
+    if (sq && sq->kv_slot < C.slots && sq->pos < C.ctx && sq->pos <= max_pos)
+        return sq;
+    struct qk_scalars *sc = QK_LOOKUP(scal, 0);
+    if (sc)
+        QK_ATOMIC_OR(&sc->seq_error, 1);
+    return NULL;
+}
+
 /* RMSNorm of one head of qkv in place, as mantissas of at most out_bits
  * bits; returns the exponent. */
 QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
@@ -220,43 +244,25 @@ QK_UNROLL
     return 0;
 }
 
-/* one block entry: its position's K and V go into the cache */
+/* one block entry: its position's K and V go into its slot's cache */
 static long qk_rope_entry_cb(u64 i, void *vctx)
 {
     const struct qk_rope_ctx *base = vctx;
-    struct qk_rope_ctx cx = {base->layer, base->pos + (u32)i, base->b + (u32)i, base->kv0};
+    u32 b = base->b + (u32)i;
+    const struct qk_seq *sq = qk_seq_of(b, C.ctx - 1);
+    if (!sq)
+        return 1;
+    struct qk_rope_ctx cx = {base->layer, sq->pos, b, qk_kv_row0(sq->kv_slot, base->layer)};
     QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
     QK_LOOP(C.n_kv_heads, qk_store_v_cb, &cx);
     return 0;
 }
 
-/* the positions of entries [b0, b0 + nb) lie inside the context */
-QM_INLINE bool qk_positions_ok(const struct qk_args *a)
-{
-    return qk_entries_ok(a) && a->pos < C.ctx && a->pos + a->b0 + a->nb <= C.ctx;
-}
-
-/* The KV cache row of position 0 of a layer in a sequence slot. With
- * slot < C.slots, layer < C.n_layers and a position below C.ctx the row
- * stays inside the slot's own rows: the plan keeps slots * n_layers * ctx
- * below 2^31, so the sum cannot wrap into another slot's. */
-QM_INLINE u32 qk_kv_row0(u32 slot, u32 layer)
-{
-    return (slot * C.n_layers + layer) * C.ctx;
-}
-
-/* a layer of a sequence slot the model has (the kernels that touch the
- * KV cache) */
-QM_INLINE bool qk_kv_ok(const struct qk_args *a)
-{
-    return a->layer < C.n_layers && a->kv_slot < C.slots && qk_positions_ok(a);
-}
-
 QM_INLINE int qk_rope_store(const struct qk_args *a)
 {
-    if (!qk_kv_ok(a))
+    if (a->layer >= C.n_layers || !qk_entries_ok(a))
         return -1;
-    struct qk_rope_ctx cx = {a->layer, a->pos + a->b0, a->b0, qk_kv_row0(a->kv_slot, a->layer)};
+    struct qk_rope_ctx cx = {a->layer, 0, a->b0, 0};
     QK_LOOP(a->nb, qk_rope_entry_cb, &cx);
     return 0;
 }

@@ -23,31 +23,8 @@ const volatile struct qk_config CFG = {0};
         __uint(max_entries, 1);                                        \
     } m_##name SEC(".maps")
 
-QK_MAP(w_hid);
-QK_MAP(w_o);
-QK_MAP(w_down);
-QK_MAP(w4_hid);
-QK_MAP(w4_o);
-QK_MAP(w4_down);
-QK_MAP(norms);
-QK_MAP(qk_norms);
-QK_MAP(rope);
-QK_MAP(klayout);
-QK_MAP(kcache);
-QK_MAP(vcache);
-QK_MAP(h);
-QK_MAP(x);
-QK_MAP(xq);
-QK_MAP(qkv);
-QK_MAP(qrot);
-QK_MAP(gu);
-QK_MAP(scores);
-QK_MAP(parts);
-QK_MAP(logits);
-QK_MAP(amax);
-QK_MAP(scal);
-QK_MAP(work);
-QK_MAP(unpk);
+#define QK_MAP_OF(NAME, name) QK_MAP(name);
+QK_MAPS(QK_MAP_OF)
 
 #include "qk_kernels.h"
 

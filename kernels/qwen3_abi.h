@@ -75,6 +75,18 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
     return c->n_heads / c->attn_heads;
 }
 
+/* The maps, in the order of the host's enum qp_map_id (M(NAME, name)):
+ * the weights first (to QK_NORMS), then the tables, the KV cache and the
+ * per-step state; qk_kernels.h says what each holds. */
+#define QK_MAPS(M)                                                     \
+    M(W_HID, w_hid) M(W_O, w_o) M(W_DOWN, w_down)                      \
+    M(W4_HID, w4_hid) M(W4_O, w4_o) M(W4_DOWN, w4_down)                \
+    M(NORMS, norms) M(QK_NORMS, qk_norms) M(ROPE, rope)                \
+    M(KLAYOUT, klayout) M(KCACHE, kcache) M(VCACHE, vcache)            \
+    M(H, h) M(X, x) M(XQ, xq) M(QKV, qkv) M(QROT, qrot) M(GU, gu)      \
+    M(SCORES, scores) M(PARTS, parts) M(LOGITS, logits) M(AMAX, amax)  \
+    M(SCAL, scal) M(WORK, work) M(UNPK, unpk) M(SEQ, seq)
+
 /* The BPF programs, one per kernel (X(NAME, name, kernel function)): the
  * one list that kernels/qwen3.bpf.c, the host twin and the loader walk.
  * The matrix products have a program per kernel encoding and, for the
@@ -103,9 +115,9 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
 /* kernel invocation arguments, little-endian, at the start of data_in */
 struct qk_args {
     u32 layer;
-    u32 begin, end;     /* rows, heads, or (position, head, chunk) tasks: [begin, end) */
-    u32 pos;            /* position of block entry 0 */
-    u32 b0, nb;         /* block entries [b0, b0 + nb): position pos + b of entry b */
+    u32 begin, end;     /* rows, heads, or (entry, head, chunk) tasks: [begin, end) */
+    u32 max_pos;        /* attention: the largest position among the block's entries (its chunks) */
+    u32 b0, nb;         /* block entries [b0, b0 + nb), each at its own position (struct qk_seq) */
     u32 token;          /* embed: the token id (of entry b0) */
     u32 mode;           /* matvec: enum qk_matvec_mode */
     u32 slot;           /* matvec QK_MV_LOGITS: argmax slot of this invocation */
@@ -113,7 +125,19 @@ struct qk_args {
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
     u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
-    u32 kv_slot;        /* rope_store, attention: the sequence slot whose KV cache they use */
+};
+
+/* Where block entry b runs (map `seq`, one value per block entry, written
+ * by the host before each block): the KV cache slot of its sequence and
+ * its position there. A block may hold the entries of several sequences
+ * in any order (a batch of sessions): rope_store writes each entry's K and
+ * V at its own position of its own slot, and attention reads each entry's
+ * slot up to its position, so an entry never sees another sequence. Every
+ * other kernel works on each entry alone: an entry's values are the same
+ * bits whatever shares its block. */
+struct qk_seq {
+    u32 pos;
+    u32 kv_slot;
 };
 
 enum qk_matvec_mode {
@@ -251,6 +275,8 @@ struct qk_scalars {
     u32 argmax_index;             /* result of argmax_reduce */
     u32 range_error;              /* sticky: non-zero once a Q32 value left its range
                                    * (QM_Q32_LIMIT_BITS): the results are not exact */
+    u32 seq_error;                /* sticky: an entry's qk_seq was outside the model (its
+                                   * slot, its position, or past args.max_pos): skipped */
     s64 argmax_value;
 };
 

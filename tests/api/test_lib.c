@@ -44,18 +44,35 @@ static void make_model(void)
     int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("ck"), path_of("m.qpk"));
     ck_assert_msg(rc == 0, "pack: %s", out_text);
     snprintf(model_path, sizeof model_path, "%s", path_of("m.qpk"));
+    /* the batches' other formats: mixed int4, and a stress checkpoint's */
+    rc = run("%s pack %s -o %s --quiet --format int4", QP_QPACK, path_of("ck"), path_of("int4.qpk"));
+    ck_assert_msg(rc == 0, "pack int4: %s", out_text);
+    snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 5 --stress --tokenizer-dir %s/assets/qwen3-tokenizer",
+             QP_SOURCE_DIR);
+    gen("stress", args);
+    rc = run("%s pack %s -o %s --quiet --format int8", QP_QPACK, path_of("stress"), path_of("stress-int8.qpk"));
+    ck_assert_msg(rc == 0, "pack stress int8: %s", out_text);
+    rc = run("%s pack %s -o %s --quiet --format int4-pure", QP_QPACK, path_of("stress"), path_of("stress-int4-pure.qpk"));
+    ck_assert_msg(rc == 0, "pack stress int4-pure: %s", out_text);
 }
 
-static qpack_model *open_model(qpack_backend backend, uint32_t ctx, uint32_t sessions)
+static qpack_model *open_model_at(const char *path, qpack_backend backend, uint32_t ctx, uint32_t sessions,
+                                  bool stream)
 {
     qpack_model_params p = qpack_model_default_params();
     p.backend = backend;
     p.ctx = ctx;
     p.max_sessions = sessions;
+    p.stream = stream;
     qpack_model *m;
     qpack_error e;
-    ck_assert_msg(qpack_model_open(&m, model_path, &p, &e) == QPACK_OK, "%s", e.message);
+    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
     return m;
+}
+
+static qpack_model *open_model(qpack_backend backend, uint32_t ctx, uint32_t sessions)
+{
+    return open_model_at(model_path, backend, ctx, sessions, false);
 }
 
 static qpack_session *new_session(qpack_model *m)
@@ -191,6 +208,103 @@ static void greedy_logits(qpack_session *s, int step, uint32_t vocab, double *ou
     memcpy(out + (size_t)step * vocab, qpack_logits(s), vocab * sizeof *out);
     feed(s, &next, 1);
 }
+
+/* ---- batches ---------------------------------------------------------- */
+
+#define BATCH_SESSIONS 3
+#define BATCH_TOKENS 40
+
+/* the logits after the first p tokens of seq, fed alone in session ref */
+static void logits_alone(qpack_session *ref, const int32_t *seq, uint32_t p, double *out, uint32_t vocab)
+{
+    qpack_error e;
+    ck_assert_int_eq(qpack_session_rewind(ref, 0, &e), QPACK_OK);
+    feed(ref, seq, p);
+    memcpy(out, qpack_logits(ref), vocab * sizeof *out);
+}
+
+/* Sessions fed together in batches get the bits each gets alone, whatever
+ * shares its blocks, where it sits in them and how its tokens are cut:
+ * steps of 1, B - 1, B and B + 1 positions in all (B, the block size), a
+ * step of one token of each session, one whose items span two blocks, the
+ * items in other orders. */
+static void batches_give_what_each_gives_alone_on(const char *path, qpack_backend backend, bool stream)
+{
+    qpack_model *m = open_model_at(path, backend, 64, BATCH_SESSIONS + 1, stream);
+    const qpack_model_info *info = qpack_model_get_info(m);
+    uint32_t vocab = info->vocab, B = info->block_positions;
+    ck_assert_uint_ge(B, 4);
+    int32_t seq[BATCH_SESSIONS][BATCH_TOKENS];
+    for (int k = 0; k < BATCH_SESSIONS; k++)
+        for (int t = 0; t < BATCH_TOKENS; t++)
+            seq[k][t] = (int32_t)((k * 7919 + t * 104729 + 13) % 151000);
+    qpack_session *s[BATCH_SESSIONS], *ref = new_session(m);
+    for (int k = 0; k < BATCH_SESSIONS; k++)
+        s[k] = new_session(m);
+    /* each step: (session, tokens) items, in this order */
+    struct { int k; uint32_t n; } steps[][BATCH_SESSIONS] = {
+        {{0, 1}},                               /* one position */
+        {{0, B / 2 - 1}, {1, B / 2}},           /* B - 1 */
+        {{1, 3}, {2, B - 3}},                   /* B */
+        {{2, 2}, {0, B - 1}},                   /* B + 1 */
+        {{0, 1}, {1, 1}, {2, 1}},               /* a token of each */
+        {{1, B + 4}, {2, 1}},                   /* an item across two blocks */
+        {{2, 1}, {0, 1}},                       /* the other way round */
+    };
+    double *want = malloc(vocab * sizeof *want);
+    uint32_t fed[BATCH_SESSIONS] = {0};
+    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+        qpack_batch_item items[BATCH_SESSIONS];
+        size_t n = 0;
+        for (int i = 0; i < BATCH_SESSIONS && steps[st][i].n; i++, n++) {
+            int k = steps[st][i].k;
+            items[n] = (qpack_batch_item){s[k], seq[k] + fed[k], steps[st][i].n};
+        }
+        qpack_error e;
+        ck_assert_msg(qpack_feed_batch(items, n, &e) == QPACK_OK, "step %zu: %s", st, e.message);
+        for (size_t i = 0; i < n; i++) {
+            int k = steps[st][i].k;
+            fed[k] += steps[st][i].n;
+            ck_assert_uint_eq(qpack_session_pos(s[k]), fed[k]);
+            logits_alone(ref, seq[k], fed[k], want, vocab);
+            ck_assert_msg(memcmp(qpack_logits(s[k]), want, vocab * sizeof *want) == 0,
+                          "%s, %s%s, step %zu: session %d at %u differs from it alone", path, info->backend,
+                          stream ? " --stream" : "", st, k, fed[k]);
+        }
+    }
+    /* a batch that cannot run changes nothing: a session twice, a token
+     * past the vocabulary, more than the context */
+    qpack_error e;
+    qpack_batch_item twice[2] = {{s[0], seq[0], 1}, {s[0], seq[0], 1}};
+    ck_assert_int_eq(qpack_feed_batch(twice, 2, &e), QPACK_ERR_ARGUMENT);
+    int32_t bad = (int32_t)vocab;
+    qpack_batch_item past[2] = {{s[1], seq[1], 1}, {s[2], &bad, 1}};
+    ck_assert_int_eq(qpack_feed_batch(past, 2, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(e.message, "item 1"));
+    int32_t many[64] = {0};
+    qpack_batch_item full[1] = {{s[0], many, 64}};
+    ck_assert_int_eq(qpack_feed_batch(full, 1, &e), QPACK_ERR_CONTEXT);
+    for (int k = 0; k < BATCH_SESSIONS; k++) {
+        ck_assert_uint_eq(qpack_session_pos(s[k]), fed[k]);
+        qpack_session_free(s[k]);
+    }
+    free(want);
+    qpack_session_free(ref);
+    qpack_model_free(m);
+}
+
+START_TEST(batches_give_what_each_session_gives_alone)
+{
+    batches_give_what_each_gives_alone_on(model_path, QPACK_BACKEND_EMU, false);
+    batches_give_what_each_gives_alone_on(path_of("int4.qpk"), QPACK_BACKEND_EMU, false);
+    if (geteuid() != 0)     /* BPF needs root */
+        return;
+    batches_give_what_each_gives_alone_on(model_path, QPACK_BACKEND_BPF, false);
+    batches_give_what_each_gives_alone_on(path_of("int4.qpk"), QPACK_BACKEND_BPF, false);
+    batches_give_what_each_gives_alone_on(path_of("stress-int8.qpk"), QPACK_BACKEND_BPF, true);
+    batches_give_what_each_gives_alone_on(path_of("stress-int4-pure.qpk"), QPACK_BACKEND_BPF, false);
+}
+END_TEST
 
 #define INTERLEAVED_STEPS 6
 
@@ -875,6 +989,7 @@ int main(void)
     tcase_add_test(tc, all_logits_rows_equal_fresh_feeds_of_each_prefix);
     tcase_add_test(tc, rewind_gives_the_bits_of_a_fresh_feed);
     tcase_add_test(tc, interleaved_sessions_give_what_each_gives_alone);
+    tcase_add_test(tc, batches_give_what_each_session_gives_alone);
     tcase_add_test(tc, kv_caches_tell_whether_a_switch_recomputes);
     tcase_add_test(tc, bad_input_is_refused_before_compute_with_its_code);
     tcase_add_test(tc, sampler_greedy_seeded_min_p_and_repeat_penalty);

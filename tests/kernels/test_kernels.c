@@ -79,6 +79,20 @@ static void set_state(enum qp_map_id id, const void *bytes)
     memcpy((void *)emu->state(emu, id), bytes, map_len(id));
 }
 
+/* block entries [0, nb) of backend b at positions pos0.. of KV cache slot `slot` */
+static void seq_on(struct qp_backend *b, uint32_t pos0, uint32_t nb, uint32_t slot)
+{
+    for (uint32_t e = 0; e < nb; e++)
+        b->seq[e] = (struct qk_seq){.pos = pos0 + e, .kv_slot = slot};
+}
+
+/* the same on both backends */
+static void set_seq(uint32_t pos0, uint32_t nb, uint32_t slot)
+{
+    seq_on(bpf, pos0, nb, slot);
+    seq_on(emu, pos0, nb, slot);
+}
+
 enum pattern { ZERO, NEGATIVE, LARGEST, MASSIVE, MIXED, PATTERN_COUNT };
 
 /* int64 entries of a pattern; `limit` is the largest magnitude the
@@ -224,12 +238,14 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
         fill(buf, map_len(QP_MAP_QKV) / 8, p, 1ll << 40);
         set_state(QP_MAP_QKV, buf);
         for (uint32_t pos = 0; pos < 300; pos += 37) {
-            struct qk_args rope = {.layer = 1, .pos = pos, .nb = 1};
+            struct qk_args rope = {.layer = 1, .nb = 1};
+            set_seq(pos, 1, 0);
             run_both(QP_K_ROPE_STORE, &rope);
         }
-        struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
+        struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
+        set_seq(299, 1, 0);
         run_both(QP_K_ATTENTION, &att);
-        run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
+        run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
         snprintf(what, sizeof what, "rope/attention, pattern %d", p);
         assert_state_equal(what);
 
@@ -303,7 +319,8 @@ START_TEST(k_cache_extension_bits_narrow_the_heavy_channels)
         sumsq += ldexp((double)k[i], -32) * ldexp((double)k[i], -32);
     }
     set_state(QP_MAP_QKV, qkv);
-    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0, .nb = 1});
+    set_seq(0, 1, 0);
+    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .nb = 1});
     assert_state_equal("rope_store at position 0");
     const int16_t *kc = (const int16_t *)emu->state(emu, QP_MAP_KCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
     uint32_t sh = qm_cache_untag(kc);
@@ -347,7 +364,8 @@ START_TEST(v_cache_vectors_fill_their_int16_range)
         for (uint32_t i = 0; i < c->kv_dim; i++)
             v[i] = (int64_t)(next_u64() % (1ull << bits)) - (1ll << (bits - 1));
         set_state(QP_MAP_QKV, qkv);
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .pos = 0, .nb = 1});
+        set_seq(0, 1, 0);
+    run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = layer, .nb = 1});
         assert_state_equal("rope_store of V at position 0");
         const int16_t *vc = (const int16_t *)emu->state(emu, QP_MAP_VCACHE) + (uint64_t)layer * c->ctx * c->kv_dim;
         for (uint32_t h = 0; h < c->n_kv_heads; h++) {
@@ -405,8 +423,9 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
             }
         set_state(QP_MAP_KCACHE, kc);
         set_state(QP_MAP_VCACHE, vc);
-        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = qk_attn_groups(c) * chunks, .nb = 1});
-        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
+        set_seq(n - 1, 1, 0);
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = qk_attn_groups(c) * chunks, .nb = 1});
+        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention over a written cache");
         const int64_t *x = emu->state(emu, QP_MAP_X);
         int32_t x_exp = emu->scal->x_exp;
@@ -429,6 +448,31 @@ static void run_on(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
 {
     qp_err err = {{0}};
     ck_assert_msg(b->run(b, k, a, NULL, &err) == 0, "%s on %s: %s", qp_kernel_name(k), b->name, err.msg);
+}
+
+/* An entry whose qk_seq is outside the model (its slot, its position, or
+ * past args.max_pos) is skipped by both backends, which raise
+ * scal.seq_error and write no row of the KV cache; the flag is cleared
+ * again for the checks that follow. */
+static void assert_skipped(enum qp_kernel k, const struct qk_args *a, const char *what)
+{
+    size_t kv = map_len(QP_MAP_KCACHE);
+    uint8_t *kc = malloc(kv), *vc = malloc(kv);
+    ck_assert(kc && vc);
+    memcpy(kc, bpf->state(bpf, QP_MAP_KCACHE), kv);
+    memcpy(vc, bpf->state(bpf, QP_MAP_VCACHE), kv);
+    struct qp_backend *both[2] = {bpf, emu};
+    for (int i = 0; i < 2; i++) {
+        run_on(both[i], k, a);
+        struct qk_scalars *sc = (struct qk_scalars *)both[i]->state(both[i], QP_MAP_SCAL);
+        ck_assert_msg(sc->seq_error, "%s: %s raised no seq_error", what, both[i]->name);
+        sc->seq_error = 0;
+        ck_assert_msg(!memcmp(kc, both[i]->state(both[i], QP_MAP_KCACHE), kv) &&
+                      !memcmp(vc, both[i]->state(both[i], QP_MAP_VCACHE), kv), "%s: %s wrote the cache", what,
+                      both[i]->name);
+    }
+    free(kc);
+    free(vc);
 }
 
 /* The query heads that share a K/V head are taken two to a task (one read
@@ -469,17 +513,19 @@ START_TEST(attention_in_head_pairs_equals_one_head_at_a_time)
             if (i && bpf->state(bpf, id))
                 memcpy((void *)all[i]->state(all[i], id), bpf->state(bpf, id), map_len(id));
         memcpy((void *)all[i]->state(all[i], QP_MAP_QKV), qkv, qkv_len);
-        for (uint32_t pos = 0; pos <= pos0; pos += nb)
-            run_on(all[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = pos, .nb = nb});
+        for (uint32_t pos = 0; pos <= pos0; pos += nb) {
+            seq_on(all[i], pos, nb, 0);
+            run_on(all[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = nb});
+        }
         for (uint32_t b = 0; b < nb; b++) {
             struct qk_scalars *sc = (void *)((uint8_t *)all[i]->state(all[i], QP_MAP_SCAL) + b * scal_stride);
             for (uint32_t h = 0; h < c->n_heads; h += 2)
                 sc->q_exp[h] += 12;
         }
         uint32_t heads_a_task = i < 2 ? 2 : 1;
-        run_on(all[i], QP_K_ATTENTION, &(struct qk_args){.layer = 1, .pos = pos0, .nb = nb, .begin = 0,
+        run_on(all[i], QP_K_ATTENTION, &(struct qk_args){.layer = 1, .max_pos = pos0 + nb - 1, .nb = nb, .begin = 0,
                                                          .end = nb * c->n_heads / heads_a_task * chunks});
-        run_on(all[i], QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .pos = pos0, .nb = nb, .begin = 0,
+        run_on(all[i], QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .max_pos = pos0 + nb - 1, .nb = nb, .begin = 0,
                                                           .end = c->n_heads});
         if (i == 0)
             memcpy(x, all[i]->state(all[i], QP_MAP_X), x_len);
@@ -529,7 +575,8 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     const uint32_t positions[] = {0, 37, 299};
     for (int i = 0; i < 3; i++) {
         set_state(QP_MAP_QKV, qkv);     /* rope_store normalises q|k|v in place */
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = positions[i], .nb = 1, .kv_slot = 1});
+        set_seq(positions[i], 1, 1);
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = 1});
     }
     assert_state_equal("rope_store into slot 1");
     const uint8_t *k_now = bpf->state(bpf, QP_MAP_KCACHE), *v_now = bpf->state(bpf, QP_MAP_VCACHE);
@@ -537,7 +584,8 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     /* slot 0 at the same positions, from the same input, stores the same rows */
     for (int i = 0; i < 3; i++) {
         set_state(QP_MAP_QKV, qkv);
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .pos = positions[i], .nb = 1, .kv_slot = 0});
+        set_seq(positions[i], 1, 0);
+        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = 1});
     }
     size_t row = 2ull * c->kv_dim;
     for (int i = 0; i < 3; i++) {
@@ -548,8 +596,9 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
                       positions[i]);
     }
     /* attention of slot 0 at position 299, then again with slot 1 refilled */
-    struct qk_args att = {.layer = 1, .pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1, .kv_slot = 0};
-    struct qk_args merge = {.layer = 1, .pos = 299, .begin = 0, .end = c->n_heads, .nb = 1, .kv_slot = 0};
+    struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
+    struct qk_args merge = {.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1};
+    set_seq(299, 1, 0);
     run_ok(QP_K_ATTENTION, &att);
     run_ok(QP_K_ATTN_MERGE, &merge);
     memcpy(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X));
@@ -564,12 +613,11 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     assert_state_equal("attention of slot 0");
     ck_assert_msg(memcmp(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X)) == 0,
                   "slot 0's attention changed with slot 1's cache");
-    qp_err err = {{0}};
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, NULL, &err), 0);
-    ck_assert_int_ne(emu->run(emu, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1, .kv_slot = c->slots}, NULL, &err), 0);
-    att.kv_slot = c->slots;
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &att, NULL, &err), 0);
-    ck_assert_int_ne(emu->run(emu, QP_K_ATTENTION, &att, NULL, &err), 0);
+    /* a slot the model does not have: skipped, said, nothing written */
+    set_seq(0, 1, c->slots);
+    assert_skipped(QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1}, "rope_store into a slot past the model's");
+    set_seq(299, 1, c->slots);
+    assert_skipped(QP_K_ATTENTION, &att, "attention of a slot past the model's");
     free(kc);
     free(vc);
     free(qkv);
@@ -602,10 +650,25 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     ck_assert_int_ne(bpf->run(bpf, other, &(struct qk_args){.layer = 0, .mode = QK_MV_O, .begin = 0, .end = 4, .nb = 1},
                               NULL, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, NULL, &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx, .nb = 1}, NULL, &err), 0);
-    /* a block whose last position is past the context */
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .pos = c->ctx - 1, .nb = 2}, NULL, &err), 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .pos = 0, .begin = 0,
+    set_seq(c->ctx, 1, 0);
+    assert_skipped(QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1}, "rope_store past the context");
+    /* a block whose second entry is past the context: the first is
+     * written, the second skipped and said */
+    set_seq(c->ctx - 1, 2, 0);
+    struct qp_backend *both[2] = {bpf, emu};
+    for (int i = 0; i < 2; i++) {
+        run_on(both[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 2});
+        struct qk_scalars *sc = (struct qk_scalars *)both[i]->state(both[i], QP_MAP_SCAL);
+        ck_assert_msg(sc->seq_error, "an entry past the context: %s raised no seq_error", both[i]->name);
+        sc->seq_error = 0;
+    }
+    assert_state_equal("rope_store of a block past the context");
+    /* an entry past the position the attention was told of */
+    set_seq(10, 1, 0);
+    assert_skipped(QP_K_ATTENTION, &(struct qk_args){.layer = 0, .max_pos = 9, .begin = 0, .end = qk_attn_groups(c),
+                                                     .nb = 1}, "attention past max_pos");
+    set_seq(0, 1, 0);
+    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .max_pos = 0, .begin = 0,
                                                                    .end = qk_attn_groups(c) + 1, .nb = 1}, NULL, &err), 0);
 }
 END_TEST
