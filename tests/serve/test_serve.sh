@@ -443,16 +443,41 @@ signals)
     done
     ;;
 
+queue_zero)
+    # --queue 0: no request waits, but one is taken whenever a session is
+    # free; a second one while the only session runs gets 503
+    start_server queue0 --backend emu --parallel 1 --queue 0 --quiet
+    body='{"prompt": "Hello", "max_tokens": 4, "temperature": 0}'
+    for r in 1 2 3; do
+        code=$(curl -sS --max-time 60 -o "$T/q0.$r" -w '%{http_code}' -H "$J" -d "$body" "$URL/v1/completions")
+        [ "$code" = 200 ] || fail "request $r with the session free: status $code: $(head -c 200 "$T/q0.$r")"
+    done
+    long='{"prompt": "Hello", "max_tokens": 200, "temperature": 0, "stream": true}'
+    curl -sS -N --max-time 60 -H "$J" -d "$long" "$URL/v1/completions" >"$T/q0.long" 2>/dev/null &
+    lpid=$!
+    for i in $(seq 100); do
+        [ "$(METRIC=qpack_sessions_busy metric)" = 1 ] && break
+        sleep 0.05
+    done
+    code=$(curl -sS --max-time 60 -o "$T/resp" -w '%{http_code}' -H "$J" -d "$body" "$URL/v1/completions")
+    [ "$code" = 503 ] && expect_error 503 server_busy >/dev/null ||
+        fail "a request while the only session runs: status $code, not 503"
+    wait $lpid
+    grep -q 'data: \[DONE\]' "$T/q0.long" || fail "the running request did not finish"
+    stop_server
+    echo "ok queue_zero: requests taken while the session is free, 503 while it runs"
+    ;;
 load)
-    # 8 clients x 20 requests on --parallel 2 --queue 4 (bpf): every request
-    # gets qrun's greedy answer or a clean 503, within a time bound
+    # 8 clients x 20 requests on --parallel 4 --queue 2 (bpf): every request
+    # gets qrun's greedy answer or a clean 503, within a time bound, while
+    # the running sessions share their steps (batches of more than one)
     need_root
     command -v bpftool >/dev/null || skip "needs bpftool"
     prompts=("Hi" "Hello there" "What is a dragon?" "Count to ten")
     for k in 0 1 2 3; do
         "$QRUN" -m "$M" --chat -p "${prompts[$k]}" -n 8 >"$T/want$k" 2>"$T/qrun.err" || fail "qrun: $(cat "$T/qrun.err")"
     done
-    start_server load --parallel 2 --queue 4 --quiet
+    start_server load --parallel 4 --queue 2 --quiet
     ids=$(bpf_ids_of $PID)
     deadline=$(( $(date +%s) + 240 ))
     client() {
@@ -501,9 +526,13 @@ load)
     [ $ok -ge 40 ] || fail "only $ok of 160 requests were answered ($busy got 503)"
     [ "$(METRIC=qpack_requests_rejected_total metric)" = $busy ] || fail "metrics: rejected != $busy"
     [ "$(METRIC=qpack_sessions_busy metric)" = 0 ] || fail "metrics: sessions still busy"
+    steps=$(METRIC=qpack_steps_total metric) in_steps=$(METRIC=qpack_step_sessions_total metric)
+    awk -v s="$steps" -v n="$in_steps" 'BEGIN { exit !(s > 0 && n / s > 1.2) }' ||
+        fail "metrics: $in_steps sessions in $steps steps: the sessions did not share steps"
     stop_server
     bpf_gone "$ids"
-    echo "ok load: $ok answered as qrun does, $busy clean 503s, in $ms ms; $(echo "$ids" | wc -l) BPF objects released"
+    echo "ok load: $ok answered as qrun does, $busy clean 503s, in $ms ms, $in_steps sessions in $steps steps;" \
+         "$(echo "$ids" | wc -l) BPF objects released"
     ;;
 
 *)

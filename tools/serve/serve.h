@@ -4,7 +4,7 @@
  *   serve.c          options, start-up, signals, shutdown
  *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
  *   serve_openai.c   request bodies parsed strictly, response bodies built
- *   serve_sched.c    the sessions: a worker per session, a bounded queue
+ *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
  *   serve_page.html  the chat page (compiled in as serve_page_html)
  */
@@ -113,8 +113,9 @@ char *serve_models_json(const char *model_id, long long created, bool one);
 struct serve_sched;
 struct serve_job;
 
-/* A worker per session (parallel of them) and a queue of at most
- * queue_max waiting jobs. */
+/* parallel sessions run by one scheduler thread, every step of theirs one
+ * batch (qpack_feed_batch), and a queue of at most queue_max jobs waiting
+ * beyond the free sessions. */
 int serve_sched_new(struct serve_sched **out, qpack_model *model, unsigned parallel, unsigned queue_max,
                     qpack_error *err);
 
@@ -132,7 +133,8 @@ void serve_job_unref(struct serve_job *j);
  * (the job is then untouched). */
 int serve_sched_submit(struct serve_sched *s, struct serve_job *j);
 
-/* Ends the job: removed from the queue, or its generation interrupted. */
+/* Ends the job: removed from the queue, or out of the batch before the
+ * next step. */
 void serve_job_cancel(struct serve_job *j);
 
 enum serve_job_state { SERVE_JOB_WAITING, SERVE_JOB_RUNNING, SERVE_JOB_DONE };
@@ -198,7 +200,9 @@ enum serve_endpoint {
 struct serve_metrics {
     atomic_ullong requests[SERVE_EP_COUNT][SERVE_STATUS_SLOTS];
     atomic_ullong prompt_tokens, completion_tokens, cached_tokens;
-    atomic_ullong prompt_us, decode_us;         /* microseconds in prompt feeds, in decoding */
+    atomic_ullong queue_us;                     /* microseconds requests waited for a session */
+    atomic_ullong prompt_us, decode_us;         /* ... from a session to the first token, then to the last */
+    atomic_ullong steps, step_sessions, step_positions;   /* batched steps: sessions and positions in them */
     atomic_ullong first_token_us, first_tokens; /* time to first token: sum and count */
     atomic_ullong cancelled, rejected;          /* clients gone; 503s for a full queue */
     atomic_uint busy, waiting;                  /* sessions generating, jobs queued */

@@ -97,8 +97,22 @@ char *serve_metrics_text(const qpack_model *model)
            (double)atomic_load(&m->cached_tokens));
     metric(&t, "qpack_completion_tokens_total", "counter", "Tokens generated.",
            (double)atomic_load(&m->completion_tokens));
-    metric(&t, "qpack_prompt_seconds_total", "counter", "Seconds spent feeding prompts.", seconds(&m->prompt_us));
-    metric(&t, "qpack_decode_seconds_total", "counter", "Seconds spent generating tokens.", seconds(&m->decode_us));
+    metric(&t, "qpack_queue_seconds_total", "counter",
+           "Seconds requests waited for a free session (the first part of their time to first token).",
+           seconds(&m->queue_us));
+    metric(&t, "qpack_prompt_seconds_total", "counter",
+           "Seconds from a request's session to its first token: its prompt read, in steps shared with others.",
+           seconds(&m->prompt_us));
+    metric(&t, "qpack_decode_seconds_total", "counter", "Seconds from requests' first tokens to their last.",
+           seconds(&m->decode_us));
+    metric(&t, "qpack_steps_total", "counter", "Batched steps: each feeds the next positions of every running session.",
+           (double)atomic_load(&m->steps));
+    metric(&t, "qpack_step_sessions_total", "counter",
+           "Sessions in the steps, summed (divided by qpack_steps_total: the mean batch).",
+           (double)atomic_load(&m->step_sessions));
+    metric(&t, "qpack_step_positions_total", "counter",
+           "Positions computed in the steps, summed (divided by qpack_steps_total: positions per step).",
+           (double)atomic_load(&m->step_positions));
     metric(&t, "qpack_time_to_first_token_seconds_sum", "counter",
            "Seconds from a request's arrival in the queue to its first token, summed.",
            seconds(&m->first_token_us));

@@ -1,23 +1,26 @@
-/* serve_sched.c - the sessions of `qrun serve`.
+/* serve_sched.c - the sessions of `qrun serve`, batched.
  *
- * A worker thread per session (qpack_model_params.max_sessions = parallel)
- * takes jobs from one bounded FIFO queue. The library runs the steps of all
- * sessions one at a time on the model's two threads; the workers take turns
- * (a ticket lock, first come first served) at the granularity the model
- * makes cheap:
- *   - every session with its own KV cache (qpack_model_kv_caches ==
- *     parallel): a turn is one feed (a prompt chunk or one token), so
- *     replies advance side by side;
- *   - sessions sharing a cache: a turn is a whole job, from its first feed
- *     to its last, since a switch would make the other session recompute
- *     its whole sequence before each of its steps.
- * Prompts are fed in chunks (CHUNK tokens), so a cancelled job stops, and a
- * waiting session gets its turn, within one chunk.
+ * One scheduler thread owns the model's sessions (--parallel of them, each
+ * with its own KV cache slot) and runs them together: every step gathers
+ * the next token of each decoding request and a chunk of the waiting
+ * prompts into one qpack_feed_batch, so each weight is read once for all
+ * of them ("continuous batching"). A request's logits are the same bits
+ * whatever shares its steps, so a greedy reply is qrun's reply under any
+ * load.
  *
- * A session keeps its tokens between jobs: a job whose prompt starts with
- * them (the next turn of a chat, a repeated system prompt) rewinds to the
- * common prefix and feeds only the rest (the bits are those of a fresh
- * feed: a sequence gives the same bits however it is cut into blocks). */
+ * A step holds every decoding request's next token, then prompt tokens of
+ * the requests still reading their prompt, oldest first, up to a budget:
+ * a block of positions when nothing decodes, PREFILL_MIN or one per
+ * decoding request beside decoders, so that a long prompt arriving does
+ * not stall the streams already running (each step costs about a fixed
+ * part plus a part per position). A request's first token is sampled from
+ * its prompt's last logits in the step that computes them. A cancelled
+ * request (its client gone) leaves before the next step.
+ *
+ * A session keeps its tokens between requests: a request goes to the free
+ * session whose tokens start its prompt the longest way (the next turn of
+ * a chat, a repeated system prompt), which rewinds to that prefix and
+ * feeds only the rest (the same bits as a fresh feed). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -25,10 +28,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve.h"
 #include "clock.h"
+#include "serve.h"
 
-#define CHUNK 64                /* prompt tokens per feed */
+#define PREFILL_MIN 4           /* prompt tokens a step takes beside decoding requests, at least */
 
 struct serve_job {
     /* the request, fixed once queued */
@@ -45,7 +48,6 @@ struct serve_job {
     int refs;
     enum serve_job_state state;
     bool queued;
-    qpack_session *session;     /* while it runs: for an interrupt */
     char *out;                  /* text released and not yet taken */
     size_t out_len, out_cap;
     const char *finish;         /* "stop", "length"; NULL: err */
@@ -53,53 +55,39 @@ struct serve_job {
     struct serve_usage usage;
 };
 
-struct worker {
-    struct serve_sched *s;
-    pthread_t thread;
-    bool started;
+/* a session and the request it runs */
+struct slot {
     qpack_session *session;
     qpack_decoder *decoder;
-    struct serve_job *job;      /* under s->mu */
+    struct serve_job *job;      /* NULL: free (under s->mu) */
+    uint64_t order;             /* when the job was admitted: the oldest prompt goes first */
+    qpack_sampler *sampler;
+    struct stop_text stops;
+    uint32_t fed;               /* prompt tokens the session holds */
+    bool decoding;              /* the prompt is in: `next` is the token to feed */
+    int32_t next;
+    double t_start, t_first;    /* seconds: admitted, its first token */
 };
 
 struct serve_sched {
     qpack_model *m;
-    uint32_t ctx;
-    unsigned n_workers;
-    struct worker *w;
-    pthread_mutex_t mu;         /* the queue, stopping, each worker's job */
+    uint32_t ctx, block;
+    unsigned n_slots;
+    struct slot *slots;
+    pthread_mutex_t mu;         /* the queue, stopping, which slots hold a job */
     pthread_cond_t cv;
-    struct serve_job **q;       /* ring of queue_max */
-    unsigned q_max, q_head, q_len;
+    struct serve_job **q;       /* ring of q_max + n_slots: waiting for a free session */
+    unsigned q_cap, q_max, q_head, q_len;
+    unsigned running;           /* slots holding a job */
+    uint64_t admitted;
     bool stopping;
-    bool job_turns;             /* a turn is a whole job (sessions share a cache) */
-    pthread_mutex_t turn_mu;
-    pthread_cond_t turn_cv;
-    uint64_t turn_next, turn_serving;
+    pthread_t thread;
+    bool started;
 };
 
 static unsigned long long micros(double seconds)
 {
     return seconds > 0 ? (unsigned long long)(seconds * 1e6) : 0;
-}
-
-/* ---- turns --------------------------------------------------------------- */
-
-static void turn_acquire(struct serve_sched *s)
-{
-    pthread_mutex_lock(&s->turn_mu);
-    uint64_t ticket = s->turn_next++;
-    while (ticket != s->turn_serving)
-        pthread_cond_wait(&s->turn_cv, &s->turn_mu);
-    pthread_mutex_unlock(&s->turn_mu);
-}
-
-static void turn_release(struct serve_sched *s)
-{
-    pthread_mutex_lock(&s->turn_mu);
-    s->turn_serving++;
-    pthread_cond_broadcast(&s->turn_cv);
-    pthread_mutex_unlock(&s->turn_mu);
 }
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -188,7 +176,6 @@ static void job_done(struct serve_job *j, const char *finish, const qpack_error 
     j->finish = finish;
     if (!finish)
         j->err = *err;
-    j->session = NULL;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
@@ -246,16 +233,18 @@ const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_e
 
 /* ---- the queue ----------------------------------------------------------- */
 
+/* A request is taken while a session is free or fewer than --queue wait:
+ * with --queue 0 only when a session is free. */
 int serve_sched_submit(struct serve_sched *s, struct serve_job *j)
 {
     pthread_mutex_lock(&s->mu);
-    bool full = s->stopping || s->q_len == s->q_max;
+    bool full = s->stopping || s->q_len >= s->q_max + (s->n_slots - s->running);
     if (!full) {
         serve_job_ref(j);
         j->sched = s;
         j->queued = true;
         j->t_submit = qp_now_s();
-        s->q[(s->q_head + s->q_len++) % s->q_max] = j;
+        s->q[(s->q_head + s->q_len++) % s->q_cap] = j;
         atomic_store(&serve_metrics.waiting, s->q_len);
         pthread_cond_signal(&s->cv);
     }
@@ -267,11 +256,11 @@ int serve_sched_submit(struct serve_sched *s, struct serve_job *j)
 static void dequeue(struct serve_sched *s, struct serve_job *j)
 {
     for (unsigned i = 0; i < s->q_len; i++) {
-        unsigned at = (s->q_head + i) % s->q_max;
+        unsigned at = (s->q_head + i) % s->q_cap;
         if (s->q[at] != j)
             continue;
         for (unsigned k = i; k + 1 < s->q_len; k++)
-            s->q[(s->q_head + k) % s->q_max] = s->q[(s->q_head + k + 1) % s->q_max];
+            s->q[(s->q_head + k) % s->q_cap] = s->q[(s->q_head + k + 1) % s->q_cap];
         s->q_len--;
         j->queued = false;
         atomic_store(&serve_metrics.waiting, s->q_len);
@@ -279,6 +268,9 @@ static void dequeue(struct serve_sched *s, struct serve_job *j)
     }
 }
 
+/* A queued job ends at once; a running one leaves before the next step
+ * (the scheduler sees the flag), without interrupting the step it shares
+ * with others. */
 void serve_job_cancel(struct serve_job *j)
 {
     atomic_store(&j->cancel, true);
@@ -289,10 +281,6 @@ void serve_job_cancel(struct serve_job *j)
     bool was_queued = j->queued;
     if (was_queued)
         dequeue(s, j);
-    pthread_mutex_lock(&j->mu);
-    if (j->session)
-        qpack_session_interrupt(j->session);
-    pthread_mutex_unlock(&j->mu);
     pthread_mutex_unlock(&s->mu);
     if (was_queued) {
         job_done_cancelled(j, "cancelled before it started");
@@ -300,23 +288,7 @@ void serve_job_cancel(struct serve_job *j)
     }
 }
 
-/* ---- a job on a session -------------------------------------------------- */
-
-/* one feed, in its own turn unless the job holds the turn throughout */
-static int feed(struct worker *w, struct serve_job *j, const int32_t *ids, size_t n, qpack_error *err)
-{
-    if (atomic_load(&j->cancel)) {
-        err->code = QPACK_ERR_INTERRUPTED;
-        snprintf(err->message, sizeof err->message, "cancelled");
-        return err->code;
-    }
-    if (!w->s->job_turns)
-        turn_acquire(w->s);
-    int rc = qpack_feed(w->session, ids, n, err);
-    if (!w->s->job_turns)
-        turn_release(w->s);
-    return rc;
-}
+/* ---- a request on a session ---------------------------------------------- */
 
 /* tokens the session holds that start the prompt, leaving at least one
  * prompt token to feed (its logits give the first new token) */
@@ -329,30 +301,66 @@ static uint32_t reusable_prefix(const qpack_session *ses, const struct serve_job
     return k;
 }
 
-static int feed_prompt(struct worker *w, struct serve_job *j, qpack_error *err)
+/* under s->mu: the free slot whose session starts j's prompt the longest
+ * way, or NULL */
+static struct slot *free_slot_for(struct serve_sched *s, const struct serve_job *j)
 {
-    uint32_t keep = reusable_prefix(w->session, j);
-    if (qpack_session_rewind(w->session, keep, err))
-        return -1;
-    atomic_fetch_add(&serve_metrics.cached_tokens, keep);
-    double t0 = qp_now_s();
-    for (uint32_t at = keep; at < j->n_prompt; at += CHUNK) {
-        uint32_t n = j->n_prompt - at < CHUNK ? j->n_prompt - at : CHUNK;
-        if (feed(w, j, j->prompt + at, n, err))
-            return -1;
+    struct slot *best = NULL;
+    uint32_t best_len = 0;
+    for (unsigned i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        uint32_t len = sl->job ? 0 : reusable_prefix(sl->session, j);
+        if (!sl->job && (!best || len > best_len))
+            best = sl, best_len = len;
     }
-    atomic_fetch_add(&serve_metrics.prompt_tokens, j->n_prompt);
-    atomic_fetch_add(&serve_metrics.prompt_us, micros(qp_now_s() - t0));
-    return 0;
+    return best;
+}
+
+/* the end of the slot's job; finish NULL with err for a failure */
+static void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err)
+{
+    struct serve_job *j = sl->job;
+    qpack_sampler_free(sl->sampler);
+    sl->sampler = NULL;
+    stop_text_free(&sl->stops);
+    if (!finish && err->code == QPACK_ERR_INTERRUPTED)
+        atomic_fetch_add(&serve_metrics.cancelled, 1);
+    atomic_fetch_add(&serve_metrics.completion_tokens, j->usage.completion_tokens);
+    if (j->usage.completion_tokens)
+        atomic_fetch_add(&serve_metrics.decode_us, micros(qp_now_s() - sl->t_first));
+    job_done(j, finish, err);
+    pthread_mutex_lock(&s->mu);
+    sl->job = NULL;
+    s->running--;
+    atomic_store(&serve_metrics.busy, s->running);
+    pthread_mutex_unlock(&s->mu);
+    serve_job_unref(j);
+}
+
+/* a job starts on its slot: the session rewound to what it shares with
+ * the prompt, a sampler, the stop strings */
+static void start(struct serve_sched *s, struct slot *sl)
+{
+    struct serve_job *j = sl->job;
+    qpack_error err = {0};
+    sl->t_start = qp_now_s();
+    atomic_fetch_add(&serve_metrics.queue_us, micros(sl->t_start - j->t_submit));
+    sl->fed = reusable_prefix(sl->session, j);
+    sl->decoding = false;
+    atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
+    j->usage.prompt_tokens = j->n_prompt;
+    stop_text_init(&sl->stops, (const char *const *)j->stops.s, (int)j->stops.n);
+    if (qpack_session_rewind(sl->session, sl->fed, &err) || qpack_sampler_new(&sl->sampler, s->m, &j->sp, &err))
+        finish(s, sl, NULL, &err);
 }
 
 /* text of a token through the stop strings; 1 when a stop string ended the reply */
-static int emit(struct serve_job *j, struct stop_text *sm, const char *piece, size_t n, qpack_error *err)
+static int emit(struct slot *sl, const char *piece, size_t n, qpack_error *err)
 {
     const char *out;
     size_t len;
-    int hit = stop_text_push(sm, piece, n, &out, &len);
-    if (hit < 0 || job_release_text(j, out, len)) {
+    int hit = stop_text_push(&sl->stops, piece, n, &out, &len);
+    if (hit < 0 || job_release_text(sl->job, out, len)) {
         err->code = QPACK_ERR_MEMORY;
         snprintf(err->message, sizeof err->message, "out of memory");
         return -1;
@@ -360,45 +368,19 @@ static int emit(struct serve_job *j, struct stop_text *sm, const char *piece, si
     return hit;
 }
 
-/* the decode loop; returns the finish reason, NULL with err on failure */
-static const char *decode(struct worker *w, struct serve_job *j, qpack_sampler *smp, struct stop_text *sm,
-                          qpack_error *err)
-{
-    const qpack_model *m = w->s->m;
-    for (;;) {
-        int32_t id = qpack_sample(smp, w->session);
-        if (j->usage.completion_tokens++ == 0) {
-            atomic_fetch_add(&serve_metrics.first_token_us, micros(qp_now_s() - j->t_submit));
-            atomic_fetch_add(&serve_metrics.first_tokens, 1);
-        }
-        if (qpack_token_is_end(m, id))
-            return "stop";
-        size_t n;
-        const char *piece = qpack_decoder_push(w->decoder, id, &n);
-        int hit = emit(j, sm, piece, n, err);
-        if (hit)
-            return hit > 0 ? "stop" : NULL;
-        if (j->usage.completion_tokens >= j->max_new || qpack_session_pos(w->session) >= w->s->ctx)
-            return "length";
-        if (feed(w, j, &id, 1, err))
-            return NULL;
-    }
-}
-
 /* what the decoder and the matcher still hold, at the end of a reply */
-static int flush_text(struct worker *w, struct serve_job *j, struct stop_text *sm, const char *finish,
-                      qpack_error *err)
+static int flush_text(struct slot *sl, qpack_error *err)
 {
     size_t n;
-    const char *tail = qpack_decoder_finish(w->decoder, true, &n);
-    if (!finish || sm->stopped)
+    const char *tail = qpack_decoder_finish(sl->decoder, true, &n);
+    if (sl->stops.stopped)
         return 0;
-    int hit = emit(j, sm, tail, n, err);
+    int hit = emit(sl, tail, n, err);
     if (hit < 0)
         return -1;
     const char *out;
-    stop_text_finish(sm, &out, &n);
-    if (!hit && job_release_text(j, out, n)) {
+    stop_text_finish(&sl->stops, &out, &n);
+    if (!hit && job_release_text(sl->job, out, n)) {
         err->code = QPACK_ERR_MEMORY;
         snprintf(err->message, sizeof err->message, "out of memory");
         return -1;
@@ -406,88 +388,176 @@ static int flush_text(struct worker *w, struct serve_job *j, struct stop_text *s
     return 0;
 }
 
-static void run_job(struct worker *w, struct serve_job *j)
+/* After a step that gave the slot's session new logits: the next token,
+ * its text, and whether the reply ends here. */
+static void take_token(struct serve_sched *s, struct slot *sl)
 {
+    struct serve_job *j = sl->job;
     qpack_error err = {0};
-    const char *finish = NULL;
-    qpack_sampler *smp = NULL;
-    struct stop_text sm;
-    stop_text_init(&sm, (const char *const *)j->stops.s, (int)j->stops.n);
-    j->usage.prompt_tokens = j->n_prompt;
-    if (w->s->job_turns)
-        turn_acquire(w->s);
-    if (!feed_prompt(w, j, &err) && !qpack_sampler_new(&smp, w->s->m, &j->sp, &err)) {
-        double t0 = qp_now_s();
-        finish = decode(w, j, smp, &sm, &err);
-        atomic_fetch_add(&serve_metrics.decode_us, micros(qp_now_s() - t0));
-        atomic_fetch_add(&serve_metrics.completion_tokens, j->usage.completion_tokens);
+    int32_t id = qpack_sample(sl->sampler, sl->session);
+    if (j->usage.completion_tokens++ == 0) {
+        sl->t_first = qp_now_s();
+        atomic_fetch_add(&serve_metrics.first_token_us, micros(sl->t_first - j->t_submit));
+        atomic_fetch_add(&serve_metrics.first_tokens, 1);
+        atomic_fetch_add(&serve_metrics.prompt_us, micros(sl->t_first - sl->t_start));
+        atomic_fetch_add(&serve_metrics.prompt_tokens, j->n_prompt);
     }
-    if (w->s->job_turns)
-        turn_release(w->s);
-    if (flush_text(w, j, &sm, finish, &err))
-        finish = NULL;
-    qpack_sampler_free(smp);
-    stop_text_free(&sm);
-    if (!finish && err.code == QPACK_ERR_INTERRUPTED)
-        atomic_fetch_add(&serve_metrics.cancelled, 1);
-    job_done(j, finish, &err);
+    const char *end = NULL;
+    if (qpack_token_is_end(s->m, id)) {
+        end = "stop";
+    } else {
+        size_t n;
+        const char *piece = qpack_decoder_push(sl->decoder, id, &n);
+        int hit = emit(sl, piece, n, &err);
+        if (hit)
+            end = hit > 0 ? "stop" : NULL;
+        else if (j->usage.completion_tokens >= j->max_new || qpack_session_pos(sl->session) >= s->ctx)
+            end = "length";
+    }
+    if (!end && !err.code) {
+        sl->decoding = true;
+        sl->next = id;
+        return;
+    }
+    if (end && flush_text(sl, &err))
+        end = NULL;
+    finish(s, sl, end, &err);
 }
 
-static void *worker_main(void *arg)
+/* ---- the steps ----------------------------------------------------------- */
+
+/* under s->mu: waiting jobs into free slots, oldest first */
+static void admit(struct serve_sched *s, struct slot **started, unsigned *n_started)
 {
-    struct worker *w = arg;
-    struct serve_sched *s = w->s;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->q_len && !s->stopping)
-            pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stopping) {
-            pthread_mutex_unlock(&s->mu);
-            return NULL;
-        }
+    while (s->q_len && s->running < s->n_slots) {
         struct serve_job *j = s->q[s->q_head];
-        s->q_head = (s->q_head + 1) % s->q_max;
+        struct slot *sl = free_slot_for(s, j);
+        s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
-        atomic_store(&serve_metrics.waiting, s->q_len);
         j->queued = false;
-        w->job = j;
+        sl->job = j;
+        sl->order = s->admitted++;
+        s->running++;
         pthread_mutex_lock(&j->mu);
         j->state = SERVE_JOB_RUNNING;
-        j->session = w->session;
         pthread_mutex_unlock(&j->mu);
-        pthread_mutex_unlock(&s->mu);
-
-        atomic_fetch_add(&serve_metrics.busy, 1);
-        run_job(w, j);
-        atomic_fetch_sub(&serve_metrics.busy, 1);
-
-        pthread_mutex_lock(&s->mu);
-        w->job = NULL;
-        pthread_mutex_unlock(&s->mu);
-        serve_job_unref(j);
+        started[(*n_started)++] = sl;
     }
+    atomic_store(&serve_metrics.waiting, s->q_len);
+    atomic_store(&serve_metrics.busy, s->running);
+}
+
+/* The next step's items: every decoding session's token, then prompt
+ * chunks of the others, oldest first, within the budget. Returns the
+ * count; their slots in in[]. */
+static size_t gather(struct serve_sched *s, qpack_batch_item *items, struct slot **in)
+{
+    size_t n = 0;
+    uint32_t decoding = 0;
+    for (unsigned i = 0; i < s->n_slots; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->job && sl->decoding) {
+            items[n] = (qpack_batch_item){sl->session, &sl->next, 1};
+            in[n++] = sl;
+            decoding++;
+        }
+    }
+    uint32_t budget = decoding ? (decoding > PREFILL_MIN ? decoding : PREFILL_MIN) : s->block;
+    while (budget) {
+        struct slot *oldest = NULL;
+        for (unsigned i = 0; i < s->n_slots; i++) {
+            struct slot *sl = &s->slots[i];
+            bool taken = false;
+            for (size_t k = 0; k < n && !taken; k++)
+                taken = in[k] == sl;
+            if (sl->job && !sl->decoding && !taken && (!oldest || sl->order < oldest->order))
+                oldest = sl;
+        }
+        if (!oldest)
+            break;
+        uint32_t left = oldest->job->n_prompt - oldest->fed, take = left < budget ? left : budget;
+        items[n] = (qpack_batch_item){oldest->session, oldest->job->prompt + oldest->fed, take};
+        in[n++] = oldest;
+        budget -= take;
+    }
+    return n;
+}
+
+/* one step: the items fed together, then each session's next token where
+ * its prompt is in */
+static void step(struct serve_sched *s, qpack_batch_item *items, struct slot **in, size_t n)
+{
+    qpack_error err = {0};
+    uint64_t positions = 0;
+    for (size_t i = 0; i < n; i++)
+        positions += items[i].n;
+    int rc = qpack_feed_batch(items, n, &err);
+    atomic_fetch_add(&serve_metrics.steps, 1);
+    atomic_fetch_add(&serve_metrics.step_sessions, n);
+    atomic_fetch_add(&serve_metrics.step_positions, positions);
+    for (size_t i = 0; i < n; i++) {
+        struct slot *sl = in[i];
+        if (rc) {
+            finish(s, sl, NULL, &err);
+            continue;
+        }
+        if (!sl->decoding)
+            sl->fed += (uint32_t)items[i].n;
+        if (sl->decoding || sl->fed == sl->job->n_prompt)
+            take_token(s, sl);
+    }
+}
+
+static void *sched_main(void *arg)
+{
+    struct serve_sched *s = arg;
+    size_t cap = 2 * s->n_slots;
+    qpack_batch_item *items = calloc(cap, sizeof *items);
+    struct slot **in = calloc(cap, sizeof *in), **started = calloc(s->n_slots, sizeof *started);
+    for (;;) {
+        unsigned n_started = 0;
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && !s->running && !s->q_len)
+            pthread_cond_wait(&s->cv, &s->mu);
+        bool stopping = s->stopping;
+        if (!stopping)
+            admit(s, started, &n_started);
+        pthread_mutex_unlock(&s->mu);
+        for (unsigned i = 0; i < n_started; i++)
+            start(s, started[i]);
+        qpack_error gone = {.code = QPACK_ERR_INTERRUPTED};
+        snprintf(gone.message, sizeof gone.message, stopping ? "the server is shutting down" : "cancelled");
+        for (unsigned i = 0; i < s->n_slots; i++)
+            if (s->slots[i].job && (stopping || atomic_load(&s->slots[i].job->cancel)))
+                finish(s, &s->slots[i], NULL, &gone);
+        if (stopping)
+            break;
+        size_t n = items && in && started ? gather(s, items, in) : 0;
+        if (n)
+            step(s, items, in, n);
+    }
+    free(items);
+    free(in);
+    free(started);
+    return NULL;
 }
 
 /* ---- the scheduler ------------------------------------------------------- */
 
-static int open_workers(struct serve_sched *s, qpack_error *err)
+static int open_slots(struct serve_sched *s, qpack_error *err)
 {
     const qpack_tokenizer *tok = qpack_model_tokenizer(s->m);
-    for (unsigned i = 0; i < s->n_workers; i++) {
-        struct worker *w = &s->w[i];
-        w->s = s;
-        if (qpack_session_new(&w->session, s->m, err) || qpack_decoder_new(&w->decoder, tok, true, err))
+    for (unsigned i = 0; i < s->n_slots; i++)
+        if (qpack_session_new(&s->slots[i].session, s->m, err) ||
+            qpack_decoder_new(&s->slots[i].decoder, tok, true, err))
             return -1;
+    int e = pthread_create(&s->thread, NULL, sched_main, s);
+    if (e) {
+        err->code = QPACK_ERR_MEMORY;
+        snprintf(err->message, sizeof err->message, "cannot start the scheduler thread: %s", strerror(e));
+        return -1;
     }
-    for (unsigned i = 0; i < s->n_workers; i++) {
-        int e = pthread_create(&s->w[i].thread, NULL, worker_main, &s->w[i]);
-        if (e) {
-            err->code = QPACK_ERR_MEMORY;
-            snprintf(err->message, sizeof err->message, "cannot start a worker thread: %s", strerror(e));
-            return -1;
-        }
-        s->w[i].started = true;
-    }
+    s->started = true;
     return 0;
 }
 
@@ -496,9 +566,10 @@ int serve_sched_new(struct serve_sched **out, qpack_model *m, unsigned parallel,
 {
     *out = NULL;
     struct serve_sched *s = calloc(1, sizeof *s);
-    if (!s || !(s->w = calloc(parallel, sizeof *s->w)) || !(s->q = calloc(queue_max ? queue_max : 1, sizeof *s->q))) {
+    unsigned q_cap = queue_max + parallel;
+    if (!s || !(s->slots = calloc(parallel, sizeof *s->slots)) || !(s->q = calloc(q_cap, sizeof *s->q))) {
         if (s)
-            free(s->w);
+            free(s->slots);
         free(s);
         err->code = QPACK_ERR_MEMORY;
         snprintf(err->message, sizeof err->message, "out of memory");
@@ -506,16 +577,15 @@ int serve_sched_new(struct serve_sched **out, qpack_model *m, unsigned parallel,
     }
     s->m = m;
     s->ctx = qpack_model_get_info(m)->ctx;
-    s->n_workers = parallel;
+    s->block = qpack_model_get_info(m)->block_positions;
+    s->n_slots = parallel;
+    s->q_cap = q_cap;
     s->q_max = queue_max;
-    s->job_turns = qpack_model_kv_caches(m) < parallel;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    pthread_mutex_init(&s->turn_mu, NULL);
-    pthread_cond_init(&s->turn_cv, NULL);
     serve_metrics.parallel = parallel;
     serve_metrics.queue_max = queue_max;
-    if (open_workers(s, err)) {
+    if (open_slots(s, err)) {
         serve_sched_free(s);
         return -1;
     }
@@ -523,6 +593,8 @@ int serve_sched_new(struct serve_sched **out, qpack_model *m, unsigned parallel,
     return 0;
 }
 
+/* Waiting jobs end as cancelled; running ones end before the next step,
+ * the step in progress interrupted; the thread is joined. */
 void serve_sched_stop(struct serve_sched *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -533,18 +605,15 @@ void serve_sched_stop(struct serve_sched *s)
         job_done_cancelled(j, "the server is shutting down");
         serve_job_unref(j);
     }
-    for (unsigned i = 0; i < s->n_workers; i++)
-        if (s->w[i].job) {
-            atomic_store(&s->w[i].job->cancel, true);
-            qpack_session_interrupt(s->w[i].session);
-        }
+    for (unsigned i = 0; i < s->n_slots; i++)
+        if (s->slots[i].job)
+            qpack_session_interrupt(s->slots[i].session);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    for (unsigned i = 0; i < s->n_workers; i++)
-        if (s->w[i].started) {
-            pthread_join(s->w[i].thread, NULL);
-            s->w[i].started = false;
-        }
+    if (s->started) {
+        pthread_join(s->thread, NULL);
+        s->started = false;
+    }
 }
 
 void serve_sched_free(struct serve_sched *s)
@@ -552,15 +621,13 @@ void serve_sched_free(struct serve_sched *s)
     if (!s)
         return;
     serve_sched_stop(s);
-    for (unsigned i = 0; i < s->n_workers; i++) {
-        qpack_decoder_free(s->w[i].decoder);
-        qpack_session_free(s->w[i].session);
+    for (unsigned i = 0; i < s->n_slots; i++) {
+        qpack_decoder_free(s->slots[i].decoder);
+        qpack_session_free(s->slots[i].session);
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->turn_mu);
-    pthread_cond_destroy(&s->turn_cv);
     free(s->q);
-    free(s->w);
+    free(s->slots);
     free(s);
 }
