@@ -1,8 +1,9 @@
 /* sampler.c - qpack_sampler: the next token from a session's logits.
  *
- * Order: the repeat penalty on the raw logits (llama.cpp's: a recent
- * token's logit is divided by the penalty when positive, multiplied when
- * negative), min-p on them (keep a token when its probability at
+ * Order: the logit biases, then the penalties on the raw logits over the
+ * last repeat_last_n tokens (llama.cpp's repeat penalty: a recent token's
+ * logit is divided by it when positive, multiplied when negative; then
+ * OpenAI's presence and frequency penalties, subtracted), min-p on them (keep a token when its probability at
  * temperature 1 is at least min_p times the largest: llama.cpp applies
  * min-p before the temperature), then the temperature, top-k and top-p
  * (qrun's order since its first version), and a draw from a seeded
@@ -20,6 +21,8 @@ struct qpack_sampler {
     uint32_t vocab;
     uint64_t rng;
     double *logit;              /* [vocab] scratch: penalised logits */
+    uint32_t *count;            /* [vocab] scratch: occurrences among the recent tokens, zero between calls */
+    qpack_logit_bias *bias;     /* p.n_logit_bias, the caller's copied */
     double *prob;               /* [vocab] scratch: weights */
     uint32_t *order;            /* [vocab] scratch: candidate ids */
 };
@@ -35,18 +38,31 @@ int qpack_sampler_new(qpack_sampler **out, const qpack_model *m, const qpack_sam
     *out = NULL;
     qpack_sampler_params p = params ? *params : qpack_sampler_default_params();
     if (!(p.temperature >= 0 && p.temperature <= 100) || !(p.top_p > 0 && p.top_p <= 1) ||
-        !(p.min_p >= 0 && p.min_p <= 1) || !(p.repeat_penalty > 0 && p.repeat_penalty <= 100))
+        !(p.min_p >= 0 && p.min_p <= 1) || !(p.repeat_penalty > 0 && p.repeat_penalty <= 100) ||
+        !(p.presence_penalty >= -2 && p.presence_penalty <= 2) || !(p.frequency_penalty >= -2 && p.frequency_penalty <= 2))
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT,
                            "sampler parameters out of range (temperature %g in [0, 100], top_p %g in (0, 1], min_p "
-                           "%g in [0, 1], repeat_penalty %g in (0, 100])",
-                           p.temperature, p.top_p, p.min_p, p.repeat_penalty);
-    qpack_sampler *s = calloc(1, sizeof *s);
+                           "%g in [0, 1], repeat_penalty %g in (0, 100], presence_penalty %g and frequency_penalty "
+                           "%g in [-2, 2])",
+                           p.temperature, p.top_p, p.min_p, p.repeat_penalty, p.presence_penalty, p.frequency_penalty);
     uint32_t vocab = qpack_model_get_info(m)->vocab;
+    if (p.n_logit_bias && !p.logit_bias)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "%zu logit biases and no array", p.n_logit_bias);
+    for (size_t i = 0; i < p.n_logit_bias; i++)
+        if (p.logit_bias[i].token < 0 || (uint32_t)p.logit_bias[i].token >= vocab ||
+            !(p.logit_bias[i].bias >= -100 && p.logit_bias[i].bias <= 100))
+            return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "logit bias %zu: token %d (0 to %u), bias %g (-100 to 100)", i,
+                               p.logit_bias[i].token, vocab - 1, p.logit_bias[i].bias);
+    qpack_sampler *s = calloc(1, sizeof *s);
     if (!s || !(s->logit = malloc(vocab * sizeof *s->logit)) || !(s->prob = malloc(vocab * sizeof *s->prob)) ||
-        !(s->order = malloc(vocab * sizeof *s->order))) {
+        !(s->order = malloc(vocab * sizeof *s->order)) || !(s->count = calloc(vocab, sizeof *s->count)) ||
+        (p.n_logit_bias && !(s->bias = malloc(p.n_logit_bias * sizeof *s->bias)))) {
         qpack_sampler_free(s);
         return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
     }
+    if (p.n_logit_bias)
+        memcpy(s->bias, p.logit_bias, p.n_logit_bias * sizeof *s->bias);
+    p.logit_bias = s->bias;
     s->p = p;
     s->vocab = vocab;
     s->rng = p.seed ? p.seed : 0x9e3779b97f4a7c15ull;
@@ -61,6 +77,8 @@ void qpack_sampler_free(qpack_sampler *s)
     free(s->logit);
     free(s->prob);
     free(s->order);
+    free(s->count);
+    free(s->bias);
     free(s);
 }
 
@@ -91,24 +109,30 @@ static uint32_t argmax(const double *v, uint32_t n)
     return best;
 }
 
-/* s->logit = the session's logits with the repeat penalty applied once to
- * each distinct id among its last repeat_last_n tokens */
+/* s->logit = the session's logits with the biases added and the
+ * penalties applied once to each distinct id among its last repeat_last_n
+ * tokens */
 static void penalise(qpack_sampler *s, const qpack_session *session, const double *logits)
 {
     memcpy(s->logit, logits, s->vocab * sizeof *s->logit);
-    if (s->p.repeat_penalty == 1 || !s->p.repeat_last_n)
+    for (size_t i = 0; i < s->p.n_logit_bias; i++)
+        s->logit[s->bias[i].token] += s->bias[i].bias;
+    bool any = s->p.repeat_penalty != 1 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0;
+    if (!any || !s->p.repeat_last_n)
         return;
     uint32_t pos = qpack_session_pos(session), n = s->p.repeat_last_n < pos ? s->p.repeat_last_n : pos;
     const int32_t *recent = qpack_session_tokens(session) + (pos - n);
+    for (uint32_t i = 0; i < n; i++)
+        if (recent[i] >= 0 && (uint32_t)recent[i] < s->vocab)
+            s->count[recent[i]]++;
     for (uint32_t i = 0; i < n; i++) {
-        int32_t id = recent[i];
-        bool seen = false;
-        for (uint32_t k = 0; k < i && !seen; k++)
-            seen = recent[k] == id;
-        if (seen || id < 0 || (uint32_t)id >= s->vocab)
-            continue;
-        double *l = &s->logit[id];
+        if (recent[i] < 0 || (uint32_t)recent[i] >= s->vocab || !s->count[recent[i]])
+            continue;   /* outside, or an id met before */
+        uint32_t c = s->count[recent[i]];
+        double *l = &s->logit[recent[i]];
         *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+        *l -= s->p.presence_penalty + s->p.frequency_penalty * c;
+        s->count[recent[i]] = 0;
     }
 }
 

@@ -350,6 +350,13 @@ void qpack_session_get_stats(const qpack_session *session, qpack_session_stats *
 
 typedef struct qpack_sampler qpack_sampler;
 
+/* A fixed amount added to one token's logit before sampling (OpenAI's
+ * logit_bias): -100 bans it in effect, +100 all but forces it. */
+typedef struct qpack_logit_bias {
+    int32_t token;
+    double bias;                /* -100 .. 100 */
+} qpack_logit_bias;
+
 typedef struct qpack_sampler_params {
     double temperature;         /* 0: greedy (the argmax; every other field ignored) */
     uint32_t top_k;             /* keep the k most likely; 0: all */
@@ -358,6 +365,13 @@ typedef struct qpack_sampler_params {
     double repeat_penalty;      /* llama.cpp's: logits of recent tokens divided (positive)
                                    or multiplied (negative) by it; 1: none */
     uint32_t repeat_last_n;     /* recent = the session's last n tokens; 0: none */
+    double presence_penalty;    /* OpenAI's, -2 .. 2: subtracted from the logit of every token
+                                   among the recent ones; 0: none */
+    double frequency_penalty;   /* OpenAI's, -2 .. 2: subtracted once per time a token occurs
+                                   among the recent ones; 0: none */
+    const qpack_logit_bias *logit_bias;   /* n_logit_bias of them, added to the logits first
+                                             (copied by qpack_sampler_new); NULL: none */
+    size_t n_logit_bias;
     uint64_t seed;
 } qpack_sampler_params;
 

@@ -517,6 +517,50 @@ START_TEST(sampler_greedy_seeded_min_p_and_repeat_penalty)
     ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
     ck_assert_int_eq(qpack_sample(rp, s), expect);
     qpack_sampler_free(rp);
+
+    /* OpenAI's penalties over the same 16 tokens, by hand: logit -
+     * presence - frequency * count for every recent token */
+    p = qpack_sampler_default_params();
+    p.presence_penalty = 1.5;
+    p.frequency_penalty = -0.75;    /* negative: repeats favoured */
+    p.repeat_last_n = 16;
+    best_v = -INFINITY;
+    for (uint32_t v = 0; v < vocab; v++) {
+        uint32_t count = 0;
+        for (uint32_t k = 0; k < w; k++)
+            count += recent[k] == (int32_t)v;
+        double x = l[v] - (count ? p.presence_penalty + p.frequency_penalty * count : 0);
+        if (x > best_v) {
+            best_v = x;
+            expect = (int32_t)v;
+        }
+    }
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sample(rp, s), expect);
+    qpack_sampler_free(rp);
+    /* logit biases: -100 on the argmax moves greedy decoding to the
+     * runner-up, +100 on any token makes it the choice */
+    int32_t second = top == 0 ? 1 : 0;
+    for (uint32_t v = 0; v < vocab; v++)
+        if ((int32_t)v != top && l[v] > l[second])
+            second = (int32_t)v;
+    qpack_logit_bias ban = {top, -100}, force = {12345, 100};
+    p = qpack_sampler_default_params();
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    ban.token = 0;      /* the sampler keeps its own copy */
+    ck_assert_int_eq(qpack_sample(rp, s), second);
+    qpack_sampler_free(rp);
+    p.logit_bias = &force;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sample(rp, s), 12345);
+    qpack_sampler_free(rp);
+    force.token = (int32_t)vocab;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_ERR_ARGUMENT);
+    p.n_logit_bias = 0;
+    p.frequency_penalty = 2.5;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_ERR_ARGUMENT);
     qpack_sampler_free(g);
     qpack_sampler_free(a);
     qpack_sampler_free(b);
