@@ -75,7 +75,8 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
             qp_err err;
             if (qp_plan_reads_act_records(p, layer, mode) && b->run(b, QP_K_QUANT_X, &a, NULL, &err))
                 return -1;
-            enum qp_kernel k = qp_matvec_kernel(m.enc, nb);
+            /* the block program itself for a block, whatever qp_matvec_kernel would pick */
+            enum qp_kernel k = qp_matvec_kernel(m.enc, nb > 1 ? QK_MAX_BLOCK : 1);
             if (b->run(b, k, &a, NULL, &err)) {
                 fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
                 exit(1);

@@ -48,7 +48,7 @@ const char *qp_kernel_name(enum qp_kernel k);
 
 /* The matrix product's program for a matrix of kernel encoding enc
  * (QK_ENC_*) over nb block entries: the unpacking block program when there
- * are several and the encoding has one. */
+ * are enough entries for it to pay and the encoding has one. */
 enum qp_kernel qp_matvec_kernel(uint32_t enc, uint32_t nb);
 
 /* The host twin, reading weights from the container in place. */

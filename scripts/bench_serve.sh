@@ -1,117 +1,158 @@
 #!/bin/bash
-# bench_serve.sh [BUILD_DIR] - a benchmark, not a test: qrun serve under
-# 1, 2 and 4 concurrent clients (requests/s, generated tokens/s, p50/p99
-# latency per request), time to first token on the loaded server against a
-# cold `qrun` start, and the BPF map bytes each extra session costs (the
-# weights are shared; each session has its own KV cache slot, see
-# qpack_model_kv_caches).
-#
-# QP_MODEL=FILE.qpk benchmarks that container (it needs its tokenizer; e.g.
-# scripts/bench_formats.sh's int4 0.6B); by default a tiny random model with
-# the real tokenizer is generated and packed into a mktemp dir. QP_BACKEND
-# (default bpf: root), QP_REQUESTS per client (default 8), QP_NEW tokens per
-# reply (default 16). Numbers from a shared, loaded machine are not final:
-# the load average is printed with them.
+# bench_serve.sh [BUILD_DIR] - a benchmark, not a test: qrun serve with its
+# sessions batched, on the real-shape Qwen3-0.6B random checkpoint (with
+# the Qwen3 tokenizer, made once in ${QP_BENCH_DIR:-/tmp/qp-bench}), for
+# each format of QP_FORMATS (default "int4 q24"):
+#   clients     1, 2, 4 and 8 concurrent clients (QP_CLIENTS), each making
+#               QP_REQUESTS (default 3) streamed requests of QP_NEW (default
+#               16) tokens, greedy and sampled (temperature 0.8): the
+#               aggregate tokens/s, its ratio to one client's, and the p50
+#               and p99 inter-token latency (between a stream's data lines)
+#   first token a short prompt's time to its first data line on the loaded
+#               server, next to one forward pass of the same container
+#               (qrun --stats, one position) measured in the same run
+#   long prompt three streams' p99 inter-token latency alone, and while a
+#               2,000-token prompt arrives
+#   memory      the BPF map bytes of --parallel 1 and 2: what a session adds
+# Targets (ratios in one run): 2 clients >= 1.2x one's tokens/s, 4 >= 1.35x,
+# 8 >= 1.5x (int4), q24 at 4 >= 1.3x; first token <= one pass + 15 ms; the
+# streams' p99 with the long prompt <= 2.5x without. QP_MODEL=FILE.qpk
+# benchmarks that container instead (it needs its tokenizer).
 set -eu
 . "$(dirname "$0")/bench_lib.sh"
 bench_record bench_serve "$@"
 qrun=$build/bin/qrun
-backend=${QP_BACKEND:-bpf}
-requests=${QP_REQUESTS:-8}
+requests=${QP_REQUESTS:-3}
 new=${QP_NEW:-16}
-work=$(mktemp -d)
+clients_list=${QP_CLIENTS:-1 2 4 8}
+tmp=$(mktemp -d)
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
-model=${QP_MODEL:-}
-if [ -z "$model" ]; then
-    "$build/bin/qp-gen-checkpoint" "$work/ck" --preset tiny --vocab 151936 --seed 2 \
-        --tokenizer-dir "$root/assets/qwen3-tokenizer" >/dev/null
-    "$build/bin/qpack" pack "$work/ck" -o "$work/tiny.qpk" --quiet
-    model=$work/tiny.qpk
-fi
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 J='Content-Type: application/json'
-body="{\"prompt\": \"Hello\", \"max_tokens\": $new, \"temperature\": 0}"
 
-# start PARALLEL: qrun serve on a free port; sets pid and url
+# start MODEL PARALLEL: qrun serve on a free port; sets pid and url
 start() {
-    rm -f "$work/err"   # not the last server's line
-    "$qrun" serve -m "$model" --backend "$backend" --port 0 --parallel "$1" --queue 64 --quiet >/dev/null 2>"$work/err" &
+    rm -f "$tmp/err"
+    "$qrun" serve -m "$1" --port 0 --parallel "$2" --queue 64 --quiet >/dev/null 2>"$tmp/err" &
     pid=$!
     local port= i
-    for i in $(seq 1200); do
-        port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$work/err" 2>/dev/null)
+    for i in $(seq 1800); do
+        port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$tmp/err" 2>/dev/null)
         [ -n "$port" ] && break
-        kill -0 $pid 2>/dev/null || { cat "$work/err" >&2; exit 1; }
+        kill -0 $pid 2>/dev/null || { cat "$tmp/err" >&2; exit 1; }
         sleep 0.1
     done
     [ -n "$port" ] || { echo "bench_serve: the server did not start" >&2; exit 1; }
     url=http://127.0.0.1:$port
 }
-stop() { kill -TERM $pid; wait $pid; pid=; }
+stop() { kill -TERM $pid; wait $pid || true; pid=; }
 metric() { curl -sS "$url/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
-median_p() { sort -g | awk -v p="$1" '{ v[NR] = $1 } END { i = int(NR * p + 0.999999); if (i < 1) i = 1; print v[i] }'; }
+pct() { sort -g | awk -v p="$1" '{ v[NR] = $1 } END { i = int(NR * p + 0.999999); if (i < 1) i = 1; print v[i] + 0 }'; }
 
-echo "qrun serve, $(basename "$model"), $backend, $new tokens per reply, load average $(cut -d' ' -f1-3 /proc/loadavg):"
+# stream BODY OUT: one streamed completion; OUT gets the arrival time
+# (seconds) of each of its data lines that carries text
+stream() {
+    curl -sSN --max-time 600 -H "$J" -d "$1" "$url/v1/completions" |
+        while IFS= read -r line; do
+            case $line in *'"text":""'*|'data: [DONE]') ;; data:*) echo "$EPOCHREALTIME" ;; esac
+        done >"$2"
+}
 
-# cold: a whole qrun process to its first token (load, prompt, 1 token)
-cold=()
-for i in 1 2 3; do
-    t0=$(date +%s%N)
-    "$qrun" -m "$model" --backend "$backend" -p Hello -n 1 >/dev/null 2>&1
-    cold+=($(( ($(date +%s%N) - t0) / 1000000 )))
-done
-echo "  time to first token, cold qrun start: $(printf '%s\n' "${cold[@]}" | median_p 0.5) ms (median of 3)"
+# gaps FILES...: the gaps between consecutive lines of each file, in ms
+gaps() { for f in "$@"; do awk 'NR > 1 { printf "%.3f\n", ($1 - t) * 1000 } { t = $1 }' "$f"; done; }
 
-# bytes per extra session: the BPF maps of --parallel 1 against 2
-start 1
-bytes1=$(metric qpack_bpf_map_bytes)
-kv1=$(metric qpack_kv_cache_bytes)
-stop
-start 2
-bytes2=$(metric qpack_bpf_map_bytes)
-kv2=$(metric qpack_kv_cache_bytes)
-echo "  BPF map bytes: $bytes1 with 1 session, $bytes2 with 2: $((bytes2 - bytes1)) per extra session;" \
-     "KV cache bytes $kv1 with 1, $kv2 with 2 (a cache per session: the extra bytes should be its KV)"
-stop
+body() {   # body PROMPT TEMPERATURE MAX_TOKENS
+    printf '{"prompt": "%s", "max_tokens": %d, "temperature": %s, "seed": 1, "stream": true}' "$1" "$3" "$2"
+}
 
-start 4
-# warm: one streamed request at a time, until its first data line arrives
-: >"$work/ttft"
-for i in $(seq 6); do
-    [ "$i" = 2 ] && ttft_sum=$(metric qpack_time_to_first_token_seconds_sum)
-    # a prompt of its own each time ("Hello" cached from the last request
-    # would only leave "N" to feed)
-    t0=$(date +%s%N)
-    {
-        IFS= read -r _
-        echo $(( ($(date +%s%N) - t0) / 1000000 )) >>"$work/ttft"
-        cat >/dev/null
-    } < <(curl -sSN -H "$J" -d "{\"prompt\": \"Question $i: what is $i?\", \"max_tokens\": $new, \"stream\": true}" \
-              "$url/v1/completions")
-done
-ttft_server=$(awk -v a="$ttft_sum" -v b="$(metric qpack_time_to_first_token_seconds_sum)" 'BEGIN { printf "%.0f", (b - a) * 200 }')
-echo "  time to first token, loaded server:   $(tail -n 5 "$work/ttft" | median_p 0.5) ms at the client (curl's start included)," \
-     "$ttft_server ms in the server (mean; both over 5 after one warm-up; target <= 150 for 0.6B int4)"
-
-for clients in 1 2 4; do
-    : >"$work/lat"
-    tokens0=$(metric qpack_completion_tokens_total)
-    t0=$(date +%s%N)
-    for c in $(seq "$clients"); do
+# clients N TEMP: N clients at once, each `requests` streamed requests in
+# turn; prints "tokens/s p50-gap p99-gap"
+clients() {
+    local n=$1 temp=$2 c r t0 tok0
+    rm -f "$tmp"/s.*
+    tok0=$(metric qpack_completion_tokens_total)
+    t0=$EPOCHREALTIME
+    for c in $(seq "$n"); do
         for r in $(seq "$requests"); do
-            curl -sS -o /dev/null -w '%{time_total}\n' -H "$J" -d "$body" "$url/v1/completions"
-        done >>"$work/lat.$c" &
+            stream "$(body "Client $c asks question $r about $temp" "$temp" "$new")" "$tmp/s.$c.$r"
+        done &
     done
     wait $(jobs -p | grep -v "^$pid$")
-    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-    cat "$work"/lat.* >"$work/lat" && rm -f "$work"/lat.*
-    tokens=$(( $(metric qpack_completion_tokens_total) - tokens0 ))
-    n=$(wc -l <"$work/lat")
-    awk -v c="$clients" -v n="$n" -v ms="$ms" -v tok="$tokens" \
-        -v p50="$(median_p 0.5 <"$work/lat")" -v p99="$(median_p 0.99 <"$work/lat")" 'BEGIN {
-        printf "  %d client%s: %d requests in %d ms: %.2f requests/s, %.1f tokens/s, latency p50 %.0f ms, p99 %.0f ms\n",
-               c, (c > 1 ? "s" : " "), n, ms, n * 1000 / ms, tok * 1000 / ms, p50 * 1000, p99 * 1000 }'
+    local s tok
+    s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')
+    tok=$(( $(metric qpack_completion_tokens_total) - tok0 ))
+    gaps "$tmp"/s.* >"$tmp/gaps"
+    echo "$(awk -v t="$tok" -v s="$s" 'BEGIN { printf "%.2f", t / s }') $(pct 0.5 <"$tmp/gaps") $(pct 0.99 <"$tmp/gaps")"
+}
+
+ids() { awk -v n="$1" 'BEGIN { srand(3); for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", 1000 + int(rand() * 100000) }'; }
+
+# three streams of 48 tokens; with LONG, a 2,000-token prompt arrives as
+# they start; prints their p99 gap
+streams() {
+    rm -f "$tmp"/l.*
+    local c
+    for c in 1 2 3; do stream "$(body "Stream $c of $1 tells a story" 0 48)" "$tmp/l.$c" & done
+    if [ "$1" = long ]; then
+        sleep 0.3
+        curl -sS -o /dev/null --max-time 600 -H "$J" \
+            -d "{\"prompt\": [$(ids 2000)], \"max_tokens\": 1, \"temperature\": 0}" "$url/v1/completions" &
+    fi
+    wait $(jobs -p | grep -v "^$pid$")
+    gaps "$tmp"/l.1 "$tmp"/l.2 "$tmp"/l.3 | pct 0.99
+}
+
+if [ -n "${QP_MODEL:-}" ]; then
+    models=$QP_MODEL
+else
+    src=$work/0.6b-tok
+    bench_checkpoint "$src" --preset 0.6b --seed 1 --tokenizer-dir "$root/assets/qwen3-tokenizer"
+    models=
+    for fmt in ${QP_FORMATS:-int4 q24}; do
+        [ -f "$src-$fmt.qpk" ] || "$build/bin/qpack" pack "$src" -o "$src-$fmt.qpk" --format "$fmt" --quiet
+        models="$models $src-$fmt.qpk"
+    done
+fi
+
+echo "qrun serve, batched sessions; $requests streamed requests of $new tokens per client; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for model in $models; do
+    name=$(basename "$model" .qpk)
+    pass=$("$qrun" -m "$model" --ids 1000 -n 0 --stats 2>&1 >/dev/null | sed -n 's|.*prompt 1 token in [0-9]* ms (\([0-9.]*\) ms/token).*|\1|p')
+    start "$model" 8
+    echo "$name:"
+    for temp in 0 0.8; do
+        base=
+        for n in $clients_list; do
+            read -r tps p50 p99 <<<"$(clients "$n" "$temp")"
+            [ -n "$base" ] || base=$tps
+            printf '  temperature %-3s %d client%s  %7.2f tokens/s  %5.2fx one client  gap p50 %6.1f ms  p99 %6.1f ms\n' \
+                "$temp" "$n" "$([ "$n" = 1 ] && echo ' ' || echo s)" "$tps" \
+                "$(awk -v a="$tps" -v b="$base" 'BEGIN { print a / b }')" "$p50" "$p99"
+        done
+    done
+    : >"$tmp/ttft"
+    for i in $(seq 6); do
+        t0=$EPOCHREALTIME
+        stream "$(body "First token $i" 0 2)" "$tmp/first"
+        [ "$i" = 1 ] || awk -v a="$t0" 'NR == 1 { printf "%.1f\n", ($1 - a) * 1000 }' "$tmp/first" >>"$tmp/ttft"
+    done
+    printf '  first token of a short prompt, loaded server: %.1f ms (median of 5), one forward pass: %s ms (qrun --stats): %+.1f ms\n' \
+        "$(pct 0.5 <"$tmp/ttft")" "$pass" "$(awk -v a="$(pct 0.5 <"$tmp/ttft")" -v b="$pass" 'BEGIN { print a - b }')"
+    alone=$(streams alone)
+    long=$(streams long)
+    printf '  three streams, p99 gap: %.1f ms alone, %.1f ms while a 2,000-token prompt arrives: %.2fx\n' \
+        "$alone" "$long" "$(awk -v a="$long" -v b="$alone" 'BEGIN { print a / b }')"
+    steps=$(metric qpack_steps_total) sessions=$(metric qpack_step_sessions_total) positions=$(metric qpack_step_positions_total)
+    printf '  %d steps: %.2f sessions and %.2f positions per step\n' "$steps" \
+        "$(awk -v a="$sessions" -v b="$steps" 'BEGIN { print a / b }')" "$(awk -v a="$positions" -v b="$steps" 'BEGIN { print a / b }')"
+    stop
+    start "$model" 1
+    b1=$(metric qpack_bpf_map_bytes)
+    stop
+    start "$model" 2
+    b2=$(metric qpack_bpf_map_bytes) kv=$(metric qpack_kv_cache_bytes) ctx=$(metric qpack_context_positions)
+    stop
+    echo "  each session adds $(( (b2 - b1) / 1048576 )) MiB of BPF maps (its KV cache: $(( kv / 2 / 1048576 )) MiB at $ctx positions)"
 done
-stop
-echo "  load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 bench_recorded

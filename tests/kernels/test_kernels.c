@@ -166,7 +166,7 @@ static void assert_state_equal(const char *what)
 static bool has_block_program(uint32_t layer, uint32_t mode, uint32_t r)
 {
     uint32_t enc = qp_plan_matrix_of(&plan, layer, mode, r).enc;
-    return qp_matvec_kernel(enc, 2) != qp_matvec_kernel(enc, 1);
+    return qp_matvec_kernel(enc, QK_MAX_BLOCK) != qp_matvec_kernel(enc, 1);
 }
 
 /* rows [begin, end) for every entry of the block at once (the matrix's
@@ -176,7 +176,7 @@ static bool has_block_program(uint32_t layer, uint32_t mode, uint32_t r)
 static void check_block(uint32_t layer, uint32_t mode, uint32_t begin, uint32_t end)
 {
     uint32_t enc = qp_plan_matrix_of(&plan, layer, mode, begin).enc;
-    enum qp_kernel one = qp_matvec_kernel(enc, 1), many = qp_matvec_kernel(enc, 2);
+    enum qp_kernel one = qp_matvec_kernel(enc, 1), many = qp_matvec_kernel(enc, QK_MAX_BLOCK);
     enum qp_map_id out = mode == QK_MV_QKV ? QP_MAP_QKV : mode == QK_MV_GATE_UP ? QP_MAP_GU : QP_MAP_H;
     uint32_t nb = plan.cfg.block;
     size_t len = map_len(out);
