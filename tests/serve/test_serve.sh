@@ -272,16 +272,31 @@ errors)
     post /v1/chat/completions '{"messages": "Hi"}'; expect_error 400
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": "2"}'; expect_error 400
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "temperature": -1}'; expect_error 400
-    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "tools": []}'; expect_error 400
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function"}]}'
+    expect_error 400
+    jq -e '.error.param == "tools"' "$T/resp" >/dev/null || fail "tools: $(cat "$T/resp")"
     post /v1/chat/completions '{"messages": [], "messages": [{"role": "user", "content": "Hi"}]}'; expect_error 400
-    post /v1/chat/completions '{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]}'
-    expect_error 404 model_not_found
+    # what ordinary clients send: another model's name, neutral values of
+    # unsupported fields, fields this server does not know
+    post /v1/chat/completions '{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "logprobs": false, "tools": [], "n": 1, "top_k": 20, "min_p": 0.05, "repeat_penalty": 1.1,
+        "presence_penalty": 0.5, "frequency_penalty": 0.5, "logit_bias": {"0": -100}, "cache_prompt": true,
+        "response_format": {"type": "text"}, "some_future_field": {"x": 1}}'
+    expect_ok "ordinary client fields"
     post /v1/completions '{"prompt": [1, 151936]}'; expect_error 400
     post /v1/completions "{\"prompt\": \"$(printf 'word %.0s' $(seq 80))\"}"; expect_error 400 context_length_exceeded
+    # JSON whatever the Content-Type says (curl -d sends form-urlencoded)
     code=$(curl -sS -o "$T/resp" -w '%{http_code}' -H 'Content-Type: text/plain' -d "$chat" "$URL/v1/chat/completions")
-    expect_error 415
+    expect_ok "a text/plain body"
     code=$(curl -sS -o "$T/resp" -w '%{http_code}' -d "$chat" "$URL/v1/chat/completions")
-    expect_error 415
+    expect_ok "curl -d's body"
+    # but a browser's request from another site's page is refused
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' -H 'Content-Type: text/plain' -H 'Origin: http://evil.example' \
+               -d "$chat" "$URL/v1/chat/completions")
+    expect_error 403 cross_origin
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' -H "Origin: http://127.0.0.1:${URL##*:}" -H "$J" -d "$chat" \
+               "$URL/v1/chat/completions")
+    expect_ok "a request from the server's own page"
     head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$T/big"
     post /v1/chat/completions "@$T/big"; expect_error 413
     post /v1/chat/completions "@$T/big" -H 'Transfer-Encoding: chunked'; expect_error 413

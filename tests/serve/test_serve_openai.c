@@ -136,7 +136,14 @@ END_TEST
 
 static int parse(enum serve_kind kind, const char *body, struct serve_request *q, struct serve_error *e)
 {
-    return serve_parse_request(kind, body, strlen(body), "M", q, e);
+    static const struct serve_model_ref model = {"M", false, 151936};
+    return serve_parse_request(kind, body, strlen(body), &model, q, e);
+}
+
+static int parse_strict(enum serve_kind kind, const char *body, struct serve_request *q, struct serve_error *e)
+{
+    static const struct serve_model_ref model = {"M", true, 151936};
+    return serve_parse_request(kind, body, strlen(body), &model, q, e);
 }
 
 /* body is refused with status http, naming param (NULL: none) */
@@ -165,8 +172,8 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
     refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages");
     refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400,
             "messages");
-    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": []}]}", 400,
-            "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\", \"tool_calls\": [{\"id\": \"1\"}]}]}",
+            400, "messages");
     const char *msg = "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]";
     char body[512];
     static const struct {
@@ -178,9 +185,17 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
         {"\"temperature\": 2.5", "temperature", 400}, {"\"top_p\": 1.5", "top_p", 400},
         {"\"seed\": 1.5", "seed", 400}, {"\"stream\": 1", "stream", 400}, {"\"stop\": 5", "stop", 400},
         {"\"stop\": \"\"", "stop", 400}, {"\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]", "stop", 400},
-        {"\"stop\": \"\xff\"", "stop", 400}, {"\"n\": 2", "n", 400}, {"\"frequency_penalty\": 1", "frequency_penalty", 400},
-        {"\"logit_bias\": {}", "logit_bias", 400}, {"\"prompt\": \"x\"", "prompt", 400},
-        {"\"model\": 7", "model", 400}, {"\"model\": \"other\"", "model", 404},
+        {"\"stop\": \"\xff\"", "stop", 400}, {"\"n\": 2", "n", 400}, {"\"n\": 0", "n", 400},
+        {"\"frequency_penalty\": 2.5", "frequency_penalty", 400}, {"\"presence_penalty\": \"1\"", "presence_penalty", 400},
+        {"\"top_k\": 1.5", "top_k", 400}, {"\"min_p\": 2", "min_p", 400}, {"\"repeat_penalty\": 0", "repeat_penalty", 400},
+        {"\"logit_bias\": 5", "logit_bias", 400}, {"\"logit_bias\": {\"x\": 1}", "logit_bias", 400},
+        {"\"logit_bias\": {\"151936\": 1}", "logit_bias", 400}, {"\"logit_bias\": {\"5\": 101}", "logit_bias", 400},
+        {"\"logit_bias\": [[5]]", "logit_bias", 400}, {"\"logprobs\": true", "logprobs", 400},
+        {"\"logprobs\": 1", "logprobs", 400}, {"\"top_logprobs\": 3", "top_logprobs", 400},
+        {"\"tools\": [{\"type\": \"function\"}]", "tools", 400}, {"\"tool_choice\": \"required\"", "tool_choice", 400},
+        {"\"response_format\": {\"type\": \"json_object\"}", "response_format", 400},
+        {"\"cache_prompt\": 1", "cache_prompt", 400}, {"\"prompt\": \"x\"", "prompt", 400},
+        {"\"model\": 7", "model", 400},
         {"\"stream_options\": {\"include_usage\": \"yes\"}", "stream_options.include_usage", 400},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -196,6 +211,58 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
     refused(SERVE_COMPLETION, "{\"prompt\": []}", 400, "prompt");
     refused(SERVE_COMPLETION, "{\"messages\": []}", 400, "messages");
     refused(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", 400, "echo");
+}
+END_TEST
+
+/* what clients send by default, and what they send that this server does
+ * not know, goes through; another model's name is served unless strict */
+START_TEST(neutral_and_unknown_fields_are_accepted)
+{
+    struct serve_request q;
+    struct serve_error e;
+    const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [], \"refusal\": null}, "
+                       "{\"role\": \"assistant\", \"content\": \"y\", \"tool_calls\": null}], "
+                       "\"model\": \"gpt-4o\", \"logprobs\": false, \"top_logprobs\": 0, \"n\": 1, \"tools\": [], "
+                       "\"tool_choice\": \"auto\", \"parallel_tool_calls\": true, \"response_format\": {\"type\": \"text\"}, "
+                       "\"cache_prompt\": true, \"user\": \"u\", \"metadata\": {\"a\": 1}, \"frobnicate\": [1, 2], "
+                       "\"stream_options\": {\"include_usage\": true, \"future\": 1}, "
+                       "\"chat_template_kwargs\": {\"enable_thinking\": false, \"other\": \"z\"}}";
+    ck_assert_msg(parse(SERVE_CHAT, chat, &q, &e) == 0, "%s", e.message);
+    ck_assert_uint_eq(q.n_msgs, 2);
+    ck_assert(q.include_usage && !q.think);
+    serve_request_free(&q);
+    ck_assert_int_eq(parse_strict(SERVE_CHAT, chat, &q, &e), -1);
+    ck_assert_int_eq(e.http, 404);
+    ck_assert_str_eq(e.param, "model");
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": false, \"logprobs\": 0, \"best_of\": 1, "
+                                             "\"suffix\": \"\", \"model\": \"M\"}", &q, &e), 0);
+    serve_request_free(&q);
+    ck_assert_int_eq(parse_strict(SERVE_COMPLETION, "{\"prompt\": \"x\", \"model\": \"M\"}", &q, &e), 0);
+    serve_request_free(&q);
+}
+END_TEST
+
+/* the sampling fields, OpenAI's and llama-server's, into the sampler */
+START_TEST(sampling_fields_reach_the_sampler)
+{
+    struct serve_request q;
+    struct serve_error e;
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": \"x\", \"top_k\": 40, \"min_p\": 0.05, \"repeat_penalty\": 1.1, "
+                                             "\"repeat_last_n\": -1, \"presence_penalty\": -0.5, \"frequency_penalty\": 1.5, "
+                                             "\"logit_bias\": {\"5\": -100, \"7\": 2.5}}", &q, &e), 0);
+    const qpack_sampler_params *sp = &q.sampling;
+    ck_assert(sp->top_k == 40 && sp->min_p == 0.05 && sp->repeat_penalty == 1.1 && sp->repeat_last_n == UINT32_MAX);
+    ck_assert(sp->presence_penalty == -0.5 && sp->frequency_penalty == 1.5);
+    ck_assert_uint_eq(sp->n_logit_bias, 2);
+    ck_assert(sp->logit_bias[0].token == 5 && sp->logit_bias[0].bias == -100);
+    ck_assert(sp->logit_bias[1].token == 7 && sp->logit_bias[1].bias == 2.5);
+    serve_request_free(&q);
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": \"x\", \"repetition_penalty\": 1.3, \"top_k\": -1, "
+                                             "\"logit_bias\": [[9, false], [11, 3]]}", &q, &e), 0);
+    ck_assert(q.sampling.repeat_penalty == 1.3 && q.sampling.top_k == 0 && q.sampling.repeat_last_n == 64);
+    ck_assert(q.sampling.n_logit_bias == 2 && q.sampling.logit_bias[0].bias == -100 &&
+              q.sampling.logit_bias[1].token == 11);
+    serve_request_free(&q);
 }
 END_TEST
 
@@ -324,6 +391,8 @@ int main(void)
     tcase_add_test(tc, stop_strings_hold_back_only_a_possible_start);
     tcase_add_test(tc, requests_of_the_wrong_shape_are_refused_naming_the_field);
     tcase_add_test(tc, requests_get_openais_defaults_and_their_fields);
+    tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
+    tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -26,7 +26,7 @@ struct serve_opts {
     unsigned port, parallel, queue, timeout_s, threads;
     uint32_t ctx;
     qpack_backend backend;
-    bool no_verify, quiet;
+    bool no_verify, quiet, strict_model;
 };
 
 static const char usage_text[] =
@@ -35,9 +35,11 @@ static const char usage_text[] =
     "An OpenAI-compatible HTTP server: the model is loaded once and answers\n"
     "  POST /v1/chat/completions   messages through Qwen3's chat template\n"
     "  POST /v1/completions        a prompt as text or as token ids\n"
-    "       (max_tokens, temperature, top_p, seed, stop, stream: server-sent\n"
-    "       events ending in \"data: [DONE]\", stream_options.include_usage;\n"
-    "       chat: chat_template_kwargs.enable_thinking, default false)\n"
+    "       (max_tokens, temperature, top_p, top_k, min_p, repeat_penalty,\n"
+    "       repeat_last_n, presence_penalty, frequency_penalty, logit_bias, seed,\n"
+    "       stop, stream: server-sent events ending in \"data: [DONE]\",\n"
+    "       stream_options.include_usage; chat: chat_template_kwargs.enable_thinking,\n"
+    "       default false)\n"
     "  GET  /v1/models             the model, named by --name\n"
     "  GET  /health                {\"status\":\"ok\"}\n"
     "  GET  /metrics               Prometheus text: requests, tokens, seconds, sessions, BPF map bytes\n"
@@ -54,7 +56,9 @@ static const char usage_text[] =
     "      --api-key KEY      requests need the header Authorization: Bearer KEY (401\n"
     "                         otherwise); / and /health stay open\n"
     "      --name NAME        the model's id in /v1/models and in replies (default: the\n"
-    "                         file's name without .qpk); a request naming another gets 404\n"
+    "                         file's name without .qpk); a request naming another model\n"
+    "                         is served by this one (as llama-server does), unless\n"
+    "      --strict-model     a request naming another model gets 404\n"
     "  -c, --ctx N            positions per session (default min(4096, model's)); a longer\n"
     "                         prompt gets 400 context_length_exceeded, a reply stops there\n"
     "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
@@ -65,9 +69,12 @@ static const char usage_text[] =
     "      --version          the version and the git commit\n"
     "  -h, --help             this text\n"
     "\n"
-    "Request bodies must be JSON (Content-Type: application/json, at most 1 MiB); a\n"
-    "malformed or oversized one, a field of the wrong type, an unknown field or model, or\n"
-    "a prompt longer than the context gets a 4xx status with OpenAI's error object. A\n"
+    "Request bodies must be JSON of at most 1 MiB, whatever their Content-Type; a\n"
+    "malformed or oversized one, a known field of the wrong type or range, a field asking\n"
+    "for what is not supported (logprobs, tools, n > 1, a response format), or a prompt\n"
+    "longer than the context gets a 4xx status with OpenAI's error object; unknown fields\n"
+    "are ignored. A request a browser sends from another site's page (an Origin header\n"
+    "naming another host) gets 403. A\n"
     "client that disconnects stops its generation. SIGINT or SIGTERM: stop accepting,\n"
     "cancel what waits or runs, release every BPF object, exit 0.\n"
     "Exit status: 0 stopped by a signal, 1 error, 2 bad usage.\n";
@@ -99,7 +106,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION };
+       O_QUIET, O_VERSION, O_STRICT_MODEL };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -145,6 +152,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"backend", required_argument, 0, O_BACKEND}, {"threads", required_argument, 0, O_THREADS},
         {"no-verify", no_argument, 0, O_NO_VERIFY}, {"timeout", required_argument, 0, O_TIMEOUT},
         {"quiet", no_argument, 0, O_QUIET}, {"version", no_argument, 0, O_VERSION},
+        {"strict-model", no_argument, 0, O_STRICT_MODEL},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
@@ -160,6 +168,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         case O_NAME: o->name = optarg; break;
         case O_NO_VERIFY: o->no_verify = true; break;
         case O_QUIET: o->quiet = true; break;
+        case O_STRICT_MODEL: o->strict_model = true; break;
         case O_BACKEND:
             if (!strcmp(optarg, "bpf"))
                 o->backend = QPACK_BACKEND_BPF;
@@ -236,7 +245,7 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
         return 1;
     }
     struct serve_http_config cfg = {
-        .model = m, .sched = sched, .model_id = name, .api_key = o->api_key, .host = o->host, .port = o->port,
+        .model = m, .sched = sched, .model_id = name, .strict_model = o->strict_model, .api_key = o->api_key, .host = o->host, .port = o->port,
         .timeout_s = o->timeout_s, .max_connections = 4 * (o->parallel + o->queue) + 64, .log = !o->quiet,
     };
     struct serve_http *http;

@@ -60,6 +60,16 @@ struct serve_request {
     struct serve_stops stops;
     bool stream, include_usage;
     bool think;                 /* chat_template_kwargs.enable_thinking */
+    qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
+    size_t n_bias;
+};
+
+/* what a request is checked against: the served model's name (a request
+ * naming another is refused with 404 only when strict) and vocabulary */
+struct serve_model_ref {
+    const char *id;
+    bool strict;
+    uint32_t vocab;
 };
 
 /* An error as OpenAI shapes it: {"error": {"message", "type", "param", "code"}}. */
@@ -75,10 +85,11 @@ void serve_error_set(struct serve_error *e, int http, const char *type, const ch
                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* Parses a request body of the kind's endpoint: strict JSON (no key twice,
- * no escaped NUL), every field of the right type and range, unknown fields
- * refused. model_id: the one model served (a "model" naming another is
- * refused with 404). Returns 0, or -1 with *err filled. */
-int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const char *model_id,
+ * no escaped NUL), every known field of the right type and range, neutral
+ * values of the unsupported ones accepted, unknown fields ignored
+ * (serve_openai.c says which is which). Returns 0, or -1 with *err
+ * filled. */
+int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const struct serve_model_ref *model,
                         struct serve_request *req, struct serve_error *err);
 void serve_request_free(struct serve_request *req);
 
@@ -161,6 +172,7 @@ struct serve_http_config {
     qpack_model *model;
     struct serve_sched *sched;
     const char *model_id;       /* the name /v1/models gives the model */
+    bool strict_model;          /* a request naming another model gets 404 */
     const char *api_key;        /* NULL: no authentication */
     const char *host;           /* numeric address or name to bind */
     unsigned port;              /* 0: any free port */
@@ -195,7 +207,7 @@ enum serve_endpoint {
     SERVE_EP_OTHER, SERVE_EP_COUNT
 };
 
-#define SERVE_STATUS_SLOTS 12   /* 200 400 401 404 405 408 413 415 429 500 503, other */
+#define SERVE_STATUS_SLOTS 12   /* 200 400 401 403 404 405 408 413 429 500 503, other */
 
 struct serve_metrics {
     atomic_ullong requests[SERVE_EP_COUNT][SERVE_STATUS_SLOTS];

@@ -11,9 +11,9 @@
  * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page).
  * Every error is OpenAI's JSON error object with its HTTP status. With an
  * API key, everything but / and /health needs "Authorization: Bearer KEY".
- * Request bodies must say Content-Type: application/json: a cross-site
- * page cannot then send one without a CORS preflight, which this server
- * never grants. */
+ * Request bodies are JSON whatever their Content-Type says (curl -d sends
+ * another); a browser request from another site's page is refused by its
+ * Origin header instead (same_origin), and CORS is never granted. */
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -169,12 +169,23 @@ static bool authorized(const struct serve_http *h, struct MHD_Connection *c, enu
     return diff == 0;
 }
 
-static bool is_json_type(const char *type)
+/* A request without an Origin header (curl, the SDKs), or whose Origin is
+ * this server itself (the chat page). A page of another site can make a
+ * browser send a "simple" POST (a text/plain body) without asking first:
+ * that Origin is refused, so bodies need no particular Content-Type. */
+static bool same_origin(struct MHD_Connection *c)
 {
-    if (!type)
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!origin)
+        return true;
+    if (!strncasecmp(origin, "http://", 7))
+        origin += 7;
+    else if (!strncasecmp(origin, "https://", 8))
+        origin += 8;
+    else
         return false;
-    size_t n = strlen("application/json");
-    return !strncasecmp(type, "application/json", n) && (type[n] == 0 || type[n] == ';' || type[n] == ' ');
+    return host && !strcasecmp(origin, host);
 }
 
 /* the first call of a request: everything that does not need the body.
@@ -196,9 +207,9 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
                     "Missing or incorrect API key: send the header Authorization: Bearer KEY");
     if (!is_post(r->ep))
         return MHD_YES;
-    if (!is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
-        return fail(c, r, 415, "invalid_request_error", "unsupported_media_type", NULL,
-                    "The body must be JSON, with the header Content-Type: application/json");
+    if (!same_origin(c))
+        return fail(c, r, 403, "invalid_request_error", "cross_origin", NULL,
+                    "A request from another site's page (its Origin header names another host) is refused");
     const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (length && strtoull(length, NULL, 10) > SERVE_MAX_BODY)
         return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL,
@@ -515,7 +526,8 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     enum serve_kind kind = r->ep == SERVE_EP_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
     struct serve_request q;
     struct serve_error e;
-    if (serve_parse_request(kind, r->body ? r->body : "", r->len, h->cfg.model_id, &q, &e))
+    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    if (serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
         return send_error(c, r, &e);
     int32_t *ids;
     size_t n;

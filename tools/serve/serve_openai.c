@@ -1,12 +1,17 @@
 /* serve_openai.c - OpenAI's request and response bodies for
  * /v1/chat/completions, /v1/completions and /v1/models.
  *
- * Requests are read strictly: one JSON object (a key twice or an escaped
- * NUL refused, common/json_strict.h), each field of its type and range,
- * and a field this server does not know refused by name, as OpenAI does
- * ("unrecognized request argument"), rather than silently ignored. null
- * stands for an absent optional field. Sizes are bounded: the body by the
- * HTTP layer, messages, stop strings and prompt ids here. */
+ * The field policy, OpenAI's and llama-server's: one JSON object (a key
+ * twice or an escaped NUL refused, common/json_strict.h); every field this
+ * server knows checked for its type and range, a 400 naming it; the fields
+ * clients send with neutral values (logprobs false, n 1, tools [],
+ * response_format text, echo false, ...) accepted, and the same fields
+ * asking for what is not supported yet refused by name; fields it does
+ * not know ignored, in the body, in stream_options, chat_template_kwargs
+ * and the messages. null stands for an absent optional field. A request
+ * naming another model is served by the loaded one, unless --strict-model.
+ * Sizes are bounded: the body by the HTTP layer, messages, stop strings,
+ * prompt ids and logit biases here. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -157,9 +162,15 @@ static int read_message(const cJSON *m, size_t i, qpack_chat_message *out, struc
             role = f;
         else if (!strcmp(f->string, "content"))
             content = f;
-        else if (strcmp(f->string, "name") || !cJSON_IsString(f))
-            return BAD(e, "messages", "messages[%zu]: unsupported field '%.64s'", i, f->string);
+        else if (!strcmp(f->string, "name") && !cJSON_IsString(f) && !cJSON_IsNull(f))
+            return BAD(e, "messages", "messages[%zu].name must be a string", i);
+        else if (!strcmp(f->string, "tool_calls") && !cJSON_IsNull(f) &&
+                 !(cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0))
+            return BAD(e, "messages", "messages[%zu].tool_calls: tool calls are not supported yet", i);
     }
+    if (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") || !strcmp(role->valuestring, "function")))
+        return BAD(e, "messages", "messages[%zu]: \"%s\" messages are not supported yet (no tools)", i,
+                   role->valuestring);
     if (!cJSON_IsString(role) || !chat_role(role->valuestring))
         return BAD(e, "messages", "messages[%zu].role must be \"system\", \"developer\", \"user\" or \"assistant\"",
                    i);
@@ -211,9 +222,8 @@ static int read_stream_options(const cJSON *v, struct serve_request *r, struct s
     if (!cJSON_IsObject(v))
         return BAD(e, "stream_options", "'stream_options' must be an object");
     for (const cJSON *f = v->child; f; f = f->next)
-        if (strcmp(f->string, "include_usage"))
-            return BAD(e, "stream_options", "stream_options: unsupported field '%.64s'", f->string);
-        else if (want_bool(f, "stream_options.include_usage", &r->include_usage, e))
+        if (!strcmp(f->string, "include_usage") && !cJSON_IsNull(f) &&
+            want_bool(f, "stream_options.include_usage", &r->include_usage, e))
             return -1;
     return 0;
 }
@@ -224,55 +234,154 @@ static int read_template_kwargs(const cJSON *v, struct serve_request *r, struct 
     if (!cJSON_IsObject(v))
         return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     for (const cJSON *f = v->child; f; f = f->next)
-        if (strcmp(f->string, "enable_thinking"))
-            return BAD(e, "chat_template_kwargs", "chat_template_kwargs: unsupported field '%.64s'", f->string);
-        else if (want_bool(f, "chat_template_kwargs.enable_thinking", &r->think, e))
+        if (!strcmp(f->string, "enable_thinking") && !cJSON_IsNull(f) &&
+            want_bool(f, "chat_template_kwargs.enable_thinking", &r->think, e))
             return -1;
     return 0;
 }
 
-static int read_model(const cJSON *v, const char *model_id, struct serve_error *e)
+static int read_model(const cJSON *v, const struct serve_model_ref *model, struct serve_error *e)
 {
     if (!cJSON_IsString(v))
         return BAD(e, "model", "'model' must be a string");
-    if (strcmp(v->valuestring, model_id)) {
+    if (model->strict && strcmp(v->valuestring, model->id)) {
         serve_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                         "The model '%.200s' does not exist: this server has '%.200s' (GET /v1/models)",
-                        v->valuestring, model_id);
+                        v->valuestring, model->id);
         return -1;
     }
     return 0;
 }
 
-/* one top-level field; unknown ones are refused */
-static int read_field(const cJSON *f, enum serve_kind kind, const char *model_id, struct serve_request *r,
-                      struct serve_error *e)
+/* OpenAI's {"ID": bias, ...} or llama-server's [[ID, bias], ...]; a bias
+ * of false bans the token (llama-server's) */
+#define MAX_LOGIT_BIAS 1024
+
+static int add_bias(struct serve_request *r, double id, const cJSON *bias, uint32_t vocab, struct serve_error *e)
+{
+    double b;
+    if (cJSON_IsFalse(bias))
+        b = -100;
+    else if (want_number(bias, "logit_bias", -100, 100, &b, e))
+        return -1;
+    if (!(id >= 0 && id < vocab && id == floor(id)))
+        return BAD(e, "logit_bias", "logit_bias: token %.0f is not an id of the vocabulary (0 to %u)", id, vocab - 1);
+    r->bias[r->n_bias++] = (qpack_logit_bias){(int32_t)id, b};
+    return 0;
+}
+
+static int read_logit_bias(const cJSON *v, struct serve_request *r, uint32_t vocab, struct serve_error *e)
+{
+    int n = cJSON_GetArraySize(v);
+    if ((!cJSON_IsObject(v) && !cJSON_IsArray(v)) || n > MAX_LOGIT_BIAS)
+        return BAD(e, "logit_bias", "'logit_bias' must map at most %d token ids to biases from -100 to 100",
+                   MAX_LOGIT_BIAS);
+    if (n && !(r->bias = calloc((size_t)n, sizeof *r->bias)))
+        return BAD(e, "logit_bias", "out of memory");
+    for (const cJSON *f = v->child; f; f = f->next) {
+        if (cJSON_IsObject(v)) {
+            char *end;
+            double id = strtod(f->string, &end);
+            if (!*f->string || *end)
+                return BAD(e, "logit_bias", "logit_bias: '%.32s' is not a token id", f->string);
+            if (add_bias(r, id, f, vocab, e))
+                return -1;
+        } else if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 2 || !cJSON_IsNumber(f->child)) {
+            return BAD(e, "logit_bias", "logit_bias: each entry must be [token id, bias]");
+        } else if (add_bias(r, f->child->valuedouble, f->child->next, vocab, e)) {
+            return -1;
+        }
+    }
+    r->sampling.logit_bias = r->bias;
+    r->sampling.n_logit_bias = r->n_bias;
+    return 0;
+}
+
+/* a field clients send with a neutral value: accepted when it has it, a
+ * 400 naming it when it asks for what this server does not do yet */
+static int neutral(const cJSON *f, bool ok, const char *what, struct serve_error *e)
+{
+    return ok ? 0 : BAD(e, f->string, "'%s': %s is not supported yet", f->string, what);
+}
+
+static bool is_empty_array(const cJSON *f)
+{
+    return cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0;
+}
+
+static bool is_text_format(const cJSON *f)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type");
+    return cJSON_IsObject(f) && cJSON_IsString(t) && !strcmp(t->valuestring, "text");
+}
+
+/* the sampling fields, llama-server's names beside OpenAI's; 1 when f is
+ * none of them */
+static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab, struct serve_error *e)
 {
     const char *k = f->string;
+    qpack_sampler_params *sp = &r->sampling;
     double x;
-    bool chat = kind == SERVE_CHAT;
-    if (!strcmp(k, "model"))
-        return read_model(f, model_id, e);
-    if (chat && !strcmp(k, "messages"))
-        return read_messages(f, r, e);
-    if (!chat && !strcmp(k, "prompt"))
-        return read_prompt(f, r, e);
-    if (!strcmp(k, "max_tokens") || (chat && !strcmp(k, "max_completion_tokens"))) {
-        if (want_integer(f, k, 1, MAX_NEW_TOKENS, &x, e))
+    if (!strcmp(k, "temperature"))
+        return want_number(f, k, 0, 2, &sp->temperature, e);
+    if (!strcmp(k, "top_p"))
+        return want_number(f, k, 0, 1, &sp->top_p, e);
+    if (!strcmp(k, "top_k")) {
+        if (want_integer(f, k, -1, INT32_MAX, &x, e))
             return -1;
-        r->has_max_tokens = true;
-        r->max_tokens = (uint32_t)x;
+        sp->top_k = x > 0 ? (uint32_t)x : 0;
         return 0;
     }
-    if (!strcmp(k, "temperature"))
-        return want_number(f, k, 0, 2, &r->sampling.temperature, e);
-    if (!strcmp(k, "top_p"))
-        return want_number(f, k, 0, 1, &r->sampling.top_p, e);
+    if (!strcmp(k, "min_p"))
+        return want_number(f, k, 0, 1, &sp->min_p, e);
+    if (!strcmp(k, "repeat_penalty") || !strcmp(k, "repetition_penalty")) {
+        if (want_number(f, k, 0, 100, &x, e))
+            return -1;
+        return x > 0 ? (sp->repeat_penalty = x, 0) : BAD(e, k, "'%s' must be above 0", k);
+    }
+    if (!strcmp(k, "repeat_last_n")) {
+        if (want_integer(f, k, -1, INT32_MAX, &x, e))
+            return -1;
+        sp->repeat_last_n = x < 0 ? UINT32_MAX : (uint32_t)x;
+        return 0;
+    }
+    if (!strcmp(k, "presence_penalty"))
+        return want_number(f, k, -2, 2, &sp->presence_penalty, e);
+    if (!strcmp(k, "frequency_penalty"))
+        return want_number(f, k, -2, 2, &sp->frequency_penalty, e);
+    if (!strcmp(k, "logit_bias"))
+        return read_logit_bias(f, r, vocab, e);
     if (!strcmp(k, "seed")) {
         if (want_integer(f, k, -9007199254740992.0, 9007199254740992.0, &x, e))
             return -1;
         r->has_seed = true;
-        r->sampling.seed = (uint64_t)(int64_t)x;
+        sp->seed = (uint64_t)(int64_t)x;
+        return 0;
+    }
+    return 1;
+}
+
+/* one top-level field; unknown ones are ignored */
+static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_model_ref *model,
+                      struct serve_request *r, struct serve_error *e)
+{
+    const char *k = f->string;
+    double x;
+    bool chat = kind == SERVE_CHAT, b;
+    int rc = read_sampling(f, r, model->vocab, e);
+    if (rc <= 0)
+        return rc;
+    if (!strcmp(k, "model"))
+        return read_model(f, model, e);
+    if (!strcmp(k, "messages"))
+        return chat ? read_messages(f, r, e) : BAD(e, k, "'messages' belongs to /v1/chat/completions");
+    if (!strcmp(k, "prompt"))
+        return !chat ? read_prompt(f, r, e) : BAD(e, k, "'prompt' belongs to /v1/completions");
+    if (!strcmp(k, "max_tokens") || (chat && !strcmp(k, "max_completion_tokens")) || !strcmp(k, "n_predict")) {
+        if (want_integer(f, k, 1, MAX_NEW_TOKENS, &x, e))
+            return -1;
+        r->has_max_tokens = true;
+        r->max_tokens = (uint32_t)x;
         return 0;
     }
     if (!strcmp(k, "stop"))
@@ -283,13 +392,31 @@ static int read_field(const cJSON *f, enum serve_kind kind, const char *model_id
         return read_stream_options(f, r, e);
     if (chat && !strcmp(k, "chat_template_kwargs"))
         return read_template_kwargs(f, r, e);
-    if (!strcmp(k, "n"))
-        return want_integer(f, k, 1, 1, &x, e) ? BAD(e, k, "'n' must be 1: one choice per request") : 0;
-    if (!strcmp(k, "presence_penalty") || !strcmp(k, "frequency_penalty"))
-        return want_number(f, k, 0, 0, &x, e) ? BAD(e, k, "'%s' is not supported (only 0)", k) : 0;
+    if (!strcmp(k, "cache_prompt") || !strcmp(k, "parallel_tool_calls") || !strcmp(k, "store"))
+        return want_bool(f, k, &b, e);
     if (!strcmp(k, "user"))
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'user' must be a string");
-    return BAD(e, k, "Unrecognized request argument supplied: %.64s", k);
+    if (!strcmp(k, "n") || !strcmp(k, "best_of"))
+        return want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "more than one choice", e);
+    if (!strcmp(k, "logprobs")) {
+        if (chat)
+            return want_bool(f, k, &b, e) ? -1 : neutral(f, !b, "log probabilities", e);
+        return want_integer(f, k, 0, 20, &x, e) ? -1 : neutral(f, x == 0, "log probabilities", e);
+    }
+    if (!strcmp(k, "top_logprobs"))
+        return want_integer(f, k, 0, 20, &x, e) ? -1 : neutral(f, x == 0, "log probabilities", e);
+    if (!strcmp(k, "echo") && !chat)
+        return want_bool(f, k, &b, e) ? -1 : neutral(f, !b, "echoing the prompt", e);
+    if (!strcmp(k, "suffix") && !chat)
+        return neutral(f, cJSON_IsString(f) && !*f->valuestring, "a suffix", e);
+    if (!strcmp(k, "tools") || !strcmp(k, "functions"))
+        return neutral(f, is_empty_array(f), "tool calling", e);
+    if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
+        return neutral(f, cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")),
+                       "a forced tool call", e);
+    if (!strcmp(k, "response_format"))
+        return neutral(f, is_text_format(f), "a structured response format", e);
+    return 0;
 }
 
 /* a seed from the system's entropy when the request gives none */
@@ -301,13 +428,13 @@ static uint64_t random_seed(void)
     return s;
 }
 
-static int read_body(const cJSON *root, enum serve_kind kind, const char *model_id, struct serve_request *r,
-                     struct serve_error *e)
+static int read_body(const cJSON *root, enum serve_kind kind, const struct serve_model_ref *model,
+                     struct serve_request *r, struct serve_error *e)
 {
     if (!cJSON_IsObject(root))
         return BAD(e, NULL, "the request body must be a JSON object");
     for (const cJSON *f = root->child; f; f = f->next)
-        if (!cJSON_IsNull(f) && read_field(f, kind, model_id, r, e))
+        if (!cJSON_IsNull(f) && read_field(f, kind, model, r, e))
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
@@ -322,11 +449,12 @@ static int read_body(const cJSON *root, enum serve_kind kind, const char *model_
     return 0;
 }
 
-int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const char *model_id,
+int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const struct serve_model_ref *model,
                         struct serve_request *r, struct serve_error *e)
 {
     *r = (struct serve_request){.kind = kind, .sampling = qpack_sampler_default_params()};
     r->sampling.temperature = 1;    /* OpenAI's default */
+    r->sampling.repeat_last_n = 64; /* llama-server's window for the penalties */
     if (memchr(body, 0, len))
         return BAD(e, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
@@ -342,7 +470,7 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len, cons
     if (rc)
         serve_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", strict.msg);
     else
-        rc = read_body(root, kind, model_id, r, e);
+        rc = read_body(root, kind, model, r, e);
     cJSON_Delete(root);
     if (rc)
         serve_request_free(r);
@@ -358,6 +486,7 @@ void serve_request_free(struct serve_request *r)
     free(r->prompt_ids);
     for (unsigned i = 0; i < r->stops.n; i++)
         free(r->stops.s[i]);
+    free(r->bias);
     *r = (struct serve_request){0};
 }
 

@@ -99,6 +99,15 @@ struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, c
     if (!j)
         return NULL;
     *j = (struct serve_job){.prompt = prompt, .n_prompt = n, .max_new = max_new, .sp = *sp, .refs = 1};
+    if (sp->n_logit_bias) {    /* the request's array goes before the job does */
+        qpack_logit_bias *bias = malloc(sp->n_logit_bias * sizeof *bias);
+        if (!bias) {
+            free(j);
+            return NULL;
+        }
+        memcpy(bias, sp->logit_bias, sp->n_logit_bias * sizeof *bias);
+        j->sp.logit_bias = bias;
+    }
     for (unsigned i = 0; stops && i < stops->n; i++) {
         if (!(j->stops.s[i] = strdup(stops->s[i]))) {
             j->prompt = NULL;
@@ -130,6 +139,7 @@ void serve_job_unref(struct serve_job *j)
     pthread_cond_destroy(&j->cv);
     for (unsigned i = 0; i < j->stops.n; i++)
         free(j->stops.s[i]);
+    free((void *)j->sp.logit_bias);
     free(j->prompt);
     free(j->out);
     free(j);
