@@ -82,8 +82,54 @@ bool json_has_escaped_nul(const char *s, size_t n)
     return false;
 }
 
+/* the length of the well-formed UTF-8 sequence at s (n bytes left), 0 if none */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t k = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!k || k > n)
+        return 0;
+    for (size_t i = 1; i < k; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    /* overlong three- and four-byte forms, surrogates, past U+10FFFF */
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return k;
+}
+
+size_t json_find_unreadable(const char *text, size_t len, const char **why)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    bool in_string = false;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_len(s + i, len - i);
+        if (!k) {
+            if (why)
+                *why = "not UTF-8";
+            return i;
+        }
+        if (in_string && s[i] < 0x20) {
+            if (why)
+                *why = "a control character inside a string (escape it)";
+            return i;
+        }
+        if (s[i] == '"')
+            in_string = !in_string;
+        else if (s[i] == '\\' && in_string)
+            k = 2;      /* the escaped character, never a quote that ends the string */
+        i += k;
+    }
+    return len;
+}
+
 int json_refuse_ambiguous(const cJSON *root, const char *text, size_t len, const char *name, qp_err *err)
 {
+    const char *why;
+    size_t at = json_find_unreadable(text, len, &why);
+    if (at < len)
+        return qp_fail(err, "%s: byte %zu: %s (strict JSON readers, Python's among them, refuse it)", name, at, why);
     if (json_has_escaped_nul(text, len))
         return qp_fail(err, "%s: contains an escaped NUL (\\u0000), which JSON readers take differently "
                        "(cJSON ends the string there)", name);

@@ -88,6 +88,44 @@ START_TEST(an_escaped_nul_is_found_but_not_an_escaped_backslash)
 }
 END_TEST
 
+/* what Python's json refuses: bytes that are not UTF-8 (an overlong
+ * form, a surrogate, a stray continuation byte, a cut sequence) and raw
+ * control characters inside strings; whitespace between tokens and
+ * escaped control characters are fine */
+#define NONE ((size_t)-1)
+
+START_TEST(text_a_strict_reader_refuses_is_found_at_its_byte)
+{
+    static const struct {
+        const char *text;
+        size_t at;              /* NONE: readable */
+    } cases[] = {
+        {"{\"a\": \"caf\xc3\xa9 \xf0\x9f\x99\x82\"}", NONE},
+        {"{\"a\":\n\t\"b\\n\\t\"}", NONE},
+        {"{\"a\": \"x\ny\"}", 8},
+        {"{\"a\": \"x\ty\"}", 8},
+        {"{\"a\": \"\xc0\xaf\"}", 7},
+        {"{\"a\": \"\xed\xa0\x80\"}", 7},
+        {"{\"a\": \"\x80\"}", 7},
+        {"{\"a\": \"\xe2\x82\"}", 7},
+        {"{\"a\\\"\n\": 1}", 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *why = NULL;
+        size_t n = strlen(cases[i].text);
+        size_t at = json_find_unreadable(cases[i].text, n, &why), want = cases[i].at == NONE ? n : cases[i].at;
+        ck_assert_msg(at == want, "case %zu: at %zu, expected %zu", i, at, want);
+        ck_assert(at == n || why);
+    }
+    qp_err err = {{0}};
+    const char *bad = "{\"chat_template\": \"\xff\"}";
+    cJSON *root = cJSON_Parse(bad);
+    ck_assert_int_eq(json_refuse_ambiguous(root, bad, strlen(bad), "tokenizer_config.json", &err), -1);
+    ck_assert_msg(strstr(err.msg, "tokenizer_config.json: byte 19: not UTF-8"), "%s", err.msg);
+    cJSON_Delete(root);
+}
+END_TEST
+
 /* A whole safetensors file: the header, then 4 zero bytes of data. */
 static int parse_header(const char *header, qp_err *err)
 {
@@ -130,6 +168,7 @@ static Suite *json_strict_suite(void)
     tcase_add_test(tc, control_characters_in_a_key_keep_the_message_one_line);
     tcase_add_test(tc, an_object_of_many_keys_is_checked_whole);
     tcase_add_test(tc, an_escaped_nul_is_found_but_not_an_escaped_backslash);
+    tcase_add_test(tc, text_a_strict_reader_refuses_is_found_at_its_byte);
     tcase_add_test(tc, a_field_twice_in_a_safetensors_entry_is_refused);
     suite_add_tcase(s, tc);
     return s;

@@ -940,6 +940,16 @@ pack_inputs)
     printf '{"chat_template": "a", "chat_template": "b"}' >"$W/m/tokenizer_config.json"
     run dup_template "$QPACK" pack "$W/m" -o "$W/x.qpk"
     one_line_error dup_template '"chat_template" appears twice'
+    # a chat template that is not UTF-8 (Python's json refuses the file): refused
+    # before any work, naming the file and the byte, rather than packed and
+    # then refused by qpack verify
+    printf '{"chat_template": "\xff{%% x %%}"}' >"$W/m/tokenizer_config.json"
+    run bad_utf8 "$QPACK" pack "$W/m" -o "$W/x.qpk"
+    one_line_error bad_utf8 "tokenizer_config.json: byte 19: not UTF-8"
+    [ ! -e "$W/x.qpk" ] || fail "a refused pack wrote x.qpk"
+    printf '{"chat_template": "a\nb"}' >"$W/m/tokenizer_config.json"
+    run raw_newline "$QPACK" pack "$W/m" -o "$W/x.qpk"
+    one_line_error raw_newline "a control character inside a string"
     rm "$W/m/tokenizer_config.json"
     # JSON, but not a tokenizer qrun can load
     printf '{"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}}}' >"$W/m/tokenizer.json"

@@ -314,6 +314,18 @@ errors)
     head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "a malformed header: $(head -n 1 "$T/raw")"
     raw 'NONSENSE\r\n\r\n'
     [ ! -s "$T/raw" ] || head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "a line that is not HTTP: $(head -n 1 "$T/raw")"
+    # a body two parsers would delimit differently: 400, connection closed
+    raw "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: ${#chat}\r\n\r\n$chat"
+    head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "two Content-Length headers: $(head -n 1 "$T/raw")"
+    grep -q 'ambiguous_length' "$T/raw" || fail "two Content-Length headers: $(cat "$T/raw")"
+    raw "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    head -n 1 "$T/raw" | grep -q '^HTTP/1.1 400' || fail "Content-Length and chunked: $(head -n 1 "$T/raw")"
+    # error bodies stay UTF-8 JSON whatever they quote; raw control
+    # characters inside JSON strings are refused (RFC 8259)
+    code=$(curl -sS -o "$T/resp" -w '%{http_code}' "$URL/%ff%fe"); expect_error 404
+    iconv -f UTF-8 -t UTF-8 "$T/resp" >/dev/null 2>&1 || fail "the 404 body is not UTF-8: $(cat -v "$T/resp")"
+    post /v1/chat/completions "$(printf '{"messages": [{"role": "user", "content": "a\nb"}]}')"; expect_error 400
+    grep -q 'control character' "$T/resp" || fail "a raw newline in a string: $(cat "$T/resp")"
     post /v1/chat/completions "$chat"; expect_ok "after every bad request"
     jq -e '.choices[0].finish_reason == "length"' "$T/resp" >/dev/null || fail "after the errors: $(cat "$T/resp")"
     echo "ok the server answers after every bad request"

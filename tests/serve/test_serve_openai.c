@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_strict.h"
 #include "serve.h"
 #include "stop_text.h"
 
@@ -185,7 +186,7 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
         {"\"temperature\": 2.5", "temperature", 400}, {"\"top_p\": 1.5", "top_p", 400},
         {"\"seed\": 1.5", "seed", 400}, {"\"stream\": 1", "stream", 400}, {"\"stop\": 5", "stop", 400},
         {"\"stop\": \"\"", "stop", 400}, {"\"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]", "stop", 400},
-        {"\"stop\": \"\xff\"", "stop", 400}, {"\"n\": 2", "n", 400}, {"\"n\": 0", "n", 400},
+        {"\"stop\": \"\xff\"", NULL, 400},   /* a body that is not UTF-8, whatever the field */ {"\"n\": 2", "n", 400}, {"\"n\": 0", "n", 400},
         {"\"frequency_penalty\": 2.5", "frequency_penalty", 400}, {"\"presence_penalty\": \"1\"", "presence_penalty", 400},
         {"\"top_k\": 1.5", "top_k", 400}, {"\"min_p\": 2", "min_p", 400}, {"\"repeat_penalty\": 0", "repeat_penalty", 400},
         {"\"logit_bias\": 5", "logit_bias", 400}, {"\"logit_bias\": {\"x\": 1}", "logit_bias", 400},
@@ -333,6 +334,24 @@ static const char *str_at(const cJSON *j, const char *a, const char *b)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* an error quoting what a client sent (a path, a name) that is not UTF-8
+ * is still a JSON body: such bytes become '?' */
+START_TEST(error_bodies_are_utf8_json_whatever_they_quote)
+{
+    struct serve_error e;
+    serve_error_set(&e, 404, "invalid_request_error", "not_found", "\xc3", "No route for GET /%s",
+                    "\xff\xfe/caf\xc3\xa9/\xe2\x82");
+    char *j = serve_error_json(&e);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_msg(json_find_unreadable(j, strlen(j), NULL) == strlen(j), "not UTF-8 JSON: %s", j);
+    ck_assert_ptr_nonnull(strstr(j, "No route for GET /?" "?/caf\xc3\xa9/?" "?"));
+    cJSON *root = cJSON_Parse(j);
+    ck_assert_ptr_nonnull(root);
+    cJSON_Delete(root);
+    free(j);
+}
+END_TEST
+
 START_TEST(responses_have_openais_shapes)
 {
     struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
@@ -394,6 +413,7 @@ int main(void)
     tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
+    tcase_add_test(tc, error_bodies_are_utf8_json_whatever_they_quote);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -169,6 +169,27 @@ static bool authorized(const struct serve_http *h, struct MHD_Connection *c, enu
     return diff == 0;
 }
 
+/* the headers named `name` (any case) the request has */
+struct header_count {
+    const char *name;
+    unsigned n;
+};
+
+static enum MHD_Result count_one(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind, (void)value;
+    struct header_count *h = cls;
+    h->n += key && !strcasecmp(key, h->name);
+    return MHD_YES;
+}
+
+static unsigned count_header(struct MHD_Connection *c, const char *name)
+{
+    struct header_count h = {name, 0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_one, &h);
+    return h.n;
+}
+
 /* A request without an Origin header (curl, the SDKs), or whose Origin is
  * this server itself (the chat page). A page of another site can make a
  * browser send a "simple" POST (a text/plain body) without asking first:
@@ -207,6 +228,16 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
                     "Missing or incorrect API key: send the header Authorization: Bearer KEY");
     if (!is_post(r->ep))
         return MHD_YES;
+    /* a body two parsers could delimit differently (request smuggling, RFC
+     * 9112 section 6.3): refused, and the connection closed after */
+    unsigned lengths = count_header(c, "Content-Length");
+    if (lengths > 1 || (lengths && count_header(c, "Transfer-Encoding"))) {
+        struct serve_error e;
+        serve_error_set(&e, 400, "invalid_request_error", "ambiguous_length", NULL,
+                        "A request with %s: where its body ends is ambiguous",
+                        lengths > 1 ? "two Content-Length headers" : "both Content-Length and Transfer-Encoding");
+        return send_body(c, r, 400, serve_error_json(&e), "application/json", "Connection", "close");
+    }
     if (!same_origin(c))
         return fail(c, r, 403, "invalid_request_error", "cross_origin", NULL,
                     "A request from another site's page (its Origin header names another host) is refused");

@@ -27,6 +27,23 @@
 #define MAX_NEW_TOKENS (1u << 20)   /* max_tokens above it is surely a mistake */
 #define COMPLETION_DEFAULT_NEW 16   /* OpenAI's default for /v1/completions */
 
+/* Each byte of s that does not start a well-formed UTF-8 character becomes
+ * '?': an error message may quote what the client sent (a path, a field
+ * name), and the error body must still be JSON. */
+static void make_utf8(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &c);
+        if (k <= 0) {
+            s[i++] = '?';
+            continue;
+        }
+        i += (size_t)k;
+    }
+}
+
 void serve_error_set(struct serve_error *e, int http, const char *type, const char *code, const char *param,
                      const char *fmt, ...)
 {
@@ -530,10 +547,15 @@ static char *print(cJSON *root, bool ok)
 
 char *serve_error_json(const struct serve_error *e)
 {
+    char message[sizeof e->message], param[sizeof e->param];
+    snprintf(message, sizeof message, "%s", e->message);
+    snprintf(param, sizeof param, "%s", e->param);
+    make_utf8(message);
+    make_utf8(param);
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
-    bool ok = err && cJSON_AddStringToObject(err, "message", e->message) &&
+    bool ok = err && cJSON_AddStringToObject(err, "message", message) &&
               cJSON_AddStringToObject(err, "type", e->type) &&
-              (e->param[0] ? cJSON_AddStringToObject(err, "param", e->param) : cJSON_AddNullToObject(err, "param")) &&
+              (param[0] ? cJSON_AddStringToObject(err, "param", param) : cJSON_AddNullToObject(err, "param")) &&
               (e->code ? cJSON_AddStringToObject(err, "code", e->code) : cJSON_AddNullToObject(err, "code"));
     return print(root, ok);
 }
