@@ -306,7 +306,7 @@ errors)
     # request line that is not one), and the server goes on
     raw() {
         exec 3<>/dev/tcp/127.0.0.1/${URL##*:} || fail "connecting"
-        printf "$1" >&3
+        (printf "$1" >&3) 2>/dev/null   # the server may close before it has all (SIGPIPE)
         timeout 10 cat <&3 >"$T/raw"
         exec 3<&-
     }
@@ -493,6 +493,18 @@ queue_zero)
     grep -q 'data: \[DONE\]' "$T/q0.long" || fail "the running request did not finish"
     stop_server
     echo "ok queue_zero: requests taken while the session is free, 503 while it runs"
+    ;;
+hostile)
+    # slow and idle clients: 1000 connections held from loopback addresses
+    # of their own while others are answered, a per-address limit, and a
+    # deadline for the whole request that a trickle cannot extend
+    # (tests/serve/hostile.mjs)
+    ulimit -n 4096 2>/dev/null || [ "$(ulimit -n)" -ge 4096 ] || skip "ulimit -n 4096 is not allowed here"
+    start_server hostile --backend emu --timeout 4 --max-per-ip 150 --quiet
+    cp "$SRC/tests/serve/hostile.mjs" "$NODE_DIR/" || fail "copying the script"
+    timeout 60 node "$NODE_DIR/hostile.mjs" "$URL" || fail "hostile clients"
+    stop_server
+    echo "ok hostile"
     ;;
 load)
     # 8 clients x 20 requests on --parallel 4 --queue 2 (bpf): every request

@@ -2,7 +2,7 @@
  *
  * The model is loaded once; `--parallel` sessions share its weight maps
  * (serve_sched.c); libmicrohttpd answers on threads of its own
- * (serve_http.c). The main thread only waits for SIGINT or SIGTERM, which
+ * (serve_http.c, serve_conn.c). The main thread only waits for SIGINT or SIGTERM, which
  * every thread blocks, and then shuts down in order: stop accepting, end
  * what waits and interrupt what runs (each client gets its answer or its
  * error), close the connections, free the sessions and the model (every
@@ -15,15 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "stdout_policy.h"
 #include "serve.h"
 
 #define DRAIN_MS 5000           /* at shutdown, for the last answers to go out */
+#define FD_RESERVE 1024         /* descriptors kept for the model's BPF objects and files */
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
-    unsigned port, parallel, queue, timeout_s, threads;
+    unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip;
     uint32_t ctx;
     qpack_backend backend;
     bool no_verify, quiet, strict_model;
@@ -64,7 +66,13 @@ static const char usage_text[] =
     "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
     "      --threads N        1 or 2 threads computing each step (default 2)\n"
     "      --no-verify        skip the container's checksums at start-up (your own files only)\n"
-    "      --timeout S        close a connection idle for S seconds (1 to 3600, default 60)\n"
+    "      --timeout S        a request must arrive whole, head and body, within S seconds of\n"
+    "                         its connection's start or of the previous reply, or the\n"
+    "                         connection is closed (1 to 3600, default 60)\n"
+    "      --max-connections N  open connections at most (16 to 65536, default 4096; the\n"
+    "                         open-file limit is raised to fit); idle ones cost no thread\n"
+    "      --max-per-ip N     open connections from one address at most (1 to 65536,\n"
+    "                         default 256)\n"
     "      --quiet            no line per request on stderr\n"
     "      --version          the version and the git commit\n"
     "  -h, --help             this text\n"
@@ -106,7 +114,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION, O_STRICT_MODEL };
+       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -133,6 +141,14 @@ static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
         if (!parse_uint(arg, 1, 3600, &o->timeout_s))
             return bad_usage("--timeout must be 1 to 3600 seconds, not '%s'", arg);
         return -1;
+    case O_MAX_CONNECTIONS:
+        if (!parse_uint(arg, 16, 65536, &o->max_connections))
+            return bad_usage("--max-connections must be 16 to 65536, not '%s'", arg);
+        return -1;
+    case O_MAX_PER_IP:
+        if (!parse_uint(arg, 1, 65536, &o->max_per_ip))
+            return bad_usage("--max-per-ip must be 1 to 65536, not '%s'", arg);
+        return -1;
     case 'c':
         if (!parse_uint(arg, 1, UINT32_MAX, &v))
             return bad_usage("--ctx must be a positive number, not '%s'", arg);
@@ -153,10 +169,13 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"no-verify", no_argument, 0, O_NO_VERIFY}, {"timeout", required_argument, 0, O_TIMEOUT},
         {"quiet", no_argument, 0, O_QUIET}, {"version", no_argument, 0, O_VERSION},
         {"strict-model", no_argument, 0, O_STRICT_MODEL},
+        {"max-connections", required_argument, 0, O_MAX_CONNECTIONS},
+        {"max-per-ip", required_argument, 0, O_MAX_PER_IP},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
-                             .threads = 2, .backend = QPACK_BACKEND_BPF};
+                             .threads = 2, .max_connections = 4096, .max_per_ip = 256,
+                             .backend = QPACK_BACKEND_BPF};
     opterr = 0;
     optind = 1;
     int opt, rc;
@@ -215,6 +234,28 @@ static void block_stop_signals(sigset_t *set)
     signal(SIGPIPE, SIG_IGN);
 }
 
+/* Each connection holds a descriptor: the soft open-file limit is raised,
+ * up to the hard one, to fit `want` of them beside FD_RESERVE; returns
+ * how many fit. */
+static unsigned fit_connections(unsigned want)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r))
+        return want;
+    rlim_t need = (rlim_t)want + FD_RESERVE;
+    if (r.rlim_cur < need) {
+        r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max >= need ? need : r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+        getrlimit(RLIMIT_NOFILE, &r);
+    }
+    if (r.rlim_cur >= need)
+        return want;
+    unsigned fit = r.rlim_cur > FD_RESERVE + 16 ? (unsigned)(r.rlim_cur - FD_RESERVE) : 16;
+    fprintf(stderr, "qrun serve: the open-file limit (ulimit -n %llu) fits %u connections, not %u\n",
+            (unsigned long long)r.rlim_cur, fit, want);
+    return fit;
+}
+
 static int open_model(const struct serve_opts *o, qpack_model **m)
 {
     qpack_model_params p = qpack_model_default_params();
@@ -246,7 +287,8 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
     }
     struct serve_http_config cfg = {
         .model = m, .sched = sched, .model_id = name, .strict_model = o->strict_model, .api_key = o->api_key, .host = o->host, .port = o->port,
-        .timeout_s = o->timeout_s, .max_connections = 4 * (o->parallel + o->queue) + 64, .log = !o->quiet,
+        .timeout_s = o->timeout_s, .max_connections = fit_connections(o->max_connections),
+        .max_per_ip = o->max_per_ip, .log = !o->quiet,
     };
     struct serve_http *http;
     char msg[600];

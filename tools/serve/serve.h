@@ -3,6 +3,7 @@
  *
  *   serve.c          options, start-up, signals, shutdown
  *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
+ *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
@@ -155,6 +156,13 @@ enum serve_job_state { SERVE_JOB_WAITING, SERVE_JOB_RUNNING, SERVE_JOB_DONE };
  * state, -1 when out of memory. */
 int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len, size_t *cap);
 
+/* fn(arg) is called whenever the job releases text or ends, on the
+ * scheduler's thread with the job locked: it must only signal. */
+void serve_job_watch(struct serve_job *j, void (*fn)(void *arg), void *arg);
+
+/* true when serve_job_take would return at once: text to take, or the end */
+bool serve_job_ready(struct serve_job *j);
+
 /* After SERVE_JOB_DONE: why it ended ("stop" or "length"; NULL for an
  * error, then *err holds it), and the token counts. */
 const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_error *err);
@@ -176,8 +184,8 @@ struct serve_http_config {
     const char *api_key;        /* NULL: no authentication */
     const char *host;           /* numeric address or name to bind */
     unsigned port;              /* 0: any free port */
-    unsigned timeout_s;         /* an idle connection is closed after it */
-    unsigned max_connections;
+    unsigned timeout_s;         /* a request must arrive whole within it */
+    unsigned max_connections, max_per_ip;
     bool log;                   /* a line per request on stderr */
 };
 
@@ -197,8 +205,45 @@ void serve_http_quiesce(struct serve_http *h);
  * timeout_ms. */
 void serve_http_drain(struct serve_http *h, unsigned timeout_ms);
 
-/* Closes every connection and joins their threads. */
+/* Closes every connection and joins the threads. */
 void serve_http_stop(struct serve_http *h);
+
+/* ---- connections (serve_conn.c) ----------------------------------------- */
+
+struct MHD_Connection;
+struct serve_conns;
+struct serve_conn;
+
+/* The watcher thread: requests must arrive whole within timeout_s of
+ * their connection's start or of its previous response. */
+int serve_conns_start(struct serve_conns **out, unsigned timeout_s, char *msg, size_t msg_len);
+
+/* After the daemon has stopped: joins the watcher. */
+void serve_conns_stop(struct serve_conns *cs);
+
+/* A connection accepted (its socket fd), and closed: NULL when out of
+ * memory, and every call below takes NULL. */
+struct serve_conn *serve_conn_open(struct serve_conns *cs, int fd);
+void serve_conn_close(struct serve_conns *cs, struct serve_conn *cn);
+
+/* The request is in, head and body: no deadline while it is answered. */
+void serve_conn_answering(struct serve_conns *cs, struct serve_conn *cn);
+
+/* Its response has gone: the next request's deadline starts. */
+void serve_conn_answered(struct serve_conns *cs, struct serve_conn *cn);
+
+/* The caller has just suspended c, whose request waits for job j: c is
+ * resumed when j has text or has ended, or when the client hangs up (j is
+ * then cancelled and serve_conn_gone says so). */
+void serve_conn_park(struct serve_conns *cs, struct serve_conn *cn, struct MHD_Connection *c, struct serve_job *j);
+bool serve_conn_gone(struct serve_conns *cs, struct serve_conn *cn);
+
+/* A serve_job_watch callback: wakes the watcher (cls: the serve_conns). */
+void serve_conns_wake(void *cls);
+
+/* At shutdown, before the daemon stops: resumes every parked request,
+ * its job cancelled. */
+void serve_conns_resume_all(struct serve_conns *cs);
 
 /* ---- counters (serve_metrics.c) ----------------------------------------- */
 
@@ -217,6 +262,8 @@ struct serve_metrics {
     atomic_ullong steps, step_sessions, step_positions;   /* batched steps: sessions and positions in them */
     atomic_ullong first_token_us, first_tokens; /* time to first token: sum and count */
     atomic_ullong cancelled, rejected;          /* clients gone; 503s for a full queue */
+    atomic_ullong deadline_closed;              /* connections whose request missed --timeout */
+    atomic_uint connections;                    /* open HTTP connections */
     atomic_uint busy, waiting;                  /* sessions generating, jobs queued */
     unsigned parallel, queue_max;
 };

@@ -1,11 +1,12 @@
 /* serve_http.c - the HTTP side of `qrun serve`, on libmicrohttpd.
  *
- * A thread per connection (MHD_USE_THREAD_PER_CONNECTION): a request's
- * thread parses it, tokenizes the prompt, queues the job and then waits
- * for its text, so a slow reader or a long generation holds only its own
- * thread. While it waits it polls its socket: a client that has gone away
- * (POLLRDHUP, POLLHUP) cancels its job at once, whether it was still
- * queued, feeding its prompt or decoding.
+ * A few epoll threads (HTTP_THREADS) run every connection, so an idle or
+ * slow one costs a socket, not a thread, and none of their callbacks
+ * waits: a request parses its body, tokenizes the prompt and queues its
+ * job, then is suspended while the job has nothing to send and parked in
+ * serve_conn.c, whose watcher resumes it when text comes, cancels the job
+ * of a client that hangs up, and closes a connection whose request does
+ * not arrive whole within --timeout.
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
  * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page).
@@ -16,7 +17,6 @@
  * Origin header instead (same_origin), and CORS is never granted. */
 #include <microhttpd.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,13 +29,14 @@
 #include "serve.h"
 #include "clock.h"
 
-#define WAIT_MS 100             /* how often a waiting request checks its client */
+#define HTTP_THREADS 2          /* libmicrohttpd's epoll threads */
 #define STREAM_BLOCK 16384
 #define CLIENT_GONE 499         /* nginx's status for a client that closed its connection */
 
 struct serve_http {
     struct serve_http_config cfg;
     struct MHD_Daemon *d;
+    struct serve_conns *conns;
     uint32_t vocab, ctx;
     long long started;          /* unix seconds: the model's "created" */
     char log_line[512];         /* libmicrohttpd's last message, for a failed start */
@@ -58,6 +59,12 @@ struct request {
     size_t len, cap;
     double t0;
     struct serve_usage usage;
+    struct serve_conn *conn;    /* its connection's deadline and parking */
+    struct serve_job *job;      /* a whole reply's job, until it is sent */
+    struct serve_reply_meta meta;
+    char id[48];
+    char *text;                 /* a whole reply's text so far */
+    size_t text_len, text_cap;
     struct stream *stream;      /* an SSE response still open */
 };
 
@@ -111,18 +118,6 @@ static enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int htt
     vsnprintf(e.message, sizeof e.message, fmt, ap);
     va_end(ap);
     return send_error(c, r, &e);
-}
-
-/* ---- the client ---------------------------------------------------------- */
-
-/* true when the peer closed its side or the socket failed */
-static bool client_gone(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci)
-        return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
 /* ---- routes and checks before the body ----------------------------------- */
@@ -371,33 +366,32 @@ static void job_failure(const qpack_error *err, struct serve_error *e)
         serve_error_set(e, 500, "server_error", qpack_status_name(err->code), NULL, "%s", err->message);
 }
 
-/* a reply as one JSON body: waits for the job's end, watching the client */
-static enum MHD_Result reply_whole(struct MHD_Connection *c, struct request *r, struct serve_job *j,
-                                   const struct serve_reply_meta *meta)
+/* A reply as one JSON body: sent once the job has ended; until then the
+ * request is suspended and parked, and this runs again when it resumes. */
+static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    int state;
-    while ((state = serve_job_take(j, WAIT_MS, &text, &len, &cap)) != SERVE_JOB_DONE)
-        if (state < 0 || client_gone(c)) {
-            serve_job_cancel(j);
-            free(text);
-            r->status = CLIENT_GONE;
-            return MHD_NO;      /* closes the connection */
-        }
-    qpack_error err;
-    const char *finish = serve_job_result(j, &r->usage, &err);
-    enum MHD_Result ok;
-    if (finish) {
-        ok = send_json(c, r, 200, serve_completion_json(meta, text ? text : "", len, finish, &r->usage));
-    } else {
-        struct serve_error e;
-        job_failure(&err, &e);
-        ok = send_error(c, r, &e);
+    if (serve_conn_gone(h->conns, r->conn)) {
+        r->status = CLIENT_GONE;
+        return MHD_NO;          /* closes the connection; on_completed cancels the job */
     }
-    free(text);
-    return ok;
+    int state = serve_job_take(r->job, 0, &r->text, &r->text_len, &r->text_cap);
+    if (state < 0)
+        return MHD_NO;
+    if (state != SERVE_JOB_DONE) {
+        MHD_suspend_connection(c);
+        serve_conn_park(h->conns, r->conn, c, r->job);
+        return MHD_YES;
+    }
+    qpack_error err;
+    const char *finish = serve_job_result(r->job, &r->usage, &err);
+    if (finish)
+        return send_json(c, r, 200,
+                         serve_completion_json(&r->meta, r->text ? r->text : "", r->text_len, finish, &r->usage));
+    struct serve_error e;
+    job_failure(&err, &e);
+    return send_error(c, r, &e);
 }
+
 /* Appends p[0..n) to *buf, which holds *len of its *cap bytes, growing it
  * by doubling; -1 when out of memory (the buffer as it was). */
 static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
@@ -422,6 +416,7 @@ static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_
 struct stream {
     struct serve_http *h;
     struct MHD_Connection *c;
+    struct serve_conn *conn;
     struct request *r;          /* NULL once the request is gone */
     struct serve_job *job;
     struct serve_reply_meta meta;
@@ -467,7 +462,8 @@ static int finish_stream(struct stream *st)
     return rc || add_bytes(st, "data: [DONE]\n\n", 14) ? -1 : 0;
 }
 
-/* the next events: the role, text, or the end; none after WAIT_MS */
+/* the next events: the role, text, or the end; none when the job has
+ * nothing new */
 static int produce(struct stream *st)
 {
     if (!st->role_sent) {
@@ -475,7 +471,7 @@ static int produce(struct stream *st)
         if (st->meta.kind == SERVE_CHAT)
             return add_event(st, serve_chunk_json(&st->meta, "", 0, true, NULL));
     }
-    int state = serve_job_take(st->job, WAIT_MS, &st->text, &st->text_len, &st->text_cap);
+    int state = serve_job_take(st->job, 0, &st->text, &st->text_len, &st->text_cap);
     if (state < 0)
         return -1;
     if (st->text_len) {
@@ -484,24 +480,27 @@ static int produce(struct stream *st)
         if (rc)
             return -1;
     }
-    if (state == SERVE_JOB_DONE)
-        return finish_stream(st);
-    return client_gone(st->c) ? -1 : 0;
+    return state == SERVE_JOB_DONE ? finish_stream(st) : 0;
 }
 
-/* libmicrohttpd's content reader: blocks (this connection's thread) until
- * there is something to send */
+/* libmicrohttpd's content reader: with nothing to send, the connection is
+ * suspended and parked until the job has more (0: nothing now) */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct stream *st = cls;
-    while (st->out_off == st->out_len) {
+    if (st->out_off == st->out_len) {
         if (st->finished)
             return MHD_CONTENT_READER_END_OF_STREAM;
         st->out_off = st->out_len = 0;
-        if (produce(st)) {
+        if (serve_conn_gone(st->h->conns, st->conn) || produce(st)) {
             serve_job_cancel(st->job);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (st->out_len == 0) {
+            MHD_suspend_connection(st->c);
+            serve_conn_park(st->h->conns, st->conn, st->c, st->job);
+            return 0;
         }
     }
     size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
@@ -524,14 +523,16 @@ static void free_stream(void *cls)
 }
 
 static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection *c, struct request *r,
-                                    struct serve_job *j, const struct serve_reply_meta *meta, bool include_usage)
+                                    struct serve_job *j, bool include_usage)
 {
+    const struct serve_reply_meta *meta = &r->meta;
     struct stream *st = calloc(1, sizeof *st);
     if (!st) {
         serve_job_cancel(j);
         return MHD_NO;
     }
-    *st = (struct stream){.h = h, .c = c, .r = r, .job = j, .meta = *meta, .include_usage = include_usage};
+    *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .job = j, .meta = *meta,
+                          .include_usage = include_usage};
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, read_stream, st,
@@ -580,6 +581,7 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
         free(ids);
         return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
     }
+    serve_job_watch(j, serve_conns_wake, h->conns);
     if (serve_sched_submit(h->cfg.sched, j)) {
         serve_job_unref(j);
         atomic_fetch_add(&serve_metrics.rejected, 1);
@@ -587,13 +589,16 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                     "The server is busy: %u requests are running and %u waiting; try again later",
                     serve_metrics.parallel, serve_metrics.queue_max);
     }
-    char id[48];
-    reply_id(kind, id);
-    struct serve_reply_meta meta = {.kind = kind, .id = id, .created = (long long)time(NULL),
-                                    .model = h->cfg.model_id};
-    enum MHD_Result ok = stream ? reply_stream(h, c, r, j, &meta, include_usage) : reply_whole(c, r, j, &meta);
-    serve_job_unref(j);
-    return ok;
+    reply_id(kind, r->id);
+    r->meta = (struct serve_reply_meta){.kind = kind, .id = r->id, .created = (long long)time(NULL),
+                                        .model = h->cfg.model_id};
+    if (stream) {
+        enum MHD_Result ok = reply_stream(h, c, r, j, include_usage);
+        serve_job_unref(j);
+        return ok;
+    }
+    r->job = j;
+    return reply_whole(h, c, r);
 }
 
 /* ---- libmicrohttpd's callbacks ------------------------------------------- */
@@ -613,6 +618,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->ep = route(url, h->cfg.model_id, &r->one_model);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (!ci || !(r->conn = ci->socket_context))
+            return MHD_NO;      /* out of memory when it was accepted */
         return check_head(h, c, r, url, method);
     }
     if (*data_size) {
@@ -620,8 +628,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *data_size = 0;
         return r->responded ? MHD_YES : take_body(r, data, n);
     }
+    serve_conn_answering(h->conns, r->conn);
     if (r->responded)
         return MHD_YES;
+    if (r->job)                 /* resumed */
+        return reply_whole(h, c, r);
     if (r->too_large)
         return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
                     SERVE_MAX_BODY);
@@ -638,6 +649,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     if (r->stream)
         r->stream->r = NULL;
+    if (r->job) {
+        serve_job_cancel(r->job);   /* no effect once it has ended */
+        serve_job_unref(r->job);
+    }
+    serve_conn_answered(h->conns, r->conn);
     serve_metrics_count(r->ep, r->status);
     if (h->cfg.log) {
         char tokens[64] = "";
@@ -647,8 +663,23 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost");
     }
     free(r->body);
+    free(r->text);
     free(r);
     atomic_fetch_sub(&h->active, 1);
+}
+
+/* every connection gets its serve_conn as libmicrohttpd's socket context */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct serve_http *h = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? serve_conn_open(h->conns, ci->connect_fd) : NULL;
+    } else {
+        serve_conn_close(h->conns, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 static void on_log(void *cls, const char *fmt, va_list ap)
@@ -686,12 +717,20 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
         free(h);
         return -1;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    if (serve_conns_start(&h->conns, cfg->timeout_s, msg, msg_len)) {
+        freeaddrinfo(ai);
+        free(h);
+        return -1;
+    }
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_EXTERNAL_LOGGER, on_log, h,
                             MHD_OPTION_END);
@@ -699,6 +738,7 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
     if (!h->d) {
         snprintf(msg, msg_len, "cannot listen on %s port %u: %s", cfg->host, cfg->port,
                  h->log_line[0] ? h->log_line : "libmicrohttpd failed to start");
+        serve_conns_stop(h->conns);
         free(h);
         return -1;
     }
@@ -730,6 +770,8 @@ void serve_http_stop(struct serve_http *h)
 {
     if (!h)
         return;
+    serve_conns_resume_all(h->conns);   /* libmicrohttpd stops no suspended connection */
     MHD_stop_daemon(h->d);
+    serve_conns_stop(h->conns);
     free(h);
 }

@@ -123,6 +123,10 @@ char *serve_metrics_text(const qpack_model *model)
            (double)atomic_load(&m->cancelled));
     metric(&t, "qpack_requests_rejected_total", "counter", "Requests refused with 503 because the queue was full.",
            (double)atomic_load(&m->rejected));
+    metric(&t, "qpack_http_deadline_closed_total", "counter",
+           "Connections closed because a request's head and body did not arrive within --timeout.",
+           (double)atomic_load(&m->deadline_closed));
+    metric(&t, "qpack_http_connections", "gauge", "Open HTTP connections.", atomic_load(&m->connections));
     metric(&t, "qpack_sessions_busy", "gauge", "Sessions running a request.", atomic_load(&m->busy));
     metric(&t, "qpack_sessions", "gauge", "Sessions (--parallel).", m->parallel);
     metric(&t, "qpack_queue_waiting", "gauge", "Requests waiting for a session.", atomic_load(&m->waiting));

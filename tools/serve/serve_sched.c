@@ -53,6 +53,8 @@ struct serve_job {
     const char *finish;         /* "stop", "length"; NULL: err */
     qpack_error err;
     struct serve_usage usage;
+    void (*watch)(void *);      /* told of new text and of the end */
+    void *watch_arg;
 };
 
 /* a session and the request it runs */
@@ -173,6 +175,8 @@ static int job_release_text(struct serve_job *j, const char *p, size_t n)
         memcpy(j->out + j->out_len, p, n);
         j->out_len += n;
         pthread_cond_broadcast(&j->cv);
+        if (j->watch)
+            j->watch(j->watch_arg);
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
@@ -187,7 +191,25 @@ static void job_done(struct serve_job *j, const char *finish, const qpack_error 
     if (!finish)
         j->err = *err;
     pthread_cond_broadcast(&j->cv);
+    if (j->watch)
+        j->watch(j->watch_arg);
     pthread_mutex_unlock(&j->mu);
+}
+
+void serve_job_watch(struct serve_job *j, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&j->mu);
+    j->watch = fn;
+    j->watch_arg = arg;
+    pthread_mutex_unlock(&j->mu);
+}
+
+bool serve_job_ready(struct serve_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool ready = j->out_len || j->state == SERVE_JOB_DONE;
+    pthread_mutex_unlock(&j->mu);
+    return ready;
 }
 
 static void job_done_cancelled(struct serve_job *j, const char *why)
