@@ -162,6 +162,36 @@ endpoints)
     get /v1/models/M; expect_ok "models/M"
     [ "$(jq -r .id "$T/resp")" = M ] || fail "models/M: $(cat "$T/resp")"
     get /v1/models/other; expect_error 404
+    [ "$(jq -r '[.data[0].max_model_len, .data[0].meta.n_ctx] | join(" ")' <<<"$(curl -sS "$URL/v1/models")")" = \
+      "$(jq -r .default_generation_settings.n_ctx <<<"$(curl -sS "$URL/props")") $(jq -r .default_generation_settings.n_ctx <<<"$(curl -sS "$URL/props")")" ] ||
+        fail "/v1/models' context is not /props'"
+
+    # llama-server's endpoints: /tokenize and /detokenize against qrun
+    # tokenize / detokenize, /props, /slots
+    text='Hello <|im_start|>wörld 🐉!'
+    want=$(printf '%s' "$text" | "$QRUN" tokenize -m "$M")
+    post /tokenize "$(jq -nc --arg t "$text" '{content: $t}')"; expect_ok tokenize
+    [ "$(jq -r '.tokens | map(tostring) | join(" ")' "$T/resp")" = "$want" ] ||
+        fail "/tokenize: $(cat "$T/resp"), qrun tokenize: $want"
+    post /tokenize "$(jq -nc --arg t "$text" '{content: $t, with_pieces: true, add_special: false}')"
+    expect_ok "tokenize with pieces"
+    [ "$(jq -r '.tokens | map(.id | tostring) | join(" ")' "$T/resp")" = "$want" ] || fail "pieces' ids: $(cat "$T/resp")"
+    [ "$(jq -r '.tokens[0].piece' "$T/resp")" = "$(printf '%s' "${want%% *}" | "$QRUN" detokenize -m "$M")" ] ||
+        fail "the first piece: $(cat "$T/resp")"
+    post /detokenize "$(jq -nc --arg w "$want" '{tokens: ($w | split(" ") | map(tonumber))}')"; expect_ok detokenize
+    [ "$(jq -r .content "$T/resp")" = "$text" ] || fail "/detokenize: $(cat "$T/resp"), expected '$text'"
+    post /tokenize '{"content": 5}'; expect_error 400 >/dev/null
+    post /tokenize '{"content": "a", "parse_special": false}'; expect_error 400 >/dev/null
+    post /detokenize '{"tokens": [-1]}'; expect_error 400 >/dev/null
+    post /detokenize '{"tokens": [99999999]}'; expect_error 400 >/dev/null
+    get /tokenize; expect_error 405
+    get /props; expect_ok props
+    [ "$(jq -r '[.total_slots, .model_alias, .modalities.vision, (.default_generation_settings.params.temperature | tostring)] | join(" ")' "$T/resp")" = \
+      "1 M false 1" ] || fail "/props: $(cat "$T/resp")"
+    get /slots; expect_ok slots
+    [ "$(jq -r '[length, .[0].id, .[0].is_processing] | map(tostring) | join(" ")' "$T/resp")" = "1 0 false" ] ||
+        fail "/slots while idle: $(cat "$T/resp")"
+    echo "ok llama-server endpoints: /tokenize /detokenize /props /slots"
 
     # chat, whole and streamed, against qrun --chat
     for p in "Hi" "Tell me a story about a dragon"; do

@@ -395,9 +395,26 @@ START_TEST(responses_have_openais_shapes)
     ck_assert_str_eq(str_at(j, "error", "code"), "model_not_found");
     ck_assert_str_eq(str_at(j, "error", "param"), "model");
     cJSON_Delete(j);
-    j = parse_json(serve_models_json("M", 2, false));
+    j = parse_json(serve_models_json("M", 2, false, 256, 40960, 1000));
     ck_assert_str_eq(str_at(j, "object", NULL), "list");
-    ck_assert_str_eq(str_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0), "id", NULL), "M");
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "data"), 0);
+    ck_assert_str_eq(str_at(m, "id", NULL), "M");
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(m, "max_model_len")->valueint, 256);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m, "meta");
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(meta, "n_ctx")->valueint, 256);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(meta, "n_ctx_train")->valueint, 40960);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(meta, "n_vocab")->valueint, 1000);
+    cJSON_Delete(j);
+
+    struct serve_slot_info slots[2] = {{.busy = true, .held = 7, .prompt = 5, .decoded = 3}, {0}};
+    j = parse_json(serve_slots_json(slots, 2, 256));
+    ck_assert_int_eq(cJSON_GetArraySize(j), 2);
+    const cJSON *s0 = cJSON_GetArrayItem(j, 0), *s1 = cJSON_GetArrayItem(j, 1);
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s0, "is_processing")));
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(s1, "is_processing")));
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(s0, "n_past")->valueint, 7);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(s1, "id")->valueint, 1);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(s0, "n_ctx")->valueint, 256);
     cJSON_Delete(j);
 }
 END_TEST

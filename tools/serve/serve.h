@@ -5,6 +5,7 @@
  *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
  *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
+ *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
  *   serve_page.html  the chat page (compiled in as serve_page_html)
@@ -94,6 +95,22 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len, cons
                         struct serve_request *req, struct serve_error *err);
 void serve_request_free(struct serve_request *req);
 
+/* What a request leaves out: temperature 1, repeat_last_n 64, the rest
+ * neutral. */
+qpack_sampler_params serve_default_sampling(void);
+
+/* Any request body: one strict JSON value (no key twice, no escaped NUL,
+ * UTF-8), *root to cJSON_Delete; or -1 with *err filled. */
+typedef struct cJSON cJSON;
+int serve_json_parse(const char *body, size_t len, cJSON **root, struct serve_error *err);
+
+/* A JSON string of text[0..len), which may hold NUL bytes, as a raw cJSON
+ * item; NULL when out of memory. */
+cJSON *serve_json_text(const char *text, size_t len);
+
+/* Prints root unformatted and frees it; NULL when !ok or out of memory. */
+char *serve_json_print(cJSON *root, bool ok);
+
 /* Response bodies, malloc'd NUL-terminated JSON (NULL when out of memory). */
 char *serve_error_json(const struct serve_error *e);
 
@@ -118,7 +135,10 @@ char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_
                        const char *finish);
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u);
 
-char *serve_models_json(const char *model_id, long long created, bool one);
+/* /v1/models (one: /v1/models/ID): the context as vLLM (max_model_len)
+ * and llama-server (meta.n_ctx, n_ctx_train, n_vocab) give it */
+char *serve_models_json(const char *model_id, long long created, bool one, uint32_t ctx, uint32_t ctx_train,
+                        uint32_t vocab);
 
 /* ---- the sessions (serve_sched.c) ---------------------------------------- */
 
@@ -167,6 +187,17 @@ bool serve_job_ready(struct serve_job *j);
  * error, then *err holds it), and the token counts. */
 const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_error *err);
 
+/* What /slots shows of each session: running a job, positions held (a
+ * free session keeps its last sequence for the next prompt that shares
+ * its start), the last job's prompt and generated tokens. */
+struct serve_slot_info {
+    bool busy;
+    uint32_t held, prompt, decoded;
+};
+
+/* Fills out[0..) with at most max sessions' info; returns how many. */
+unsigned serve_sched_slots(struct serve_sched *s, struct serve_slot_info *out, unsigned max);
+
 /* Stops: waiting jobs end as cancelled, running ones are interrupted, the
  * workers are joined; later submits fail. The sessions stay until
  * serve_sched_free (they must go before the model). */
@@ -207,6 +238,26 @@ void serve_http_drain(struct serve_http *h, unsigned timeout_ms);
 
 /* Closes every connection and joins the threads. */
 void serve_http_stop(struct serve_http *h);
+
+/* ---- llama-server's endpoints (serve_llama.c) -------------------------- */
+
+/* POST /tokenize and /detokenize: 0 with the reply in *out (NULL when out
+ * of memory), or -1 with *err filled (a 400 naming the field). */
+int serve_tokenize_reply(const qpack_tokenizer *tok, const char *body, size_t len, char **out,
+                         struct serve_error *err);
+int serve_detokenize_reply(const qpack_tokenizer *tok, uint32_t vocab, const char *body, size_t len, char **out,
+                           struct serve_error *err);
+
+/* GET /props */
+struct serve_props {
+    const char *model_id, *model_path, *format, *backend;
+    uint32_t ctx, ctx_train, vocab;
+    unsigned parallel;
+};
+char *serve_props_json(const struct serve_props *p);
+
+/* GET /slots: n sessions of ctx positions */
+char *serve_slots_json(const struct serve_slot_info *s, unsigned n, uint32_t ctx);
 
 /* ---- connections (serve_conn.c) ----------------------------------------- */
 
@@ -249,7 +300,7 @@ void serve_conns_resume_all(struct serve_conns *cs);
 
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
-    SERVE_EP_OTHER, SERVE_EP_COUNT
+    SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_OTHER, SERVE_EP_COUNT
 };
 
 #define SERVE_STATUS_SLOTS 12   /* 200 400 401 403 404 405 408 413 429 500 503, other */

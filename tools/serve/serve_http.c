@@ -9,7 +9,8 @@
  * not arrive whole within --timeout.
  *
  * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page).
+ * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page), and
+ * llama-server's POST /tokenize, POST /detokenize, GET /props, GET /slots.
  * Every error is OpenAI's JSON error object with its HTTP status. With an
  * API key, everything but / and /health needs "Authorization: Bearer KEY".
  * Request bodies are JSON whatever their Content-Type says (curl -d sends
@@ -130,7 +131,8 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
     } routes[] = {
         {"/v1/chat/completions", SERVE_EP_CHAT}, {"/v1/completions", SERVE_EP_COMPLETIONS},
         {"/v1/models", SERVE_EP_MODELS}, {"/health", SERVE_EP_HEALTH}, {"/metrics", SERVE_EP_METRICS},
-        {"/", SERVE_EP_PAGE},
+        {"/", SERVE_EP_PAGE}, {"/tokenize", SERVE_EP_TOKENIZE}, {"/detokenize", SERVE_EP_DETOKENIZE},
+        {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -141,9 +143,14 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
     return SERVE_EP_OTHER;
 }
 
-static bool is_post(enum serve_endpoint ep)
+static bool is_generation(enum serve_endpoint ep)
 {
     return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS;
+}
+
+static bool is_post(enum serve_endpoint ep)
+{
+    return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE;
 }
 
 /* constant time in the key's length */
@@ -281,7 +288,20 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
     case SERVE_EP_HEALTH:
         return send_json(c, r, 200, strdup("{\"status\":\"ok\"}"));
     case SERVE_EP_MODELS:
-        return send_json(c, r, 200, serve_models_json(h->cfg.model_id, h->started, r->one_model));
+        return send_json(c, r, 200, serve_models_json(h->cfg.model_id, h->started, r->one_model, h->ctx,
+                                                      qpack_model_get_info(h->cfg.model)->max_positions, h->vocab));
+    case SERVE_EP_PROPS: {
+        const qpack_model_info *i = qpack_model_get_info(h->cfg.model);
+        struct serve_props p = {.model_id = h->cfg.model_id, .model_path = i->path, .format = i->format,
+                                .backend = i->backend, .ctx = h->ctx, .ctx_train = i->max_positions,
+                                .vocab = h->vocab, .parallel = serve_metrics.parallel};
+        return send_json(c, r, 200, serve_props_json(&p));
+    }
+    case SERVE_EP_SLOTS: {
+        struct serve_slot_info slots[64];
+        unsigned n = serve_sched_slots(h->cfg.sched, slots, 64);
+        return send_json(c, r, 200, serve_slots_json(slots, n, h->ctx));
+    }
     case SERVE_EP_METRICS:
         return send_body(c, r, 200, serve_metrics_text(h->cfg.model), "text/plain; version=0.0.4; charset=utf-8",
                          NULL, NULL);
@@ -296,6 +316,21 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
     default:
         return MHD_NO;
     }
+}
+
+/* ---- llama-server's token endpoints -------------------------------------- */
+
+static enum MHD_Result serve_tokens(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    if (!tok)
+        return fail(c, r, 400, "invalid_request_error", NULL, NULL, "the model carries no tokenizer");
+    struct serve_error e;
+    char *out;
+    const char *body = r->body ? r->body : "";
+    int rc = r->ep == SERVE_EP_TOKENIZE ? serve_tokenize_reply(tok, body, r->len, &out, &e)
+                                        : serve_detokenize_reply(tok, h->vocab, body, r->len, &out, &e);
+    return rc ? send_error(c, r, &e) : send_json(c, r, 200, out);
 }
 
 /* ---- generation ---------------------------------------------------------- */
@@ -636,7 +671,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->too_large)
         return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
                     SERVE_MAX_BODY);
-    return is_post(r->ep) ? serve_generate(h, c, r) : serve_get(h, c, r);
+    if (is_generation(r->ep))
+        return serve_generate(h, c, r);
+    return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)

@@ -12,7 +12,8 @@ struct serve_metrics serve_metrics;
 static const int status_of_slot[SERVE_STATUS_SLOTS] = {200, 400, 401, 403, 404, 405, 408, 413, 429, 500, 503, 0};
 
 static const char *const endpoint_names[SERVE_EP_COUNT] = {
-    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/", "other",
+    "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/",
+    "/tokenize", "/detokenize", "/props", "/slots", "other",
 };
 
 void serve_metrics_count(enum serve_endpoint ep, int http_status)

@@ -466,12 +466,17 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
     return 0;
 }
 
-int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const struct serve_model_ref *model,
-                        struct serve_request *r, struct serve_error *e)
+qpack_sampler_params serve_default_sampling(void)
 {
-    *r = (struct serve_request){.kind = kind, .sampling = qpack_sampler_default_params()};
-    r->sampling.temperature = 1;    /* OpenAI's default */
-    r->sampling.repeat_last_n = 64; /* llama-server's window for the penalties */
+    qpack_sampler_params p = qpack_sampler_default_params();
+    p.temperature = 1;          /* OpenAI's default */
+    p.repeat_last_n = 64;       /* llama-server's window for the penalties */
+    return p;
+}
+
+int serve_json_parse(const char *body, size_t len, cJSON **out, struct serve_error *e)
+{
+    *out = NULL;
     if (memchr(body, 0, len))
         return BAD(e, NULL, "the request body holds a NUL byte");
     const char *end = NULL;
@@ -483,11 +488,23 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len, cons
         return BAD(e, NULL, "the request body is not valid JSON (at byte %td of %zu)", end ? end - body : 0, len);
     }
     qp_err strict = {{0}};
-    int rc = json_refuse_ambiguous(root, body, len, "request body", &strict);
-    if (rc)
+    if (json_refuse_ambiguous(root, body, len, "request body", &strict)) {
+        cJSON_Delete(root);
         serve_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", strict.msg);
-    else
-        rc = read_body(root, kind, model, r, e);
+        return -1;
+    }
+    *out = root;
+    return 0;
+}
+
+int serve_parse_request(enum serve_kind kind, const char *body, size_t len, const struct serve_model_ref *model,
+                        struct serve_request *r, struct serve_error *e)
+{
+    *r = (struct serve_request){.kind = kind, .sampling = serve_default_sampling()};
+    cJSON *root;
+    if (serve_json_parse(body, len, &root, e))
+        return -1;
+    int rc = read_body(root, kind, model, r, e);
     cJSON_Delete(root);
     if (rc)
         serve_request_free(r);
@@ -512,7 +529,7 @@ void serve_request_free(struct serve_request *r)
 /* A JSON string of text[0..len): cJSON's strings end at a NUL byte, but a
  * model may generate one (the byte-level token for 0x00), so the reply's
  * text is escaped here and added as raw JSON. */
-static cJSON *json_text(const char *text, size_t len)
+cJSON *serve_json_text(const char *text, size_t len)
 {
     size_t cap = len * 6 + 3;
     char *out = malloc(cap), *o = out;
@@ -537,8 +554,7 @@ static cJSON *json_text(const char *text, size_t len)
     return raw;
 }
 
-/* prints and frees root; NULL when any part failed */
-static char *print(cJSON *root, bool ok)
+char *serve_json_print(cJSON *root, bool ok)
 {
     char *s = ok && root ? cJSON_PrintUnformatted(root) : NULL;
     cJSON_Delete(root);
@@ -557,7 +573,7 @@ char *serve_error_json(const struct serve_error *e)
               cJSON_AddStringToObject(err, "type", e->type) &&
               (param[0] ? cJSON_AddStringToObject(err, "param", param) : cJSON_AddNullToObject(err, "param")) &&
               (e->code ? cJSON_AddStringToObject(err, "code", e->code) : cJSON_AddNullToObject(err, "code"));
-    return print(root, ok);
+    return serve_json_print(root, ok);
 }
 
 static cJSON *reply_head(const struct serve_reply_meta *r, const char *object)
@@ -595,7 +611,7 @@ static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, co
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     if (!choices || !c || !cJSON_AddItemToArray(choices, c) || !cJSON_AddNumberToObject(c, "index", 0))
         return false;
-    cJSON *t = text ? json_text(text, len) : NULL;
+    cJSON *t = text ? serve_json_text(text, len) : NULL;
     if (text && !t)
         return false;
     if (kind == SERVE_COMPLETION) {
@@ -616,7 +632,7 @@ char *serve_completion_json(const struct serve_reply_meta *r, const char *text, 
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion" : "text_completion");
     bool ok = root && add_choice(root, r->kind, "message", text, len, true, finish) && add_usage(root, u);
-    return print(root, ok);
+    return serve_json_print(root, ok);
 }
 
 char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_t len, bool role_chunk,
@@ -627,28 +643,33 @@ char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_
     /* a chat's last chunk has an empty delta; a completion's an empty text */
     const char *t = text ? text : (chat && !role_chunk ? NULL : "");
     bool ok = root && add_choice(root, r->kind, "delta", t, text ? len : 0, role_chunk, finish);
-    return print(root, ok);
+    return serve_json_print(root, ok);
 }
 
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u)
 {
     cJSON *root = reply_head(r, r->kind == SERVE_CHAT ? "chat.completion.chunk" : "text_completion");
     bool ok = root && cJSON_AddArrayToObject(root, "choices") && add_usage(root, u);
-    return print(root, ok);
+    return serve_json_print(root, ok);
 }
 
-char *serve_models_json(const char *model_id, long long created, bool one)
+char *serve_models_json(const char *model_id, long long created, bool one, uint32_t ctx, uint32_t ctx_train,
+                        uint32_t vocab)
 {
-    cJSON *m = cJSON_CreateObject();
+    cJSON *m = cJSON_CreateObject(), *meta;
     bool ok = m && cJSON_AddStringToObject(m, "id", model_id) && cJSON_AddStringToObject(m, "object", "model") &&
               cJSON_AddNumberToObject(m, "created", (double)created) &&
-              cJSON_AddStringToObject(m, "owned_by", "qpack");
+              cJSON_AddStringToObject(m, "owned_by", "qpack") &&
+              cJSON_AddNumberToObject(m, "max_model_len", ctx) &&
+              (meta = cJSON_AddObjectToObject(m, "meta")) && cJSON_AddNumberToObject(meta, "n_ctx", ctx) &&
+              cJSON_AddNumberToObject(meta, "n_ctx_train", ctx_train) &&
+              cJSON_AddNumberToObject(meta, "n_vocab", vocab);
     if (one || !ok)
-        return print(m, ok);
+        return serve_json_print(m, ok);
     cJSON *root = cJSON_CreateObject(), *data = NULL;
     ok = root && cJSON_AddStringToObject(root, "object", "list") && (data = cJSON_AddArrayToObject(root, "data")) &&
          cJSON_AddItemToArray(data, m);
     if (!ok && !(data && data->child == m))
         cJSON_Delete(m);
-    return print(root, ok);
+    return serve_json_print(root, ok);
 }

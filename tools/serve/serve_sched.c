@@ -69,6 +69,9 @@ struct slot {
     bool decoding;              /* the prompt is in: `next` is the token to feed */
     int32_t next;
     double t_start, t_first;    /* seconds: admitted, its first token */
+    /* for /slots, read by other threads */
+    atomic_uint held;           /* positions in the session */
+    atomic_uint prompt, decoded;    /* the job's prompt tokens and tokens generated */
 };
 
 struct serve_sched {
@@ -381,6 +384,9 @@ static void start(struct serve_sched *s, struct slot *sl)
     sl->decoding = false;
     atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
     j->usage.prompt_tokens = j->n_prompt;
+    atomic_store(&sl->prompt, j->n_prompt);
+    atomic_store(&sl->decoded, 0);
+    atomic_store(&sl->held, sl->fed);
     stop_text_init(&sl->stops, (const char *const *)j->stops.s, (int)j->stops.n);
     if (qpack_session_rewind(sl->session, sl->fed, &err) || qpack_sampler_new(&sl->sampler, s->m, &j->sp, &err))
         finish(s, sl, NULL, &err);
@@ -427,6 +433,7 @@ static void take_token(struct serve_sched *s, struct slot *sl)
     struct serve_job *j = sl->job;
     qpack_error err = {0};
     int32_t id = qpack_sample(sl->sampler, sl->session);
+    atomic_store(&sl->decoded, j->usage.completion_tokens + 1);
     if (j->usage.completion_tokens++ == 0) {
         sl->t_first = qp_now_s();
         atomic_fetch_add(&serve_metrics.first_token_us, micros(sl->t_first - j->t_submit));
@@ -454,6 +461,19 @@ static void take_token(struct serve_sched *s, struct slot *sl)
     if (end && flush_text(sl, &err))
         end = NULL;
     finish(s, sl, end, &err);
+}
+
+unsigned serve_sched_slots(struct serve_sched *s, struct serve_slot_info *out, unsigned max)
+{
+    pthread_mutex_lock(&s->mu);
+    unsigned n = s->n_slots < max ? s->n_slots : max;
+    for (unsigned i = 0; i < n; i++) {
+        const struct slot *sl = &s->slots[i];
+        out[i] = (struct serve_slot_info){.busy = sl->job != NULL, .held = atomic_load(&sl->held),
+                                          .prompt = atomic_load(&sl->prompt), .decoded = atomic_load(&sl->decoded)};
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 /* ---- the steps ----------------------------------------------------------- */
@@ -529,6 +549,7 @@ static void step(struct serve_sched *s, qpack_batch_item *items, struct slot **i
     atomic_fetch_add(&serve_metrics.step_positions, positions);
     for (size_t i = 0; i < n; i++) {
         struct slot *sl = in[i];
+        atomic_store(&sl->held, qpack_session_pos(sl->session));
         if (rc) {
             finish(s, sl, NULL, &err);
             continue;

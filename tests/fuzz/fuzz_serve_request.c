@@ -1,0 +1,63 @@
+/* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
+ * The first byte picks the endpoint (chat, completions, /tokenize,
+ * /detokenize, with the Qwen3 tokenizer); the rest is the body, not
+ * NUL-terminated. A refusal must come with a message. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const qpack_tokenizer *tokenizer(void)
+{
+    static qpack_tokenizer *tok;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        qpack_error err;
+        const char *path = getenv("QP_FUZZ_TOKENIZER") ? getenv("QP_FUZZ_TOKENIZER") : QP_FUZZ_TOKENIZER_PATH;
+        if (qpack_tokenizer_load(&tok, path, &err)) {
+            fprintf(stderr, "fuzz_serve_request: %s\n", err.message);
+            abort();
+        }
+    }
+    return tok;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    unsigned pick = data[0] % 4;
+    size--;
+    char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
+    if (!body)
+        return 0;
+    memcpy(body, data + 1, size);
+    struct serve_error e = {0};
+    struct serve_model_ref model = {"M", false, 151936};
+    int rc;
+    char *out = NULL;
+    if (pick < 2) {
+        struct serve_request r;
+        rc = serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
+        if (!rc)
+            serve_request_free(&r);
+    } else if (pick == 2) {
+        rc = serve_tokenize_reply(tokenizer(), body, size, &out, &e);
+    } else {
+        rc = serve_detokenize_reply(tokenizer(), 151936, body, size, &out, &e);
+    }
+    if (rc && (e.http != 400 || !e.message[0]))
+        abort();
+    if (rc) {
+        char *json = serve_error_json(&e);     /* the error body must build */
+        free(json);
+    }
+    free(out);
+    free(body);
+    return 0;
+}
