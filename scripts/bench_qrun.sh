@@ -41,7 +41,7 @@ pick() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p" "$out"; }
     echo "qrun${QP_STREAM:+ --stream}, Qwen3-0.6B shape, $(basename "$model"), $(echo "$ids" | wc -w)-token prompt, $runs runs (medians):"
     echo "  start-up          $(median $(pick 'load')) ms   (target <= 3000): checksums $(median $(pick 'checksums')), maps and programs $(median $(pick 'maps and programs')), weight copy $(median $(pick 'weight copy')) ms"
     echo "  decode            $(median $(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token (target <= 300)"
-    echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*/\1/p' "$out")) ms/token"
+    echo "  prompt            $(median $(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token.*/\1/p' "$out")) ms/token"
     echo "  bpf calls         $(median $(sed -n 's/.* \([0-9.]*\) bpf calls\/token.*/\1/p' "$out")) per token"
     echo "  longest call      $(median $(pick 'longest call')) ms   (target <= 10)"
     echo "  calls over 10 ms  $(median $(sed -n 's/.*ms (.*), \([0-9]*\) of [0-9]* calls over.*/\1/p' "$out")) per run, of $(median $(sed -n 's/.* of \([0-9]*\) calls over.*/\1/p' "$out")) (a shared host's preemption stretches single calls)"

@@ -117,7 +117,7 @@ fi
 echo "qrun serve, batched sessions; $requests streamed requests of $new tokens per client; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in $models; do
     name=$(basename "$model" .qpk)
-    pass=$("$qrun" -m "$model" --ids 1000 -n 0 --stats 2>&1 >/dev/null | sed -n 's|.*prompt 1 token in [0-9]* ms (\([0-9.]*\) ms/token).*|\1|p')
+    pass=$("$qrun" -m "$model" --ids 1000 -n 0 --stats 2>&1 >/dev/null | sed -n 's|.*prompt 1 token in [0-9]* ms (\([0-9.]*\) ms/token, .*|\1|p')
     start "$model" 8
     echo "$name:"
     for temp in 0 0.8; do

@@ -173,6 +173,10 @@ generate)
     [ "$rc" = 0 ] && valid_utf8 "$T/sample.out" || fail "sampling: exit $rc, $(cat "$T/sample.err")"
     run stats -m "$M" -p "Hello" -n 4 --stats
     [ "$rc" = 0 ] && grep -q "backend bpf" "$T/stats.err" || fail "--stats: $(cat "$T/stats.err")"
+    # tokens/s beside ms/token, each the other's inverse (to the printed digits)
+    sed -n 's|.* \([0-9.]*\) ms/token (\([0-9.]*\) tokens/s) over .*|\1 \2|p' "$T/stats.err" |
+        awk '{ d = 1000 / $1 - $2; if (NF != 2 || d > 0.05 * $2 + 0.1 || d < -0.05 * $2 - 0.1) exit 1; n++ }
+             END { exit n != 1 }' || fail "--stats tokens/s: $(cat "$T/stats.err")"
     # QP_BPF_STATS=1: one line, every kernel with its verifier count, each
     # within the verifier's limit of 1M processed instructions
     QP_BPF_STATS=1 "$QRUN" -m "$M" --ids "1 2" -n 1 >"$T/vstats.out" 2>"$T/vstats.err" ||
@@ -684,7 +688,7 @@ stats)
     # twin, a float64 cache for the reference, no ms/token without a step
     run emu -m "$M" -p Hello -n 1 --backend emu --stats
     [ "$rc" = 0 ] || fail "emu: $(cat "$T/emu.err")"
-    ! grep -q "BPF maps\|bpf calls\|ms/token over" "$T/emu.err" || fail "emu: $(cat "$T/emu.err")"
+    ! grep -q "BPF maps\|bpf calls\|ms/token (" "$T/emu.err" || fail "emu: $(cat "$T/emu.err")"
     grep -q "no decode step to time" "$T/emu.err" && grep -q "kernel calls (host twin)" "$T/emu.err" ||
         fail "emu -n 1: $(cat "$T/emu.err")"
     grep -Eq "KV cache [0-9.]+ kB/position, peak RSS [0-9]+ MB" "$T/emu.err" || fail "units: $(cat "$T/emu.err")"

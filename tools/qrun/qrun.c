@@ -633,7 +633,8 @@ static void print_startup(const struct run_state *r)
         fprintf(stderr, " (the checkpoint mapped: each step reads its BF16 weights into float64)");
     fprintf(stderr, ", prompt %u token%s in %.0f ms", r->prompt_tokens, r->prompt_tokens == 1 ? "" : "s", r->prompt_ms);
     if (r->prompt_tokens)
-        fprintf(stderr, " (%.1f ms/token)", r->prompt_ms / r->prompt_tokens);
+        fprintf(stderr, " (%.1f ms/token, %.1f tokens/s)", r->prompt_ms / r->prompt_tokens,
+                r->prompt_ms > 0 ? 1000.0 * r->prompt_tokens / r->prompt_ms : 0.0);
     fputc('\n', stderr);
 }
 
@@ -645,7 +646,8 @@ static void print_generation(const struct run_state *r, const qpack_session_stat
     fprintf(stderr, "qrun: generated %u token%s", r->generated, r->generated == 1 ? "" : "s");
     /* per token, not per step: a --lookup step can make several */
     if (r->decode_steps && r->step_tokens)
-        fprintf(stderr, ", %.1f ms/token over %u decode steps", r->gen_ms / r->step_tokens, r->decode_steps);
+        fprintf(stderr, ", %.1f ms/token (%.1f tokens/s) over %u decode steps", r->gen_ms / r->step_tokens,
+                r->gen_ms > 0 ? 1000.0 * r->step_tokens / r->gen_ms : 0.0, r->decode_steps);
     if (r->decode_steps && r->o->lookup)
         fprintf(stderr, " (%.1f ms/step, %u tokens from them)", r->gen_ms / r->decode_steps, r->step_tokens);
     if (!r->decode_steps && r->generated)
