@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -75,6 +76,9 @@ int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_inf
         if (qp_lib_info_from_folder(path, info, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     } else {
+        qpack_status folder = qp_lib_refuse_folder(path, err);
+        if (folder)
+            return folder;
         struct qpk_file f;
         if (qpk_open(&f, path, 0, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
@@ -107,6 +111,31 @@ int qp_lib_container_tokenizer(const struct qpk_file *f, const char *path, qp_to
     return rc;
 }
 
+qpack_status qp_lib_refuse_folder(const char *path, qpack_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) || !S_ISDIR(st.st_mode))
+        return QPACK_OK;
+    char config[4096];
+    snprintf(config, sizeof config, "%s/config.json", path);
+    if (access(config, F_OK))
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT,
+                           "%s is a folder, not a .qpk container (nor a Hugging Face checkpoint folder: it has no "
+                           "config.json)", path);
+    char name[256];
+    const char *base = path;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    for (size_t i = 0; i < n; i++)
+        if (path[i] == '/' && i + 1 < n)
+            base = path + i + 1;
+    snprintf(name, sizeof name, "%.*s", (int)(path + n - base), base);
+    return qp_lib_fail(err, QPACK_ERR_ARGUMENT,
+                       "%s is a Hugging Face checkpoint folder: pack it first: qpack pack %s -o %s.qpk (or run it "
+                       "unpacked, slowly, in float64 with --backend ref)", path, path, name);
+}
+
 int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_backend backend, qpack_error *err)
 {
     *out = NULL;
@@ -120,6 +149,9 @@ int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_ba
         if (qp_tok_load_file(&tok, file, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     } else {
+        qpack_status folder = qp_lib_refuse_folder(path, err);
+        if (folder)
+            return folder;
         struct qpk_file f;
         if (qpk_open(&f, path, 0, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);

@@ -83,6 +83,10 @@ void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *befo
 qpack_status qp_lib_error(qpack_error *out, const qp_err *in, qpack_status fallback);
 
 /* Fills a public error from a format string. */
+/* A folder where a container goes: fails saying what it is and what to do
+ * (pack a Hugging Face folder first); QPACK_OK for anything else. */
+qpack_status qp_lib_refuse_folder(const char *path, qpack_error *err);
+
 qpack_status qp_lib_fail(qpack_error *out, qpack_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -159,6 +159,9 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     if (p.backend > QPACK_BACKEND_REF || p.threads > 2)
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "model parameters out of range (backend %d, threads %u)",
                            (int)p.backend, p.threads);
+    qpack_status folder = p.backend == QPACK_BACKEND_REF ? QPACK_OK : qp_lib_refuse_folder(path, err);
+    if (folder)
+        return folder;
     p.max_sessions = p.max_sessions ? p.max_sessions : 1;
     qpack_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path)) || !(m->slot_taken = calloc(p.max_sessions, sizeof *m->slot_taken))) {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "cli_suggest.h"
 #include "bf16.h"
 #include "stdout_policy.h"
 #include "error.h"
@@ -209,8 +210,16 @@ static int parse_flag(struct options *o, int argc, char **argv, int *i, qp_err *
             return qp_fail(err, "--init needs fixed or fan-in, got '%s'", value ? value : "");
         o->fan_in_init = strcmp(value, "fan-in") == 0;
         ++*i;
-    } else if (flag[0] == '-')
+    } else if (flag[0] == '-') {
+        static const char *const known[] = {"--hidden", "--intermediate", "--layers", "--heads", "--kv-heads",
+                                            "--head-dim", "--vocab", "--max-pos", "--untied", "--stress",
+                                            "--preset", "--seed", "--shards", "--tokenizer-dir", "--dtype",
+                                            "--init", "--help", "--version"};
+        const char *guess = qp_cli_closest(flag, known, sizeof known / sizeof *known);
+        if (guess)
+            return qp_fail(err, "unknown option '%s': did you mean %s?", flag, guess);
         return qp_fail(err, "unknown option '%s'", flag);
+    }
     else if (o->out_dir)
         return qp_fail(err, "two output folders given: '%s' and '%s'", o->out_dir, flag);
     else

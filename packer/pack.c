@@ -151,6 +151,8 @@ int cmd_pack(int argc, char **argv)
     /* a destination that cannot be written is bad usage (-o's value) */
     bool bad_out = !rc && fs_out_check(p.opt.out, inputs, &err) != 0;
     rc |= bad_out;
+    if (!rc && access(config_path, F_OK))
+        rc = qp_fail(&err, "%s: not a Hugging Face checkpoint folder: it has no config.json", p.opt.src);
     if (!rc)
         rc = hf_config_load(config_path, &p.hf, &err);
     if (!rc) {

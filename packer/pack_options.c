@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bf16.h"
+#include "cli_suggest.h"
 
 static void usage_pack(FILE *out)
 {
@@ -132,8 +133,9 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
     const char *group = NULL, *quant = NULL, *format = "q24", *calib_tokens = NULL;
     qp_err err = {{0}};
     optind = 1;
+    opterr = 0;                 /* one line of our own per mistake, not getopt's and the usage */
     int c;
-    while ((c = getopt_long(argc, argv, "o:f:qh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:f:qh", longs, NULL)) != -1) {
         switch (c) {
         case 'o': o->out = optarg; break;
         case 'f': format = optarg; break;
@@ -149,13 +151,15 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
             break;
         case 'q': o->quiet = true; break;
         case 'h': usage_pack(stdout); exit(0);
-        default: usage_pack(stderr); return -1;
+        case ':':
+            fprintf(stderr, "qpack pack: option '%s' needs a value (see qpack pack --help)\n", argv[optind - 1]);
+            return -1;
+        default: qp_cli_unknown_option("qpack pack", "qpack pack", argv[optind - 1], optopt, longs); return -1;
         }
     }
     if (optind + 1 != argc || !o->out) {
-        fprintf(stderr, "qpack pack: %s\n", optind + 1 < argc ? "one source folder expected"
-                                                               : "need SRC and -o OUT.qpk");
-        usage_pack(stderr);
+        fprintf(stderr, "qpack pack: %s (see qpack pack --help)\n",
+                optind + 1 < argc ? "one source folder expected" : "need SRC and -o OUT.qpk");
         return -1;
     }
     o->src = argv[optind];

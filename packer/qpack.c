@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "error.h"
 #include "pack.h"
@@ -56,6 +57,11 @@ int main(int argc, char **argv)
         return qp_stdout_finish("qpack", cmd_info(argc - 1, argv + 1));
     if (!strcmp(cmd, "verify"))
         return qp_stdout_finish("qpack", cmd_verify(argc - 1, argv + 1));
-    fprintf(stderr, "qpack: unknown command '%s' (try qpack --help)\n", cmd);
+    static const char *const commands[] = {"pack", "info", "verify"};
+    const char *guess = qp_cli_closest(cmd, commands, sizeof commands / sizeof *commands);
+    if (guess)
+        fprintf(stderr, "qpack: unknown command '%s': did you mean %s? (see qpack --help)\n", cmd, guess);
+    else
+        fprintf(stderr, "qpack: unknown command '%s' (see qpack --help)\n", cmd);
     return 2;
 }

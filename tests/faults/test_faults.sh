@@ -917,6 +917,18 @@ input_fifos)
 pack_inputs)
     gen m --seed 2
     cp "$W/m/config.json" "$W/config.orig"
+    # a folder that is no checkpoint, a mistyped option, a mistyped command:
+    # one line each that says what to do
+    mkdir -p "$W/empty"
+    run no_config "$QPACK" pack "$W/empty" -o "$W/x.qpk"
+    one_line_error no_config "$W/empty: not a Hugging Face checkpoint folder: it has no config.json"
+    run typo_option "$QPACK" pack "$W/m" --fromat int4 -o "$W/x.qpk"
+    one_line_error typo_option "unknown option '--fromat': did you mean --format? (see qpack pack --help)"
+    [ "$rc" = 2 ] || fail "typo_option: exit $rc, expected 2"
+    run typo_command "$QPACK" inf "$W/x.qpk"
+    one_line_error typo_command "unknown command 'inf': did you mean info? (see qpack --help)"
+    run no_out "$QPACK" pack "$W/m"
+    one_line_error no_out "need SRC and -o OUT.qpk (see qpack pack --help)"
     # a key twice in config.json: Hugging Face (Python's json) takes the last
     # value; a first value that differs must not be packed silently
     for kv in "rope_theta 5" "rms_norm_eps 0.5" "max_position_embeddings 77"; do

@@ -350,7 +350,22 @@ bad_args)
         grep -q -- "-n" "$T/n_negative.err" && grep -q -- "--seed" "$T/seed_word.err" &&
         grep -q -- "--temp" "$T/temp_negative.err" && grep -q -- "--top-k" "$T/top_k_fraction.err" ||
         fail "a message does not name its option"
-    grep -q "directory" "$T/dir_model.err" || fail "dir_model: $(cat "$T/dir_model.err")"
+    grep -q "is a folder, not a .qpk container (nor a Hugging Face checkpoint folder: it has no config.json)" \
+        "$T/dir_model.err" || fail "dir_model: $(cat "$T/dir_model.err")"
+    # a Hugging Face folder: pack it first; a mistyped option: the closest
+    # one; the container without -m: -m
+    bad hf_folder -m "$WORK/ckpt" -p hi
+    grep -qF "is a Hugging Face checkpoint folder: pack it first: qpack pack $WORK/ckpt -o ckpt.qpk" \
+        "$T/hf_folder.err" || fail "hf_folder: $(cat "$T/hf_folder.err")"
+    bad typo -m "$M" -p hi --tmep 0.5
+    grep -qF "unknown option '--tmep': did you mean --temp? (see qrun --help)" "$T/typo.err" ||
+        fail "typo: $(cat "$T/typo.err")"
+    bad typo_value -m "$M" -p hi --top_p=0.5
+    grep -qF "did you mean --top-p?" "$T/typo_value.err" || fail "typo_value: $(cat "$T/typo_value.err")"
+    bad far_off -m "$M" -p hi --xyzzy
+    ! grep -q "did you mean" "$T/far_off.err" || fail "far_off guesses: $(cat "$T/far_off.err")"
+    bad positional_qpk "$M" -p hi
+    grep -qF "did you mean -m $M?" "$T/positional_qpk.err" || fail "positional_qpk: $(cat "$T/positional_qpk.err")"
     grep -q "No such file" "$T/missing_model.err" || fail "missing_model: $(cat "$T/missing_model.err")"
     grep -q "UTF-8" "$T/utf8_prompt.err" || fail "utf8_prompt: $(cat "$T/utf8_prompt.err")"
     if [ "$(id -u)" = 0 ]; then

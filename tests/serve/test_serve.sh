@@ -295,6 +295,16 @@ endpoints)
     ;;
 
 errors)
+    # before any server: a folder for -m says to pack it, a mistyped option
+    # gets the closest one; one line each
+    mkdir -p "$T/hf" && echo '{}' >"$T/hf/config.json"
+    "$QRUN" serve -m "$T/hf" --backend emu >"$T/hf.out" 2>"$T/hf.err" && fail "serve -m a folder started"
+    [ "$(wc -l <"$T/hf.err")" = 1 ] && grep -qF "pack it first: qpack pack $T/hf -o hf.qpk" "$T/hf.err" ||
+        fail "serve -m a Hugging Face folder: $(cat "$T/hf.err")"
+    "$QRUN" serve -m "$M" --prot 1 >"$T/typo.out" 2>"$T/typo.err"
+    [ $? = 2 ] && [ "$(wc -l <"$T/typo.err")" = 1 ] &&
+        grep -qF "unknown option '--prot': did you mean --port? (see qrun serve --help)" "$T/typo.err" ||
+        fail "serve --prot: $(cat "$T/typo.err")"
     start_server emu --backend emu -c 64 --timeout 3
     chat='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}'
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}'; expect_error 400

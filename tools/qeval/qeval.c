@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cli_num.h"
+#include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "fsafe.h"
 #include "progress.h"
@@ -185,10 +186,7 @@ static int parse_options(struct options *o, int argc, char **argv)
             fprintf(stderr, "%s: option '%s' needs a value (try qeval --help)\n", prog, argv[optind - 1]);
             return -1;
         default:
-            if (optopt)
-                fprintf(stderr, "%s: unknown option '-%c' (try qeval --help)\n", prog, optopt);
-            else
-                fprintf(stderr, "%s: unknown option '%s' (try qeval --help)\n", prog, argv[optind - 1]);
+            qp_cli_unknown_option(prog, "qeval", argv[optind - 1], optopt, longs);
             return -1;
         }
     }

@@ -94,17 +94,12 @@ static int check_model_path(const struct options *o)
         fprintf(stderr, "qrun: %s: %s\n", m, strerror(errno));
         return -1;
     }
-    if (!ref && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "qrun: %s is a directory; -m takes a .qpk container (a Hugging Face folder runs "
-                        "with --backend ref)\n", m);
-        return -1;
-    }
     if (ref && !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "qrun: --backend ref takes a Hugging Face checkpoint folder as -m; %s is not a "
                         "directory\n", m);
         return -1;
     }
-    if (!ref && !S_ISREG(st.st_mode)) {
+    if (!ref && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {   /* a folder: qpack_model_open says what to do */
         fprintf(stderr, "qrun: %s is not a regular file\n", m);
         return -1;
     }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli_num.h"
+#include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "fsafe.h"
 #include "qrun.h"
@@ -312,17 +313,19 @@ int qrun_parse_options(struct options *o, int argc, char **argv)
             return -1;
         }
         if (c == '?') {
-            if (optopt)
-                fprintf(stderr, "qrun: unknown option '-%c' (try qrun --help)\n", optopt);
-            else
-                fprintf(stderr, "qrun: unknown option '%s' (try qrun --help)\n", argv[optind - 1]);
+            qp_cli_unknown_option("qrun", "qrun", argv[optind - 1], optopt, longs);
             return -1;
         }
         if (take(o, c, optarg))
             return -1;
     }
     if (optind < argc) {
-        fprintf(stderr, "qrun: unexpected argument '%s' (try qrun --help)\n", argv[optind]);
+        size_t n = strlen(argv[optind]);
+        if (!o->model && n > 4 && !strcmp(argv[optind] + n - 4, ".qpk"))
+            fprintf(stderr, "qrun: unexpected argument '%s': did you mean -m %s? (see qrun --help)\n", argv[optind],
+                    argv[optind]);
+        else
+            fprintf(stderr, "qrun: unexpected argument '%s' (see qrun --help)\n", argv[optind]);
         return -1;
     }
     return check_combinations(o);

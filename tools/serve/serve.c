@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "serve.h"
 
@@ -203,7 +204,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         case O_VERSION: exit(qp_print_version("qrun"));
         case 'h': exit(print_usage());
         case ':': return bad_usage("option '%s' needs a value", argv[optind - 1]);
-        case '?': return bad_usage("unknown option '%s'", argv[optind - 1]);
+        case '?': qp_cli_unknown_option("qrun serve", "qrun serve", argv[optind - 1], optopt, longs); return 2;
         default:
             if ((rc = parse_number_option(opt, optarg, o)) >= 0)
                 return rc;
