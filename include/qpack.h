@@ -133,7 +133,8 @@ qpack_model_params qpack_model_default_params(void);
 
 /* Opens path (a .qpk; a Hugging Face folder for QPACK_BACKEND_REF),
  * checks it, and loads it. On failure *model is NULL and nothing is left
- * behind (no BPF object, no mapping). */
+ * behind (no BPF object, no mapping). A folder for the other backends is
+ * QPACK_ERR_ARGUMENT, the message saying how to pack it. */
 int qpack_model_open(qpack_model **model, const char *path, const qpack_model_params *params,
                      qpack_error *err);
 
