@@ -95,7 +95,7 @@ for fmt in ${QP_FORMATS:-q24 int4}; do
     done
 done
 
-prompt_re='.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token).*'
+prompt_re='.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token.*'
 decode_re='.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*'
 calls_re='.* \([0-9.]*\) bpf calls\/prompt token.*'
 longest_re='.*longest call \([0-9.]*\) ms.*'

@@ -102,7 +102,7 @@ for size in $sizes; do
             printf '%-5s %-5s %7s %7s %8s  %s\n' "$size" "$fmt" "$pack_s" "$pack_mb" "$file_mb" "$reason"
         else
             start=$(field '.*start-up \([0-9.]*\) ms.*')
-            prompt=$(field '.*prompt [0-9]* tokens in [0-9.]* ms (\([0-9.]*\) ms\/token).*')
+            prompt=$(field '.*prompt [0-9]* tokens in [0-9.]* ms (\([0-9.]*\) ms\/token.*')
             decode=$(field '.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*')
             long=$(field '.*longest call \([0-9.]*\) ms.*')
             over=$(field '.* \([0-9]*\) of [0-9]* calls over 10 ms.*')

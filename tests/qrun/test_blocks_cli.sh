@@ -26,8 +26,8 @@ same() {
     # ms/step per decode step: ms/token x tokens = ms/step x steps, up to the
     # rounding of the two figures to 0.1 ms
     gen=$(grep '^qrun: generated ' "$T/look.err")
-    echo "$gen" | awk '{ if (match($0, /, [0-9.]+ ms\/token over [0-9]+ decode steps \([0-9.]+ ms\/step, [0-9]+ tokens/) == 0) exit 1
-        split(substr($0, RSTART, RLENGTH), f, /[ (]+/); per_tok = f[2]; steps = f[5]; per_step = f[8]; toks = f[10]
+    echo "$gen" | awk '{ if (match($0, /, [0-9.]+ ms\/token \([0-9.]+ tokens\/s\) over [0-9]+ decode steps \([0-9.]+ ms\/step, [0-9]+ tokens/) == 0) exit 1
+        split(substr($0, RSTART, RLENGTH), f, /[ (]+/); per_tok = f[2]; steps = f[7]; per_step = f[10]; toks = f[12]
         if (toks != 59 || steps > toks) exit 1
         d = per_tok * toks - per_step * steps; if (d < 0) d = -d
         if (d > 0.05 * (toks + steps) + 0.01 * per_step * steps) exit 1 }' ||
