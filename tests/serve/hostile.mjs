@@ -1,18 +1,18 @@
 // hostile.mjs URL: slow and idle clients cannot deny service.
 //
-// Against a server started with --timeout 4 --max-per-ip 150, from
+// Against a server started with --timeout 6 --max-per-ip 150, from
 // loopback addresses of their own: 500 connections that send nothing and
 // 500 that trickle a request head a byte every 400 ms. While they are all
 // held, requests from 127.0.0.2 are answered; a 151st connection from one
 // address is refused; and within the timeout (plus the watcher's sweep)
 // every slow connection is closed although it keeps sending, and so is
-// every idle one. Bounded: about 15 s.
+// every idle one. Bounded: about 10 s.
 import net from 'node:net';
 import http from 'node:http';
 
 const url = new URL(process.argv[2]);
 const port = Number(url.port);
-const TIMEOUT_S = 4, PER_IP = 150;
+const TIMEOUT_S = 6, PER_IP = 150;
 const fail = (m) => { console.error(`FAIL: ${m}`); process.exit(1); };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 

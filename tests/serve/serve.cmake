@@ -19,4 +19,4 @@ foreach(_case endpoints errors clients openai browser signals queue_zero hostile
   set_tests_properties(serve_${_case} PROPERTIES FIXTURES_REQUIRED serve_model SKIP_RETURN_CODE 77 TIMEOUT 300
                        LABELS serve)
 endforeach()
-set_tests_properties(serve_load serve_signals PROPERTIES RUN_SERIAL TRUE)
+set_tests_properties(serve_load serve_signals serve_hostile PROPERTIES RUN_SERIAL TRUE)

@@ -540,7 +540,7 @@ hostile)
     # deadline for the whole request that a trickle cannot extend
     # (tests/serve/hostile.mjs)
     ulimit -n 4096 2>/dev/null || [ "$(ulimit -n)" -ge 4096 ] || skip "ulimit -n 4096 is not allowed here"
-    start_server hostile --backend emu --timeout 4 --max-per-ip 150 --quiet
+    start_server hostile --backend emu --timeout 6 --max-per-ip 150 --quiet
     cp "$SRC/tests/serve/hostile.mjs" "$NODE_DIR/" || fail "copying the script"
     timeout 60 node "$NODE_DIR/hostile.mjs" "$URL" || fail "hostile clients"
     stop_server
