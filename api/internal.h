@@ -10,6 +10,7 @@
 #include "qpack.h"
 #include "ref.h"
 #include "engine.h"
+#include "gen_config.h"
 #include "tokenizer.h"
 
 struct qpack_tokenizer {
@@ -31,8 +32,10 @@ struct qpack_model {
     atomic_bool batch_interrupt;        /* a session of the running qpack_feed_batch was interrupted */
     /* ref: each session opens its own reference from the folder */
     struct qpack_tokenizer *tokenizer;  /* NULL when the model carries none */
-    int32_t end_ids[3];
+    int32_t end_ids[3 + QWEN3_GEN_EOS_MAX];
     int n_end;
+    bool has_gen;               /* the checkpoint's generation_config.json */
+    struct qwen3_gen_config gen;
     pthread_mutex_t sessions_mu;
     uint32_t n_sessions;
     bool *slot_taken;           /* [max_sessions]: the engine's KV cache slots in use */

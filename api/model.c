@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "chat.h"
+#include "fsafe.h"
 #include "stdout_policy.h"
 #include "internal.h"
 
@@ -71,12 +72,71 @@ static void find_end_ids(qpack_model *m)
             for (int i = 0; i < stops.n; i++)
                 m->end_ids[m->n_end++] = stops.ids[i];
     }
-    int32_t eos = m->info.eos_id;
-    bool known = false;
-    for (int i = 0; i < m->n_end; i++)
-        known |= m->end_ids[i] == eos;
-    if (eos >= 0 && !known)
-        m->end_ids[m->n_end++] = eos;
+    int32_t eos[1 + QWEN3_GEN_EOS_MAX] = {m->info.eos_id};
+    unsigned n = 1;
+    for (unsigned i = 0; m->has_gen && i < m->gen.n_eos; i++)
+        eos[n++] = m->gen.eos[i];
+    for (unsigned k = 0; k < n; k++) {
+        bool known = eos[k] < 0;
+        for (int i = 0; i < m->n_end; i++)
+            known |= m->end_ids[i] == eos[k];
+        if (!known)
+            m->end_ids[m->n_end++] = eos[k];
+    }
+}
+
+/* generation_config.json, kept by qpack pack (a container of an older
+ * packer has none), or in the reference's folder; checked as the packer
+ * checks it */
+static int load_generation_config(qpack_model *m, qp_err *err)
+{
+    char *text = NULL, name[4200];
+    size_t len = 0;
+    if (m->params.backend == QPACK_BACKEND_REF) {
+        snprintf(name, sizeof name, "%s/generation_config.json", m->path);
+        if (access(name, F_OK))
+            return 0;
+        if (fs_read_input(name, 1u << 20, &text, &len, err))
+            return -1;
+    } else {
+        snprintf(name, sizeof name, "%s: section generation_config", m->path);
+        if (qpk_read_section(&m->engine.file, QPK_SEC_GENERATION_CONFIG, &text, &len, err))
+            return -1;
+    }
+    if (!text)
+        return 0;
+    int rc = gen_config_parse(text, len, name, m->info.vocab, &m->gen, err);
+    free(text);
+    m->has_gen = rc == 0;
+    return rc;
+}
+
+/* Qwen3's model card: with thinking 0.6, 0.95, 20 (its
+ * generation_config.json); without, 0.7, 0.8, 20 */
+#define QWEN3_THINK_TEMP 0.6
+#define QWEN3_THINK_TOP_P 0.95
+#define QWEN3_PLAIN_TEMP 0.7
+#define QWEN3_PLAIN_TOP_P 0.8
+
+bool qpack_model_sampling(const qpack_model *m, bool thinking, qpack_sampler_params *p)
+{
+    if (!m->has_gen)
+        return false;
+    const struct qwen3_gen_config *g = &m->gen;
+    if (!g->do_sample) {
+        p->temperature = 0;
+        return true;
+    }
+    p->temperature = g->temperature;
+    p->top_k = g->top_k;
+    p->top_p = g->top_p;
+    p->min_p = g->min_p;
+    p->repeat_penalty = g->repetition_penalty;
+    if (!thinking && g->temperature == QWEN3_THINK_TEMP && g->top_p == QWEN3_THINK_TOP_P && g->top_k == 20) {
+        p->temperature = QWEN3_PLAIN_TEMP;
+        p->top_p = QWEN3_PLAIN_TOP_P;
+    }
+    return true;
 }
 
 /* The tokenizer a container carries; a container without one opens fine
@@ -181,6 +241,10 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     }
     m->info.max_sessions = p.max_sessions;
     m->info.path = m->path;
+    if (load_generation_config(m, &e)) {
+        qpack_model_free(m);
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    }
     find_end_ids(m);
     *out = m;
     return QPACK_OK;

@@ -21,7 +21,7 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    1                 /* 1.1: the packed encodings i6g, i4k */
+#define QPK_VERSION_MINOR    2                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
@@ -51,7 +51,8 @@ enum qpk_section_kind {
     QPK_SEC_TOKENIZER_CONFIG = 3,  /* tokenizer_config.json, zstd */
     QPK_SEC_CHAT_TEMPLATE = 4,     /* chat_template text from tokenizer_config.json, zstd */
     QPK_SEC_PROVENANCE = 5,        /* JSON: sources, packer, settings, per-tensor error; zstd */
-    QPK_SEC_KIND_MAX = 5,
+    QPK_SEC_GENERATION_CONFIG = 6, /* generation_config.json, zstd */
+    QPK_SEC_KIND_MAX = 6,
 };
 
 enum qpk_codec { QPK_CODEC_RAW = 0, QPK_CODEC_ZSTD = 1 };

@@ -61,6 +61,7 @@ const char *qpk_section_name(unsigned kind)
     case QPK_SEC_TOKENIZER_CONFIG: return "tokenizer_config";
     case QPK_SEC_CHAT_TEMPLATE: return "chat_template";
     case QPK_SEC_PROVENANCE: return "provenance";
+    case QPK_SEC_GENERATION_CONFIG: return "generation_config";
     default: return "unknown";
     }
 }

@@ -378,6 +378,15 @@ typedef struct qpack_sampler_params {
 
 qpack_sampler_params qpack_sampler_default_params(void);   /* greedy, seed 1 */
 
+/* The sampling the model's authors recommend, from the checkpoint's
+ * generation_config.json (which qpack pack keeps): true with temperature,
+ * top_k, top_p, min_p and repeat_penalty of *params set (the rest left as
+ * they are), false when the model has none (*params untouched). do_sample
+ * false gives greedy (temperature 0). Without thinking, a file holding
+ * Qwen3's thinking values (temperature 0.6, top_p 0.95, top_k 20) gives the
+ * model card's non-thinking ones instead (0.7, 0.8, 20). */
+bool qpack_model_sampling(const qpack_model *model, bool thinking, qpack_sampler_params *params);
+
 int qpack_sampler_new(qpack_sampler **sampler, const qpack_model *model, const qpack_sampler_params *params,
                       qpack_error *err);
 void qpack_sampler_free(qpack_sampler *sampler);
@@ -421,7 +430,7 @@ int qpack_detokenize(const qpack_tokenizer *tokenizer, const int32_t *ids, size_
                      char **text, size_t *len, qpack_error *err);
 
 /* Tokens that end a reply: <|im_end|> and <|endoftext|> when the tokenizer
- * has them, and the model's eos. */
+ * has them, the model's eos, and the eos ids of its generation config. */
 bool qpack_token_is_end(const qpack_model *model, int32_t id);
 
 typedef struct qpack_decoder qpack_decoder;

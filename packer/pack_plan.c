@@ -12,6 +12,7 @@
 
 #include "bf16.h"
 #include "fsafe.h"
+#include "gen_config.h"
 #include "int8.h"
 #include "json_strict.h"
 #include "q24.h"
@@ -43,8 +44,16 @@ int pack_load_tokenizer_files(struct packer *p, qp_err *err)
     char path[4096];
     if (read_text(p->opt.src, "tokenizer.json", false, &p->tokenizer, &p->tokenizer_len, err) ||
         read_text(p->opt.src, "tokenizer_config.json", false, &p->tokenizer_config,
-                  &p->tokenizer_config_len, err))
+                  &p->tokenizer_config_len, err) ||
+        read_text(p->opt.src, "generation_config.json", false, &p->generation_config,
+                  &p->generation_config_len, err))
         return -1;
+    if (p->generation_config) {
+        struct qwen3_gen_config g;
+        snprintf(path, sizeof path, "%s/generation_config.json", p->opt.src);
+        if (gen_config_parse(p->generation_config, p->generation_config_len, path, p->hf.vocab_size, &g, err))
+            return -1;
+    }
     if (p->tokenizer) {
         snprintf(path, sizeof path, "%s/tokenizer.json", p->opt.src);
         qp_tok *tok;

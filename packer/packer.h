@@ -49,8 +49,8 @@ struct packer {
     struct st_model model;
     struct planned *plan;
     uint32_t n_plan;
-    char *tokenizer, *tokenizer_config, *chat_template;
-    size_t tokenizer_len, tokenizer_config_len;
+    char *tokenizer, *tokenizer_config, *chat_template, *generation_config;
+    size_t tokenizer_len, tokenizer_config_len, generation_config_len;
     bool deduped_lm_head;
     bool calibrated;          /* calib holds --calibrate's statistics */
     struct calib calib;
@@ -76,7 +76,8 @@ struct packer {
  * and returns -1 on a mistake. */
 int pack_parse_args(struct pack_opts *o, int argc, char **argv);
 
-/* tokenizer.json, tokenizer_config.json and its chat template, read whole */
+/* tokenizer.json, tokenizer_config.json and its chat template,
+ * generation_config.json (checked: gen_config.h), read whole */
 int pack_load_tokenizer_files(struct packer *p, qp_err *err);
 /* lm_head tied to the embedding: stored once when the two are the same bytes */
 int pack_resolve_tie(struct packer *p, qp_err *err);

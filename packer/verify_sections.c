@@ -4,12 +4,14 @@
  * forged container can be sealed too. So: tokenizer.json must load with
  * qrun's own loader, tokenizer_config.json must be a JSON object that means
  * one thing to every JSON reader (json_strict.h), the chat template must be
- * UTF-8 text without NUL bytes, and the provenance a JSON object. */
+ * UTF-8 text without NUL bytes, the provenance a JSON object, and the
+ * generation config what the packer accepts (gen_config.h). */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen_config.h"
 #include "json_strict.h"
 #include "pack.h"
 #include "qpk.h"
@@ -50,6 +52,14 @@ static int check_json_object(const struct qpk_file *f, unsigned kind, const char
     return rc;
 }
 
+static int check_generation_config(const struct qpk_file *f, const char *text, size_t len, qp_err *err)
+{
+    char name[4200];
+    label(name, sizeof name, f, QPK_SEC_GENERATION_CONFIG);
+    struct qwen3_gen_config g;
+    return gen_config_parse(text, len, name, f->cfg.vocab, &g, err);
+}
+
 static int check_text(const struct qpk_file *f, unsigned kind, const char *text, size_t len, qp_err *err)
 {
     char name[4200];
@@ -78,6 +88,7 @@ static int check_section(const struct qpk_file *f, unsigned kind, qp_err *err)
     case QPK_SEC_TOKENIZER_CONFIG: rc = check_json_object(f, kind, text, len, err); break;
     case QPK_SEC_CHAT_TEMPLATE: rc = check_text(f, kind, text, len, err); break;
     case QPK_SEC_PROVENANCE: rc = check_json_object(f, kind, text, len, err); break;
+    case QPK_SEC_GENERATION_CONFIG: rc = check_generation_config(f, text, len, err); break;
     default: break;   /* the config: checked field by field at open */
     }
     free(text);

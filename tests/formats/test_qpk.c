@@ -568,9 +568,26 @@ START_TEST(open_buffer_rejects_newer_major_version)
     uint8_t *p = patched();
     put16(p + 8, 2);
     fix_header_checksum(p);
-    expect_open_error(p, "version 2.1 is not supported");
+    expect_open_error(p, "version 2.2 is not supported");
     expect_open_error(p, "made by a newer qpack");
     free(p);
+}
+END_TEST
+
+/* files of every earlier minor version open as they are */
+START_TEST(open_buffer_reads_older_minor_versions)
+{
+    for (uint16_t minor = 0; minor < QPK_VERSION_MINOR; minor++) {
+        uint8_t *p = patched();
+        put16(p + 10, minor);
+        fix_header_checksum(p);
+        struct qpk_file f;
+        qp_err err = {{0}};
+        ck_assert_msg(qpk_open_buffer(&f, p, image_len, "img.qpk", 0, &err) == 0, "1.%u: %s", minor, err.msg);
+        ck_assert_uint_eq(f.version_minor, minor);
+        qpk_close(&f);
+        free(p);
+    }
 }
 END_TEST
 
@@ -860,6 +877,7 @@ static Suite *suite(void)
     tcase_add_test(tc, open_buffer_rejects_overlapping_tensors);
     tcase_add_test(tc, open_buffer_rejects_unknown_section_kind);
     tcase_add_test(tc, open_buffer_rejects_newer_major_version);
+    tcase_add_test(tc, open_buffer_reads_older_minor_versions);
     tcase_add_test(tc, open_buffer_rejects_stale_directory_checksum);
     suite_add_tcase(s, tc);
 

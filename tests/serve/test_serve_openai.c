@@ -267,6 +267,31 @@ START_TEST(sampling_fields_reach_the_sampler)
 }
 END_TEST
 
+START_TEST(the_models_sampling_fills_what_a_request_leaves_out)
+{
+    qpack_sampler_params plain = serve_default_sampling(), think = plain;
+    plain.temperature = 0.7, plain.top_k = 20, plain.top_p = 0.8, plain.repeat_penalty = 1.5;
+    think.temperature = 0.6, think.top_k = 20, think.top_p = 0.95, think.min_p = 0.05;
+    struct serve_model_ref model = {"M", false, 151936, {&plain, &think}};
+    struct serve_request q;
+    struct serve_error e;
+    const char *chat = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"top_k\": 5}";
+    ck_assert_int_eq(serve_parse_request(SERVE_CHAT, chat, strlen(chat), &model, &q, &e), 0);
+    ck_assert(q.sampling.temperature == 0.7 && q.sampling.top_p == 0.8 && q.sampling.repeat_penalty == 1.5);
+    ck_assert_uint_eq(q.sampling.top_k, 5);     /* given: kept */
+    serve_request_free(&q);
+    const char *thinking = "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], "
+                           "\"chat_template_kwargs\": {\"enable_thinking\": true}, \"temperature\": 0}";
+    ck_assert_int_eq(serve_parse_request(SERVE_CHAT, thinking, strlen(thinking), &model, &q, &e), 0);
+    ck_assert(q.sampling.temperature == 0 && q.sampling.top_p == 0.95 && q.sampling.min_p == 0.05);
+    serve_request_free(&q);
+    const char *text = "{\"prompt\": \"Hi\"}";
+    ck_assert_int_eq(serve_parse_request(SERVE_COMPLETION, text, strlen(text), &model, &q, &e), 0);
+    ck_assert(q.sampling.temperature == 0.6 && q.sampling.top_k == 20);   /* a text: the file's own values */
+    serve_request_free(&q);
+}
+END_TEST
+
 START_TEST(requests_get_openais_defaults_and_their_fields)
 {
     struct serve_request q;
@@ -427,6 +452,7 @@ int main(void)
     tcase_add_test(tc, stop_strings_hold_back_only_a_possible_start);
     tcase_add_test(tc, requests_of_the_wrong_shape_are_refused_naming_the_field);
     tcase_add_test(tc, requests_get_openais_defaults_and_their_fields);
+    tcase_add_test(tc, the_models_sampling_fills_what_a_request_leaves_out);
     tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);

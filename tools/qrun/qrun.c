@@ -143,7 +143,7 @@ static int check_ctx(struct run_state *r, qpack_error *err)
 static int check_fits(const struct run_state *r, qpack_error *err)
 {
     const struct options *o = r->o;
-    uint64_t need = r->n_prompt + (o->n_new > 0 ? (uint64_t)o->n_new - 1 : 0);
+    uint64_t need = r->n_prompt + (o->n_new > 0 && !o->until_end ? (uint64_t)o->n_new - 1 : 0);
     uint32_t max = r->info->max_positions;
     if (r->n_prompt > r->ctx)
         return fail(err, QPACK_ERR_ARGUMENT, "the prompt has %zu tokens, more than the context of %u (see -c)",
@@ -332,6 +332,9 @@ void qrun_end_reply(struct run_state *r, bool newline_always)
     if (r->in_reply || newline_always)
         putchar('\n');
     qp_stdout_flush();
+    if (r->cut_by_n)            /* after the reply's line, not inside it */
+        fprintf(stderr, "qrun: the reply was cut at -n %d tokens\n", r->o->n_new);
+    r->cut_by_n = false;
 }
 
 /* ---- feeding ------------------------------------------------------------------- */
@@ -478,6 +481,7 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
     uint32_t q_len = 0, q_at = 0;
     int rc = 0;
     r->in_reply = 0;
+    r->cut_by_n = false;
     for (int32_t i = 0; i < o->n_new && !stopping(); i++) {
         /* a queued token but the last is a kept draft, already in the session */
         bool cached = q_at + 1 < q_len;
@@ -495,6 +499,7 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
             fed_printed++;
             continue;
         }
+        r->cut_by_n = i + 1 == o->n_new && o->chat && !stop;
         if (stop || i + 1 == o->n_new || stopping())
             break;
         if (qpack_session_pos(r->s) + 1 > start + room) {
@@ -602,6 +607,12 @@ static int load_model(struct run_state *r, qpack_error *err)
             return -1;
     }
     qpack_sampler_params sp = o->sp;
+    if (!o->sampling_given && !o->lookup)
+        r->model_sampling = qpack_model_sampling(r->m, !o->chat || o->think, &sp);
+    if (o->stats && r->model_sampling)
+        fprintf(stderr, "qrun: sampling as the model's generation_config.json says: temp %g, top-k %u, top-p %g, "
+                "min-p %g, repeat-penalty %g (give --temp 0 for greedy)\n", sp.temperature, sp.top_k, sp.top_p,
+                sp.min_p, sp.repeat_penalty);
     if (o->repeat_last_n_ctx)
         sp.repeat_last_n = r->ctx;
     if (qpack_sampler_new(&r->sampler, r->m, &sp, err))

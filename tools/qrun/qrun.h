@@ -23,6 +23,9 @@ enum {
 #define QRUN_STOPS_MAX 16       /* --stop strings */
 #define QRUN_LOOKUP_MAX 15      /* a draft and its token fill one block of 16 positions */
 #define QRUN_INPUT_MAX (256u << 20)   /* bytes of -f FILE or -p - read at most */
+#define QRUN_DEFAULT_NEW 32     /* -n without --chat */
+#define QRUN_CHAT_ROOM 512      /* positions an interactive turn keeps for its reply at least
+                                   (a quarter of the context when that is less) */
 
 struct options {
     const char *model, *prompt, *prompt_file, *ids, *tokenizer, *dump_logits, *dump_logits_all, *system;
@@ -30,6 +33,8 @@ struct options {
     qpack_sampler_params sp;
     bool repeat_last_n_ctx;     /* --repeat-last-n -1: the whole context */
     int32_t n_new;
+    bool until_end;             /* --chat without -n: a reply runs until the end of its turn */
+    bool sampling_given;        /* --temp, --top-k, --top-p, --min-p or --repeat-penalty */
     uint32_t ctx;               /* -c; 0: the model's default */
     bool print_ids, stats, chat, think, interactive, quiet;
     uint32_t lookup;            /* --lookup: tokens drafted per pass at most (0: off) */
@@ -65,6 +70,8 @@ struct run_state {
     size_t n_prompt;
     uint32_t ctx;
     uint32_t in_reply;          /* tokens printed in the current reply */
+    bool model_sampling;        /* sampling from the model's generation_config.json */
+    bool cut_by_n;              /* --chat: -n ended the reply (said after its line) */
     bool bad_input;             /* an interactive line was refused: exit status 1 at the end */
     struct stop_text stop;
     double load_ms, prompt_ms, gen_ms;

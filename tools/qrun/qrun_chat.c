@@ -79,6 +79,10 @@ static size_t conversation(const struct run_state *r, size_t k, const struct tur
  * token of which is printed, not fed). */
 static uint64_t need_of(const struct run_state *r, size_t conv)
 {
+    if (r->o->until_end) {      /* room for a reply, which may then run to the context's end */
+        uint32_t room = r->ctx / 4 < QRUN_CHAT_ROOM ? r->ctx / 4 : QRUN_CHAT_ROOM;
+        return conv + (room ? room : 1);
+    }
     return conv + (r->o->n_new > 0 ? (uint64_t)r->o->n_new - 1 : 0);
 }
 
@@ -107,9 +111,14 @@ static int make_room(struct run_state *r, struct turn *new_turn, struct turn *fi
         first->ids = NULL;
     }
     if (k > r->n_turns) {
+        char reply[48];
+        if (r->o->until_end)
+            snprintf(reply, sizeof reply, "room for a reply");
+        else
+            snprintf(reply, sizeof reply, "-n %d", r->o->n_new);
         snprintf(err->message, sizeof err->message,
-                 "input line %u: this turn and -n %d do not fit the context of %u positions even alone (see -c); "
-                 "turn ignored", lineno, r->o->n_new, r->ctx);
+                 "input line %u: this turn and %s do not fit the context of %u positions even alone (see -c); "
+                 "turn ignored", lineno, reply, r->ctx);
         return -1;
     }
     fprintf(stderr, "qrun: the conversation fills the context of %u positions: dropping the oldest %zu turn%s\n",

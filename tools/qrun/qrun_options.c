@@ -29,8 +29,10 @@ void qrun_usage(FILE *out)
             "  -f, --file FILE        the prompt is the text of FILE (as with -p -, one newline\n"
             "                         at its end is dropped, as llama.cpp does)\n"
             "      --ids \"ID ...\"     prompt as token ids (separated by spaces or commas)\n"
-            "  -n, --new N            tokens to generate, per reply with --chat (default 32;\n"
-            "                         0: run the prompt only). The prompt and N must fit the\n"
+            "  -n, --new N            tokens to generate (default 32; 0: run the prompt only);\n"
+            "                         with --chat, per reply, by default until the end of the\n"
+            "                         turn or of the context, and a reply cut by -n or the\n"
+            "                         context says so on stderr. The prompt and N must fit the\n"
             "                         context, checked before the model loads\n"
             "  -c, --ctx N            context length in positions, at most the model's maximum\n"
             "                         (default min(4096, model's), lowered in steps of 256\n"
@@ -66,7 +68,12 @@ void qrun_usage(FILE *out)
             "                         q24 Qwen3-0.6B), not process memory (the file's pages are\n"
             "                         read through the page cache); slower. If the file is\n"
             "                         truncated meanwhile qrun stops with an error\n"
-            "      --temp T           sampling temperature, 0 to 100 (default 0: greedy)\n"
+            "      --temp T           sampling temperature, 0 to 100 (default 0: greedy). When\n"
+            "                         none of --temp, --top-k, --top-p, --min-p and\n"
+            "                         --repeat-penalty is given and the model carries its\n"
+            "                         authors' generation_config.json, its sampling is the\n"
+            "                         default (Qwen3's: temp 0.6, top-k 20, top-p 0.95; in a\n"
+            "                         chat without --think 0.7, 20, 0.8); --temp 0 for greedy\n"
             "      --top-k K          keep the K most likely tokens (default 0: all)\n"
             "      --top-p P          keep the smallest set with probability >= P, in (0, 1]\n"
             "                         (default 1)\n"
@@ -231,15 +238,18 @@ static int take(struct options *o, int c, const char *arg)
     case O_NO_VERIFY: o->mp.no_verify = true; return 0;
     case O_STREAM: o->mp.stream = true; return 0;
     case O_RESIDENT: o->mp.stream = false; return 0;
-    case O_TEMP: return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
+    case O_TEMP: o->sampling_given = true; return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
     case O_TOPK:
+        o->sampling_given = true;
         if (cli_uint("qrun", "--top-k", arg, 0, UINT32_MAX, &v))
             return -1;
         o->sp.top_k = (uint32_t)v;
         return 0;
-    case O_TOPP: return cli_real("qrun", "--top-p", arg, 0, true, 1, &o->sp.top_p);
-    case O_MINP: return cli_real("qrun", "--min-p", arg, 0, false, 1, &o->sp.min_p);
-    case O_REPEAT_PENALTY: return cli_real("qrun", "--repeat-penalty", arg, 0, true, 100, &o->sp.repeat_penalty);
+    case O_TOPP: o->sampling_given = true; return cli_real("qrun", "--top-p", arg, 0, true, 1, &o->sp.top_p);
+    case O_MINP: o->sampling_given = true; return cli_real("qrun", "--min-p", arg, 0, false, 1, &o->sp.min_p);
+    case O_REPEAT_PENALTY:
+        o->sampling_given = true;
+        return cli_real("qrun", "--repeat-penalty", arg, 0, true, 100, &o->sp.repeat_penalty);
     case O_REPEAT_LAST_N: return set_repeat_last_n(o, arg);
     case O_SEED: return cli_uint("qrun", "--seed", arg, 0, UINT64_MAX, &o->sp.seed);
     case O_STOP:
@@ -292,6 +302,9 @@ static int check_combinations(struct options *o)
     if (o->n_stops && o->print_ids)
         return bad("--stop looks for text: not with --print-ids");
     o->interactive = o->chat && !sources;
+    o->until_end = o->chat && o->n_new < 0;   /* a chat reply: until the end of the turn */
+    if (o->n_new < 0)
+        o->n_new = o->chat ? INT32_MAX : QRUN_DEFAULT_NEW;
     if (o->interactive && o->prompt && !strcmp(o->prompt, "-"))
         return bad("-p - reads the prompt from stdin, where an interactive chat reads its turns");
     if (o->system && !qrun_text_ok("--system", o->system, strlen(o->system), ""))
@@ -303,7 +316,7 @@ static int check_combinations(struct options *o)
 
 int qrun_parse_options(struct options *o, int argc, char **argv)
 {
-    *o = (struct options){.mp = qpack_model_default_params(), .sp = qpack_sampler_default_params(), .n_new = 32};
+    *o = (struct options){.mp = qpack_model_default_params(), .sp = qpack_sampler_default_params(), .n_new = -1};
     o->sp.repeat_last_n = 64;
     int c;
     opterr = 0; /* one line of our own per mistake, not getopt's plus the usage */

@@ -64,6 +64,12 @@ struct serve_request {
     bool think;                 /* chat_template_kwargs.enable_thinking */
     qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
     size_t n_bias;
+    unsigned given;             /* SERVE_GIVEN_*: the sampling fields the request set */
+};
+
+enum {
+    SERVE_GIVEN_TEMPERATURE = 1, SERVE_GIVEN_TOP_K = 2, SERVE_GIVEN_TOP_P = 4, SERVE_GIVEN_MIN_P = 8,
+    SERVE_GIVEN_REPEAT_PENALTY = 16,
 };
 
 /* what a request is checked against: the served model's name (a request
@@ -72,6 +78,9 @@ struct serve_model_ref {
     const char *id;
     bool strict;
     uint32_t vocab;
+    /* the model's sampling (qpack_model_sampling) without and with
+     * thinking, for the fields a request leaves out; NULL: none */
+    const qpack_sampler_params *sampling[2];
 };
 
 /* An error as OpenAI shapes it: {"error": {"message", "type", "param", "code"}}. */
@@ -253,6 +262,7 @@ struct serve_props {
     const char *model_id, *model_path, *format, *backend;
     uint32_t ctx, ctx_train, vocab;
     unsigned parallel;
+    const qpack_sampler_params *sampling;   /* the model's for a chat; NULL: the server's */
 };
 char *serve_props_json(const struct serve_props *p);
 

@@ -39,6 +39,8 @@ struct serve_http {
     struct MHD_Daemon *d;
     struct serve_conns *conns;
     uint32_t vocab, ctx;
+    bool has_sampling;
+    qpack_sampler_params sampling[2];   /* the model's, without and with thinking */
     long long started;          /* unix seconds: the model's "created" */
     char log_line[512];         /* libmicrohttpd's last message, for a failed start */
     atomic_bool running;        /* started: messages go to stderr */
@@ -294,7 +296,8 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
         const qpack_model_info *i = qpack_model_get_info(h->cfg.model);
         struct serve_props p = {.model_id = h->cfg.model_id, .model_path = i->path, .format = i->format,
                                 .backend = i->backend, .ctx = h->ctx, .ctx_train = i->max_positions,
-                                .vocab = h->vocab, .parallel = serve_metrics.parallel};
+                                .vocab = h->vocab, .parallel = serve_metrics.parallel,
+                                .sampling = h->has_sampling ? &h->sampling[0] : NULL};
         return send_json(c, r, 200, serve_props_json(&p));
     }
     case SERVE_EP_SLOTS: {
@@ -594,6 +597,8 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     struct serve_request q;
     struct serve_error e;
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    if (h->has_sampling)
+        model.sampling[0] = &h->sampling[0], model.sampling[1] = &h->sampling[1];
     if (serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
         return send_error(c, r, &e);
     int32_t *ids;
@@ -745,6 +750,10 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
     h->vocab = qpack_model_get_info(cfg->model)->vocab;
     h->ctx = qpack_model_get_info(cfg->model)->ctx;
     h->started = (long long)time(NULL);
+    for (int think = 0; think < 2; think++) {
+        h->sampling[think] = serve_default_sampling();
+        h->has_sampling = qpack_model_sampling(cfg->model, think, &h->sampling[think]);
+    }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
     char port[16];
     snprintf(port, sizeof port, "%u", cfg->port);

@@ -160,9 +160,9 @@ int serve_detokenize_reply(const qpack_tokenizer *tok, uint32_t vocab, const cha
     return rc;
 }
 
-static bool add_params(cJSON *to, uint32_t ctx)
+static bool add_params(cJSON *to, uint32_t ctx, const qpack_sampler_params *model)
 {
-    qpack_sampler_params p = serve_default_sampling();
+    qpack_sampler_params p = model ? *model : serve_default_sampling();
     cJSON *o = cJSON_AddObjectToObject(to, "params");
     return o && cJSON_AddNumberToObject(o, "temperature", p.temperature) &&
            cJSON_AddNumberToObject(o, "top_k", p.top_k) && cJSON_AddNumberToObject(o, "top_p", p.top_p) &&
@@ -177,7 +177,7 @@ static bool add_params(cJSON *to, uint32_t ctx)
 char *serve_props_json(const struct serve_props *p)
 {
     cJSON *root = cJSON_CreateObject(), *gen = cJSON_AddObjectToObject(root, "default_generation_settings"), *mod;
-    bool ok = gen && cJSON_AddNumberToObject(gen, "n_ctx", p->ctx) && add_params(gen, p->ctx) &&
+    bool ok = gen && cJSON_AddNumberToObject(gen, "n_ctx", p->ctx) && add_params(gen, p->ctx, p->sampling) &&
               cJSON_AddNumberToObject(root, "total_slots", p->parallel) &&
               cJSON_AddStringToObject(root, "model_alias", p->model_id) &&
               cJSON_AddStringToObject(root, "model_path", p->model_path) &&

@@ -340,18 +340,20 @@ static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab
     qpack_sampler_params *sp = &r->sampling;
     double x;
     if (!strcmp(k, "temperature"))
-        return want_number(f, k, 0, 2, &sp->temperature, e);
+        return r->given |= SERVE_GIVEN_TEMPERATURE, want_number(f, k, 0, 2, &sp->temperature, e);
     if (!strcmp(k, "top_p"))
-        return want_number(f, k, 0, 1, &sp->top_p, e);
+        return r->given |= SERVE_GIVEN_TOP_P, want_number(f, k, 0, 1, &sp->top_p, e);
     if (!strcmp(k, "top_k")) {
+        r->given |= SERVE_GIVEN_TOP_K;
         if (want_integer(f, k, -1, INT32_MAX, &x, e))
             return -1;
         sp->top_k = x > 0 ? (uint32_t)x : 0;
         return 0;
     }
     if (!strcmp(k, "min_p"))
-        return want_number(f, k, 0, 1, &sp->min_p, e);
+        return r->given |= SERVE_GIVEN_MIN_P, want_number(f, k, 0, 1, &sp->min_p, e);
     if (!strcmp(k, "repeat_penalty") || !strcmp(k, "repetition_penalty")) {
+        r->given |= SERVE_GIVEN_REPEAT_PENALTY;
         if (want_number(f, k, 0, 100, &x, e))
             return -1;
         return x > 0 ? (sp->repeat_penalty = x, 0) : BAD(e, k, "'%s' must be above 0", k);
@@ -445,6 +447,22 @@ static uint64_t random_seed(void)
     return s;
 }
 
+/* the model's sampling for each field the request leaves out */
+static void take_model_sampling(struct serve_request *r, const qpack_sampler_params *d)
+{
+    qpack_sampler_params *sp = &r->sampling;
+    if (!(r->given & SERVE_GIVEN_TEMPERATURE))
+        sp->temperature = d->temperature;
+    if (!(r->given & SERVE_GIVEN_TOP_K))
+        sp->top_k = d->top_k;
+    if (!(r->given & SERVE_GIVEN_TOP_P))
+        sp->top_p = d->top_p;
+    if (!(r->given & SERVE_GIVEN_MIN_P))
+        sp->min_p = d->min_p;
+    if (!(r->given & SERVE_GIVEN_REPEAT_PENALTY))
+        sp->repeat_penalty = d->repeat_penalty;
+}
+
 static int read_body(const cJSON *root, enum serve_kind kind, const struct serve_model_ref *model,
                      struct serve_request *r, struct serve_error *e)
 {
@@ -459,6 +477,9 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
         return BAD(e, "prompt", "'prompt' is required");
     if (!r->has_max_tokens && kind == SERVE_COMPLETION)
         r->max_tokens = COMPLETION_DEFAULT_NEW, r->has_max_tokens = true;
+    const qpack_sampler_params *d = model->sampling[kind == SERVE_COMPLETION || r->think];
+    if (d)
+        take_model_sampling(r, d);
     if (r->sampling.top_p == 0)     /* only the most likely token is left */
         r->sampling.temperature = 0, r->sampling.top_p = 1;
     if (!r->has_seed)
