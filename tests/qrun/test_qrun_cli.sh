@@ -679,7 +679,7 @@ chat_commands)
     printf 'How are you?\n/clear\nHi there\n/bye\nAgain\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu \
         >"$T/clear.out" 2>"$T/clear.err"
     rc=$?
-    [ "$rc" = 0 ] && ! grep -v '^qrun: the reply was cut at -n 6 tokens$' "$T/clear.err" ||
+    [ "$rc" = 0 ] && ! grep -v '^qrun: \(the reply was cut at -n 6 tokens\|the conversation is cleared\)$' "$T/clear.err" ||
         fail "/clear: exit $rc: $(cat "$T/clear.err")"
     [ "$(lines "$T/clear.out")" = 2 ] || fail "/bye did not end the chat: $(cat "$T/clear.out")"
     [ "$(sed -n 2p "$T/clear.out")" = "$(cat "$T/fresh.out")" ] ||
@@ -690,6 +690,22 @@ chat_commands)
 two" -n 6 --print-ids --backend emu
     [ "$(cat "$T/cont.out")" = "$(cat "$T/joined.out")" ] ||
         fail "a line ending in \\ gave '$(cat "$T/cont.out")', the two lines as one turn '$(cat "$T/joined.out")'"
+    # /help, /system, /think, // and an unknown command: none reaches the
+    # model; /system starts the conversation again under the new prompt,
+    # as --system does; // sends the rest
+    printf '/help\n/nope\n/think maybe\n/system Be brief.\nHi there\n/clear\n//x\n/clear\n/think on\nHi there\n' |
+        "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/cmd.out" 2>"$T/cmd.err" || fail "commands: $(cat "$T/cmd.err")"
+    [ "$(lines "$T/cmd.out")" = 3 ] || fail "commands: expected 3 replies: $(cat "$T/cmd.out") / $(cat "$T/cmd.err")"
+    for want in "the chat's commands" "  /system TEXT" "unknown command '/nope'" "/think takes on or off, not 'maybe'" \
+                "system prompt set; the conversation starts again" "the conversation is cleared" "thinking on"; do
+        grep -qF "$want" "$T/cmd.err" || fail "commands: no '$want' in: $(cat "$T/cmd.err")"
+    done
+    run sys -m "$M" --chat --system "Be brief." -p "Hi there" -n 6 --print-ids --backend emu
+    [ "$(sed -n 1p "$T/cmd.out")" = "$(cat "$T/sys.out")" ] || fail "/system: '$(sed -n 1p "$T/cmd.out")', --system: '$(cat "$T/sys.out")'"
+    run slash -m "$M" --chat --system "Be brief." -p "/x" -n 6 --print-ids --backend emu
+    [ "$(sed -n 2p "$T/cmd.out")" = "$(cat "$T/slash.out")" ] || fail "//x: '$(sed -n 2p "$T/cmd.out")', -p /x: '$(cat "$T/slash.out")'"
+    run think -m "$M" --chat --system "Be brief." --think -p "Hi there" -n 6 --print-ids --backend emu
+    [ "$(sed -n 3p "$T/cmd.out")" = "$(cat "$T/think.out")" ] || fail "/think on: '$(sed -n 3p "$T/cmd.out")', --think: '$(cat "$T/think.out")'"
     echo "ok: /clear gives the fresh reply '$(cat "$T/fresh.out")'; continued: '$(cat "$T/cont.out")'"
     ;;
 
@@ -720,6 +736,11 @@ chat_keys)
         fail "waited for '$1'; screen: $(screen | grep -v '^$' | tail -3)"
     }
     wait_for '^> ?$'
+    screen | grep -q "^qrun: a chat with $M (q24, emu, [0-9]* positions): /help lists the commands" ||
+        fail "no banner: $(screen | grep -v '^$' | head -3)"
+    tm send-keys -t $S "/help" Enter
+    wait_for '^> ?$'
+    screen | grep -qF "  /think on|off" || fail "/help on the terminal: $(screen | grep -v '^$' | tail -8)"
     for turn in Hi Again; do
         tm send-keys -t $S "$turn" Enter
         wait_for '^[0-9]+ [0-9]+ [0-9]+ '       # the reply is streaming

@@ -535,6 +535,28 @@ static int one_shot(struct run_state *r, qpack_error *err)
     return rc;
 }
 
+/* The sampler of the options, or of the model's generation config when
+ * they set none (which depends on --think in a chat) */
+int qrun_new_sampler(struct run_state *r, qpack_error *err)
+{
+    const struct options *o = r->o;
+    qpack_sampler_params sp = o->sp;
+    if (!o->sampling_given && !o->lookup)
+        r->model_sampling = qpack_model_sampling(r->m, !o->chat || o->think, &sp);
+    if (o->stats && r->model_sampling)
+        fprintf(stderr, "qrun: sampling as the model's generation_config.json says: temp %g, top-k %u, top-p %g, "
+                "min-p %g, repeat-penalty %g (give --temp 0 for greedy)\n", sp.temperature, sp.top_k, sp.top_p,
+                sp.min_p, sp.repeat_penalty);
+    if (o->repeat_last_n_ctx)
+        sp.repeat_last_n = r->ctx;
+    qpack_sampler *s;
+    if (qpack_sampler_new(&s, r->m, &sp, err))
+        return -1;
+    qpack_sampler_free(r->sampler);
+    r->sampler = s;
+    return 0;
+}
+
 /* ---- loading -------------------------------------------------------------------- */
 
 struct load_progress {
@@ -606,16 +628,7 @@ static int load_model(struct run_state *r, qpack_error *err)
         if (!o->interactive && check_fits(r, err))
             return -1;
     }
-    qpack_sampler_params sp = o->sp;
-    if (!o->sampling_given && !o->lookup)
-        r->model_sampling = qpack_model_sampling(r->m, !o->chat || o->think, &sp);
-    if (o->stats && r->model_sampling)
-        fprintf(stderr, "qrun: sampling as the model's generation_config.json says: temp %g, top-k %u, top-p %g, "
-                "min-p %g, repeat-penalty %g (give --temp 0 for greedy)\n", sp.temperature, sp.top_k, sp.top_p,
-                sp.min_p, sp.repeat_penalty);
-    if (o->repeat_last_n_ctx)
-        sp.repeat_last_n = r->ctx;
-    if (qpack_sampler_new(&r->sampler, r->m, &sp, err))
+    if (qrun_new_sampler(r, err))
         return -1;
     if (r->tok && qpack_decoder_new(&r->decoder, r->tok, true, err))
         return -1;
@@ -746,6 +759,7 @@ static void release(struct run_state *r)
 {
     signal_session = NULL;
     qrun_turns_free(r);
+    free(r->system_text);
     stop_text_free(&r->stop);
     qpack_decoder_free(r->decoder);
     qpack_sampler_free(r->sampler);

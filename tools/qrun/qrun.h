@@ -72,6 +72,7 @@ struct run_state {
     uint32_t in_reply;          /* tokens printed in the current reply */
     bool model_sampling;        /* sampling from the model's generation_config.json */
     bool cut_by_n;              /* --chat: -n ended the reply (said after its line) */
+    char *system_text;          /* interactive /system: the prompt o->system points at */
     bool bad_input;             /* an interactive line was refused: exit status 1 at the end */
     struct stop_text stop;
     double load_ms, prompt_ms, gen_ms;
@@ -103,6 +104,10 @@ int qrun_tokenize(const struct run_state *r, const char *text, size_t len, int32
 /* Refuses text the tokenizer must not see, invalid UTF-8 or a NUL byte,
  * with one line: "qrun: WHAT ...THEN". */
 bool qrun_text_ok(const char *what, const char *text, size_t len, const char *then);
+
+/* The sampler for the options (and the model's generation config); the
+ * one before it is freed. */
+int qrun_new_sampler(struct run_state *r, qpack_error *err);
 
 /* qrun_chat.c: the interactive chat */
 int qrun_interactive(struct run_state *r, qpack_error *err);

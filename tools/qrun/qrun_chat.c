@@ -1,6 +1,6 @@
 /* qrun_chat.c - the interactive chat: one user turn per line of stdin (a
- * line ending in \ goes on on the next), /clear and /bye, the KV cache kept
- * across turns, the oldest turns dropped when the context fills.
+ * line ending in \ goes on on the next), the commands of chat_help, the KV
+ * cache kept across turns, the oldest turns dropped when the context fills.
  *
  * The conversation is a list of turns, each its template text's tokens and
  * the reply's tokens as printed. The session holds a prefix of their
@@ -225,6 +225,75 @@ static int clear_conversation(struct run_state *r, qpack_error *err)
     return qpack_session_rewind(r->s, 0, err) ? -1 : 0;
 }
 
+static const char chat_help[] =
+    "qrun: the chat's commands (a line starting with // sends the rest from its second /):\n"
+    "  /help           this list\n"
+    "  /clear          forget the conversation (and its cache)\n"
+    "  /system TEXT    a new system prompt, and the conversation starts again (/system alone: none)\n"
+    "  /think on|off   thinking in the replies from now on\n"
+    "  /bye            end the chat (so does Ctrl-D)\n"
+    "  a line ending in \\ goes on on the next line\n";
+
+/* /system TEXT: a new conversation under it */
+static int set_system(struct run_state *r, const char *arg, qpack_error *err)
+{
+    char *text = *arg ? strdup(arg) : NULL;
+    if (*arg && !text)
+        return snprintf(err->message, sizeof err->message, "out of memory"), -1;
+    free(r->system_text);
+    r->system_text = text;
+    r->o->system = text;
+    if (clear_conversation(r, err))
+        return -1;
+    fprintf(stderr, text ? "qrun: system prompt set; the conversation starts again\n"
+                         : "qrun: no system prompt; the conversation starts again\n");
+    return 0;
+}
+
+/* /think on|off: the turns from now on; the model's sampling follows */
+static int set_think(struct run_state *r, const char *arg, qpack_error *err)
+{
+    if (strcmp(arg, "on") && strcmp(arg, "off")) {
+        fprintf(stderr, "qrun: /think takes on or off, not '%s'\n", arg);
+        return 0;
+    }
+    r->o->think = !strcmp(arg, "on");
+    if (qrun_new_sampler(r, err))
+        return -1;
+    fprintf(stderr, "qrun: thinking %s\n", r->o->think ? "on" : "off");
+    return 0;
+}
+
+/* A line that is a command: 1 when handled (*bye for /bye), 0 when it is
+ * a turn (a leading // loses one /), -1 on a failure. */
+static int chat_command(struct run_state *r, char **text, bool *bye, qpack_error *err)
+{
+    char *t = *text;
+    if (t[0] != '/')
+        return 0;
+    if (t[1] == '/') {
+        ++*text;
+        return 0;
+    }
+    size_t n = strcspn(t, " ");
+    const char *arg = t[n] ? t + n + 1 : "";
+    if (n == 4 && !strncmp(t, "/bye", 4))
+        return *bye = true, 1;
+    if (n == 5 && !strncmp(t, "/help", 5))
+        return fputs(chat_help, stderr), 1;
+    if (n == 6 && !strncmp(t, "/clear", 6)) {
+        if (clear_conversation(r, err))
+            return -1;
+        return fputs("qrun: the conversation is cleared\n", stderr), 1;
+    }
+    if (n == 7 && !strncmp(t, "/system", 7))
+        return set_system(r, arg, err) ? -1 : 1;
+    if (n == 6 && !strncmp(t, "/think", 6))
+        return set_think(r, arg, err) ? -1 : 1;
+    fprintf(stderr, "qrun: unknown command '%.*s' (/help lists them; // sends a line starting with /)\n", (int)n, t);
+    return 1;
+}
+
 /* Reads one turn: a line, and the lines after one ending in \ (joined by a
  * newline). 1 at the end of input, -1 on a read error. */
 static int read_turn(char **text, size_t *len, size_t *cap, unsigned *lineno, unsigned *first_line, bool tty,
@@ -282,6 +351,9 @@ int qrun_interactive(struct run_state *r, qpack_error *err)
 {
     bool tty = isatty(STDIN_FILENO);
     qrun_prompt_shown = tty;
+    if (tty)
+        fprintf(stderr, "qrun: a chat with %s (%s, %s, %u positions): /help lists the commands, /bye or Ctrl-D "
+                "ends it\n", r->o->model, r->info->format, r->info->backend, r->ctx);
     char *text = NULL;
     size_t cap = 0, len;
     unsigned lineno = 0, first_line;
@@ -303,13 +375,16 @@ int qrun_interactive(struct run_state *r, qpack_error *err)
         }
         if (!len)
             continue;
-        if (!strcmp(text, "/bye"))
+        char *turn = text;
+        bool bye = false;
+        int cmd = chat_command(r, &turn, &bye, err);
+        if (cmd < 0)
+            rc = -1;
+        if (bye)
             break;
-        if (!strcmp(text, "/clear")) {
-            rc = clear_conversation(r, err);
+        if (cmd)
             continue;
-        }
-        rc = chat_turn(r, text, first_line, err);
+        rc = chat_turn(r, turn, first_line, err);
     }
     free(text);
     return rc;
