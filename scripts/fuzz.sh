@@ -15,7 +15,8 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-all="fuzz_qpk fuzz_safetensors fuzz_safetensors_index fuzz_tokenizer_load fuzz_tokenizer_encode fuzz_config"
+# every target tests/fuzz/targets.cmake lists
+all=$(sed -n '/^set(QP_FUZZ_TARGETS/,/)/p' "$root/tests/fuzz/targets.cmake" | grep -o 'fuzz_[a-z_]*' | tr '\n' ' ')
 targets=${*:-$all}
 build=${QP_FUZZ_BUILD:-$root/build-fuzz}
 cc=${QP_FUZZ_CC:-clang}
