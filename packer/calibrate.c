@@ -27,7 +27,7 @@ static int encode_text(const char *tokenizer_json, size_t tok_len, const char *t
 
 /* Runs ids[0..n) through the reference, window by window, collecting. */
 static int run_windows(struct calib *c, struct ref_model *m, const int32_t *ids, uint64_t n, const char *path,
-                       qp_err *err)
+                       calib_progress_fn *progress, void *arg, qp_err *err)
 {
     uint32_t vocab = ref_config(m)->vocab_size;
     for (uint64_t i = 0; i < n; i++) {
@@ -38,6 +38,8 @@ static int run_windows(struct calib *c, struct ref_model *m, const int32_t *ids,
             c->windows++;
         if (ref_forward(m, (uint32_t)ids[i], (uint32_t)(i % c->window), NULL, err))
             return -1;
+        if (progress)
+            progress(arg, i + 1, n);
     }
     return 0;
 }
@@ -65,7 +67,7 @@ static int take_means(struct calib *c, const struct ref_model *m, qp_err *err)
 }
 
 int calib_run(struct calib *c, const char *model_dir, const char *tokenizer_json, size_t tok_len,
-              const char *text_path, uint64_t max_tokens, qp_err *err)
+              const char *text_path, uint64_t max_tokens, calib_progress_fn *progress, void *arg, qp_err *err)
 {
     memset(c, 0, sizeof *c);
     char *text = NULL;
@@ -89,7 +91,7 @@ int calib_run(struct calib *c, const char *model_dir, const char *tokenizer_json
         ref_close(m);
         m = NULL;
         rc = ref_open(&m, model_dir, c->window, err) || ref_collect_inputs(m, err) ||
-             run_windows(c, m, ids.v, c->tokens, text_path, err) || take_means(c, m, err);
+             run_windows(c, m, ids.v, c->tokens, text_path, progress, arg, err) || take_means(c, m, err);
     }
     ref_close(m);
     qp_tok_ids_free(&ids);

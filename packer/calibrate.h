@@ -30,12 +30,15 @@ struct calib {
     uint64_t text_bytes, text_xxh3; /* the text file's size and XXH3-64 */
 };
 
+/* Called after each position the reference runs: done of total. */
+typedef void calib_progress_fn(void *arg, uint64_t done, uint64_t total);
+
 /* Runs the reference in model_dir over the first max_tokens tokens of the
- * text at text_path, tokenized by tokenizer_json[0..tok_len). Fails on an
- * unreadable text, one of fewer than 2 tokens, or a token outside the
- * vocabulary. */
+ * text at text_path, tokenized by tokenizer_json[0..tok_len), calling
+ * progress (when not NULL) as it goes. Fails on an unreadable text, one of
+ * fewer than 2 tokens, or a token outside the vocabulary. */
 int calib_run(struct calib *c, const char *model_dir, const char *tokenizer_json, size_t tok_len,
-              const char *text_path, uint64_t max_tokens, qp_err *err);
+              const char *text_path, uint64_t max_tokens, calib_progress_fn *progress, void *arg, qp_err *err);
 
 /* The mean squares of the input of a matrix of container role `role`
  * (qpk.h QPK_ROLE_*) in layer `layer`, cols values; NULL for a role that

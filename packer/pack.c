@@ -16,6 +16,7 @@
 #include "clock.h"
 #include "fsafe.h"
 #include "pack.h"
+#include "pack_progress.h"
 #include "progress.h"
 
 static void fill_config(struct packer *p)
@@ -72,18 +73,16 @@ static int calibrate(struct packer *p, qp_err *err)
     if (!p->tokenizer)
         return qp_fail(err, "%s: --calibrate needs the checkpoint's tokenizer.json to read %s", p->opt.src,
                        p->opt.calib_text);
-    /* the reference takes minutes on big shapes: say so on a terminal */
-    if (!p->opt.quiet && isatty(STDERR_FILENO))
-        fprintf(stderr, "qpack: calibrating on up to %" PRIu64 " tokens of %s (float64 reference)\n",
-                p->opt.calib_tokens, p->opt.calib_text);
-    double t0 = qp_now_s();
+    /* the reference takes minutes on big shapes: a progress line on a terminal */
+    struct calib_progress cp = {.start = qp_now_s(), .text = p->opt.calib_text};
     if (calib_run(&p->calib, p->opt.src, p->tokenizer, p->tokenizer_len, p->opt.calib_text, p->opt.calib_tokens,
-                  err))
+                  pack_progress_calibration, &cp, err))
         return -1;
+    progress_clear();
     p->calibrated = true;
     if (!p->opt.quiet)
         fprintf(stderr, "qpack: calibrated on %" PRIu64 " tokens of %s in %u window(s), %.1f s\n",
-                p->calib.tokens, p->opt.calib_text, p->calib.windows, qp_now_s() - t0);
+                p->calib.tokens, p->opt.calib_text, p->calib.windows, qp_now_s() - cp.start);
     return 0;
 }
 

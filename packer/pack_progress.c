@@ -4,6 +4,7 @@
 #include "clock.h"
 #include "progress.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 void pack_progress_start(struct pack_progress *pr, uint32_t n_tensors, uint64_t bytes_total, double work_total)
@@ -46,4 +47,21 @@ void pack_progress_tensor(struct pack_progress *pr, uint32_t index, uint64_t byt
 void pack_progress_bytes(struct pack_progress *pr, uint64_t bytes_done)
 {
     show(pr, bytes_done, false);
+}
+
+void pack_progress_calibration(void *arg, uint64_t done, uint64_t total)
+{
+    const struct calib_progress *cp = arg;
+    if (!progress_enabled())
+        return;
+    double elapsed = qp_now_s() - cp->start;
+    char took[32], left[48] = "";
+    progress_duration(took, elapsed);
+    if (elapsed >= 1 && done > 0 && done < total) {
+        char t[32];
+        progress_duration(t, (double)(total - done) * elapsed / (double)done);
+        snprintf(left, sizeof left, ", about %s left", t);
+    }
+    progress_show(done == 1 || done == total, "calibrating on %s: %" PRIu64 "/%" PRIu64 " tokens, %s%s", cp->text,
+                  done, total, took, left);
 }

@@ -27,4 +27,13 @@ void pack_progress_tensor(struct pack_progress *pr, uint32_t index, uint64_t byt
 /* bytes_done of the current tensor are written. */
 void pack_progress_bytes(struct pack_progress *pr, uint64_t bytes_done);
 
+/* --calibrate's line: "calibrating on calib.txt: 120/512 tokens, 12.0 s,
+ * about 39.0 s left". A calib_progress_fn (calibrate.h) whose arg is a
+ * struct calib_progress. */
+struct calib_progress {
+    double start;     /* seconds: when the reference began */
+    const char *text; /* the calibration text's path */
+};
+void pack_progress_calibration(void *arg, uint64_t done, uint64_t total);
+
 #endif

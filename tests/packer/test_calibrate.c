@@ -129,6 +129,19 @@ static char *read_tokenizer(size_t *len)
 
 /* calib_run: the means over the first N tokens, one window, each role's
  * matrix reading its own input; the embedding and lm_head the final one */
+/* a calib_progress_fn that checks it is told of each position in order */
+struct progress_seen {
+    uint64_t calls, last, total;
+};
+static void see_progress(void *arg, uint64_t done, uint64_t total)
+{
+    struct progress_seen *s = arg;
+    ck_assert_uint_eq(done, s->last + 1);
+    s->calls++;
+    s->last = done;
+    s->total = total;
+}
+
 START_TEST(calib_run_means_and_roles)
 {
     char dir[] = "/tmp/qp-calib-XXXXXX", path[64];
@@ -140,8 +153,11 @@ START_TEST(calib_run_means_and_roles)
     char *tok = read_tokenizer(&tok_len);
     struct calib c;
     qp_err err = {{0}};
-    ck_assert_msg(calib_run(&c, MODEL, tok, tok_len, path, 3, &err) == 0, "%s", err.msg);
+    struct progress_seen seen = {0};
+    ck_assert_msg(calib_run(&c, MODEL, tok, tok_len, path, 3, see_progress, &seen, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(c.tokens, 3);
+    ck_assert_uint_eq(seen.calls, 3);
+    ck_assert_uint_eq(seen.total, 3);
     ck_assert_uint_eq(c.windows, 1);
     ck_assert_uint_eq(c.window, 256);
     ck_assert_uint_eq(c.text_bytes, strlen("The package maintainer uploads the source package to the archive."));
@@ -181,7 +197,7 @@ START_TEST(calib_run_means_and_roles)
     /* a text of one token is refused */
     write_file(path, "a");
     tok = read_tokenizer(&tok_len);
-    ck_assert(calib_run(&c, MODEL, tok, tok_len, path, 100, &err) != 0);
+    ck_assert(calib_run(&c, MODEL, tok, tok_len, path, 100, NULL, NULL, &err) != 0);
     ck_assert_msg(strstr(err.msg, "calibration needs at least 2"), "%s", err.msg);
     free(tok);
     remove(path);

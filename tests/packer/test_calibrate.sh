@@ -34,6 +34,19 @@ norms=$(diff "$W/plain.t" "$W/cal.t" | grep '^>' | grep -c 'norm')
 [ "$changed" -gt 10 ] && [ "$norms" = 0 ] || fail "$changed tensors changed ($norms norms)"
 echo "ok: calibrated on 300 tokens, $changed quantised tensors changed"
 
+# on a terminal a progress line counts the tokens; --quiet draws none
+if command -v script >/dev/null; then
+    script -qfec "'$QPACK' pack '$DATA/model' -o '$W/tty.qpk' --format int4-pure --calibrate '$DATA/calib.txt' \
+        --calibrate-tokens 300" /dev/null >"$W/tty.out" || fail "pack on a terminal: $(tail -c 300 "$W/tty.out")"
+    grep -aq "qpack: calibrating on $DATA/calib.txt: 1/300 tokens" "$W/tty.out" &&
+        grep -aq "calibrating on $DATA/calib.txt: 300/300 tokens" "$W/tty.out" ||
+        fail "no calibration progress: $(head -c 400 "$W/tty.out")"
+    script -qfec "'$QPACK' pack '$DATA/model' -o '$W/tty.qpk' --format int4-pure --calibrate '$DATA/calib.txt' \
+        --calibrate-tokens 300 --quiet" /dev/null >"$W/quiet.out"
+    ! grep -aq "calibrating on" "$W/quiet.out" || fail "--quiet drew: $(head -c 300 "$W/quiet.out")"
+    echo "ok: calibration progress on a terminal, none with --quiet"
+fi
+
 # expect NAME PATTERN ARGS...: exit 2 (usage) or 1, one line naming the problem, no output
 expect() {
     local name=$1 pat=$2
