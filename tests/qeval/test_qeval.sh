@@ -174,6 +174,12 @@ for a in got:
     for b in got:
         if a[2] < b[2]: assert a[0] < b[0], (a, b)
         if a[3] < b[3]: assert a[1] > b[1], (a, b)
+# every label inside the picture, at 7 px per character of the 12 px font
+width = float(root.get("width"))
+for t in root.iter("{http://www.w3.org/2000/svg}text"):
+    x, n = float(t.get("x")), len(t.text or "") * 7
+    lo, hi = {"end": (x - n, x), "middle": (x - n / 2, x + n / 2)}.get(t.get("text-anchor"), (x, x + n))
+    assert t.get("transform") or (lo >= 0 and hi <= width), ("clipped", t.text, lo, hi, width)
 print("ok", [(round(x), round(y)) for x, y, _, _ in got])
 PY
     # the destination is checked before any work: an input is never replaced

@@ -2,8 +2,10 @@
 #include "qeval_plot.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define W 720
 #define H 440
@@ -11,6 +13,7 @@
 #define RIGHT 40
 #define TOP 44            /* the title */
 #define BOTTOM 56         /* x tick labels and the axis title */
+#define CHAR_W 7          /* a generous width of one 12 px sans-serif character */
 
 struct axes {
     double x0, x1;        /* bits per weight at the left and right edges */
@@ -90,14 +93,21 @@ static void draw_axes(FILE *f, const struct axes *a)
 static void draw_point(FILE *f, const struct axes *a, const struct qe_point *p, int i)
 {
     double x = px(a, p->bpw), y = py(a, p->kl);
+    char kl[32];
+    if (p->kl > 0)
+        snprintf(kl, sizeof kl, " (%.3g)", p->kl);
+    else
+        snprintf(kl, sizeof kl, " (KL 0)");
+    /* right of the point, or left of it where the label would leave the
+     * picture (the points near the highest bits per weight) */
+    double width = (double)(strlen(p->label) + strlen(kl)) * CHAR_W;
+    bool left = x + 7 + width > W - 4;
     fprintf(f, "<g class=\"point\"><circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f5fa8\"/>", x, y);
     /* labels alternate above and below, so neighbours overlap less */
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">", x + 7, y + (i % 2 ? 15 : -7));
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\"%s>", left ? x - 7 : x + 7, y + (i % 2 ? 15 : -7),
+            left ? " text-anchor=\"end\"" : "");
     put_text(f, p->label);
-    if (p->kl > 0)
-        fprintf(f, " (%.3g)", p->kl);
-    else
-        fputs(" (KL 0)", f);
+    fputs(kl, f);
     fputs("</text></g>\n", f);
 }
 
