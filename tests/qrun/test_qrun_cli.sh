@@ -711,14 +711,17 @@ two" -n 6 --print-ids --backend emu
 
 chat_keys)
     # on a terminal (tmux): Ctrl-C stops the reply and returns to the prompt
-    # within 0.5 s, the chat goes on; Ctrl-C at the prompt ends qrun (130)
+    # within 0.5 s, the chat goes on; lines are edited (libedit: Up recalls
+    # the last line, Ctrl-A goes to its start); Ctrl-C at the prompt ends
+    # qrun (130) and leaves the terminal's settings as they were
     command -v tmux >/dev/null || skip "needs tmux (scripts/install_deps.sh)"
     S=qrun-keys-$$
     sock=$T/tmux.sock
     tm() { tmux -S "$sock" "$@"; }
     trap 'tm kill-server 2>/dev/null' EXIT
     tm new-session -d -s $S -x 200 -y 50 \
-        "trap '' INT; '$QRUN' -m '$M' --chat -n 2000 --backend emu --print-ids; echo \$? >'$T/status'; sleep 30"
+        "trap '' INT; stty -g >'$T/stty.before'; '$QRUN' -m '$M' --chat -n 2000 --backend emu --print-ids;
+         echo \$? >'$T/status'; stty -g >'$T/stty.after'; sleep 30"
     screen() { tm capture-pane -p -t $S -S -200; }
     ms() { date +%s%3N; }
     # wait_for PATTERN: until the screen's last line matches (10 s); seen_ms:
@@ -751,6 +754,16 @@ chat_keys)
         echo "ok: Ctrl-C in reply to '$turn': back at the prompt in $took ms"
         [ "$took" -le 500 ] || fail "Ctrl-C took $took ms to stop the reply"
     done
+    tm send-keys -t $S Up
+    wait_for '^> Again$'
+    tm send-keys -t $S C-a "Say "
+    wait_for '^> Say Again$'
+    tm send-keys -t $S Enter
+    wait_for '^[0-9]+ [0-9]+ [0-9]+ '
+    tm send-keys -t $S C-c
+    wait_for '^> ?$'
+    ! screen | grep -qF '^[[A' || fail "Up was not edited: $(screen | grep -v '^$' | tail -3)"
+    echo "ok: Up recalled the last line, Ctrl-A and typing edited it, the edited line was sent"
     tm send-keys -t $S C-c
     t0=$(ms)
     for i in $(seq 100); do [ -s "$T/status" ] && break; sleep 0.05; done
@@ -758,7 +771,10 @@ chat_keys)
     [ "$(cat "$T/status" 2>/dev/null)" = 130 ] || fail "Ctrl-C at the prompt: status '$(cat "$T/status" 2>/dev/null)'"
     [ "$took" -le 500 ] || fail "Ctrl-C at the prompt took $took ms"
     screen | grep -q "^qrun: interrupted$" || fail "screen: $(screen | grep -v '^$' | tail -5)"
-    echo "ok: Ctrl-C at the prompt ended qrun in $took ms, status 130"
+    for i in $(seq 40); do [ -s "$T/stty.after" ] && break; sleep 0.05; done
+    cmp -s "$T/stty.before" "$T/stty.after" ||
+        fail "the terminal's settings changed: $(cat "$T/stty.before") -> $(cat "$T/stty.after" 2>/dev/null)"
+    echo "ok: Ctrl-C at the prompt ended qrun in $took ms, status 130, the terminal as it was"
     ;;
 
 progress)

@@ -17,6 +17,7 @@
 
 #include "stdout_policy.h"
 #include "qrun.h"
+#include "qrun_line.h"
 
 static void turn_free(struct turn *t)
 {
@@ -296,43 +297,29 @@ static int chat_command(struct run_state *r, char **text, bool *bye, qpack_error
 
 /* Reads one turn: a line, and the lines after one ending in \ (joined by a
  * newline). 1 at the end of input, -1 on a read error. */
-static int read_turn(char **text, size_t *len, size_t *cap, unsigned *lineno, unsigned *first_line, bool tty,
-                     qpack_error *err)
+static int read_turn(struct qrun_lines *in, char **text, size_t *len, size_t *cap, unsigned *lineno,
+                     unsigned *first_line, bool tty, qpack_error *err)
 {
-    char *line = NULL;
-    size_t line_cap = 0;
     *len = 0;
     *first_line = *lineno + 1;
     for (bool more = true; more;) {
-        if (tty) {
-            fputs(*len ? ". " : "> ", stderr);
-            fflush(stderr);
-        }
-        errno = 0;
-        ssize_t n = getline(&line, &line_cap, stdin);
+        const char *line;
+        ssize_t n = qrun_lines_read(in, *len ? ". " : "> ", &line);
         if (n < 0) {
-            bool failed = ferror(stdin) && errno;
-            if (failed)
+            if (n == -2)
                 snprintf(err->message, sizeof err->message, "reading stdin: %s", strerror(errno));
             else if (tty)
                 fputc('\n', stderr);
-            free(line);
-            return failed ? -1 : *len ? 0 : 1;
+            return n == -2 ? -1 : *len ? 0 : 1;
         }
         ++*lineno;
+        qrun_lines_remember(in, line);
         size_t l = (size_t)n;
-        if (l && line[l - 1] == '\n')
-            l--;
-        if (l && line[l - 1] == '\r')
-            l--;
         more = l && line[l - 1] == '\\';
-        if (more)
-            line[l - 1] = '\n';   /* the backslash becomes the line break */
         if (*len + l + 1 > *cap) {
             size_t c = (*len + l + 1) * 2;
             char *t = realloc(*text, c);
             if (!t) {
-                free(line);
                 snprintf(err->message, sizeof err->message, "out of memory");
                 return -1;
             }
@@ -340,10 +327,11 @@ static int read_turn(char **text, size_t *len, size_t *cap, unsigned *lineno, un
             *cap = c;
         }
         memcpy(*text + *len, line, l);
+        if (more)
+            (*text)[*len + l - 1] = '\n';   /* the backslash becomes the line break */
         *len += l;
         (*text)[*len] = 0;
     }
-    free(line);
     return 0;
 }
 
@@ -354,6 +342,11 @@ int qrun_interactive(struct run_state *r, qpack_error *err)
     if (tty)
         fprintf(stderr, "qrun: a chat with %s (%s, %s, %u positions): /help lists the commands, /bye or Ctrl-D "
                 "ends it\n", r->o->model, r->info->format, r->info->backend, r->ctx);
+    struct qrun_lines *in = qrun_lines_open(tty);
+    if (!in) {
+        snprintf(err->message, sizeof err->message, "out of memory");
+        return -1;
+    }
     char *text = NULL;
     size_t cap = 0, len;
     unsigned lineno = 0, first_line;
@@ -361,7 +354,7 @@ int qrun_interactive(struct run_state *r, qpack_error *err)
     while (!rc && !qrun_stop_signal && !qp_stdout_failed()) {
         qrun_reply_stopped = 0;
         qrun_set_phase(QRUN_WAITING);
-        int got = read_turn(&text, &len, &cap, &lineno, &first_line, tty, err);
+        int got = read_turn(in, &text, &len, &cap, &lineno, &first_line, tty, err);
         qrun_set_phase(QRUN_WORKING);
         if (got)
             rc = got < 0 ? -1 : 0;
@@ -386,6 +379,7 @@ int qrun_interactive(struct run_state *r, qpack_error *err)
             continue;
         rc = chat_turn(r, turn, first_line, err);
     }
+    qrun_lines_close(in);
     free(text);
     return rc;
 }
