@@ -359,7 +359,8 @@ typedef struct qpack_logit_bias {
 } qpack_logit_bias;
 
 typedef struct qpack_sampler_params {
-    double temperature;         /* 0: greedy (the argmax; every other field ignored) */
+    double temperature;         /* 0: greedy (the argmax after the biases and penalties;
+                                   top_k, top_p, min_p and seed ignored) */
     uint32_t top_k;             /* keep the k most likely; 0: all */
     double top_p;               /* keep the smallest set with probability >= p; 1: all */
     double min_p;               /* drop tokens below min_p times the most likely; 0: none */

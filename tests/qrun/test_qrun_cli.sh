@@ -709,6 +709,44 @@ two" -n 6 --print-ids --backend emu
     echo "ok: /clear gives the fresh reply '$(cat "$T/fresh.out")'; continued: '$(cat "$T/cont.out")'"
     ;;
 
+chat_thinking)
+    # --chat --think: the reasoning on stderr, the answer on stdout, as an
+    # independent split (python) of the same reply's text says; the biases
+    # make a random model write <think> and </think> often
+    command -v python3 >/dev/null || skip "needs python3"
+    bias="--logit-bias 151667=10 --logit-bias 151668=10"
+    seen=0
+    for seed in 1 2 3 4 5 6 7 8; do
+        run ids$seed -m "$M" --chat --think -p Hi $bias --temp 1 --seed $seed -n 30 --backend emu --print-ids
+        [ "$rc" = 0 ] || fail "ids, seed $seed: $(cat "$T/ids$seed.err")"
+        "$QRUN" detokenize -m "$M" <"$T/ids$seed.out" >"$T/text$seed" || fail "detokenize"
+        run split$seed -m "$M" --chat --think -p Hi $bias --temp 1 --seed $seed -n 30 --backend emu
+        [ "$rc" = 0 ] || fail "text, seed $seed: $(cat "$T/split$seed.err")"
+        grep -v '^qrun: the reply was cut at -n 30 tokens$' "$T/split$seed.err" >"$T/reason$seed"
+        python3 - "$T/text$seed" "$T/reason$seed" "$T/split$seed.out" <<'PY' || fail "seed $seed: the split differs"
+import sys
+text = open(sys.argv[1], encoding="utf-8").read()
+got_reason = open(sys.argv[2], encoding="utf-8").read()
+got_answer = open(sys.argv[3], encoding="utf-8").read()
+blank = " \n\r\t"
+t = text.lstrip(blank)
+if t.startswith("<think>"):
+    body = t[len("<think>"):]
+    reason, sep, answer = body.partition("</think>")
+    reason, answer = reason.strip(blank), answer.lstrip(blank)
+else:
+    reason, answer = "", t
+want_reason = reason + "\n" if reason else ""
+assert got_reason == want_reason, ("reasoning", got_reason, want_reason)
+assert got_answer == answer + "\n", ("answer", got_answer, answer)
+print(1 if reason else 0)
+PY
+        seen=$((seen + $(python3 -c 'import sys; print(1 if open(sys.argv[1]).read() else 0)' "$T/reason$seed")))
+    done
+    [ "$seen" -ge 1 ] || fail "only $seen of 8 replies had reasoning: the test shows nothing"
+    echo "ok: 8 replies split as python splits them, $seen with reasoning"
+    ;;
+
 chat_keys)
     # on a terminal (tmux): Ctrl-C stops the reply and returns to the prompt
     # within 0.5 s, the chat goes on; lines are edited (libedit: Up recalls

@@ -289,6 +289,48 @@ static int put_text(const char *text, size_t len, qpack_error *err)
     return 0;
 }
 
+/* ---- thinking apart -------------------------------------------------------------- */
+
+/* A --chat --think reply's reasoning goes to stderr (faint on a terminal),
+ * ended by a line break when the answer starts; the answer to stdout. So
+ * stdout holds only answers, as without thinking. */
+static bool splits_thinking(const struct run_state *r)
+{
+    return r->o->chat && r->o->think && r->tok && !r->o->print_ids;
+}
+
+static void close_reasoning(struct run_state *r)
+{
+    if (!r->reasoning_open)
+        return;
+    fputs(r->faint ? "\033[0m\n" : "\n", stderr);
+    r->reasoning_open = false;
+}
+
+static int show_part(void *arg, enum think_part part, const char *text, size_t len)
+{
+    struct run_state *r = arg;
+    if (part == THINK_REASONING) {
+        if (!r->reasoning_open && r->faint)
+            fputs("\033[2m", stderr);
+        r->reasoning_open = true;
+        fwrite(text, 1, len, stderr);
+        fflush(stderr);
+        return 0;
+    }
+    close_reasoning(r);
+    return put_text(text, len, r->text_err);
+}
+
+/* A reply's text: to stdout, or split by show_part */
+static int reply_text(struct run_state *r, const char *text, size_t len, qpack_error *err)
+{
+    if (!splits_thinking(r))
+        return put_text(text, len, err);
+    r->text_err = err;
+    return think_text_push(&r->think, text, len, show_part, r);
+}
+
 /* Prints one token: its id, or its text through the stop strings. *stop:
  * a stop string is complete. */
 static int emit_token(struct run_state *r, int32_t id, bool *stop, qpack_error *err)
@@ -302,12 +344,12 @@ static int emit_token(struct run_state *r, int32_t id, bool *stop, qpack_error *
     size_t len;
     const char *text = qpack_decoder_push(r->decoder, id, &len);
     if (!r->o->n_stops)
-        return put_text(text, len, err);
+        return reply_text(r, text, len, err);
     int hit = stop_text_push(&r->stop, text, len, &text, &len);
     if (hit < 0)
         return fail(err, QPACK_ERR_MEMORY, "out of memory");
     *stop = hit;
-    return put_text(text, len, err);
+    return reply_text(r, text, len, err);
 }
 
 /* Ends a reply's output. After a signal (or Ctrl-C in a chat) only the
@@ -323,11 +365,16 @@ void qrun_end_reply(struct run_state *r, bool newline_always)
         qpack_error ignore;
         if (r->o->n_stops) {
             if (!cut && !r->stop.stopped && stop_text_push(&r->stop, tail, len, &tail, &len) >= 0)
-                put_text(tail, len, &ignore);
+                reply_text(r, tail, len, &ignore);
             stop_text_finish(&r->stop, &tail, &len);
         }
         if (!cut)
-            put_text(tail, len, &ignore);
+            reply_text(r, tail, len, &ignore);
+        r->text_err = &ignore;
+        if (!cut)
+            think_text_finish(&r->think, show_part, r);
+        think_text_init(&r->think);
+        close_reasoning(r);
     }
     if (r->in_reply || newline_always)
         putchar('\n');
@@ -633,6 +680,8 @@ static int load_model(struct run_state *r, qpack_error *err)
     if (r->tok && qpack_decoder_new(&r->decoder, r->tok, true, err))
         return -1;
     stop_text_init(&r->stop, o->stops, o->n_stops);
+    think_text_init(&r->think);
+    r->faint = isatty(STDERR_FILENO);
     signal_session = r->s;
     return 0;
 }

@@ -11,6 +11,7 @@
 
 #include "qpack.h"
 #include "stop_text.h"
+#include "think_text.h"
 
 /* Exit statuses (qrun --help) */
 enum {
@@ -21,6 +22,7 @@ enum {
 };
 
 #define QRUN_STOPS_MAX 16       /* --stop strings */
+#define QRUN_BIAS_MAX 64        /* --logit-bias options */
 #define QRUN_LOOKUP_MAX 15      /* a draft and its token fill one block of 16 positions */
 #define QRUN_INPUT_MAX (256u << 20)   /* bytes of -f FILE or -p - read at most */
 #define QRUN_DEFAULT_NEW 32     /* -n without --chat */
@@ -39,6 +41,7 @@ struct options {
     bool print_ids, stats, chat, think, interactive, quiet;
     uint32_t lookup;            /* --lookup: tokens drafted per pass at most (0: off) */
     const char *stops[QRUN_STOPS_MAX];
+    qpack_logit_bias bias[QRUN_BIAS_MAX];   /* --logit-bias, o->sp.logit_bias points here */
     int n_stops;
     char *prompt_text;          /* -f FILE or -p -: the text read (malloc'd) */
 };
@@ -75,6 +78,10 @@ struct run_state {
     char *system_text;          /* interactive /system: the prompt o->system points at */
     bool bad_input;             /* an interactive line was refused: exit status 1 at the end */
     struct stop_text stop;
+    struct think_text think;    /* --chat --think: the reasoning told apart from the answer */
+    bool reasoning_open;        /* reasoning is being shown on stderr */
+    bool faint;                 /* stderr is a terminal: the reasoning is shown faint */
+    qpack_error *text_err;      /* where show_part reports a lost stdout */
     double load_ms, prompt_ms, gen_ms;
     uint32_t prompt_tokens, generated, decode_steps;
     uint32_t step_tokens;       /* tokens printed that decode steps made (not a prompt's pass) */

@@ -56,7 +56,9 @@ void qrun_usage(FILE *out)
             "                         ~/.editrc); Ctrl-C stops the reply and returns to the\n"
             "                         prompt; at the prompt it ends qrun\n"
             "      --system TEXT      with --chat: the system prompt\n"
-            "      --think            with --chat: leave thinking on (no empty think block)\n"
+            "      --think            with --chat: leave thinking on (no empty think block); the\n"
+            "                         reasoning goes to stderr (faint on a terminal), the answer\n"
+            "                         to stdout\n"
             "      --backend B        bpf (default), emu (the host twin, bit-identical), or ref\n"
             "                         (float64 reference from a Hugging Face folder given as -m);\n"
             "                         bpf needs root or CAP_BPF + CAP_PERFMON, emu and ref none\n"
@@ -90,6 +92,9 @@ void qrun_usage(FILE *out)
             "                         conversation, prompt included (default 64; 0: none; -1:\n"
             "                         the whole context)\n"
             "      --seed S           sampling seed, 0 to 2^64-1 (default 1)\n"
+            "      --logit-bias ID=B  add B (-100 to 100) to token ID's logit before sampling,\n"
+            "                         greedy too (repeatable, up to %d; llama.cpp's ID+B and\n"
+            "                         ID-B too); -100 all but bans the token\n"
             "      --stop STRING      end the reply where its text first contains STRING, which\n"
             "                         is not printed (repeatable, up to %d)\n"
             "      --lookup N         lookup decoding, greedy only: draft up to N next tokens\n"
@@ -132,7 +137,7 @@ void qrun_usage(FILE *out)
             "Exit status: 0 done; 1 a runtime failure (a file, the model, BPF privilege, input\n"
             "text, output); 2 bad usage (an option or its value, -c past the model's maximum,\n"
             "a prompt and -n past the context); 130/143 interrupted; 141 closed pipe.\n",
-            QRUN_STOPS_MAX, QRUN_LOOKUP_MAX);
+            QRUN_BIAS_MAX, QRUN_STOPS_MAX, QRUN_LOOKUP_MAX);
 }
 
 /* --help: the text goes out in one checked write, so a failure names its
@@ -190,7 +195,7 @@ static int set_repeat_last_n(struct options *o, const char *arg)
 enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
-    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_VERSION,
+    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION,
 };
 
 static const struct option longs[] = {
@@ -208,9 +213,35 @@ static const struct option longs[] = {
     {"stats", no_argument, 0, O_STATS}, {"chat", no_argument, 0, O_CHAT},
     {"system", required_argument, 0, O_SYSTEM}, {"think", no_argument, 0, O_THINK},
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
+    {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
+
+/* --logit-bias ID=BIAS, or llama.cpp's ID+BIAS / ID-BIAS */
+static int add_logit_bias(struct options *o, const char *arg)
+{
+    if (o->sp.n_logit_bias == QRUN_BIAS_MAX) {
+        fprintf(stderr, "qrun: at most %d --logit-bias options\n", QRUN_BIAS_MAX);
+        return -1;
+    }
+    size_t n = strspn(arg, "0123456789");
+    char id[16];
+    if (!n || n >= sizeof id || !strchr("=+-", arg[n]) || !arg[n]) {
+        fprintf(stderr, "qrun: --logit-bias takes ID=BIAS (as 151668=-100 or 151668+2), not '%s'\n", arg);
+        return -1;
+    }
+    memcpy(id, arg, n);
+    id[n] = 0;
+    uint64_t v;
+    double b;
+    if (cli_uint("qrun", "--logit-bias's token id", id, 0, INT32_MAX, &v) ||
+        cli_real("qrun", "--logit-bias's bias", arg + n + (arg[n] == '=' || arg[n] == '+'), -100, false, 100, &b))
+        return -1;
+    o->bias[o->sp.n_logit_bias++] = (qpack_logit_bias){(int32_t)v, b};
+    o->sp.logit_bias = o->bias;
+    return 0;
+}
 
 /* One option; -1 after its one line. */
 static int take(struct options *o, int c, const char *arg)
@@ -277,6 +308,7 @@ static int take(struct options *o, int c, const char *arg)
             return -1;
         o->lookup = (uint32_t)v;
         return 0;
+    case O_LOGIT_BIAS: return add_logit_bias(o, arg);
     case O_VERSION: exit(qp_print_version("qrun"));
     case 'h': exit(print_usage());
     }
