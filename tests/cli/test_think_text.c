@@ -78,7 +78,10 @@ END_TEST
 START_TEST(no_think_block)
 {
     expect("Hello, world", "", "Hello, world");
-    expect("  \nHello", "", "Hello");
+    /* an answer's leading blanks are its own */
+    expect("  \nHello", "", "  \nHello");
+    expect(" ", "", " ");
+    expect("\n <think>x</think>y", "x", "y");
     /* a tag's start that is not one is text */
     expect("<thin>ice", "", "<thin>ice");
     expect("<b>bold</b>", "", "<b>bold</b>");
@@ -122,6 +125,11 @@ START_TEST(long_blank_runs_kept)
     split(reply, NULL, 0, &p);
     ck_assert_uint_eq(p.len[THINK_REASONING], strlen(want));
     ck_assert(!memcmp(p.text[THINK_REASONING], want, strlen(want)));
+    /* so many blanks before a tag open no thinking: all answer, kept */
+    snprintf(reply, sizeof reply, "%s<think>a</think>", spaces);
+    split(reply, NULL, 0, &p);
+    ck_assert_uint_eq(p.len[THINK_REASONING], 0);
+    ck_assert_uint_eq(p.len[THINK_ANSWER], strlen(reply));
 }
 END_TEST
 

@@ -735,7 +735,7 @@ if t.startswith("<think>"):
     reason, sep, answer = body.partition("</think>")
     reason, answer = reason.strip(blank), answer.lstrip(blank)
 else:
-    reason, answer = "", t
+    reason, answer = "", text   # leading blanks kept
 want_reason = reason + "\n" if reason else ""
 assert got_reason == want_reason, ("reasoning", got_reason, want_reason)
 assert got_answer == answer + "\n", ("answer", got_answer, answer)

@@ -6,7 +6,7 @@
 #include <string.h>
 
 enum {
-    LEAD,           /* only blanks so far */
+    LEAD,           /* only blanks so far, held */
     OPEN,           /* matching "<think>" */
     THINK_LEAD,     /* blanks after <think> */
     THINK,          /* the reasoning; blanks and a "</think>" start held */
@@ -71,8 +71,17 @@ static void step(struct run *r, const char *p)
     char c = *p;
     switch (tt->state) {
     case LEAD:
-        if (blank(c))
+        if (blank(c)) {
+            /* so many blanks do not open a thinking reply: an answer */
+            if (tt->held_len == sizeof tt->held - sizeof open_tag) {
+                tt->state = ANSWER;
+                emit_held(r, THINK_ANSWER);
+                emit(r, THINK_ANSWER, p, 1);
+                return;
+            }
+            hold(tt, c);
             return;
+        }
         tt->state = OPEN;
         tt->matched = 0;
         /* fall through */
@@ -155,7 +164,7 @@ int think_text_push(struct think_text *tt, const char *text, size_t len, think_o
 int think_text_finish(struct think_text *tt, think_out_fn *out, void *arg)
 {
     struct run r = {.tt = tt, .out = out, .arg = arg};
-    if (tt->state == OPEN)
+    if (tt->state == LEAD || tt->state == OPEN)
         emit_held(&r, THINK_ANSWER);
     else if (tt->state == THINK && tt->matched) {
         tt->held_len = 0;   /* the blanks before it go */

@@ -3,8 +3,9 @@
  * With thinking on, Qwen3 replies "<think>\nREASONING\n</think>\n\nANSWER".
  * The splitter takes the reply's text as it streams and hands out each run
  * of it as thinking or answer, without the tags and the line breaks around
- * them: the text before the first non-blank byte decides (a reply that does
- * not open with <think> is all answer), and "</think>" ends the thinking.
+ * them: the text up to the first non-blank byte decides (a reply that does
+ * not open with <think> is all answer, its leading blanks kept), and
+ * "</think>" ends the thinking.
  * What could still be the start of a tag is held until the next piece
  * decides it, as the stop strings do; a tag is ASCII, so what is handed out
  * stays whole UTF-8 characters. */
