@@ -462,6 +462,50 @@ openai)
     stop_server
     ;;
 
+reasoning)
+    # thinking on: a chat reply's <think> block comes apart as
+    # reasoning_content, whole and streamed, as an independent split
+    # (python) of the same sampled reply from /v1/completions says; the
+    # biases make a random model write the tags
+    command -v python3 >/dev/null || skip "needs python3"
+    start_server emu --backend emu
+    sampling='"temperature": 1, "top_p": 1, "top_k": 0, "min_p": 0, "repeat_penalty": 1, "max_tokens": 30,
+              "logit_bias": {"151667": 10, "151668": 10}'
+    prompt='<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
+    seen=0
+    for seed in 1 2 3 4 5 6; do
+        post /v1/completions "{\"prompt\": \"$prompt\", \"seed\": $seed, $sampling}"; expect_ok "completion $seed"
+        jq -j '.choices[0].text' "$T/resp" >"$T/text"
+        chat="{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"seed\": $seed, $sampling,
+               \"chat_template_kwargs\": {\"enable_thinking\": true}"
+        post /v1/chat/completions "$chat}"; expect_ok "chat $seed"
+        jq -j '.choices[0].message.reasoning_content // ""' "$T/resp" >"$T/reason"
+        jq -j '.choices[0].message.content' "$T/resp" >"$T/answer"
+        post /v1/chat/completions "$chat, \"stream\": true}"; expect_ok "chat stream $seed"
+        grep '^data: {' "$T/resp" | sed 's/^data: //' |
+            jq -j '.choices[0] | select(.) | .delta.reasoning_content // empty' >"$T/sreason"
+        grep '^data: {' "$T/resp" | sed 's/^data: //' |
+            jq -j '.choices[0] | select(.) | .delta.content // empty' >"$T/sanswer"
+        python3 - "$T/text" "$T/reason" "$T/answer" "$T/sreason" "$T/sanswer" <<'PY' || fail "seed $seed: the split differs"
+import sys
+text, reason, answer, sreason, sanswer = (open(f, encoding="utf-8").read() for f in sys.argv[1:])
+blank = " \n\r\t"
+t = text.lstrip(blank)
+if t.startswith("<think>"):
+    want_reason, _, want_answer = t[len("<think>"):].partition("</think>")
+    want_reason, want_answer = want_reason.strip(blank), want_answer.lstrip(blank)
+else:
+    want_reason, want_answer = "", text
+assert (reason, answer) == (want_reason, want_answer), ("whole", reason, answer, text)
+assert (sreason, sanswer) == (want_reason, want_answer), ("streamed", sreason, sanswer, text)
+PY
+        [ -s "$T/reason" ] && seen=$((seen + 1))
+    done
+    [ "$seen" -ge 1 ] || fail "no reply of 6 had reasoning: the test shows nothing"
+    stop_server
+    echo "ok 6 chat replies split as python splits them, $seen with reasoning"
+    ;;
+
 browser)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"

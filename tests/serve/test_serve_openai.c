@@ -381,30 +381,54 @@ START_TEST(responses_have_openais_shapes)
 {
     struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
     struct serve_usage u = {.prompt_tokens = 5, .completion_tokens = 3};
-    cJSON *j = parse_json(serve_completion_json(&chat, "Hi \"there\"\n", 11, "stop", &u));
+    struct serve_reply_text hi = {.content = "Hi \"there\"\n", .content_len = 11};
+    cJSON *j = parse_json(serve_completion_json(&chat, &hi, "stop", &u));
     ck_assert_str_eq(str_at(j, "object", NULL), "chat.completion");
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     ck_assert_str_eq(str_at(c0, "message", "role"), "assistant");
     ck_assert_str_eq(str_at(c0, "message", "content"), "Hi \"there\"\n");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "message"),
+                                                        "reasoning_content"));
     ck_assert_str_eq(str_at(c0, "finish_reason", NULL), "stop");
     ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "usage"), "total_tokens")
                          ->valueint, 8);
     cJSON_Delete(j);
 
-    j = parse_json(serve_chunk_json(&chat, "", 0, true, NULL));
+    /* reasoning beside the answer, as llama-server gives it; a reply cut in
+     * its thinking has an empty content */
+    struct serve_reply_text both = {.content = "4", .content_len = 1, .reasoning = "2+2\n", .reasoning_len = 4};
+    j = parse_json(serve_completion_json(&chat, &both, "stop", &u));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_str_eq(str_at(c0, "message", "content"), "4");
+    ck_assert_str_eq(str_at(c0, "message", "reasoning_content"), "2+2\n");
+    cJSON_Delete(j);
+    struct serve_reply_text cut = {.reasoning = "hmm", .reasoning_len = 3};
+    j = parse_json(serve_completion_json(&chat, &cut, "length", &u));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_str_eq(str_at(c0, "message", "content"), "");
+    ck_assert_str_eq(str_at(c0, "message", "reasoning_content"), "hmm");
+    cJSON_Delete(j);
+    j = parse_json(serve_chunk_json(&chat, &cut, false, NULL));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert_str_eq(str_at(c0, "delta", "reasoning_content"), "hmm");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "delta"), "content"));
+    cJSON_Delete(j);
+
+    j = parse_json(serve_chunk_json(&chat, NULL, true, NULL));
     c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     ck_assert_str_eq(str_at(j, "object", NULL), "chat.completion.chunk");
     ck_assert_str_eq(str_at(c0, "delta", "role"), "assistant");
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c0, "finish_reason")));
     cJSON_Delete(j);
-    j = parse_json(serve_chunk_json(&chat, NULL, 0, false, "length"));
+    j = parse_json(serve_chunk_json(&chat, NULL, false, "length"));
     c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(c0, "delta")), 0);
     ck_assert_str_eq(str_at(c0, "finish_reason", NULL), "length");
     cJSON_Delete(j);
 
     struct serve_reply_meta cmpl = {.kind = SERVE_COMPLETION, .id = "cmpl-1", .created = 1, .model = "M"};
-    char *raw = serve_chunk_json(&cmpl, "a\0b", 3, false, NULL);
+    struct serve_reply_text nul = {.content = "a\0b", .content_len = 3};
+    char *raw = serve_chunk_json(&cmpl, &nul, false, NULL);
     ck_assert_ptr_nonnull(strstr(raw, "\"text\":\"a\\u0000b\""));
     j = parse_json(raw);
     ck_assert_str_eq(str_at(j, "object", NULL), "text_completion");

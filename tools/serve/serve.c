@@ -42,7 +42,7 @@ static const char usage_text[] =
     "       repeat_last_n, presence_penalty, frequency_penalty, logit_bias, seed,\n"
     "       stop, stream: server-sent events ending in \"data: [DONE]\",\n"
     "       stream_options.include_usage; chat: chat_template_kwargs.enable_thinking,\n"
-    "       default false)\n"
+    "       default false: a reply's <think> block comes as reasoning_content)\n"
     "  GET  /v1/models             the model, named by --name, with its context\n"
     "  GET  /health                {\"status\":\"ok\"}\n"
     "  GET  /metrics               Prometheus text: requests, tokens, seconds, sessions, BPF map bytes\n"

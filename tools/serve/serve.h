@@ -134,13 +134,23 @@ struct serve_reply_meta {
     const char *model;
 };
 
-char *serve_completion_json(const struct serve_reply_meta *r, const char *text, size_t len, const char *finish,
+/* A reply's text: a chat's answer and the reasoning told apart from it
+ * (think_text.h; none: reasoning NULL), or a completion's text. */
+struct serve_reply_text {
+    const char *content;
+    size_t content_len;
+    const char *reasoning;      /* llama-server's and DeepSeek's reasoning_content */
+    size_t reasoning_len;
+};
+
+char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
                             const struct serve_usage *u);
 
 /* One streamed chunk: the first of a chat carries the role (role_chunk);
  * finish is NULL until the last; usage_chunk: the chunk after the last
- * with the usage and no choice (stream_options.include_usage). */
-char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_t len, bool role_chunk,
+ * with the usage and no choice (stream_options.include_usage). t NULL: a
+ * chat's chunk without text, a completion's with an empty one. */
+char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
                        const char *finish);
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u);
 

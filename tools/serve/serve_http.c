@@ -29,6 +29,7 @@
 
 #include "serve.h"
 #include "clock.h"
+#include "think_text.h"
 
 #define HTTP_THREADS 2          /* libmicrohttpd's epoll threads */
 #define STREAM_BLOCK 16384
@@ -404,32 +405,6 @@ static void job_failure(const qpack_error *err, struct serve_error *e)
         serve_error_set(e, 500, "server_error", qpack_status_name(err->code), NULL, "%s", err->message);
 }
 
-/* A reply as one JSON body: sent once the job has ended; until then the
- * request is suspended and parked, and this runs again when it resumes. */
-static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
-{
-    if (serve_conn_gone(h->conns, r->conn)) {
-        r->status = CLIENT_GONE;
-        return MHD_NO;          /* closes the connection; on_completed cancels the job */
-    }
-    int state = serve_job_take(r->job, 0, &r->text, &r->text_len, &r->text_cap);
-    if (state < 0)
-        return MHD_NO;
-    if (state != SERVE_JOB_DONE) {
-        MHD_suspend_connection(c);
-        serve_conn_park(h->conns, r->conn, c, r->job);
-        return MHD_YES;
-    }
-    qpack_error err;
-    const char *finish = serve_job_result(r->job, &r->usage, &err);
-    if (finish)
-        return send_json(c, r, 200,
-                         serve_completion_json(&r->meta, r->text ? r->text : "", r->text_len, finish, &r->usage));
-    struct serve_error e;
-    job_failure(&err, &e);
-    return send_error(c, r, &e);
-}
-
 /* Appends p[0..n) to *buf, which holds *len of its *cap bytes, growing it
  * by doubling; -1 when out of memory (the buffer as it was). */
 static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
@@ -449,6 +424,82 @@ static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_
     return 0;
 }
 
+/* A chat reply's text as its reasoning and its answer (think_text.h), as
+ * it streams: split_push adds text, split_take hands out what has come. */
+struct split_text {
+    struct think_text think;
+    char *buf[2];               /* [THINK_REASONING], [THINK_ANSWER] */
+    size_t len[2], cap[2];
+};
+
+static int collect_part(void *arg, enum think_part part, const char *text, size_t n)
+{
+    struct split_text *sp = arg;
+    return buf_append(&sp->buf[part], &sp->len[part], &sp->cap[part], text, n);
+}
+
+static int split_push(struct split_text *sp, const char *text, size_t n, bool last)
+{
+    if (think_text_push(&sp->think, text, n, collect_part, sp))
+        return -1;
+    return last ? think_text_finish(&sp->think, collect_part, sp) : 0;
+}
+
+/* What was split since the last take (a part with none: NULL); the
+ * buffers are then emptied. */
+static struct serve_reply_text split_take(struct split_text *sp)
+{
+    struct serve_reply_text t = {.content = sp->len[THINK_ANSWER] ? sp->buf[THINK_ANSWER] : NULL,
+                                 .content_len = sp->len[THINK_ANSWER], .reasoning = sp->len[THINK_REASONING] ? sp->buf[THINK_REASONING] : NULL,
+                                 .reasoning_len = sp->len[THINK_REASONING]};
+    sp->len[THINK_ANSWER] = sp->len[THINK_REASONING] = 0;
+    return t;
+}
+
+static void split_free(struct split_text *sp)
+{
+    free(sp->buf[0]);
+    free(sp->buf[1]);
+}
+
+/* A reply as one JSON body: sent once the job has ended; until then the
+ * request is suspended and parked, and this runs again when it resumes. */
+static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    if (serve_conn_gone(h->conns, r->conn)) {
+        r->status = CLIENT_GONE;
+        return MHD_NO;          /* closes the connection; on_completed cancels the job */
+    }
+    int state = serve_job_take(r->job, 0, &r->text, &r->text_len, &r->text_cap);
+    if (state < 0)
+        return MHD_NO;
+    if (state != SERVE_JOB_DONE) {
+        MHD_suspend_connection(c);
+        serve_conn_park(h->conns, r->conn, c, r->job);
+        return MHD_YES;
+    }
+    qpack_error err;
+    const char *finish = serve_job_result(r->job, &r->usage, &err);
+    if (finish && r->meta.kind == SERVE_CHAT) {
+        struct split_text sp = {0};
+        think_text_init(&sp.think);
+        char *body = NULL;
+        if (!split_push(&sp, r->text ? r->text : "", r->text_len, true)) {
+            struct serve_reply_text t = split_take(&sp);
+            body = serve_completion_json(&r->meta, &t, finish, &r->usage);
+        }
+        split_free(&sp);
+        return send_json(c, r, 200, body);
+    }
+    if (finish) {
+        struct serve_reply_text t = {.content = r->text ? r->text : "", .content_len = r->text_len};
+        return send_json(c, r, 200, serve_completion_json(&r->meta, &t, finish, &r->usage));
+    }
+    struct serve_error e;
+    job_failure(&err, &e);
+    return send_error(c, r, &e);
+}
+
 /* ---- server-sent events -------------------------------------------------- */
 
 struct stream {
@@ -462,6 +513,7 @@ struct stream {
     bool include_usage, role_sent, finished;
     char *text;                 /* taken from the job */
     size_t text_len, text_cap;
+    struct split_text split;    /* a chat's text: reasoning and answer */
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
 };
@@ -487,8 +539,15 @@ static int finish_stream(struct stream *st)
     if (st->r)
         st->r->usage = u;
     int rc = 0;
+    if (finish && st->meta.kind == SERVE_CHAT) {
+        /* what the splitter still held */
+        rc = split_push(&st->split, "", 0, true);
+        struct serve_reply_text t = split_take(&st->split);
+        if (!rc && (t.content_len || t.reasoning_len))
+            rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
+    }
     if (finish) {
-        rc = add_event(st, serve_chunk_json(&st->meta, NULL, 0, false, finish));
+        rc = rc || add_event(st, serve_chunk_json(&st->meta, NULL, false, finish));
         if (!rc && st->include_usage)
             rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
     } else {
@@ -507,13 +566,20 @@ static int produce(struct stream *st)
     if (!st->role_sent) {
         st->role_sent = true;
         if (st->meta.kind == SERVE_CHAT)
-            return add_event(st, serve_chunk_json(&st->meta, "", 0, true, NULL));
+            return add_event(st, serve_chunk_json(&st->meta, NULL, true, NULL));
     }
     int state = serve_job_take(st->job, 0, &st->text, &st->text_len, &st->text_cap);
     if (state < 0)
         return -1;
     if (st->text_len) {
-        int rc = add_event(st, serve_chunk_json(&st->meta, st->text, st->text_len, false, NULL));
+        struct serve_reply_text t = {.content = st->text, .content_len = st->text_len};
+        int rc = 0;
+        if (st->meta.kind == SERVE_CHAT) {
+            rc = split_push(&st->split, st->text, st->text_len, false);
+            t = split_take(&st->split);
+        }
+        if (!rc && (t.content_len || t.reasoning_len))
+            rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
         st->text_len = 0;
         if (rc)
             return -1;
@@ -556,6 +622,7 @@ static void free_stream(void *cls)
         st->r->stream = NULL;
     serve_job_unref(st->job);
     free(st->text);
+    split_free(&st->split);
     free(st->out);
     free(st);
 }
@@ -573,6 +640,7 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
                           .include_usage = include_usage};
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
+    think_text_init(&st->split.think);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, read_stream, st,
                                                                   free_stream);
     if (!resp) {

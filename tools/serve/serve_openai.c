@@ -625,45 +625,56 @@ static bool add_finish(cJSON *choice, const char *finish)
                   : cJSON_AddNullToObject(choice, "finish_reason") != NULL;
 }
 
-/* choices: [ {index 0, message|delta|text, logprobs null, finish_reason} ] */
-static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, const char *text, size_t len,
+/* choices: [ {index 0, message|delta|text, logprobs null, finish_reason} ];
+ * a message or delta holds content when t->content is set, and
+ * reasoning_content when t has reasoning */
+static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, const struct serve_reply_text *t,
                        bool role, const char *finish)
 {
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     if (!choices || !c || !cJSON_AddItemToArray(choices, c) || !cJSON_AddNumberToObject(c, "index", 0))
         return false;
-    cJSON *t = text ? serve_json_text(text, len) : NULL;
-    if (text && !t)
+    cJSON *text = t && t->content ? serve_json_text(t->content, t->content_len) : NULL;
+    if (t && t->content && !text)
         return false;
     if (kind == SERVE_COMPLETION) {
-        if (!cJSON_AddItemToObject(c, "text", t))
+        if (!cJSON_AddItemToObject(c, "text", text))
             return false;
     } else {
-        cJSON *m = cJSON_AddObjectToObject(c, holder);
+        cJSON *m = cJSON_AddObjectToObject(c, holder), *r = NULL;
         if (!m || (role && !cJSON_AddStringToObject(m, "role", "assistant")) ||
-            (t && !cJSON_AddItemToObject(m, "content", t)))
+            (text && !cJSON_AddItemToObject(m, "content", text)))
             return false;
+        if (t && t->reasoning && t->reasoning_len &&
+            (!(r = serve_json_text(t->reasoning, t->reasoning_len)) || !cJSON_AddItemToObject(m, "reasoning_content", r)))
+            return cJSON_Delete(r), false;
     }
     return cJSON_AddNullToObject(c, "logprobs") && add_finish(c, finish);
 }
 
-char *serve_completion_json(const struct serve_reply_meta *r, const char *text, size_t len, const char *finish,
+char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
                             const struct serve_usage *u)
 {
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion" : "text_completion");
-    bool ok = root && add_choice(root, r->kind, "message", text, len, true, finish) && add_usage(root, u);
+    struct serve_reply_text whole = *t;
+    if (!whole.content)
+        whole.content = "";
+    bool ok = root && add_choice(root, r->kind, "message", &whole, true, finish) && add_usage(root, u);
     return serve_json_print(root, ok);
 }
 
-char *serve_chunk_json(const struct serve_reply_meta *r, const char *text, size_t len, bool role_chunk,
+char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
                        const char *finish)
 {
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion.chunk" : "text_completion");
-    /* a chat's last chunk has an empty delta; a completion's an empty text */
-    const char *t = text ? text : (chat && !role_chunk ? NULL : "");
-    bool ok = root && add_choice(root, r->kind, "delta", t, text ? len : 0, role_chunk, finish);
+    /* a chat's last chunk has an empty delta; a completion's an empty text;
+     * a chat's first has an empty content beside its role */
+    static const struct serve_reply_text empty = {.content = ""};
+    if (!t && (!chat || role_chunk))
+        t = &empty;
+    bool ok = root && add_choice(root, r->kind, "delta", t, role_chunk, finish);
     return serve_json_print(root, ok);
 }
 
