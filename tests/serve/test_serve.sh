@@ -185,6 +185,8 @@ endpoints)
     post /detokenize '{"tokens": [-1]}'; expect_error 400 >/dev/null
     post /detokenize '{"tokens": [99999999]}'; expect_error 400 >/dev/null
     get /tokenize; expect_error 405
+    post /apply-template '{"messages": [{"role": "user"}]}'; expect_error 400 >/dev/null
+    post /apply-template '{"messages": "Hi"}'; expect_error 400 >/dev/null
     get /props; expect_ok props
     [ "$(jq -r '[.total_slots, .model_alias, .modalities.vision, (.default_generation_settings.params.temperature | tostring)] | join(" ")' "$T/resp")" = \
       "1 M false 1" ] || fail "/props: $(cat "$T/resp")"
@@ -208,6 +210,16 @@ endpoints)
           "chat.completion assistant length" ] || fail "chat fields: $(cat "$T/resp")"
         [ "$(jq -r '[.usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")' "$T/resp")" = \
           "$want_usage" ] || fail "chat usage: $(jq -c .usage "$T/resp"), expected $want_usage"
+        # llama-server's timings: the prompt's tokens run or found cached, the
+        # tokens generated, times that add up to no more than the request's
+        jq -e --argjson n "$n" '.timings as $t | $t.prompt_n + $t.cache_n == $n and $t.predicted_n == 12
+              and $t.cache_n == .usage.prompt_tokens_details.cached_tokens and $t.prompt_ms > 0 and $t.predicted_ms > 0
+              and ($t.predicted_per_second - 12e3 / $t.predicted_ms | fabs) < 1e-6 * $t.predicted_per_second' \
+            "$T/resp" >/dev/null || fail "chat timings: $(jq -c '[.timings, .usage]' "$T/resp")"
+        # /apply-template: the prompt the chat fed
+        post /apply-template "$body"; expect_ok apply-template
+        [ "$(jq -j .prompt "$T/resp")" = "$(printf '<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' "$p")" ] ||
+            fail "/apply-template: $(cat "$T/resp")"
         post /v1/chat/completions "$(jq -c '. + {stream: true, stream_options: {include_usage: true}}' <<<"$body")"
         expect_ok "chat stream"
         stream_text >"$T/got"
@@ -216,8 +228,8 @@ endpoints)
         grep '^data: {' "$T/resp" | head -n 1 | sed 's/^data: //' | jq -e '.choices[0].delta.role == "assistant"' \
             >/dev/null || fail "the first chunk does not carry the role"
         grep '^data: {' "$T/resp" | tail -n 2 | head -n 1 | sed 's/^data: //' |
-            jq -e '.choices[0].finish_reason == "length" and .choices[0].delta == {}' >/dev/null ||
-            fail "no final chunk with the finish reason"
+            jq -e '.choices[0].finish_reason == "length" and .choices[0].delta == {} and .timings.predicted_n == 12' \
+            >/dev/null || fail "no final chunk with the finish reason and the timings"
         [ "$(grep '^data: {' "$T/resp" | tail -n 1 | sed 's/^data: //' |
              jq -r '[.usage.prompt_tokens, .usage.completion_tokens, .usage.total_tokens] | join(" ")')" = \
           "$want_usage" ] || fail "no usage chunk"

@@ -437,6 +437,29 @@ START_TEST(responses_have_openais_shapes)
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "choices")), 0);
     cJSON_Delete(j);
 
+    /* llama-server's timings, by hand: 10 prompt tokens, 4 cached, 6 run in
+     * 30 ms (200/s); 5 generated in 250 ms (20/s); none timed: 0/s */
+    struct serve_usage timed = {.prompt_tokens = 10, .cached_tokens = 4, .completion_tokens = 5, .prompt_ms = 30,
+                                .predicted_ms = 250};
+    j = parse_json(serve_final_chunk_json(&chat, "stop", &timed));
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "timings");
+    ck_assert_str_eq(str_at(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "finish_reason",
+                            NULL), "stop");
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(t, "prompt_n")->valueint, 6);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(t, "cache_n")->valueint, 4);
+    ck_assert_double_eq_tol(cJSON_GetObjectItemCaseSensitive(t, "prompt_per_second")->valuedouble, 200, 1e-9);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(t, "predicted_n")->valueint, 5);
+    ck_assert_double_eq_tol(cJSON_GetObjectItemCaseSensitive(t, "predicted_per_second")->valuedouble, 20, 1e-9);
+    cJSON_Delete(j);
+    j = parse_json(serve_completion_json(&chat, &hi, "stop", &u));
+    t = cJSON_GetObjectItemCaseSensitive(j, "timings");
+    ck_assert_double_eq(cJSON_GetObjectItemCaseSensitive(t, "predicted_per_second")->valuedouble, 0);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "usage"),
+                                                          "prompt_tokens_details"),
+                         "cached_tokens")->valueint, 0);
+    cJSON_Delete(j);
+
     struct serve_error e;
     serve_error_set(&e, 404, "invalid_request_error", "model_not_found", "model", "no model %s", "x");
     j = parse_json(serve_error_json(&e));

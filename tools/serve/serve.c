@@ -51,6 +51,7 @@ static const char usage_text[] =
     "                              (\"with_pieces\": true: each id with its text)\n"
     "  POST /detokenize            {\"tokens\": [...]} to {\"content\": TEXT}\n"
     "  GET  /props, /slots         llama-server's: the settings; each session, busy or free\n"
+    "  POST /apply-template        llama-server's: a chat request's prompt, as text\n"
     "\n"
     "  -m, --model PATH       the .qpk container\n"
     "      --host ADDR        address to listen on (default 127.0.0.1: this machine only)\n"

@@ -125,6 +125,9 @@ char *serve_error_json(const struct serve_error *e);
 
 struct serve_usage {
     uint32_t prompt_tokens, completion_tokens;
+    uint32_t cached_tokens;     /* of the prompt, already in the session */
+    double prompt_ms;           /* admitted to the first token */
+    double predicted_ms;        /* the first token to the last */
 };
 
 struct serve_reply_meta {
@@ -153,6 +156,8 @@ char *serve_completion_json(const struct serve_reply_meta *r, const struct serve
 char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
                        const char *finish);
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u);
+/* The chunk with the finish reason, and llama-server's timings. */
+char *serve_final_chunk_json(const struct serve_reply_meta *r, const char *finish, const struct serve_usage *u);
 
 /* /v1/models (one: /v1/models/ID): the context as vLLM (max_model_len)
  * and llama-server (meta.n_ctx, n_ctx_train, n_vocab) give it */
@@ -266,6 +271,10 @@ int serve_tokenize_reply(const qpack_tokenizer *tok, const char *body, size_t le
                          struct serve_error *err);
 int serve_detokenize_reply(const qpack_tokenizer *tok, uint32_t vocab, const char *body, size_t len, char **out,
                            struct serve_error *err);
+/* POST /apply-template: a chat request's messages through the chat
+ * template, {"prompt": TEXT}, nothing generated; as the two above. */
+int serve_apply_template_reply(const struct serve_model_ref *model, const char *body, size_t len, char **out,
+                               struct serve_error *err);
 
 /* GET /props */
 struct serve_props {
@@ -320,7 +329,8 @@ void serve_conns_resume_all(struct serve_conns *cs);
 
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
-    SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_OTHER, SERVE_EP_COUNT
+    SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_OTHER,
+    SERVE_EP_COUNT
 };
 
 #define SERVE_STATUS_SLOTS 12   /* 200 400 401 403 404 405 408 413 429 500 503, other */

@@ -135,7 +135,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/v1/chat/completions", SERVE_EP_CHAT}, {"/v1/completions", SERVE_EP_COMPLETIONS},
         {"/v1/models", SERVE_EP_MODELS}, {"/health", SERVE_EP_HEALTH}, {"/metrics", SERVE_EP_METRICS},
         {"/", SERVE_EP_PAGE}, {"/tokenize", SERVE_EP_TOKENIZE}, {"/detokenize", SERVE_EP_DETOKENIZE},
-        {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS},
+        {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS}, {"/apply-template", SERVE_EP_APPLY_TEMPLATE},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -153,7 +153,8 @@ static bool is_generation(enum serve_endpoint ep)
 
 static bool is_post(enum serve_endpoint ep)
 {
-    return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE;
+    return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE ||
+           ep == SERVE_EP_APPLY_TEMPLATE;
 }
 
 /* constant time in the key's length */
@@ -547,7 +548,7 @@ static int finish_stream(struct stream *st)
             rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
     }
     if (finish) {
-        rc = rc || add_event(st, serve_chunk_json(&st->meta, NULL, false, finish));
+        rc = rc || add_event(st, serve_final_chunk_json(&st->meta, finish, &u));
         if (!rc && st->include_usage)
             rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
     } else {
@@ -709,6 +710,17 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     return reply_whole(h, c, r);
 }
 
+/* llama-server's POST /apply-template */
+static enum MHD_Result serve_apply_template(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    struct serve_error e;
+    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    char *out;
+    if (serve_apply_template_reply(&model, r->body ? r->body : "", r->len, &out, &e))
+        return send_error(c, r, &e);
+    return send_json(c, r, 200, out);
+}
+
 /* ---- libmicrohttpd's callbacks ------------------------------------------- */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -746,6 +758,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                     SERVE_MAX_BODY);
     if (is_generation(r->ep))
         return serve_generate(h, c, r);
+    if (r->ep == SERVE_EP_APPLY_TEMPLATE)
+        return serve_apply_template(h, c, r);
     return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 

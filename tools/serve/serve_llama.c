@@ -6,6 +6,8 @@
  *   POST /detokenize  {"tokens": [ID, ...]} -> {"content": TEXT}
  *   GET  /props       the served model and the request defaults
  *   GET  /slots       each session: running or free, positions held
+ *   POST /apply-template  a chat request -> {"prompt": TEXT}: its messages
+ *                     through the chat template (the prompt a chat would feed)
  *
  * Bodies follow the field policy of serve_openai.c: strict JSON, known
  * fields checked, unknown ones ignored. Qwen3's tokenizer adds no special
@@ -158,6 +160,28 @@ int serve_detokenize_reply(const qpack_tokenizer *tok, uint32_t vocab, const cha
     }
     free(text);
     return rc;
+}
+
+int serve_apply_template_reply(const struct serve_model_ref *model, const char *body, size_t len, char **out,
+                               struct serve_error *e)
+{
+    struct serve_request q;
+    if (serve_parse_request(SERVE_CHAT, body, len, model, &q, e))
+        return -1;
+    char *text = NULL;
+    size_t n = 0;
+    qpack_error err;
+    int rc = qpack_chat_render(q.msgs, q.n_msgs, q.think, &text, &n, &err);
+    serve_request_free(&q);
+    if (rc)
+        return BAD(e, "messages", "%s", err.message);
+    cJSON *reply = cJSON_CreateObject(), *t = serve_json_text(text, n);
+    free(text);
+    bool ok = reply && t && cJSON_AddItemToObject(reply, "prompt", t);
+    if (!ok)
+        cJSON_Delete(t);
+    *out = serve_json_print(reply, ok);
+    return 0;
 }
 
 static bool add_params(cJSON *to, uint32_t ctx, const qpack_sampler_params *model)

@@ -613,10 +613,28 @@ static cJSON *reply_head(const struct serve_reply_meta *r, const char *object)
 
 static bool add_usage(cJSON *root, const struct serve_usage *u)
 {
-    cJSON *o = cJSON_AddObjectToObject(root, "usage");
+    cJSON *o = cJSON_AddObjectToObject(root, "usage"), *d;
     return o && cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens) &&
            cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens) &&
-           cJSON_AddNumberToObject(o, "total_tokens", (double)u->prompt_tokens + u->completion_tokens);
+           cJSON_AddNumberToObject(o, "total_tokens", (double)u->prompt_tokens + u->completion_tokens) &&
+           (d = cJSON_AddObjectToObject(o, "prompt_tokens_details")) &&
+           cJSON_AddNumberToObject(d, "cached_tokens", u->cached_tokens);
+}
+
+static double per_second(uint32_t n, double ms) { return ms > 0 ? n * 1e3 / ms : 0; }
+
+/* llama-server's timings: the prompt's tokens run (those not cached) and
+ * the tokens generated, with their wall-clock times */
+static bool add_timings(cJSON *root, const struct serve_usage *u)
+{
+    uint32_t run = u->prompt_tokens - u->cached_tokens;
+    cJSON *o = cJSON_AddObjectToObject(root, "timings");
+    return o && cJSON_AddNumberToObject(o, "cache_n", u->cached_tokens) &&
+           cJSON_AddNumberToObject(o, "prompt_n", run) && cJSON_AddNumberToObject(o, "prompt_ms", u->prompt_ms) &&
+           cJSON_AddNumberToObject(o, "prompt_per_second", per_second(run, u->prompt_ms)) &&
+           cJSON_AddNumberToObject(o, "predicted_n", u->completion_tokens) &&
+           cJSON_AddNumberToObject(o, "predicted_ms", u->predicted_ms) &&
+           cJSON_AddNumberToObject(o, "predicted_per_second", per_second(u->completion_tokens, u->predicted_ms));
 }
 
 static bool add_finish(cJSON *choice, const char *finish)
@@ -660,12 +678,14 @@ char *serve_completion_json(const struct serve_reply_meta *r, const struct serve
     struct serve_reply_text whole = *t;
     if (!whole.content)
         whole.content = "";
-    bool ok = root && add_choice(root, r->kind, "message", &whole, true, finish) && add_usage(root, u);
+    bool ok = root && add_choice(root, r->kind, "message", &whole, true, finish) && add_usage(root, u) &&
+              add_timings(root, u);
     return serve_json_print(root, ok);
 }
 
-char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
-                       const char *finish)
+/* a chunk's JSON, NULL when out of memory */
+static cJSON *chunk(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
+                    const char *finish)
 {
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion.chunk" : "text_completion");
@@ -674,8 +694,22 @@ char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_repl
     static const struct serve_reply_text empty = {.content = ""};
     if (!t && (!chat || role_chunk))
         t = &empty;
-    bool ok = root && add_choice(root, r->kind, "delta", t, role_chunk, finish);
-    return serve_json_print(root, ok);
+    if (root && !add_choice(root, r->kind, "delta", t, role_chunk, finish))
+        cJSON_Delete(root), root = NULL;
+    return root;
+}
+
+char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
+                       const char *finish)
+{
+    cJSON *root = chunk(r, t, role_chunk, finish);
+    return serve_json_print(root, root != NULL);
+}
+
+char *serve_final_chunk_json(const struct serve_reply_meta *r, const char *finish, const struct serve_usage *u)
+{
+    cJSON *root = chunk(r, NULL, false, finish);
+    return serve_json_print(root, root && add_timings(root, u));
 }
 
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u)

@@ -361,8 +361,11 @@ static void finish(struct serve_sched *s, struct slot *sl, const char *finish, c
     if (!finish && err->code == QPACK_ERR_INTERRUPTED)
         atomic_fetch_add(&serve_metrics.cancelled, 1);
     atomic_fetch_add(&serve_metrics.completion_tokens, j->usage.completion_tokens);
-    if (j->usage.completion_tokens)
-        atomic_fetch_add(&serve_metrics.decode_us, micros(qp_now_s() - sl->t_first));
+    if (j->usage.completion_tokens) {
+        double decode = qp_now_s() - sl->t_first;
+        j->usage.predicted_ms = decode * 1e3;
+        atomic_fetch_add(&serve_metrics.decode_us, micros(decode));
+    }
     job_done(j, finish, err);
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
@@ -384,6 +387,7 @@ static void start(struct serve_sched *s, struct slot *sl)
     sl->decoding = false;
     atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
     j->usage.prompt_tokens = j->n_prompt;
+    j->usage.cached_tokens = sl->fed;
     atomic_store(&sl->prompt, j->n_prompt);
     atomic_store(&sl->decoded, 0);
     atomic_store(&sl->held, sl->fed);
@@ -438,6 +442,7 @@ static void take_token(struct serve_sched *s, struct slot *sl)
         sl->t_first = qp_now_s();
         atomic_fetch_add(&serve_metrics.first_token_us, micros(sl->t_first - j->t_submit));
         atomic_fetch_add(&serve_metrics.first_tokens, 1);
+        j->usage.prompt_ms = (sl->t_first - sl->t_start) * 1e3;
         atomic_fetch_add(&serve_metrics.prompt_us, micros(sl->t_first - sl->t_start));
         atomic_fetch_add(&serve_metrics.prompt_tokens, j->n_prompt);
     }
