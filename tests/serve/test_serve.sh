@@ -21,7 +21,8 @@ PID=
 fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
 skip() { echo "SKIP ($CASE): $*"; exit 77; }
 need_root() { [ "$(id -u)" = 0 ] || skip "loading BPF programs needs root"; }
-trap '[ -n "$PID" ] && kill -KILL $PID 2>/dev/null' EXIT
+PID2=
+trap '[ -n "$PID" ] && kill -KILL $PID 2>/dev/null; [ -n "$PID2" ] && kill -KILL $PID2 2>/dev/null' EXIT
 
 if [ "$CASE" != setup ]; then
     [ -f "$TOKDIR/tokenizer.json" ] || skip "no $TOKDIR/tokenizer.json (scripts/fetch_tokenizer.sh)"
@@ -523,11 +524,22 @@ browser)
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"
     export CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
     [ -x "$CHROMIUM" ] || skip "no $CHROMIUM (Debian's chromium; scripts/install_deps.sh)"
+    # the page in Chromium (browser.mjs says what it checks), on a server
+    # with the default context and one with 192 positions, for trimming;
+    # the screenshots stay in $T
     qrun_chat Hi 24 "$T/want"
+    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 24 >"$T/want_system" 2>"$T/qrun.err" ||
+        fail "qrun --chat --system: $(cat "$T/qrun.err")"
+    start_server small --backend emu -c 192
+    small_url=$URL PID2=$PID
     start_server emu --backend emu
     cp "$SRC/tests/serve/browser.mjs" "$NODE_DIR/" || fail "copying the script"
-    timeout 180 node "$NODE_DIR/browser.mjs" "$URL" "$T/want" "$T/page.png" || fail "the page in Chromium"
+    timeout 240 node "$NODE_DIR/browser.mjs" "$URL" "$small_url" "$T/want" "$T/want_system" "$T" ||
+        fail "the page in Chromium"
     stop_server
+    PID=$PID2 PID2= SERVER=small
+    stop_server
+    ls "$T"/*.png
     ;;
 
 signals)
