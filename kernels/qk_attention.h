@@ -269,25 +269,32 @@ QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
     return 0;
 }
 
-/* task (entry, group of C.attn_heads heads, chunk) */
-static long qk_attn_task_cb(u64 i, void *vctx)
+/* Task i (entry, group of C.attn_heads heads, chunk) of the invocation
+ * base describes: its heads' sums over the chunk's positions. A function
+ * of its own in the kernels (QK_SUBPROG): the verifier checks it once,
+ * knowing nothing of its arguments, where inlined into the loop's
+ * callback it was checked again for each state its set-up's paths reach
+ * the loops in (on Linux 6.18.44 past the verifier's limit of 1M
+ * instructions at the learned tiny model's sizes). */
+QK_SUBPROG int qk_attn_task(const struct qk_attn_ctx *base, u32 i)
 {
-    struct qk_attn_ctx *cx = vctx;
-    u32 task = cx->first_task + (u32)i, layer = cx->layer, n_chunks = cx->n_chunks;
+    if (!base)
+        return 1;
+    struct qk_attn_ctx t = *base;       /* bpf_loop takes a context on the stack */
+    u32 task = t.first_task + i, layer = t.layer, n_chunks = t.n_chunks;
     u32 pair = C.attn_heads == 2, groups = C.n_heads >> pair;
     if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    u32 per_entry = groups * n_chunks, b = cx->b0 + task / per_entry;
+    u32 per_entry = groups * n_chunks, b = t.b0 + task / per_entry;
     u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
-    const struct qk_seq *sq = qk_seq_of(b, cx->max_pos);
+    const struct qk_seq *sq = qk_seq_of(b, t.max_pos);
     if (!sc || !kl || !sq || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
         return 1;
     u32 pos = sq->pos;
     if (chunk * QK_ATTN_CHUNK > pos)
         return 0;       /* past this entry's position: the block's later entries have it */
-    struct qk_attn_ctx t = *cx;
     t.b = b;
     t.kv0 = qk_kv_row0(sq->kv_slot, layer);
     t.head = head;
@@ -311,6 +318,13 @@ static long qk_attn_task_cb(u64 i, void *vctx)
     if (qk_attn_head_done(&t, 0, head) || (pair && qk_attn_head_done(&t, 1, head + 1)))
         return 1;
     return 0;
+}
+
+static long qk_attn_task_cb(u64 i, void *vctx)
+{
+    int rc = qk_attn_task(vctx, (u32)i);
+    QK_OPAQUE(rc);      /* 0 or 1, which the verifier learns from the mask */
+    return rc & 1;
 }
 
 /* chunks of the block's last entry: every entry's tasks are numbered so */

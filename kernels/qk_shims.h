@@ -22,19 +22,22 @@
 #define QK_MUL_INTO(w, x) asm("%0 *= %1" : "+r"(w) : "r"(x))
 /* *p |= v, atomically: both threads' kernels may raise a flag at once */
 #define QK_ATOMIC_OR(p, v) __sync_fetch_and_or((p), (v))
-/* Keeps a pointer's offsets as two additions: clang would otherwise merge
- * a group's offset (low bits zero) and a row index into one OR, whose
- * range the verifier bounds only by its bits (past the value at widths
- * like 2560, where the groups do not fill a power of two). */
-#define QK_OPAQUE(p) asm volatile("" : "+r"(p))
+/* a global function: the verifier checks its body once, for any arguments */
+#define QK_SUBPROG __attribute__((noinline))
 #else
 #define QK_LOOKUP(map, key) qk_host_lookup(&qk_host->map, (key))
 #define QK_LOOP(n, cb, ctx) qk_host_loop((n), (cb), (ctx))
 #define QK_KEEP(a) ((void)0)
 #define QK_MUL_INTO(w, x) ((w) *= (x))
 #define QK_ATOMIC_OR(p, v) __atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
-#define QK_OPAQUE(p) ((void)0)
+#define QK_SUBPROG static
 #endif
+/* Hides a value from clang (QM_OPAQUE). It keeps a pointer's offsets as
+ * two additions: clang would otherwise merge a group's offset (low bits
+ * zero) and a row index into one OR, whose range the verifier bounds only
+ * by its bits (past the value at widths like 2560, where the groups do not
+ * fill a power of two); and it keeps a mask clang would drop as known. */
+#define QK_OPAQUE(p) QM_OPAQUE(p)
 
 /* Raises scal.range_error when bad (an OR of qm_outside-style tests) is
  * non-zero; unconditional, so no branch depends on a flag in a bpf_loop

@@ -56,6 +56,16 @@ typedef uint64_t u64;
 
 #define QM_INLINE static inline __attribute__((always_inline))
 
+/* Hides x's value from the compiler in the kernels: a branch-free select
+ * written as masks stays masks, where clang would turn it back into a
+ * branch that doubles the verifier's paths at every use. Nothing on the
+ * host, where the arithmetic is the same. */
+#if defined(__bpf__)
+#define QM_OPAQUE(x) asm volatile("" : "+r"(x))
+#else
+#define QM_OPAQUE(x) ((void)0)
+#endif
+
 /* fully unroll the next loop (its trip count is a compile-time constant) */
 #if defined(__clang__)
 #define QK_UNROLL _Pragma("clang loop unroll(full)")
@@ -382,9 +392,12 @@ QM_INLINE s64 qm_acc_to_q32_checked(s64 acc, s32 x_exp, u64 *bad)
  * (wrapping arithmetic: any input gives the same bits on host and BPF) */
 QM_INLINE s64 qm_clamp(s64 v, s64 lo, s64 hi)
 {
-    u64 uv = (u64)v;
-    uv -= ((u64)v - (u64)hi) & (u64)((s64)((u64)hi - (u64)v) >> 63);
-    uv += ((u64)lo - uv) & (u64)((s64)(uv - (u64)lo) >> 63);
+    u64 uv = (u64)v, above = (u64)((s64)((u64)hi - (u64)v) >> 63);
+    QM_OPAQUE(above);
+    uv -= ((u64)v - (u64)hi) & above;
+    u64 below = (u64)((s64)(uv - (u64)lo) >> 63);
+    QM_OPAQUE(below);
+    uv += ((u64)lo - uv) & below;
     return (s64)uv;
 }
 
