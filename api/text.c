@@ -1,5 +1,5 @@
 /* text.c - tokens and text for include/qpack.h: the tokenizer, the
- * streaming decoder and Qwen3's chat template, over tokenizer/. */
+ * streaming decoder, over tokenizer/ (the chat template: chat_template.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,64 +143,4 @@ const char *qpack_decoder_finish(qpack_decoder *d, bool replace, size_t *len)
         d->out.len = 0;
     *len = d->out.len;
     return d->out.s ? d->out.s : "";
-}
-
-/* Qwen3's template for plain messages:
- *   <|im_start|>ROLE\nCONTENT<|im_end|>\n   for each message, then
- *   <|im_start|>assistant\n[<think>\n\n</think>\n\n]
- * An earlier assistant message keeps only what follows its think block,
- * as the template renders history. */
-static const char *strip_think(const char *content)
-{
-    const char *end = strstr(content, "</think>");
-    if (!end)
-        return content;
-    end += strlen("</think>");
-    while (*end == '\n')
-        end++;
-    return end;
-}
-
-/* "<|im_end|>\n" closes the previous reply when the conversation goes on
- * in the same session (chat.h's contract) */
-static int render(const qpack_chat_message *msgs, size_t n, bool think, bool next, char **text, size_t *len,
-                  qpack_error *err)
-{
-    *text = NULL;
-    *len = 0;
-    qp_tok_text out = {0};
-    int rc = next ? qp_tok_text_appends(&out, "<|im_end|>\n") : 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const char *role = msgs[i].role, *content = msgs[i].content ? msgs[i].content : "";
-        if (!role || (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))) {
-            qp_tok_text_free(&out);
-            return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "message %zu: role must be system, user or assistant", i);
-        }
-        if (!strcmp(role, "assistant"))
-            content = strip_think(content);
-        rc = qp_tok_text_appends(&out, "<|im_start|>") || qp_tok_text_appends(&out, role) ||
-             qp_tok_text_appends(&out, "\n") || qp_tok_text_appends(&out, content) ||
-             qp_tok_text_appends(&out, "<|im_end|>\n");
-    }
-    rc = rc || qp_tok_text_appends(&out, "<|im_start|>assistant\n") ||
-         (!think && qp_tok_text_appends(&out, "<think>\n\n</think>\n\n")) || qp_tok_text_append(&out, "", 0);
-    if (rc) {
-        qp_tok_text_free(&out);
-        return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
-    }
-    *text = out.s;
-    *len = out.len;
-    return QPACK_OK;
-}
-
-int qpack_chat_render(const qpack_chat_message *msgs, size_t n, bool think, char **text, size_t *len,
-                      qpack_error *err)
-{
-    return render(msgs, n, think, false, text, len, err);
-}
-
-int qpack_chat_render_next(const qpack_chat_message *msgs, size_t n, bool think, char **text, size_t *len,
-                           qpack_error *err)
-{
-    return render(msgs, n, think, true, text, len, err);
 }

@@ -451,16 +451,36 @@ const char *qpack_decoder_finish(qpack_decoder *decoder, bool replace, size_t *l
 
 /* ---- chat ---------------------------------------------------------------- */
 
+/* A call an assistant turn made, as the template writes it back. */
+typedef struct qpack_tool_call {
+    const char *name;
+    const char *arguments;      /* a JSON object's text, written as given */
+} qpack_tool_call;
+
 typedef struct qpack_chat_message {
-    const char *role;           /* "system", "user" or "assistant" */
-    const char *content;
+    const char *role;           /* "system", "user", "assistant" or "tool" (a tool's response) */
+    const char *content;        /* NULL: empty */
+    /* assistant turns only (zero otherwise): */
+    const char *reasoning;      /* its thinking; NULL: a <think> block in content is */
+    const qpack_tool_call *tool_calls;
+    size_t n_tool_calls;
 } qpack_chat_message;
 
 /* The text Qwen3's chat template makes of msgs[0..n) followed by the
  * assistant's turn (add_generation_prompt), with thinking off unless think
- * (an empty think block, enable_thinking=false). *text is malloc'd. */
+ * (an empty think block, enable_thinking=false). As the template does, an
+ * assistant turn before the last user query keeps only what follows its
+ * think block, and one after it (a step of a tool loop) keeps its thinking.
+ * *text is malloc'd. */
 int qpack_chat_render(const qpack_chat_message *msgs, size_t n, bool think, char **text, size_t *len,
                       qpack_error *err);
+
+/* The same with tools[0..n_tools) offered to the model, each the text the
+ * template writes for one ("tool | tojson": transformers' JSON, ", " and
+ * ": " between items, non-ASCII characters as they are), under a system
+ * turn that tells the model to answer with <tool_call> blocks. */
+int qpack_chat_render_tools(const qpack_chat_message *msgs, size_t n, const char *const *tools, size_t n_tools,
+                            bool think, char **text, size_t *len, qpack_error *err);
 
 /* A conversation that keeps its session goes on after a reply whose
  * generation stopped at an end token, which was not fed: the text to feed

@@ -641,7 +641,7 @@ START_TEST(chat_render_is_qwen3s_template)
     ck_assert_int_eq(qpack_chat_render(msgs + 1, 1, true, &text, &len, &e), QPACK_OK);
     ck_assert_str_eq(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     free(text);
-    qpack_chat_message bad = {"tool", "x"};
+    qpack_chat_message bad = {"robot", "x"};
     ck_assert_int_eq(qpack_chat_render(&bad, 1, false, &text, &len, &e), QPACK_ERR_ARGUMENT);
 }
 END_TEST
