@@ -4,7 +4,8 @@
 set -eu
 packages="build-essential cmake pkg-config clang clang-19 llvm bpftool libbpf-dev libelf-dev
           libzstd-dev libxxhash-dev libcjson-dev libpcre2-dev check libsubunit-dev
-          libutf8proc-dev libclang-rt-14-dev libmicrohttpd-dev libedit-dev curl jq chromium tmux bsdutils"
+          libutf8proc-dev libclang-rt-14-dev libmicrohttpd-dev libedit-dev curl jq chromium tmux bsdutils
+          python3 python3-jinja2"
 missing=""
 # node/npm may come from elsewhere than Debian: only ask apt when absent
 command -v npm >/dev/null 2>&1 || missing=" npm"

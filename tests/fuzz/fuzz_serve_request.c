@@ -1,7 +1,9 @@
 /* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
  * The first byte picks the endpoint (chat, completions, /tokenize,
- * /detokenize, with the Qwen3 tokenizer); the rest is the body, not
- * NUL-terminated. A refusal must come with a message. */
+ * /detokenize, with the Qwen3 tokenizer) or a reply whose <tool_call>
+ * blocks are read, whole and in pieces as it would stream; the rest is
+ * the body, not NUL-terminated. A refusal must come with a message; a
+ * chat request that parses must render through the template. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +29,40 @@ static const qpack_tokenizer *tokenizer(void)
     return tok;
 }
 
+/* a reply's calls, whole and streamed in pieces of 7 bytes: the text shown
+ * as it streams and the content at the end must add up to no more than
+ * the reply */
+static void read_reply(const char *text, size_t len)
+{
+    struct serve_tool_calls whole, streamed;
+    if (serve_take_tool_calls(text, len, &whole))
+        return;
+    struct serve_tool_text t = {0};
+    size_t shown = 0;
+    for (size_t at = 0; at < len; at += 7) {
+        char *out;
+        size_t n;
+        if (serve_tool_text_push(&t, text + at, len - at < 7 ? len - at : 7, &out, &n)) {
+            serve_tool_text_free(&t);
+            serve_tool_calls_clear(&whole);
+            return;
+        }
+        shown += n;
+        free(out);
+    }
+    if (!serve_tool_text_finish(&t, &streamed)) {
+        if (shown + streamed.content_len > len || whole.content_len > len)
+            abort();
+        serve_tool_calls_clear(&streamed);
+    }
+    serve_tool_calls_clear(&whole);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 4;
+    unsigned pick = data[0] % 5;
     size--;
     char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
     if (!body)
@@ -41,9 +72,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct serve_model_ref model = {"M", false, 151936};
     int rc;
     char *out = NULL;
+    if (pick == 4) {
+        read_reply(body, size);
+        free(body);
+        return 0;
+    }
     if (pick < 2) {
         struct serve_request r;
         rc = serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
+        if (!rc && !pick) {
+            char *text;
+            size_t len;
+            qpack_error err;
+            if (qpack_chat_render_tools(r.msgs, r.n_msgs, (const char *const *)r.tools, r.n_tools, r.think, &text,
+                                        &len, &err))
+                abort();
+            free(text);
+        }
         if (!rc)
             serve_request_free(&r);
     } else if (pick == 2) {

@@ -1,7 +1,7 @@
 // openai_client.mjs URL MODEL API_KEY EXPECT_DIR - the official OpenAI
 // client (npm package openai, tests/serve/package.json) against qrun serve:
 // a chat, the same chat streamed, a text completion (plain and streamed),
-// the model list, another model's name served by this one, and an unknown
+// the model list, a conversation with tools, another model's name served by this one, and an unknown
 // model looked up, which the client must see as its NotFoundError. EXPECT_DIR holds qrun's own greedy texts for the same
 // prompts, the independent expectation: chat.txt (qrun --chat -p Hi -n 8)
 // and text.txt (qrun -p Hello -n 8), each with qrun's final newline.
@@ -49,6 +49,30 @@ for await (const chunk of await client.completions.create({ model, prompt: 'Hell
                                                              stream: true }))
   streamedText += chunk.choices[0]?.text ?? '';
 check(streamedText === want('text.txt'), 'streamed completion equals qrun -p');
+
+// tools: a conversation that called one and has its result; the reply is
+// the completion of the prompt /apply-template renders for it (that
+// prompt is checked against Qwen3's own template in the tools case)
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'The weather of a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+const history = [{ role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: null,
+    tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+  { role: 'tool', tool_call_id: 'call_1', content: '18 C, sunny' }];
+const withTools = await client.chat.completions.create({ model, messages: history, tools, max_tokens: 8, temperature: 0 });
+const rendered = await (await fetch(`${url}/apply-template`, {
+  method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+  body: JSON.stringify({ messages: history, tools }) })).json();
+check(rendered.prompt.includes('<tools>\n{"type": "function", "function": {"name": "get_weather"') &&
+      rendered.prompt.includes('<tool_response>\n18 C, sunny\n</tool_response>'), 'the tools and the tool result are in the prompt');
+const asText = await client.completions.create({ model, prompt: rendered.prompt, max_tokens: 8, temperature: 0 });
+check(withTools.choices[0].message.content === asText.choices[0].text && withTools.choices[0].finish_reason === 'length',
+      `a chat with tools continues its rendered prompt: ${JSON.stringify(withTools.choices[0].message.content)}`);
+let streamedTools = '';
+for await (const chunk of await client.chat.completions.create({ model, messages: history, tools, max_tokens: 8,
+                                                                  temperature: 0, stream: true }))
+  streamedTools += chunk.choices[0]?.delta?.content ?? '';
+check(streamedTools === asText.choices[0].text, 'and so does it streamed');
 
 const models = [];
 for await (const m of client.models.list()) models.push(m.id);

@@ -519,6 +519,39 @@ PY
     echo "ok 6 chat replies split as python splits them, $seen with reasoning"
     ;;
 
+tools)
+    # tools through Qwen3's chat template: /apply-template against the
+    # template of the tokenizer_config.json rendered by jinja2 as
+    # transformers renders it (tests/serve/chat_template_ref.py); requests
+    # with tools answered, streamed too; what is not a tool refused by name
+    py=
+    for p in python3 /usr/bin/python3; do
+        command -v "$p" >/dev/null && "$p" -c 'import jinja2' 2>/dev/null && { py=$p; break; }
+    done
+    [ -n "$py" ] || fail "no python3 with jinja2 (scripts/install_deps.sh installs python3-jinja2)"
+    start_server emu --backend emu
+    "$py" "$SRC/tests/serve/chat_template_ref.py" "$URL" "$TOKDIR/tokenizer_config.json" ||
+        fail "the server's template differs from Qwen3's"
+    tools='[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]'
+    for stream in false true; do
+        post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": $tools,
+                                    \"max_tokens\": 4, \"stream\": $stream}"
+        expect_ok "tools, stream $stream"
+    done
+    post /apply-template "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": $tools, \"tool_choice\": \"none\"}"
+    expect_ok "tool_choice none"
+    [ "$(jq -r .prompt "$T/resp")" = "$(printf '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n')" ] ||
+        fail "tool_choice none still offers the tools: $(cat "$T/resp")"
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function"}]}'
+    expect_error 400
+    [ "$(jq -r .error.param "$T/resp")" = tools ] || fail "a tool without a function: $(cat "$T/resp")"
+    post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": $tools, \"tool_choice\": \"required\"}"
+    expect_error 400
+    post /v1/chat/completions '{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": 1}}]}]}'
+    expect_error 400
+    stop_server
+    ;;
+
 browser)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"

@@ -168,7 +168,9 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
     refused(SERVE_CHAT, "{}", 400, "messages");
     refused(SERVE_CHAT, "{\"messages\": []}", 400, "messages");
     refused(SERVE_CHAT, "{\"messages\": \"hi\"}", 400, "messages");
-    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}", 400, "messages");
+    refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [{}]}]}", 400,
+            "messages");
     refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\"}]}", 400, "messages");
     refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages");
     refused(SERVE_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400,
@@ -377,6 +379,99 @@ START_TEST(error_bodies_are_utf8_json_whatever_they_quote)
 }
 END_TEST
 
+/* the calls a reply holds, by hand */
+START_TEST(tool_calls_are_read_from_replies)
+{
+    struct serve_tool_calls c;
+    const char *one = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                      "\"days\": 2}}\n</tool_call>";
+    ck_assert_int_eq(serve_take_tool_calls(one, strlen(one), &c), 0);
+    ck_assert_uint_eq(c.n, 1);
+    ck_assert_str_eq(c.v[0].name, "get_weather");
+    ck_assert_str_eq(c.v[0].arguments, "{\"city\":\"Paris\",\"days\":2}");
+    ck_assert_str_eq(c.content, "Let me check.");
+    ck_assert_int_eq(strncmp(c.v[0].id, "call_", 5), 0);
+    ck_assert_uint_eq(strlen(c.v[0].id), 5 + 24);
+    serve_tool_calls_clear(&c);
+
+    /* two calls and nothing else; arguments written as a string */
+    const char *two = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+                      "{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": 1}\"}\n</tool_call>\n";
+    ck_assert_int_eq(serve_take_tool_calls(two, strlen(two), &c), 0);
+    ck_assert_uint_eq(c.n, 2);
+    ck_assert_str_eq(c.v[0].arguments, "{}");
+    ck_assert_str_eq(c.v[1].name, "b");
+    ck_assert_str_eq(c.v[1].arguments, "{\"x\": 1}");
+    ck_assert_uint_eq(c.content_len, 0);
+    ck_assert_str_ne(c.v[0].id, c.v[1].id);
+    serve_tool_calls_clear(&c);
+
+    /* what is not a call stays text, untouched */
+    const char *texts[] = {"<tool_call>\nnot json\n</tool_call>", "<tool_call>\n{\"name\": \"f\"",
+                           "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
+                           "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "  plain  "};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        ck_assert_int_eq(serve_take_tool_calls(texts[i], strlen(texts[i]), &c), 0);
+        ck_assert_uint_eq(c.n, 0);
+        ck_assert_str_eq(c.content, texts[i]);
+        serve_tool_calls_clear(&c);
+    }
+}
+END_TEST
+
+static void stream_pieces(const char *const *pieces, size_t n, char *shown, size_t cap, struct serve_tool_calls *c)
+{
+    struct serve_tool_text t = {0};
+    shown[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *out;
+        size_t len;
+        ck_assert_int_eq(serve_tool_text_push(&t, pieces[i], strlen(pieces[i]), &out, &len), 0);
+        ck_assert_uint_eq(out ? strlen(out) : 0, len);
+        if (out)
+            strncat(shown, out, cap - strlen(shown) - 1);
+        free(out);
+    }
+    ck_assert_int_eq(serve_tool_text_finish(&t, c), 0);
+}
+
+START_TEST(tool_calls_are_held_as_a_reply_streams)
+{
+    char shown[256];
+    struct serve_tool_calls c;
+    /* the text before the call streams, a tag's start held */
+    const char *call[] = {"Hi <to", "ol_call>\n{\"name\": \"f\", \"argu", "ments\": {\"a\": true}}\n</tool_call>"};
+    stream_pieces(call, 3, shown, sizeof shown, &c);
+    ck_assert_str_eq(shown, "Hi ");
+    ck_assert_uint_eq(c.n, 1);
+    ck_assert_str_eq(c.v[0].arguments, "{\"a\":true}");
+    serve_tool_calls_clear(&c);
+    /* a "<" that starts no call goes out with the next piece */
+    const char *lt[] = {"a <", " b <tool", "box>"};
+    stream_pieces(lt, 3, shown, sizeof shown, &c);
+    ck_assert_str_eq(shown, "a < b <toolbox>");
+    ck_assert_uint_eq(c.n, 0);
+    ck_assert_uint_eq(c.content_len, 0);
+    serve_tool_calls_clear(&c);
+    /* a reply cut in a tag's start: the held text is content */
+    const char *cut[] = {"x <tool_c"};
+    stream_pieces(cut, 1, shown, sizeof shown, &c);
+    ck_assert_str_eq(shown, "x ");
+    ck_assert_str_eq(c.content, "<tool_c");
+    serve_tool_calls_clear(&c);
+}
+END_TEST
+
+START_TEST(tools_are_written_as_transformers_writes_them)
+{
+    cJSON *v = cJSON_Parse("{\"b\": [1, 2.5, -3e-7, true, null, \"\\u00e9\\n\\\"\\u0001\"], \"a\": {}}");
+    char *s = serve_python_json(v);
+    ck_assert_str_eq(s, "{\"b\": [1, 2.5, -3e-07, true, null, \"\xc3\xa9\\n\\\"\\u0001\"], \"a\": {}}");
+    free(s);
+    cJSON_Delete(v);
+}
+END_TEST
+
 START_TEST(responses_have_openais_shapes)
 {
     struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
@@ -411,6 +506,28 @@ START_TEST(responses_have_openais_shapes)
     j = parse_json(serve_chunk_json(&chat, &cut, false, NULL));
     c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     ck_assert_str_eq(str_at(c0, "delta", "reasoning_content"), "hmm");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "delta"), "content"));
+    cJSON_Delete(j);
+
+    /* calls: content null in a whole reply, numbered in a delta */
+    struct serve_tool_call call = {.id = "call_1", .name = "f", .arguments = "{}"};
+    struct serve_reply_text calls = {.calls = &call, .n_calls = 1};
+    j = parse_json(serve_completion_json(&chat, &calls, "tool_calls", &u));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "message"), "content")));
+    const cJSON *tc0 = cJSON_GetArrayItem(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "message"), "tool_calls"), 0);
+    ck_assert_str_eq(str_at(tc0, "id", NULL), "call_1");
+    ck_assert_str_eq(str_at(tc0, "type", NULL), "function");
+    ck_assert_str_eq(str_at(tc0, "function", "name"), "f");
+    ck_assert_str_eq(str_at(tc0, "function", "arguments"), "{}");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(tc0, "index"));
+    ck_assert_str_eq(str_at(c0, "finish_reason", NULL), "tool_calls");
+    cJSON_Delete(j);
+    j = parse_json(serve_chunk_json(&chat, &calls, false, NULL));
+    c0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    tc0 = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "delta"), "tool_calls"), 0);
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(tc0, "index")->valueint, 0);
     ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "delta"), "content"));
     cJSON_Delete(j);
 
@@ -503,6 +620,9 @@ int main(void)
     tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
+    tcase_add_test(tc, tool_calls_are_read_from_replies);
+    tcase_add_test(tc, tool_calls_are_held_as_a_reply_streams);
+    tcase_add_test(tc, tools_are_written_as_transformers_writes_them);
     tcase_add_test(tc, error_bodies_are_utf8_json_whatever_they_quote);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -50,8 +50,11 @@ enum serve_kind { SERVE_CHAT, SERVE_COMPLETION };
 
 struct serve_request {
     enum serve_kind kind;
-    qpack_chat_message *msgs;   /* chat: role and content malloc'd */
+    qpack_chat_message *msgs;   /* chat: content, reasoning and tool calls malloc'd */
     size_t n_msgs;
+    char **tools;               /* chat: each tool as the template writes it (serve_tools.c) */
+    size_t n_tools;
+    bool no_tools;              /* tool_choice "none": the tools are not offered */
     char *prompt;               /* completion as text (malloc'd), or */
     int32_t *prompt_ids;        /* as token ids */
     size_t n_prompt_ids;
@@ -120,6 +123,52 @@ cJSON *serve_json_text(const char *text, size_t len);
 /* Prints root unformatted and frees it; NULL when !ok or out of memory. */
 char *serve_json_print(cJSON *root, bool ok);
 
+/* ---- tools (serve_tools.c) ---------------------------------------------- */
+
+#define SERVE_MAX_TOOLS 128
+
+/* v as transformers' tojson writes it (Python's json.dumps, non-ASCII
+ * kept); malloc'd, NULL when out of memory. */
+char *serve_python_json(const cJSON *v);
+/* The request's `tools` into r->tools; -1 with a 400 naming the tool. */
+int serve_read_tools(const cJSON *v, struct serve_request *r, struct serve_error *e);
+/* messages[i].tool_calls into m; -1 with a 400 naming the call. */
+int serve_read_tool_calls(const cJSON *v, size_t i, qpack_chat_message *m, struct serve_error *e);
+void serve_tool_calls_free(qpack_chat_message *m);
+
+/* The calls in a reply to a request that offered tools: each <tool_call>
+ * block that holds {"name": ..., "arguments": {...}} (Qwen3's form) is a
+ * call, with an id and its arguments as JSON text; the text around them
+ * is the content (without its blank edges when there are calls). A block
+ * that is not a call stays in the content. */
+struct serve_tool_call {
+    char id[40];
+    char *name, *arguments;
+};
+
+struct serve_tool_calls {
+    struct serve_tool_call *v;
+    size_t n;
+    char *content;
+    size_t content_len;
+};
+
+int serve_take_tool_calls(const char *text, size_t len, struct serve_tool_calls *out);
+void serve_tool_calls_clear(struct serve_tool_calls *c);
+
+/* As a reply streams: the content that comes before any <tool_call> goes
+ * out as it comes (*emit, malloc'd, NULL for none); from the block on,
+ * the text is held, and serve_tool_text_finish reads the calls from it. */
+struct serve_tool_text {
+    char *buf;
+    size_t len, cap;
+    bool in_call;
+};
+
+int serve_tool_text_push(struct serve_tool_text *t, const char *text, size_t n, char **emit, size_t *emit_len);
+int serve_tool_text_finish(struct serve_tool_text *t, struct serve_tool_calls *calls);
+void serve_tool_text_free(struct serve_tool_text *t);
+
 /* Response bodies, malloc'd NUL-terminated JSON (NULL when out of memory). */
 char *serve_error_json(const struct serve_error *e);
 
@@ -132,6 +181,7 @@ struct serve_usage {
 
 struct serve_reply_meta {
     enum serve_kind kind;
+    bool tools;                 /* the request offered tools: replies may call them */
     const char *id;             /* "chatcmpl-..." or "cmpl-..." */
     long long created;          /* unix seconds */
     const char *model;
@@ -140,8 +190,10 @@ struct serve_reply_meta {
 /* A reply's text: a chat's answer and the reasoning told apart from it
  * (think_text.h; none: reasoning NULL), or a completion's text. */
 struct serve_reply_text {
-    const char *content;
+    const char *content;        /* NULL with calls: content null */
     size_t content_len;
+    const struct serve_tool_call *calls;
+    size_t n_calls;
     const char *reasoning;      /* llama-server's and DeepSeek's reasoning_content */
     size_t reasoning_len;
 };

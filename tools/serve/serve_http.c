@@ -373,7 +373,8 @@ static int prompt_ids(const struct serve_http *h, const struct serve_request *q,
     const char *text = q->prompt;
     size_t len = text ? strlen(text) : 0;
     if (q->kind == SERVE_CHAT) {
-        if (qpack_chat_render(q->msgs, q->n_msgs, q->think, &rendered, &len, &err))
+        if (qpack_chat_render_tools(q->msgs, q->n_msgs, (const char *const *)q->tools, q->n_tools, q->think,
+                                    &rendered, &len, &err))
             return BAD_PROMPT(e, "%s", err.message);
         text = rendered;
     }
@@ -483,12 +484,20 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
     const char *finish = serve_job_result(r->job, &r->usage, &err);
     if (finish && r->meta.kind == SERVE_CHAT) {
         struct split_text sp = {0};
+        struct serve_tool_calls calls = {0};
         think_text_init(&sp.think);
         char *body = NULL;
         if (!split_push(&sp, r->text ? r->text : "", r->text_len, true)) {
             struct serve_reply_text t = split_take(&sp);
+            if (r->meta.tools && !serve_take_tool_calls(t.content ? t.content : "", t.content_len, &calls) &&
+                calls.n) {
+                t.content = calls.content_len ? calls.content : NULL, t.content_len = calls.content_len;
+                t.calls = calls.v, t.n_calls = calls.n;
+                finish = "tool_calls";
+            }
             body = serve_completion_json(&r->meta, &t, finish, &r->usage);
         }
+        serve_tool_calls_clear(&calls);
         split_free(&sp);
         return send_json(c, r, 200, body);
     }
@@ -515,6 +524,7 @@ struct stream {
     char *text;                 /* taken from the job */
     size_t text_len, text_cap;
     struct split_text split;    /* a chat's text: reasoning and answer */
+    struct serve_tool_text tools;   /* with tools offered: the answer from a <tool_call> on */
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
 };
@@ -532,6 +542,38 @@ static int add_event(struct stream *st, char *json)
     return rc ? -1 : 0;
 }
 
+/* A chat's text as a chunk; with tools offered, the answer goes through
+ * the tool-call holder first (what may be the start of a call is held) */
+static int send_chat_text(struct stream *st, struct serve_reply_text t)
+{
+    char *shown = NULL;
+    if (st->meta.tools && t.content_len) {
+        size_t n;
+        if (serve_tool_text_push(&st->tools, t.content, t.content_len, &shown, &n))
+            return -1;
+        t.content = shown, t.content_len = n;
+    }
+    int rc = t.content_len || t.reasoning_len ? add_event(st, serve_chunk_json(&st->meta, &t, false, NULL)) : 0;
+    free(shown);
+    return rc;
+}
+
+/* the calls held at the end of a reply that offered tools, as one chunk
+ * (with what of the held text is not a call); *finish becomes tool_calls */
+static int send_tool_calls(struct stream *st, const char **finish)
+{
+    struct serve_tool_calls calls;
+    if (serve_tool_text_finish(&st->tools, &calls))
+        return -1;
+    struct serve_reply_text t = {.content = calls.content_len ? calls.content : NULL,
+                                 .content_len = calls.content_len, .calls = calls.v, .n_calls = calls.n};
+    int rc = t.content || t.n_calls ? add_event(st, serve_chunk_json(&st->meta, &t, false, NULL)) : 0;
+    if (calls.n)
+        *finish = "tool_calls";
+    serve_tool_calls_clear(&calls);
+    return rc;
+}
+
 static int finish_stream(struct stream *st)
 {
     struct serve_usage u;
@@ -541,11 +583,9 @@ static int finish_stream(struct stream *st)
         st->r->usage = u;
     int rc = 0;
     if (finish && st->meta.kind == SERVE_CHAT) {
-        /* what the splitter still held */
-        rc = split_push(&st->split, "", 0, true);
-        struct serve_reply_text t = split_take(&st->split);
-        if (!rc && (t.content_len || t.reasoning_len))
-            rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
+        /* what the splitter and the tool-call holder still held */
+        rc = split_push(&st->split, "", 0, true) || send_chat_text(st, split_take(&st->split)) ||
+             (st->meta.tools && send_tool_calls(st, &finish));
     }
     if (finish) {
         rc = rc || add_event(st, serve_final_chunk_json(&st->meta, finish, &u));
@@ -560,8 +600,6 @@ static int finish_stream(struct stream *st)
     return rc || add_bytes(st, "data: [DONE]\n\n", 14) ? -1 : 0;
 }
 
-/* the next events: the role, text, or the end; none when the job has
- * nothing new */
 static int produce(struct stream *st)
 {
     if (!st->role_sent) {
@@ -574,12 +612,10 @@ static int produce(struct stream *st)
         return -1;
     if (st->text_len) {
         struct serve_reply_text t = {.content = st->text, .content_len = st->text_len};
-        int rc = 0;
-        if (st->meta.kind == SERVE_CHAT) {
-            rc = split_push(&st->split, st->text, st->text_len, false);
-            t = split_take(&st->split);
-        }
-        if (!rc && (t.content_len || t.reasoning_len))
+        int rc;
+        if (st->meta.kind == SERVE_CHAT)
+            rc = split_push(&st->split, st->text, st->text_len, false) || send_chat_text(st, split_take(&st->split));
+        else
             rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
         st->text_len = 0;
         if (rc)
@@ -624,6 +660,7 @@ static void free_stream(void *cls)
     serve_job_unref(st->job);
     free(st->text);
     split_free(&st->split);
+    serve_tool_text_free(&st->tools);
     free(st->out);
     free(st);
 }
@@ -684,7 +721,7 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     }
     struct serve_job *j = serve_job_new(ids, (uint32_t)n, q.has_max_tokens ? q.max_tokens : UINT32_MAX, &q.sampling,
                                         &q.stops);
-    bool stream = q.stream, include_usage = q.include_usage;
+    bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0;
     serve_request_free(&q);
     if (!j) {
         free(ids);
@@ -699,8 +736,8 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                     serve_metrics.parallel, serve_metrics.queue_max);
     }
     reply_id(kind, r->id);
-    r->meta = (struct serve_reply_meta){.kind = kind, .id = r->id, .created = (long long)time(NULL),
-                                        .model = h->cfg.model_id};
+    r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .id = r->id,
+                                        .created = (long long)time(NULL), .model = h->cfg.model_id};
     if (stream) {
         enum MHD_Result ok = reply_stream(h, c, r, j, include_usage);
         serve_job_unref(j);

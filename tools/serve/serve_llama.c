@@ -171,7 +171,8 @@ int serve_apply_template_reply(const struct serve_model_ref *model, const char *
     char *text = NULL;
     size_t n = 0;
     qpack_error err;
-    int rc = qpack_chat_render(q.msgs, q.n_msgs, q.think, &text, &n, &err);
+    int rc = qpack_chat_render_tools(q.msgs, q.n_msgs, (const char *const *)q.tools, q.n_tools, q.think, &text, &n,
+                                     &err);
     serve_request_free(&q);
     if (rc)
         return BAD(e, "messages", "%s", err.message);

@@ -157,13 +157,14 @@ static int read_content(const cJSON *v, size_t i, char **out, struct serve_error
     return 0;
 }
 
-/* "developer" is what OpenAI now calls the system role */
+/* "developer" is what OpenAI now calls the system role; "tool" is a
+ * tool's response */
 static const char *chat_role(const char *role)
 {
-    static const char *const roles[] = {"system", "user", "assistant"};
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
     if (!strcmp(role, "developer"))
         return "system";
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         if (!strcmp(role, roles[i]))
             return roles[i];
     return NULL;
@@ -173,27 +174,43 @@ static int read_message(const cJSON *m, size_t i, qpack_chat_message *out, struc
 {
     if (!cJSON_IsObject(m))
         return BAD(e, "messages", "messages[%zu] must be an object", i);
-    const cJSON *role = NULL, *content = NULL;
+    const cJSON *role = NULL, *content = NULL, *calls = NULL, *reasoning = NULL;
     for (const cJSON *f = m->child; f; f = f->next) {
         if (!strcmp(f->string, "role"))
             role = f;
         else if (!strcmp(f->string, "content"))
             content = f;
-        else if (!strcmp(f->string, "name") && !cJSON_IsString(f) && !cJSON_IsNull(f))
-            return BAD(e, "messages", "messages[%zu].name must be a string", i);
         else if (!strcmp(f->string, "tool_calls") && !cJSON_IsNull(f) &&
                  !(cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0))
-            return BAD(e, "messages", "messages[%zu].tool_calls: tool calls are not supported yet", i);
+            calls = f;
+        else if (!strcmp(f->string, "reasoning_content") && !cJSON_IsNull(f))
+            reasoning = f;
+        else if ((!strcmp(f->string, "name") || !strcmp(f->string, "tool_call_id")) && !cJSON_IsString(f) &&
+                 !cJSON_IsNull(f))
+            return BAD(e, "messages", "messages[%zu].%s must be a string", i, f->string);
     }
-    if (cJSON_IsString(role) && (!strcmp(role->valuestring, "tool") || !strcmp(role->valuestring, "function")))
-        return BAD(e, "messages", "messages[%zu]: \"%s\" messages are not supported yet (no tools)", i,
-                   role->valuestring);
+    if (cJSON_IsString(role) && !strcmp(role->valuestring, "function"))
+        return BAD(e, "messages", "messages[%zu]: \"function\" messages are OpenAI's old form: send \"tool\" ones", i);
     if (!cJSON_IsString(role) || !chat_role(role->valuestring))
-        return BAD(e, "messages", "messages[%zu].role must be \"system\", \"developer\", \"user\" or \"assistant\"",
-                   i);
+        return BAD(e, "messages", "messages[%zu].role must be \"system\", \"developer\", \"user\", \"assistant\" "
+                   "or \"tool\"", i);
     out->role = chat_role(role->valuestring);
-    if (!content || cJSON_IsNull(content))
+    bool assistant = !strcmp(out->role, "assistant");
+    if ((calls || reasoning) && !assistant)
+        return BAD(e, "messages", "messages[%zu]: only an assistant message has %s", i,
+                   calls ? "tool_calls" : "reasoning_content");
+    if (reasoning && !cJSON_IsString(reasoning))
+        return BAD(e, "messages", "messages[%zu].reasoning_content must be a string", i);
+    if (reasoning && !(out->reasoning = strdup(reasoning->valuestring)))
+        return BAD(e, "messages", "out of memory");
+    if (calls && serve_read_tool_calls(calls, i, out, e))
+        return -1;
+    if (!content || cJSON_IsNull(content)) {
+        /* an assistant turn that only called tools has no content */
+        if (out->n_tool_calls)
+            return (out->content = strdup("")) ? 0 : BAD(e, "messages", "out of memory");
         return BAD(e, "messages", "messages[%zu] has no content", i);
+    }
     return read_content(content, i, (char **)&out->content, e);
 }
 
@@ -428,8 +445,12 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
         return want_bool(f, k, &b, e) ? -1 : neutral(f, !b, "echoing the prompt", e);
     if (!strcmp(k, "suffix") && !chat)
         return neutral(f, cJSON_IsString(f) && !*f->valuestring, "a suffix", e);
+    if (!strcmp(k, "tools") && chat)
+        return serve_read_tools(f, r, e);
     if (!strcmp(k, "tools") || !strcmp(k, "functions"))
         return neutral(f, is_empty_array(f), "tool calling", e);
+    if (!strcmp(k, "tool_choice") && cJSON_IsString(f) && !strcmp(f->valuestring, "none"))
+        return r->no_tools = true, 0;
     if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
         return neutral(f, cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")),
                        "a forced tool call", e);
@@ -473,6 +494,11 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
+    if (r->no_tools) {
+        for (size_t i = 0; i < r->n_tools; i++)
+            free(r->tools[i]);
+        r->n_tools = 0;
+    }
     if (kind == SERVE_COMPLETION && !r->prompt && !r->prompt_ids)
         return BAD(e, "prompt", "'prompt' is required");
     if (!r->has_max_tokens && kind == SERVE_COMPLETION)
@@ -534,9 +560,15 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len, cons
 
 void serve_request_free(struct serve_request *r)
 {
-    for (size_t i = 0; i < r->n_msgs; i++)
+    for (size_t i = 0; i < r->n_msgs; i++) {
         free((char *)r->msgs[i].content);
+        free((char *)r->msgs[i].reasoning);
+        serve_tool_calls_free(&r->msgs[i]);
+    }
     free(r->msgs);
+    for (size_t i = 0; i < r->n_tools; i++)
+        free(r->tools[i]);
+    free(r->tools);
     free(r->prompt);
     free(r->prompt_ids);
     for (unsigned i = 0; i < r->stops.n; i++)
@@ -643,6 +675,23 @@ static bool add_finish(cJSON *choice, const char *finish)
                   : cJSON_AddNullToObject(choice, "finish_reason") != NULL;
 }
 
+/* tool_calls: [ {[index,] id, type "function", function {name, arguments}} ]
+ * (a streamed delta numbers its calls) */
+static bool add_tool_calls(cJSON *m, const struct serve_reply_text *t, bool numbered)
+{
+    cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+    for (size_t i = 0; calls && i < t->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject(), *fn;
+        if (!c || !cJSON_AddItemToArray(calls, c) || (numbered && !cJSON_AddNumberToObject(c, "index", (double)i)) ||
+            !cJSON_AddStringToObject(c, "id", t->calls[i].id) || !cJSON_AddStringToObject(c, "type", "function") ||
+            !(fn = cJSON_AddObjectToObject(c, "function")) ||
+            !cJSON_AddStringToObject(fn, "name", t->calls[i].name) ||
+            !cJSON_AddStringToObject(fn, "arguments", t->calls[i].arguments))
+            return false;
+    }
+    return calls != NULL;
+}
+
 /* choices: [ {index 0, message|delta|text, logprobs null, finish_reason} ];
  * a message or delta holds content when t->content is set, and
  * reasoning_content when t has reasoning */
@@ -666,6 +715,10 @@ static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, co
         if (t && t->reasoning && t->reasoning_len &&
             (!(r = serve_json_text(t->reasoning, t->reasoning_len)) || !cJSON_AddItemToObject(m, "reasoning_content", r)))
             return cJSON_Delete(r), false;
+        bool whole = !strcmp(holder, "message");
+        if (t && t->n_calls && ((whole && !text && !cJSON_AddNullToObject(m, "content")) ||
+                                !add_tool_calls(m, t, !whole)))
+            return false;
     }
     return cJSON_AddNullToObject(c, "logprobs") && add_finish(c, finish);
 }
@@ -676,7 +729,7 @@ char *serve_completion_json(const struct serve_reply_meta *r, const struct serve
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion" : "text_completion");
     struct serve_reply_text whole = *t;
-    if (!whole.content)
+    if (!whole.content && !whole.n_calls)
         whole.content = "";
     bool ok = root && add_choice(root, r->kind, "message", &whole, true, finish) && add_usage(root, u) &&
               add_timings(root, u);
