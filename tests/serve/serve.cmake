@@ -5,7 +5,7 @@ qp_add_check_test(test_serve_openai SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve
 
 # test_serve.sh: the server end to end with real clients, one ctest test per
 # case. serve_setup packs a tiny model and installs the JavaScript clients
-# (npm ci: the openai package and playwright-core) into the build folder.
+# (npm ci: the openai package, @langchain/openai and playwright-core) into the build folder.
 # Cases on bpf need root (skipped otherwise) and run alone: the load test
 # and the signals test count the BPF objects the server held.
 set(_serve_work ${CMAKE_BINARY_DIR}/serve)

@@ -4,8 +4,8 @@
 # qrun serve with real clients, one CASE per ctest test (tests/serve/serve.cmake).
 # "setup" packs a tiny random model with the real Qwen3 tokenizer into
 # WORK_DIR/M.qpk and installs the JavaScript clients (tests/serve/
-# package.json: the official openai package and playwright-core) into
-# WORK_DIR/node with npm ci. The expectation for every greedy reply is
+# package.json: the official openai package, LangChain's @langchain/openai
+# and playwright-core) into WORK_DIR/node with npm ci. The expectation for every greedy reply is
 # qrun's own output for the same prompt. Cases on the bpf backend need root
 # (skipped otherwise); the others run the server on emu, the kernels' host
 # twin, bit-identical.
@@ -137,7 +137,8 @@ setup)
     command -v npm >/dev/null || fail "npm is missing (scripts/install_deps.sh installs it)"
     mkdir -p "$NODE_DIR"
     if ! cmp -s "$SRC/tests/serve/package-lock.json" "$NODE_DIR/package-lock.json" ||
-        [ ! -d "$NODE_DIR/node_modules/openai" ] || [ ! -d "$NODE_DIR/node_modules/playwright-core" ]; then
+        [ ! -d "$NODE_DIR/node_modules/openai" ] || [ ! -d "$NODE_DIR/node_modules/playwright-core" ] ||
+        [ ! -d "$NODE_DIR/node_modules/@langchain/openai" ]; then
         rm -f "$NODE_DIR/unreachable"
         cp "$SRC/tests/serve/package.json" "$SRC/tests/serve/package-lock.json" "$NODE_DIR/" || fail "copying"
         if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
@@ -150,6 +151,7 @@ setup)
         fi
     fi
     echo "ok openai $(jq -r .version "$NODE_DIR/node_modules/openai/package.json")," \
+         "@langchain/openai $(jq -r .version "$NODE_DIR/node_modules/@langchain/openai/package.json")," \
          "playwright-core $(jq -r .version "$NODE_DIR/node_modules/playwright-core/package.json")"
     ;;
 
@@ -472,6 +474,10 @@ openai)
     start_server emu --backend emu --api-key k --parallel 2
     cp "$SRC/tests/serve/openai_client.mjs" "$NODE_DIR/" || fail "copying the client"
     timeout 120 node "$NODE_DIR/openai_client.mjs" "$URL" M k "$T" || fail "the OpenAI client"
+    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
+        fail "qrun --chat --system: $(cat "$T/qrun.err")"
+    cp "$SRC/tests/serve/langchain_client.mjs" "$NODE_DIR/" || fail "copying the LangChain client"
+    timeout 120 node "$NODE_DIR/langchain_client.mjs" "$URL" M k "$T" || fail "LangChain's ChatOpenAI"
     stop_server
     ;;
 
