@@ -256,6 +256,20 @@ endpoints)
     cmp -s "$T/got" "$T/want" || fail "completion of ids: '$(cat "$T/got")', qrun --ids: '$(cat "$T/want")'"
     echo "ok completions of text and of ids equal qrun's"
 
+    # echo: the prompt's text, then the completion; from ids, their text
+    qrun_text "Hello" 8 "$T/want"
+    for stream in false true; do
+        post /v1/completions "{\"prompt\": \"Hello\", \"max_tokens\": 8, \"temperature\": 0, \"echo\": true, \"stream\": $stream}"
+        expect_ok "echo, stream $stream"
+        if [ $stream = true ]; then stream_text >"$T/got"; else jq -r '.choices[0].text' "$T/resp" >"$T/got"; fi
+        [ "$(cat "$T/got")" = "Hello$(cat "$T/want")" ] || fail "echo (stream $stream): '$(cat "$T/got")'"
+    done
+    post /v1/completions '{"prompt": [9707, 11, 1879, 0], "max_tokens": 1, "temperature": 0, "echo": true}'
+    expect_ok "echo of ids"
+    [ "$(jq -r '.choices[0].text' "$T/resp" | head -c "$(printf '9707 11 1879 0' | "$QRUN" detokenize -m "$M" | wc -c)")" = \
+      "$(printf '9707 11 1879 0' | "$QRUN" detokenize -m "$M")" ] || fail "echo of ids: $(cat "$T/resp")"
+    echo "ok echo"
+
     # stop strings: the reply ends before the first one, which is not in it
     qrun_text "Hello" 12 "$T/want"
     full=$(cat "$T/want")
@@ -296,10 +310,10 @@ endpoints)
     get /metrics; expect_ok metrics
     grep -q '^qpack_requests_total{endpoint="/v1/chat/completions",code="200"} 4$' "$T/resp" ||
         fail "metrics: chat requests: $(grep requests_total "$T/resp")"
-    grep -q '^qpack_requests_total{endpoint="/v1/completions",code="200"} 7$' "$T/resp" ||
+    grep -q '^qpack_requests_total{endpoint="/v1/completions",code="200"} 10$' "$T/resp" ||
         fail "metrics: completions: $(grep requests_total "$T/resp")"
     tokens=$(awk '$1 == "qpack_completion_tokens_total" { print $2 }' "$T/resp")
-    [ "$tokens" = $((4 * 12 + 3 * 8 + 2 * stop_tokens + 2 * 16)) ] || fail "metrics: $tokens completion tokens"
+    [ "$tokens" = $((4 * 12 + 3 * 8 + 2 * 8 + 1 + 2 * stop_tokens + 2 * 16)) ] || fail "metrics: $tokens completion tokens"
     for m in qpack_prompt_seconds_total qpack_decode_seconds_total qpack_sessions_busy qpack_bpf_map_bytes \
              qpack_kv_cache_bytes; do
         grep -q "^# TYPE $m " "$T/resp" && grep -q "^$m [0-9.e+-]*$" "$T/resp" || fail "metrics: no $m"

@@ -213,7 +213,7 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
     refused(SERVE_COMPLETION, "{\"prompt\": [1, -2]}", 400, "prompt");
     refused(SERVE_COMPLETION, "{\"prompt\": []}", 400, "prompt");
     refused(SERVE_COMPLETION, "{\"messages\": []}", 400, "messages");
-    refused(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": true}", 400, "echo");
+    refused(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", 400, "echo");
 }
 END_TEST
 

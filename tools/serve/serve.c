@@ -40,7 +40,7 @@ static const char usage_text[] =
     "  POST /v1/completions        a prompt as text or as token ids\n"
     "       (max_tokens, temperature, top_p, top_k, min_p, repeat_penalty,\n"
     "       repeat_last_n, presence_penalty, frequency_penalty, logit_bias, seed,\n"
-    "       stop, stream: server-sent events ending in \"data: [DONE]\",\n"
+    "       stop, echo (completions), stream: server-sent events ending in \"data: [DONE]\",\n"
     "       stream_options.include_usage; chat: chat_template_kwargs.enable_thinking,\n"
     "       default false: a reply's <think> block comes as reasoning_content;\n"
     "       tools, tool_choice auto or none, tool messages: a reply's <tool_call>\n"

@@ -65,6 +65,7 @@ struct serve_request {
     struct serve_stops stops;
     bool stream, include_usage;
     bool think;                 /* chat_template_kwargs.enable_thinking */
+    bool echo;                  /* completions: the reply starts with the prompt's text */
     qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
     size_t n_bias;
     unsigned given;             /* SERVE_GIVEN_*: the sampling fields the request set */

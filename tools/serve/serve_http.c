@@ -387,6 +387,24 @@ static int prompt_ids(const struct serve_http *h, const struct serve_request *q,
     return 0;
 }
 
+/* The prompt's text for echo: as given, or its ids detokenized; *text
+ * malloc'd. -1 when out of memory. */
+static int echo_text(const struct serve_http *h, const struct serve_request *q, const int32_t *ids, size_t n,
+                     char **text, size_t *len)
+{
+    *text = NULL;
+    *len = 0;
+    if (q->prompt) {
+        *len = strlen(q->prompt);
+        return (*text = strdup(q->prompt)) ? 0 : -1;
+    }
+    qpack_error err;
+    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    if (!tok)
+        return (*text = strdup("")) ? 0 : -1;       /* ids without a tokenizer: no text to echo */
+    return qpack_detokenize(tok, ids, n, false, text, len, &err) ? -1 : 0;
+}
+
 /* "chatcmpl-" or "cmpl-" and 24 random hex digits */
 static void reply_id(enum serve_kind kind, char out[48])
 {
@@ -675,7 +693,9 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
         return MHD_NO;
     }
     *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .job = j, .meta = *meta,
-                          .include_usage = include_usage};
+                          .include_usage = include_usage, .text = r->text, .text_len = r->text_len,
+                          .text_cap = r->text_cap};
+    r->text = NULL, r->text_len = r->text_cap = 0;     /* an echo: the first chunk's text */
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
     think_text_init(&st->split.think);
@@ -683,6 +703,7 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
                                                                   free_stream);
     if (!resp) {
         serve_job_cancel(j);
+        free(st->text);
         free(st);
         return MHD_NO;
     }
@@ -719,6 +740,13 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
         return fail(c, r, 400, "invalid_request_error", "context_length_exceeded", kind == SERVE_CHAT ? "messages" : "prompt",
                     "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
     }
+    /* echo: the reply's text starts with the prompt's */
+    if (q.echo && echo_text(h, &q, ids, n, &r->text, &r->text_len)) {
+        free(ids);
+        serve_request_free(&q);
+        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->text_cap = r->text ? r->text_len + 1 : 0;
     struct serve_job *j = serve_job_new(ids, (uint32_t)n, q.has_max_tokens ? q.max_tokens : UINT32_MAX, &q.sampling,
                                         &q.stops);
     bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0;

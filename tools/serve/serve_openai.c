@@ -4,8 +4,8 @@
  * The field policy, OpenAI's and llama-server's: one JSON object (a key
  * twice or an escaped NUL refused, common/json_strict.h); every field this
  * server knows checked for its type and range, a 400 naming it; the fields
- * clients send with neutral values (logprobs false, n 1, tools [],
- * response_format text, echo false, ...) accepted, and the same fields
+ * clients send with neutral values (logprobs false, n 1,
+ * response_format text, ...) accepted, and the same fields
  * asking for what is not supported yet refused by name; fields it does
  * not know ignored, in the body, in stream_options, chat_template_kwargs
  * and the messages. null stands for an absent optional field. A request
@@ -442,7 +442,7 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
     if (!strcmp(k, "top_logprobs"))
         return want_integer(f, k, 0, 20, &x, e) ? -1 : neutral(f, x == 0, "log probabilities", e);
     if (!strcmp(k, "echo") && !chat)
-        return want_bool(f, k, &b, e) ? -1 : neutral(f, !b, "echoing the prompt", e);
+        return want_bool(f, k, &r->echo, e);
     if (!strcmp(k, "suffix") && !chat)
         return neutral(f, cJSON_IsString(f) && !*f->valuestring, "a suffix", e);
     if (!strcmp(k, "tools") && chat)
