@@ -65,6 +65,12 @@ int qpack_tokenize(const qpack_tokenizer *t, const char *text, size_t len, int32
     return QPACK_OK;
 }
 
+const char *qpack_token_bytes(const qpack_tokenizer *t, int32_t id, size_t *len)
+{
+    *len = 0;
+    return t ? qp_tok_token_bytes(t->tok, id, len) : NULL;
+}
+
 int qpack_detokenize(const qpack_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text,
                      size_t *len, qpack_error *err)
 {

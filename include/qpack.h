@@ -430,6 +430,11 @@ int qpack_tokenize(const qpack_tokenizer *tokenizer, const char *text, size_t le
 int qpack_detokenize(const qpack_tokenizer *tokenizer, const int32_t *ids, size_t n, bool skip_special,
                      char **text, size_t *len, qpack_error *err);
 
+/* The bytes token id stands for (*len of them, not NUL-terminated: a
+ * byte-level token may hold part of a UTF-8 character), as
+ * qpack_detokenize joins them; NULL for an id without a token. */
+const char *qpack_token_bytes(const qpack_tokenizer *tokenizer, int32_t id, size_t *len);
+
 /* Tokens that end a reply: <|im_end|> and <|endoftext|> when the tokenizer
  * has them, the model's eos, and the eos ids of its generation config. */
 bool qpack_token_is_end(const qpack_model *model, int32_t id);

@@ -352,6 +352,15 @@ int32_t qp_tok_token_id(const qp_tok *tok, const char *s, size_t n)
     return tok_vocab_find(tok, s, n);
 }
 
+const char *qp_tok_token_bytes(const qp_tok *tok, int32_t id, size_t *len)
+{
+    const tok_entry *e = entry_of(tok, id);
+    if (!e)
+        return NULL;
+    *len = e->bytes_len;
+    return tok->strings.s + e->bytes_off;
+}
+
 const char *qp_tok_token_string(const qp_tok *tok, int32_t id, size_t *len)
 {
     const tok_entry *e = entry_of(tok, id);

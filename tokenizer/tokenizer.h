@@ -100,6 +100,10 @@ int32_t qp_tok_token_id(const qp_tok *tok, const char *s, size_t n);
  * NULL for an id with no token. */
 const char *qp_tok_token_string(const qp_tok *tok, int32_t id, size_t *len);
 
+/* The bytes token id decodes to (not NUL-terminated; a byte-level token
+ * may hold part of a UTF-8 character), or NULL for an id with no token. */
+const char *qp_tok_token_bytes(const qp_tok *tok, int32_t id, size_t *len);
+
 /* 1 if id is an added token with "special": true (skipped by
  * QP_TOK_SKIP_SPECIAL), else 0. */
 int qp_tok_is_special(const qp_tok *tok, int32_t id);

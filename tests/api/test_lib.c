@@ -590,6 +590,22 @@ START_TEST(text_round_trips_and_the_decoder_never_cuts_a_character)
     ck_assert_int_eq(qpack_detokenize(t, ids, n, false, &back, &len, &e), QPACK_OK);
     ck_assert_str_eq(back, text);
     free(back);
+    /* each token's bytes, joined, are the text, though a token may hold part
+     * of a character (the emoji spans tokens) */
+    char raw[256] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        const char *b = qpack_token_bytes(t, ids[i], &k);
+        ck_assert_ptr_nonnull(b);
+        ck_assert_uint_lt(at + k, sizeof raw);
+        memcpy(raw + at, b, k);
+        at += k;
+    }
+    ck_assert_uint_eq(at, strlen(text));
+    ck_assert_mem_eq(raw, text, at);
+    ck_assert_ptr_null(qpack_token_bytes(t, -1, &len));
+    ck_assert_ptr_null(qpack_token_bytes(t, 10000000, &len));
     /* one token at a time: every piece is whole UTF-8, and they add up */
     qpack_decoder *d;
     ck_assert_int_eq(qpack_decoder_new(&d, t, true, &e), QPACK_OK);
