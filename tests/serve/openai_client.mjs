@@ -74,6 +74,14 @@ for await (const chunk of await client.chat.completions.create({ model, messages
   streamedTools += chunk.choices[0]?.delta?.content ?? '';
 check(streamedTools === asText.choices[0].text, 'and so does it streamed');
 
+// log probabilities: the chosen token of a greedy reply is the most likely
+const withLogprobs = await client.chat.completions.create({ model, messages: hi, max_tokens: 4, temperature: 0,
+                                                            logprobs: true, top_logprobs: 3 });
+const lpContent = withLogprobs.choices[0].logprobs.content;
+check(lpContent.length === 4 && lpContent.every((e) => e.top_logprobs.length === 3 && e.logprob === e.top_logprobs[0].logprob &&
+      e.logprob < 0) && lpContent.map((e) => e.token).join('') === withLogprobs.choices[0].message.content,
+      'logprobs: each token the most likely of its 3, their texts the reply');
+
 const models = [];
 for await (const m of client.models.list()) models.push(m.id);
 check(models.length === 1 && models[0] === model, `models: ${models}`);

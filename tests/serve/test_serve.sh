@@ -270,6 +270,50 @@ endpoints)
       "$(printf '9707 11 1879 0' | "$QRUN" detokenize -m "$M")" ] || fail "echo of ids: $(cat "$T/resp")"
     echo "ok echo"
 
+    # logprobs against the logits qrun dumps for the prompt and the reply
+    # fed as one prompt (float32 there: 1e-4), and the most likely ones
+    prompt_ids=$(printf 'Hello' | "$QRUN" tokenize -m "$M")
+    reply_ids=$("$QRUN" -m "$M" --backend emu -p Hello -n 4 --print-ids 2>/dev/null)
+    "$QRUN" -m "$M" --backend emu --ids "$prompt_ids $reply_ids" -n 1 --dump-logits-all "$T/logits" >/dev/null 2>&1 ||
+        fail "qrun --dump-logits-all"
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logprobs": 3}'; expect_ok logprobs
+    python3 - "$T/logits" "$(echo $prompt_ids | wc -w)" "$reply_ids" "$T/resp" <<'PY' || fail "logprobs differ from qrun's logits"
+import array, json, math, sys
+logits = array.array("f")
+with open(sys.argv[1], "rb") as f:
+    logits.frombytes(f.read())
+n_prompt, reply = int(sys.argv[2]), [int(x) for x in sys.argv[3].split()]
+lp = json.load(open(sys.argv[4]))["choices"][0]["logprobs"]
+vocab = len(logits) // (n_prompt + len(reply))
+assert len(lp["token_logprobs"]) == len(reply), lp
+for i, tok in enumerate(reply):
+    row = logits[(n_prompt - 1 + i) * vocab:(n_prompt + i) * vocab]
+    m = max(row)
+    lse = m + math.log(sum(math.exp(x - m) for x in row))
+    want = row[tok] - lse
+    assert abs(lp["token_logprobs"][i] - want) < 1e-4, (i, lp["token_logprobs"][i], want)
+    top = sorted(((x - lse) for x in row), reverse=True)[:3]
+    got = sorted(lp["top_logprobs"][i].values(), reverse=True)
+    assert len(got) == 3 and all(abs(a - b) < 1e-4 for a, b in zip(got, top)), (i, got, top)
+print("ok", len(reply), "token logprobs and their top 3 equal qrun's logits")
+PY
+    body='{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2}'
+    post /v1/chat/completions "$body"; expect_ok "chat logprobs"
+    # the tokens' bytes make the reply; greedy: each is the most likely
+    python3 - "$T/resp" <<'PY' || fail "chat logprobs: $(jq -c .choices[0].logprobs "$T/resp" | head -c 600)"
+import json, sys
+c = json.load(open(sys.argv[1]))["choices"][0]
+content = c["logprobs"]["content"]
+assert len(content) == 6
+assert bytes(b for e in content for b in e["bytes"]) == c["message"]["content"].encode()
+assert all(e["logprob"] == e["top_logprobs"][0]["logprob"] and len(e["top_logprobs"]) == 2 for e in content)
+PY
+    post /v1/chat/completions "$(jq -c '. + {stream: true}' <<<"$body")"; expect_ok "chat logprobs streamed"
+    [ "$(grep '^data: {' "$T/resp" | sed 's/^data: //' | jq -s -c '[.[].choices[0].logprobs.content // [] | .[].logprob]')" = \
+      "$(curl -sS -H "$J" --data-binary "$body" "$URL/v1/chat/completions" | jq -c '[.choices[0].logprobs.content[].logprob]')" ] ||
+        fail "streamed logprobs differ from the whole reply's"
+    echo "ok chat logprobs, whole and streamed"
+
     # stop strings: the reply ends before the first one, which is not in it
     qrun_text "Hello" 12 "$T/want"
     full=$(cat "$T/want")
@@ -308,12 +352,13 @@ endpoints)
 
     # metrics: Prometheus text that counted what happened
     get /metrics; expect_ok metrics
-    grep -q '^qpack_requests_total{endpoint="/v1/chat/completions",code="200"} 4$' "$T/resp" ||
+    grep -q '^qpack_requests_total{endpoint="/v1/chat/completions",code="200"} 7$' "$T/resp" ||
         fail "metrics: chat requests: $(grep requests_total "$T/resp")"
-    grep -q '^qpack_requests_total{endpoint="/v1/completions",code="200"} 10$' "$T/resp" ||
+    grep -q '^qpack_requests_total{endpoint="/v1/completions",code="200"} 11$' "$T/resp" ||
         fail "metrics: completions: $(grep requests_total "$T/resp")"
     tokens=$(awk '$1 == "qpack_completion_tokens_total" { print $2 }' "$T/resp")
-    [ "$tokens" = $((4 * 12 + 3 * 8 + 2 * 8 + 1 + 2 * stop_tokens + 2 * 16)) ] || fail "metrics: $tokens completion tokens"
+    [ "$tokens" = $((4 * 12 + 3 * 8 + 2 * 8 + 1 + 4 + 3 * 6 + 2 * stop_tokens + 2 * 16)) ] ||
+        fail "metrics: $tokens completion tokens"
     for m in qpack_prompt_seconds_total qpack_decode_seconds_total qpack_sessions_busy qpack_bpf_map_bytes \
              qpack_kv_cache_bytes; do
         grep -q "^# TYPE $m " "$T/resp" && grep -q "^$m [0-9.e+-]*$" "$T/resp" || fail "metrics: no $m"

@@ -10,6 +10,7 @@
  *     byte in generated text escaped rather than cutting the text. */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,8 +194,9 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
         {"\"top_k\": 1.5", "top_k", 400}, {"\"min_p\": 2", "min_p", 400}, {"\"repeat_penalty\": 0", "repeat_penalty", 400},
         {"\"logit_bias\": 5", "logit_bias", 400}, {"\"logit_bias\": {\"x\": 1}", "logit_bias", 400},
         {"\"logit_bias\": {\"151936\": 1}", "logit_bias", 400}, {"\"logit_bias\": {\"5\": 101}", "logit_bias", 400},
-        {"\"logit_bias\": [[5]]", "logit_bias", 400}, {"\"logprobs\": true", "logprobs", 400},
+        {"\"logit_bias\": [[5]]", "logit_bias", 400}, {"\"logprobs\": \"yes\"", "logprobs", 400},
         {"\"logprobs\": 1", "logprobs", 400}, {"\"top_logprobs\": 3", "top_logprobs", 400},
+        {"\"logprobs\": true, \"top_logprobs\": 21", "top_logprobs", 400},
         {"\"tools\": [{\"type\": \"function\"}]", "tools", 400}, {"\"tool_choice\": \"required\"", "tool_choice", 400},
         {"\"response_format\": {\"type\": \"json_object\"}", "response_format", 400},
         {"\"cache_prompt\": 1", "cache_prompt", 400}, {"\"prompt\": \"x\"", "prompt", 400},
@@ -472,6 +474,31 @@ START_TEST(tools_are_written_as_transformers_writes_them)
 }
 END_TEST
 
+/* log softmax by hand: logits 1, 3, 2, 3 sum to e + 2e^3 + e^2 */
+START_TEST(logprobs_are_the_log_softmax_of_the_logits)
+{
+    const double logits[4] = {1, 3, 2, 3};
+    double z = exp(1) + 2 * exp(3) + exp(2);
+    struct serve_logprob lp;
+    serve_logprob_of(logits, 4, 2, 3, &lp);
+    ck_assert_int_eq(lp.id, 2);
+    ck_assert_double_eq_tol(lp.logprob, log(exp(2) / z), 1e-12);
+    ck_assert_uint_eq(lp.n_top, 3);
+    /* the most likely first, the lower id first among equals */
+    ck_assert_int_eq(lp.top_id[0], 1);
+    ck_assert_int_eq(lp.top_id[1], 3);
+    ck_assert_int_eq(lp.top_id[2], 2);
+    ck_assert_double_eq_tol(lp.top_logprob[0], log(exp(3) / z), 1e-12);
+    ck_assert(lp.top_logprob[2] == lp.logprob);   /* the same bits */
+    serve_logprob_of(logits, 4, 0, 0, &lp);
+    ck_assert_uint_eq(lp.n_top, 0);
+    ck_assert_double_eq_tol(lp.logprob, log(exp(1) / z), 1e-12);
+    serve_logprob_of(logits, 4, 1, 99, &lp);    /* more than there are: all of them */
+    ck_assert_uint_eq(lp.n_top, 4);
+    ck_assert_int_eq(lp.top_id[3], 0);
+}
+END_TEST
+
 START_TEST(responses_have_openais_shapes)
 {
     struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
@@ -620,6 +647,7 @@ int main(void)
     tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
+    tcase_add_test(tc, logprobs_are_the_log_softmax_of_the_logits);
     tcase_add_test(tc, tool_calls_are_read_from_replies);
     tcase_add_test(tc, tool_calls_are_held_as_a_reply_streams);
     tcase_add_test(tc, tools_are_written_as_transformers_writes_them);

@@ -66,6 +66,8 @@ struct serve_request {
     bool stream, include_usage;
     bool think;                 /* chat_template_kwargs.enable_thinking */
     bool echo;                  /* completions: the reply starts with the prompt's text */
+    bool logprobs;              /* log probabilities of the tokens generated, */
+    unsigned top_logprobs;      /* with this many alternatives each */
     qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
     size_t n_bias;
     unsigned given;             /* SERVE_GIVEN_*: the sampling fields the request set */
@@ -183,6 +185,8 @@ struct serve_usage {
 struct serve_reply_meta {
     enum serve_kind kind;
     bool tools;                 /* the request offered tools: replies may call them */
+    bool logprobs;              /* choices carry logprobs (else null) */
+    const qpack_tokenizer *tok; /* for the tokens' text in them */
     const char *id;             /* "chatcmpl-..." or "cmpl-..." */
     long long created;          /* unix seconds */
     const char *model;
@@ -197,6 +201,9 @@ struct serve_reply_text {
     size_t n_calls;
     const char *reasoning;      /* llama-server's and DeepSeek's reasoning_content */
     size_t reasoning_len;
+    const struct serve_logprob *lps;    /* with meta->logprobs: the tokens' log probabilities */
+    size_t n_lps;
+    size_t offset;              /* completions: the reply text's offset of the first */
 };
 
 char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
@@ -216,6 +223,24 @@ char *serve_final_chunk_json(const struct serve_reply_meta *r, const char *finis
  * and llama-server (meta.n_ctx, n_ctx_train, n_vocab) give it */
 char *serve_models_json(const char *model_id, long long created, bool one, uint32_t ctx, uint32_t ctx_train,
                         uint32_t vocab);
+
+/* ---- log probabilities (serve_logprobs.c) ------------------------------- */
+
+#define SERVE_MAX_TOP_LOGPROBS 20   /* OpenAI's limit */
+
+/* A generated token's log probability and the most likely tokens at its
+ * place, the most likely first. */
+struct serve_logprob {
+    int32_t id;
+    double logprob;
+    unsigned n_top;
+    int32_t top_id[SERVE_MAX_TOP_LOGPROBS];
+    double top_logprob[SERVE_MAX_TOP_LOGPROBS];
+};
+
+/* From the model's logits[0..vocab): id's log softmax and the top (at most
+ * SERVE_MAX_TOP_LOGPROBS) ids with theirs. */
+void serve_logprob_of(const double *logits, uint32_t vocab, int32_t id, unsigned top, struct serve_logprob *out);
 
 /* ---- the sessions (serve_sched.c) ---------------------------------------- */
 
@@ -252,6 +277,13 @@ enum serve_job_state { SERVE_JOB_WAITING, SERVE_JOB_RUNNING, SERVE_JOB_DONE };
  * since the last call to *buf (malloc'd, grown; *len bytes). Returns the
  * state, -1 when out of memory. */
 int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len, size_t *cap);
+
+/* Log probabilities for each token generated (the end token not), with top
+ * alternatives each; set before the job is submitted. */
+void serve_job_want_logprobs(struct serve_job *j, unsigned top);
+/* Appends the log probabilities released since the last call to *buf
+ * (malloc'd, grown; *len of them); -1 when out of memory. */
+int serve_job_take_logprobs(struct serve_job *j, struct serve_logprob **buf, size_t *len, size_t *cap);
 
 /* fn(arg) is called whenever the job releases text or ends, on the
  * scheduler's thread with the job locked: it must only signal. */

@@ -54,6 +54,7 @@ struct stream;
 struct request {
     enum serve_endpoint ep;
     bool one_model;             /* GET /v1/models/ID */
+    size_t echo_len;            /* the prompt's text at the reply's start (echo) */
     char method[16], url[128];  /* for the log line */
     int status;
     bool responded;             /* a response is queued: discard the rest of the body */
@@ -482,6 +483,9 @@ static void split_free(struct split_text *sp)
     free(sp->buf[1]);
 }
 
+static enum MHD_Result reply_done(struct MHD_Connection *c, struct request *r, const char *finish,
+                                  const qpack_error *err, const struct serve_logprob *lps, size_t n_lps);
+
 /* A reply as one JSON body: sent once the job has ended; until then the
  * request is suspended and parked, and this runs again when it resumes. */
 static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
@@ -500,6 +504,19 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
     }
     qpack_error err;
     const char *finish = serve_job_result(r->job, &r->usage, &err);
+    struct serve_logprob *lps = NULL;
+    size_t n_lps = 0, lps_cap = 0;
+    if (finish && r->meta.logprobs && serve_job_take_logprobs(r->job, &lps, &n_lps, &lps_cap))
+        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    enum MHD_Result sent = reply_done(c, r, finish, &err, lps, n_lps);
+    free(lps);
+    return sent;
+}
+
+/* the JSON body of a reply that has ended, or its error */
+static enum MHD_Result reply_done(struct MHD_Connection *c, struct request *r, const char *finish,
+                                  const qpack_error *err, const struct serve_logprob *lps, size_t n_lps)
+{
     if (finish && r->meta.kind == SERVE_CHAT) {
         struct split_text sp = {0};
         struct serve_tool_calls calls = {0};
@@ -507,6 +524,7 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
         char *body = NULL;
         if (!split_push(&sp, r->text ? r->text : "", r->text_len, true)) {
             struct serve_reply_text t = split_take(&sp);
+            t.lps = lps, t.n_lps = n_lps;
             if (r->meta.tools && !serve_take_tool_calls(t.content ? t.content : "", t.content_len, &calls) &&
                 calls.n) {
                 t.content = calls.content_len ? calls.content : NULL, t.content_len = calls.content_len;
@@ -520,11 +538,12 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
         return send_json(c, r, 200, body);
     }
     if (finish) {
-        struct serve_reply_text t = {.content = r->text ? r->text : "", .content_len = r->text_len};
+        struct serve_reply_text t = {.content = r->text ? r->text : "", .content_len = r->text_len, .lps = lps,
+                                     .n_lps = n_lps, .offset = r->echo_len};
         return send_json(c, r, 200, serve_completion_json(&r->meta, &t, finish, &r->usage));
     }
     struct serve_error e;
-    job_failure(&err, &e);
+    job_failure(err, &e);
     return send_error(c, r, &e);
 }
 
@@ -543,6 +562,9 @@ struct stream {
     size_t text_len, text_cap;
     struct split_text split;    /* a chat's text: reasoning and answer */
     struct serve_tool_text tools;   /* with tools offered: the answer from a <tool_call> on */
+    struct serve_logprob *lps;  /* with logprobs: those taken, not sent yet */
+    size_t n_lps, lps_cap;
+    size_t offset;              /* completions: the text_offset of the next token */
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
 };
@@ -560,9 +582,31 @@ static int add_event(struct stream *st, char *json)
     return rc ? -1 : 0;
 }
 
+/* A chunk of t, with the log probabilities taken since the last (with
+ * none, no chunk unless all: the stream's end) */
+static int send_chunk(struct stream *st, struct serve_reply_text t, bool all)
+{
+    if (st->meta.logprobs && serve_job_take_logprobs(st->job, &st->lps, &st->n_lps, &st->lps_cap))
+        return -1;
+    bool text = t.content_len || t.reasoning_len || t.n_calls;
+    if (!text && !(all && st->n_lps))
+        return 0;
+    if (st->meta.kind == SERVE_COMPLETION && !t.content)
+        t.content = "";
+    t.lps = st->lps, t.n_lps = st->n_lps, t.offset = st->offset;
+    int rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
+    for (size_t i = 0; i < st->n_lps; i++) {
+        size_t n = 0;
+        qpack_token_bytes(st->meta.tok, st->lps[i].id, &n);
+        st->offset += n;
+    }
+    st->n_lps = 0;
+    return rc;
+}
+
 /* A chat's text as a chunk; with tools offered, the answer goes through
  * the tool-call holder first (what may be the start of a call is held) */
-static int send_chat_text(struct stream *st, struct serve_reply_text t)
+static int send_chat_text(struct stream *st, struct serve_reply_text t, bool all)
 {
     char *shown = NULL;
     if (st->meta.tools && t.content_len) {
@@ -571,7 +615,7 @@ static int send_chat_text(struct stream *st, struct serve_reply_text t)
             return -1;
         t.content = shown, t.content_len = n;
     }
-    int rc = t.content_len || t.reasoning_len ? add_event(st, serve_chunk_json(&st->meta, &t, false, NULL)) : 0;
+    int rc = send_chunk(st, t, all);
     free(shown);
     return rc;
 }
@@ -585,7 +629,7 @@ static int send_tool_calls(struct stream *st, const char **finish)
         return -1;
     struct serve_reply_text t = {.content = calls.content_len ? calls.content : NULL,
                                  .content_len = calls.content_len, .calls = calls.v, .n_calls = calls.n};
-    int rc = t.content || t.n_calls ? add_event(st, serve_chunk_json(&st->meta, &t, false, NULL)) : 0;
+    int rc = send_chunk(st, t, true);
     if (calls.n)
         *finish = "tool_calls";
     serve_tool_calls_clear(&calls);
@@ -602,8 +646,10 @@ static int finish_stream(struct stream *st)
     int rc = 0;
     if (finish && st->meta.kind == SERVE_CHAT) {
         /* what the splitter and the tool-call holder still held */
-        rc = split_push(&st->split, "", 0, true) || send_chat_text(st, split_take(&st->split)) ||
+        rc = split_push(&st->split, "", 0, true) || send_chat_text(st, split_take(&st->split), !st->meta.tools) ||
              (st->meta.tools && send_tool_calls(st, &finish));
+    } else if (finish) {
+        rc = send_chunk(st, (struct serve_reply_text){0}, true);   /* log probabilities left */
     }
     if (finish) {
         rc = rc || add_event(st, serve_final_chunk_json(&st->meta, finish, &u));
@@ -632,9 +678,10 @@ static int produce(struct stream *st)
         struct serve_reply_text t = {.content = st->text, .content_len = st->text_len};
         int rc;
         if (st->meta.kind == SERVE_CHAT)
-            rc = split_push(&st->split, st->text, st->text_len, false) || send_chat_text(st, split_take(&st->split));
+            rc = split_push(&st->split, st->text, st->text_len, false) ||
+                 send_chat_text(st, split_take(&st->split), false);
         else
-            rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
+            rc = send_chunk(st, t, false);
         st->text_len = 0;
         if (rc)
             return -1;
@@ -679,6 +726,7 @@ static void free_stream(void *cls)
     free(st->text);
     split_free(&st->split);
     serve_tool_text_free(&st->tools);
+    free(st->lps);
     free(st->out);
     free(st);
 }
@@ -694,7 +742,7 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
     }
     *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .job = j, .meta = *meta,
                           .include_usage = include_usage, .text = r->text, .text_len = r->text_len,
-                          .text_cap = r->text_cap};
+                          .text_cap = r->text_cap, .offset = r->echo_len};
     r->text = NULL, r->text_len = r->text_cap = 0;     /* an echo: the first chunk's text */
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
@@ -747,9 +795,12 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
         return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
     }
     r->text_cap = r->text ? r->text_len + 1 : 0;
+    size_t echo_len = r->text_len;
     struct serve_job *j = serve_job_new(ids, (uint32_t)n, q.has_max_tokens ? q.max_tokens : UINT32_MAX, &q.sampling,
                                         &q.stops);
-    bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0;
+    bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0, logprobs = q.logprobs;
+    if (j && logprobs)
+        serve_job_want_logprobs(j, q.top_logprobs);
     serve_request_free(&q);
     if (!j) {
         free(ids);
@@ -764,8 +815,10 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                     serve_metrics.parallel, serve_metrics.queue_max);
     }
     reply_id(kind, r->id);
-    r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .id = r->id,
+    r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
+                                        .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
                                         .created = (long long)time(NULL), .model = h->cfg.model_id};
+    r->echo_len = echo_len;
     if (stream) {
         enum MHD_Result ok = reply_stream(h, c, r, j, include_usage);
         serve_job_unref(j);

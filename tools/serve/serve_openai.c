@@ -434,13 +434,21 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'user' must be a string");
     if (!strcmp(k, "n") || !strcmp(k, "best_of"))
         return want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "more than one choice", e);
-    if (!strcmp(k, "logprobs")) {
-        if (chat)
-            return want_bool(f, k, &b, e) ? -1 : neutral(f, !b, "log probabilities", e);
-        return want_integer(f, k, 0, 20, &x, e) ? -1 : neutral(f, x == 0, "log probabilities", e);
+    /* chat: logprobs true, top_logprobs alternatives; completions:
+     * logprobs N, the chosen token's and N alternatives */
+    if (!strcmp(k, "logprobs") && chat) {
+        if (want_bool(f, k, &b, e))
+            return -1;
+        r->logprobs = b;
+        return 0;
     }
-    if (!strcmp(k, "top_logprobs"))
-        return want_integer(f, k, 0, 20, &x, e) ? -1 : neutral(f, x == 0, "log probabilities", e);
+    if (!strcmp(k, "logprobs") || (chat && !strcmp(k, "top_logprobs"))) {
+        if (want_integer(f, k, 0, SERVE_MAX_TOP_LOGPROBS, &x, e))
+            return -1;
+        r->top_logprobs = (unsigned)x;
+        r->logprobs = r->logprobs || !chat;
+        return 0;
+    }
     if (!strcmp(k, "echo") && !chat)
         return want_bool(f, k, &r->echo, e);
     if (!strcmp(k, "suffix") && !chat)
@@ -494,6 +502,8 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
+    if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
+        return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r->no_tools) {
         for (size_t i = 0; i < r->n_tools; i++)
             free(r->tools[i]);
@@ -692,12 +702,122 @@ static bool add_tool_calls(cJSON *m, const struct serve_reply_text *t, bool numb
     return calls != NULL;
 }
 
+/* A token's text for its logprobs entry: its bytes (*bytes, *n), a part
+ * of a character among them shown as U+FFFD (a JSON string is whole
+ * UTF-8); malloc'd, NUL-terminated, *len long */
+static char *token_text(const qpack_tokenizer *tok, int32_t id, const char **bytes, size_t *n, size_t *len)
+{
+    *bytes = tok ? qpack_token_bytes(tok, id, n) : NULL;
+    if (!*bytes)
+        *bytes = "", *n = 0;
+    char *s = malloc(*n * 3 + 1), *o = s;
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < *n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)*bytes + i, (utf8proc_ssize_t)(*n - i), &c);
+        if (k <= 0) {
+            memcpy(o, "\xef\xbf\xbd", 3), o += 3, i++;
+            continue;
+        }
+        memcpy(o, *bytes + i, (size_t)k), o += k, i += (size_t)k;
+    }
+    *o = 0;
+    *len = (size_t)(o - s);
+    return s;
+}
+
+static cJSON *token_json(const qpack_tokenizer *tok, int32_t id, const char **bytes, size_t *n)
+{
+    size_t len;
+    char *s = token_text(tok, id, bytes, n, &len);
+    cJSON *j = s ? serve_json_text(s, len) : NULL;
+    free(s);
+    return j;
+}
+
+/* {token, logprob, bytes} of a chat's logprobs */
+static cJSON *chat_token(const qpack_tokenizer *tok, int32_t id, double logprob)
+{
+    const char *bytes;
+    size_t n;
+    cJSON *o = cJSON_CreateObject(), *t = token_json(tok, id, &bytes, &n), *b;
+    bool ok = o && t && cJSON_AddItemToObject(o, "token", t) && cJSON_AddNumberToObject(o, "logprob", logprob) &&
+              (b = cJSON_AddArrayToObject(o, "bytes"));
+    if (!ok && !(o && t))
+        cJSON_Delete(t);
+    for (size_t i = 0; ok && i < n; i++) {
+        cJSON *v = cJSON_CreateNumber((unsigned char)bytes[i]);
+        ok = v && cJSON_AddItemToArray(b, v);
+    }
+    if (!ok)
+        cJSON_Delete(o);
+    return ok ? o : NULL;
+}
+
+/* a chat's logprobs: {content: [{token, logprob, bytes, top_logprobs}], refusal} */
+static bool add_chat_logprobs(cJSON *c, const struct serve_reply_meta *meta, const struct serve_reply_text *t)
+{
+    cJSON *lp = cJSON_AddObjectToObject(c, "logprobs"), *content = lp ? cJSON_AddArrayToObject(lp, "content") : NULL;
+    if (!content || !cJSON_AddNullToObject(lp, "refusal"))
+        return false;
+    for (size_t i = 0; t && i < t->n_lps; i++) {
+        const struct serve_logprob *p = &t->lps[i];
+        cJSON *e = chat_token(meta->tok, p->id, p->logprob), *top;
+        if (!e || !cJSON_AddItemToArray(content, e) || !(top = cJSON_AddArrayToObject(e, "top_logprobs")))
+            return cJSON_Delete(e), false;
+        for (unsigned k = 0; k < p->n_top; k++) {
+            cJSON *alt = chat_token(meta->tok, p->top_id[k], p->top_logprob[k]);
+            if (!alt || !cJSON_AddItemToArray(top, alt))
+                return cJSON_Delete(alt), false;
+        }
+    }
+    return true;
+}
+
+/* a completion's logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} */
+static bool add_completion_logprobs(cJSON *c, const struct serve_reply_meta *meta, const struct serve_reply_text *t)
+{
+    cJSON *lp = cJSON_AddObjectToObject(c, "logprobs"), *tokens, *lps, *tops, *offsets;
+    if (!lp || !(tokens = cJSON_AddArrayToObject(lp, "tokens")) || !(lps = cJSON_AddArrayToObject(lp, "token_logprobs")) ||
+        !(tops = cJSON_AddArrayToObject(lp, "top_logprobs")) || !(offsets = cJSON_AddArrayToObject(lp, "text_offset")))
+        return false;
+    size_t at = t ? t->offset : 0;
+    for (size_t i = 0; t && i < t->n_lps; i++) {
+        const struct serve_logprob *p = &t->lps[i];
+        const char *bytes;
+        size_t n;
+        cJSON *tt = token_json(meta->tok, p->id, &bytes, &n), *v, *top = cJSON_CreateObject(), *off;
+        if (!tt || !cJSON_AddItemToArray(tokens, tt) || !(v = cJSON_CreateNumber(p->logprob)) ||
+            !cJSON_AddItemToArray(lps, v) || !top || !cJSON_AddItemToArray(tops, top) ||
+            !(off = cJSON_CreateNumber((double)at)) || !cJSON_AddItemToArray(offsets, off))
+            return false;
+        at += n;
+        for (unsigned k = 0; k < p->n_top; k++) {
+            const char *b;
+            size_t bn, len;
+            char *key = token_text(meta->tok, p->top_id[k], &b, &bn, &len);
+            bool ok = key && cJSON_AddNumberToObject(top, key, p->top_logprob[k]);
+            free(key);
+            if (!ok)
+                return false;
+        }
+    }
+    return true;
+}
+
+static bool add_logprobs(cJSON *c, const struct serve_reply_meta *meta, const struct serve_reply_text *t)
+{
+    return meta->kind == SERVE_CHAT ? add_chat_logprobs(c, meta, t) : add_completion_logprobs(c, meta, t);
+}
+
 /* choices: [ {index 0, message|delta|text, logprobs null, finish_reason} ];
  * a message or delta holds content when t->content is set, and
  * reasoning_content when t has reasoning */
-static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, const struct serve_reply_text *t,
-                       bool role, const char *finish)
+static bool add_choice(cJSON *root, const struct serve_reply_meta *meta, const char *holder,
+                       const struct serve_reply_text *t, bool role, const char *finish)
 {
+    enum serve_kind kind = meta->kind;
     cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
     if (!choices || !c || !cJSON_AddItemToArray(choices, c) || !cJSON_AddNumberToObject(c, "index", 0))
         return false;
@@ -720,7 +840,8 @@ static bool add_choice(cJSON *root, enum serve_kind kind, const char *holder, co
                                 !add_tool_calls(m, t, !whole)))
             return false;
     }
-    return cJSON_AddNullToObject(c, "logprobs") && add_finish(c, finish);
+    bool ok = meta->logprobs ? add_logprobs(c, meta, t) : cJSON_AddNullToObject(c, "logprobs") != NULL;
+    return ok && add_finish(c, finish);
 }
 
 char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
@@ -731,7 +852,7 @@ char *serve_completion_json(const struct serve_reply_meta *r, const struct serve
     struct serve_reply_text whole = *t;
     if (!whole.content && !whole.n_calls)
         whole.content = "";
-    bool ok = root && add_choice(root, r->kind, "message", &whole, true, finish) && add_usage(root, u) &&
+    bool ok = root && add_choice(root, r, "message", &whole, true, finish) && add_usage(root, u) &&
               add_timings(root, u);
     return serve_json_print(root, ok);
 }
@@ -747,7 +868,7 @@ static cJSON *chunk(const struct serve_reply_meta *r, const struct serve_reply_t
     static const struct serve_reply_text empty = {.content = ""};
     if (!t && (!chat || role_chunk))
         t = &empty;
-    if (root && !add_choice(root, r->kind, "delta", t, role_chunk, finish))
+    if (root && !add_choice(root, r, "delta", t, role_chunk, finish))
         cJSON_Delete(root), root = NULL;
     return root;
 }

@@ -55,6 +55,9 @@ struct serve_job {
     struct serve_usage usage;
     void (*watch)(void *);      /* told of new text and of the end */
     void *watch_arg;
+    int logprobs;               /* alternatives per token, -1: no log probabilities */
+    struct serve_logprob *lp;   /* released and not yet taken */
+    size_t lp_len, lp_cap;
 };
 
 /* a session and the request it runs */
@@ -103,7 +106,8 @@ struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, c
     struct serve_job *j = calloc(1, sizeof *j);
     if (!j)
         return NULL;
-    *j = (struct serve_job){.prompt = prompt, .n_prompt = n, .max_new = max_new, .sp = *sp, .refs = 1};
+    *j = (struct serve_job){.prompt = prompt, .n_prompt = n, .max_new = max_new, .sp = *sp, .refs = 1,
+                            .logprobs = -1};
     if (sp->n_logit_bias) {    /* the request's array goes before the job does */
         qpack_logit_bias *bias = malloc(sp->n_logit_bias * sizeof *bias);
         if (!bias) {
@@ -146,6 +150,7 @@ void serve_job_unref(struct serve_job *j)
         free(j->stops.s[i]);
     free((void *)j->sp.logit_bias);
     free(j->prompt);
+    free(j->lp);
     free(j->out);
     free(j);
 }
@@ -158,6 +163,52 @@ void serve_job_ref(struct serve_job *j)
 }
 
 /* appends released text for the reader */
+void serve_job_want_logprobs(struct serve_job *j, unsigned top)
+{
+    j->logprobs = (int)(top > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : top);
+}
+
+static int job_release_logprob(struct serve_job *j, const struct serve_logprob *lp)
+{
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    if (j->lp_len == j->lp_cap) {
+        size_t cap = j->lp_cap ? j->lp_cap * 2 : 64;
+        struct serve_logprob *v = realloc(j->lp, cap * sizeof *v);
+        if (v)
+            j->lp = v, j->lp_cap = cap;
+        else
+            rc = -1;
+    }
+    if (!rc)
+        j->lp[j->lp_len++] = *lp;
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int serve_job_take_logprobs(struct serve_job *j, struct serve_logprob **buf, size_t *len, size_t *cap)
+{
+    pthread_mutex_lock(&j->mu);
+    int rc = 0;
+    if (*len + j->lp_len > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + j->lp_len)
+            c *= 2;
+        struct serve_logprob *v = realloc(*buf, c * sizeof *v);
+        if (v)
+            *buf = v, *cap = c;
+        else
+            rc = -1;
+    }
+    if (!rc && j->lp_len) {
+        memcpy(*buf + *len, j->lp, j->lp_len * sizeof *j->lp);
+        *len += j->lp_len;
+        j->lp_len = 0;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
 static int job_release_text(struct serve_job *j, const char *p, size_t n)
 {
     if (!n)
@@ -430,6 +481,19 @@ static int flush_text(struct slot *sl, qpack_error *err)
     return 0;
 }
 
+/* the log probability of the token just sampled, from the session's logits */
+static int release_logprob(struct serve_sched *s, struct slot *sl, int32_t id, qpack_error *err)
+{
+    struct serve_logprob lp;
+    serve_logprob_of(qpack_logits(sl->session), qpack_model_get_info(s->m)->vocab, id, (unsigned)sl->job->logprobs,
+                     &lp);
+    if (!job_release_logprob(sl->job, &lp))
+        return 0;
+    err->code = QPACK_ERR_MEMORY;
+    snprintf(err->message, sizeof err->message, "out of memory");
+    return -1;
+}
+
 /* After a step that gave the slot's session new logits: the next token,
  * its text, and whether the reply ends here. */
 static void take_token(struct serve_sched *s, struct slot *sl)
@@ -449,6 +513,9 @@ static void take_token(struct serve_sched *s, struct slot *sl)
     const char *end = NULL;
     if (qpack_token_is_end(s->m, id)) {
         end = "stop";
+    } else if (j->logprobs >= 0 && release_logprob(s, sl, id, &err)) {
+        finish(s, sl, NULL, &err);
+        return;
     } else {
         size_t n;
         const char *piece = qpack_decoder_push(sl->decoder, id, &n);
