@@ -101,6 +101,32 @@ int qpack_session_rewind(qpack_session *s, uint32_t pos, qpack_error *err)
     return QPACK_OK;
 }
 
+int qpack_session_copy(qpack_session *dst, const qpack_session *src, uint32_t pos, qpack_error *err)
+{
+    qpack_model *m = dst->m;
+    if (src->m != m)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "the sessions belong to different models");
+    if (m->params.backend == QPACK_BACKEND_REF)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "the reference backend cannot copy a session");
+    if (pos > src->pos)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "cannot copy %u positions: the session holds %u tokens", pos,
+                           src->pos);
+    if (dst == src)
+        return qpack_session_rewind(dst, pos, err);
+    qp_err e = {{0}};
+    pthread_mutex_lock(&m->step_mu);    /* no step writes either cache meanwhile */
+    int rc = qp_engine_copy_slot(&m->engine, dst->slot, src->slot, pos, &e);
+    pthread_mutex_unlock(&m->step_mu);
+    if (rc)
+        return qp_lib_error(err, &e, QPACK_ERR_ARGUMENT);
+    memcpy(dst->tokens, src->tokens, (size_t)pos * sizeof *dst->tokens);
+    dst->pos = pos;
+    dst->have_logits = pos == src->pos && src->have_logits;
+    if (dst->have_logits)
+        memcpy(dst->logits, src->logits, (size_t)m->info.vocab * sizeof *dst->logits);
+    return QPACK_OK;
+}
+
 void qpack_session_interrupt(qpack_session *s)
 {
     atomic_store(&s->interrupt, true);

@@ -28,8 +28,9 @@ struct qp_backend {
      * wait before or after it do not; 0 from backends without that clock) */
     int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err);
     void (*destroy)(struct qp_backend *b);
-    /* readable memory of a state map (NULL for weight maps); for tests */
-    const void *(*state)(struct qp_backend *b, enum qp_map_id id);
+    /* the memory of a state map, the kernels' own (NULL for weight maps):
+     * tests read it, a KV cache slot is copied through it */
+    void *(*state)(struct qp_backend *b, enum qp_map_id id);
     /* results, readable after a forward pass */
     const int64_t *logits;              /* Q32 [vocab] */
     const struct qk_scalars *scal;      /* argmax */

@@ -314,7 +314,7 @@ static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
     return copy_segments(s, plan, err);
 }
 
-static const void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
+static void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
 {
     struct bpfb *s = (struct bpfb *)b;
     qp_err err;

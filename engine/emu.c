@@ -125,7 +125,7 @@ static struct qp_segment *expand_segments(const struct qp_mapspec *s, bool *fail
     return own;
 }
 
-static const void *emu_state(struct qp_backend *b, enum qp_map_id id)
+static void *emu_state(struct qp_backend *b, enum qp_map_id id)
 {
     struct emu *e = (struct emu *)b;
     const struct qk_hmap *m = &e->maps.w_hid;

@@ -240,3 +240,25 @@ int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_
 {
     return qp_engine_feed(e, 0, &token, 1, pos, want_logits ? QP_LOGITS_LAST : QP_LOGITS_NONE, NULL, NULL, next, err);
 }
+
+int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_t n, qp_err *err)
+{
+    const struct qp_plan *p = &e->plan;
+    if (!e->b || dst >= p->cfg.slots || src >= p->cfg.slots || n > e->ctx)
+        return qp_fail(err, "cannot copy %u positions of KV cache slot %u into slot %u", n, src, dst);
+    if (dst == src || n == 0)
+        return 0;
+    const enum qp_map_id caches[] = {QP_MAP_KCACHE, QP_MAP_VCACHE};
+    for (size_t c = 0; c < 2; c++) {
+        uint8_t *base = e->b->state(e->b, caches[c]);
+        size_t row = p->maps[caches[c]].value_size;
+        if (!base)
+            return qp_fail(err, "the KV cache (map %s) cannot be reached", p->maps[caches[c]].name);
+        /* rows (slot * n_layers + layer) * ctx + position, as qk_kv_row0 */
+        for (uint32_t layer = 0; layer < e->n_layers; layer++) {
+            size_t from = ((size_t)src * e->n_layers + layer) * e->ctx, to = ((size_t)dst * e->n_layers + layer) * e->ctx;
+            memcpy(base + to * row, base + from * row, (size_t)n * row);
+        }
+    }
+    return 0;
+}

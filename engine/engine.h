@@ -72,6 +72,11 @@ typedef int (*qp_engine_batch_fn)(void *arg, uint32_t index, const int64_t *logi
 int qp_engine_feed_batch(struct qp_engine *e, const struct qp_entry *ent, const bool *want, uint32_t n,
                          qp_engine_batch_fn on_logits, void *arg, qp_err *err);
 
+/* Positions [0, n) of slot src's KV cache copied into slot dst (bpf,
+ * emu): dst then holds what feeding src's first n tokens would have left
+ * there, the same bits. */
+int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_t n, qp_err *err);
+
 /* One token at pos of slot 0; with want_logits fills e->logits and *next
  * (argmax). */
 int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_logits, uint32_t *next,

@@ -225,6 +225,13 @@ uint32_t qpack_session_pos(const qpack_session *session);
 /* The tokens in the cache, pos of them. */
 const int32_t *qpack_session_tokens(const qpack_session *session);
 
+/* dst takes src's first pos tokens (pos <= qpack_session_pos(src)) with
+ * their KV cache, copied, not computed again: what feeding them would
+ * have left, the same bits; with pos the whole of src, its logits too.
+ * Both sessions of one model, bpf or emu; not during a feed of either.
+ * Several replies to one prompt feed it once. */
+int qpack_session_copy(qpack_session *dst, const qpack_session *src, uint32_t pos, qpack_error *err);
+
 /* Forgets every token from position pos on (pos <= qpack_session_pos);
  * 0 starts the sequence over. The logits are those of position pos - 1
  * only after the next qpack_feed. */

@@ -306,6 +306,53 @@ START_TEST(batches_give_what_each_session_gives_alone)
 }
 END_TEST
 
+/* A copied session continues as its source: logits of the same bits
+ * after the rest of the prompt, after the whole of it, and after a token
+ * more; a fresh feed of the same tokens agrees (the copy computes
+ * nothing). Positions past the source's are refused. */
+static void copies_continue_as_their_source_on(const char *path, qpack_backend backend, bool stream)
+{
+    qpack_model *m = open_model_at(path, backend, 0, 3, stream);
+    size_t vocab = qpack_model_get_info(m)->vocab, bytes = vocab * sizeof(double);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % 5000);
+    qpack_session *a = new_session(m), *b = new_session(m), *c = new_session(m);
+    qpack_error e;
+    feed(a, ids, 37);                   /* past a block: several blocks' rows */
+    ck_assert_int_eq(qpack_session_copy(b, a, 23, &e), QPACK_OK);
+    ck_assert_uint_eq(qpack_session_pos(b), 23);
+    feed(b, ids + 23, 14);
+    ck_assert_msg(!memcmp(qpack_logits(a), qpack_logits(b), bytes), "a copy's continuation differs");
+    ck_assert_int_eq(qpack_session_copy(c, a, 37, &e), QPACK_OK);
+    ck_assert_msg(!memcmp(qpack_logits(a), qpack_logits(c), bytes), "a whole copy's logits differ");
+    ck_assert_mem_eq(qpack_session_tokens(c), ids, 37 * sizeof *ids);
+    feed(a, ids + 37, 1);
+    feed(c, ids + 37, 1);
+    ck_assert_msg(!memcmp(qpack_logits(a), qpack_logits(c), bytes), "the next token after a whole copy differs");
+    qpack_session_free(b);
+    b = new_session(m);
+    feed(b, ids, 38);
+    ck_assert_msg(!memcmp(qpack_logits(a), qpack_logits(b), bytes), "a fresh feed differs from the copied");
+    ck_assert_int_eq(qpack_session_copy(c, a, 39, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_uint_eq(qpack_session_pos(c), 38);
+    qpack_session_free(a);
+    qpack_session_free(b);
+    qpack_session_free(c);
+    qpack_model_free(m);
+}
+
+START_TEST(copies_continue_as_their_source)
+{
+    copies_continue_as_their_source_on(model_path, QPACK_BACKEND_EMU, false);
+    copies_continue_as_their_source_on(path_of("int4.qpk"), QPACK_BACKEND_EMU, false);
+    if (geteuid() != 0)     /* BPF needs root */
+        return;
+    copies_continue_as_their_source_on(model_path, QPACK_BACKEND_BPF, false);
+    copies_continue_as_their_source_on(path_of("stress-int8.qpk"), QPACK_BACKEND_BPF, true);
+}
+END_TEST
+
 #define INTERLEAVED_STEPS 6
 
 /* Each session has its own KV cache slot: two sessions fed in turn give
@@ -1050,6 +1097,7 @@ int main(void)
     tcase_add_test(tc, rewind_gives_the_bits_of_a_fresh_feed);
     tcase_add_test(tc, interleaved_sessions_give_what_each_gives_alone);
     tcase_add_test(tc, batches_give_what_each_session_gives_alone);
+    tcase_add_test(tc, copies_continue_as_their_source);
     tcase_add_test(tc, kv_caches_tell_whether_a_switch_recomputes);
     tcase_add_test(tc, bad_input_is_refused_before_compute_with_its_code);
     tcase_add_test(tc, sampler_greedy_seeded_min_p_and_repeat_penalty);
