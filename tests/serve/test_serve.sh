@@ -540,6 +540,29 @@ openai)
     stop_server
     ;;
 
+choices)
+    # a prompt another session holds is copied, not fed again: B's prompt
+    # is A's, while A still runs on the other session; B's reply is qrun's
+    start_server emu --backend emu --parallel 2
+    text="The tiny model reads this line of words many times over: $(for i in $(seq 40); do printf 'words and more words %d, ' $i; done)"
+    n=$(count_tokens "$text")
+    curl -sSN --max-time 60 -H "$J" -d "$(jq -nc --arg p "$text" '{prompt: $p, max_tokens: 2000, temperature: 0, stream: true}')" \
+        "$URL/v1/completions" >"$T/a" 2>/dev/null &
+    a=$!
+    for i in $(seq 100); do grep -q '"text":"[^"]' "$T/a" 2>/dev/null && break; sleep 0.1; done
+    grep -q '"text":"[^"]' "$T/a" || fail "A sent no text"
+    qrun_text "$text" 8 "$T/want"
+    post /v1/completions "$(jq -nc --arg p "$text" '{prompt: $p, max_tokens: 8, temperature: 0}')"; expect_ok "B"
+    kill $a; wait $a 2>/dev/null
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$T/want")" ] || fail "B's reply: $(jq -r '.choices[0].text' "$T/resp")"
+    [ "$(jq -r .usage.prompt_tokens_details.cached_tokens "$T/resp")" = $((n - 1)) ] ||
+        fail "B's cached tokens: $(jq -c .usage "$T/resp"), prompt $n"
+    [ "$(METRIC=qpack_prompt_copied_tokens_total metric)" = $((n - 1)) ] ||
+        fail "copied tokens: $(METRIC=qpack_prompt_copied_tokens_total metric)"
+    echo "ok a $n-token prompt another session held was copied ($((n - 1)) positions), the reply qrun's"
+    stop_server
+    ;;
+
 reasoning)
     # thinking on: a chat reply's <think> block comes apart as
     # reasoning_content, whole and streamed, as an independent split

@@ -281,6 +281,9 @@ int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len,
 /* Log probabilities for each token generated (the end token not), with top
  * alternatives each; set before the job is submitted. */
 void serve_job_want_logprobs(struct serve_job *j, unsigned top);
+/* j is another choice of leader's request: it waits for leader's prompt to
+ * be fed and copies it (set before submitting). */
+void serve_job_follow(struct serve_job *j, struct serve_job *leader);
 /* Appends the log probabilities released since the last call to *buf
  * (malloc'd, grown; *len of them); -1 when out of memory. */
 int serve_job_take_logprobs(struct serve_job *j, struct serve_logprob **buf, size_t *len, size_t *cap);
@@ -422,7 +425,7 @@ enum serve_endpoint {
 
 struct serve_metrics {
     atomic_ullong requests[SERVE_EP_COUNT][SERVE_STATUS_SLOTS];
-    atomic_ullong prompt_tokens, completion_tokens, cached_tokens;
+    atomic_ullong prompt_tokens, completion_tokens, cached_tokens, copied_tokens;
     atomic_ullong queue_us;                     /* microseconds requests waited for a session */
     atomic_ullong prompt_us, decode_us;         /* ... from a session to the first token, then to the last */
     atomic_ullong steps, step_sessions, step_positions;   /* batched steps: sessions and positions in them */

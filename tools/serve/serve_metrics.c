@@ -94,8 +94,11 @@ char *serve_metrics_text(const qpack_model *model)
     metric(&t, "qpack_prompt_tokens_total", "counter", "Prompt tokens of finished prompt feeds.",
            (double)atomic_load(&m->prompt_tokens));
     metric(&t, "qpack_prompt_cached_tokens_total", "counter",
-           "Prompt tokens a session already held from its previous request (not computed again).",
+           "Prompt tokens not computed again: held from a session's previous request, or copied.",
            (double)atomic_load(&m->cached_tokens));
+    metric(&t, "qpack_prompt_copied_tokens_total", "counter",
+           "Prompt tokens copied from another session's KV cache instead of fed.",
+           (double)atomic_load(&m->copied_tokens));
     metric(&t, "qpack_completion_tokens_total", "counter", "Tokens generated.",
            (double)atomic_load(&m->completion_tokens));
     metric(&t, "qpack_queue_seconds_total", "counter",

@@ -55,6 +55,8 @@ struct serve_job {
     struct serve_usage usage;
     void (*watch)(void *);      /* told of new text and of the end */
     void *watch_arg;
+    struct serve_job *leader;   /* another choice of the same request, whose prompt this one copies */
+    atomic_bool prompt_in;      /* the whole prompt has been fed (or the job ended) */
     int logprobs;               /* alternatives per token, -1: no log probabilities */
     struct serve_logprob *lp;   /* released and not yet taken */
     size_t lp_len, lp_cap;
@@ -70,6 +72,7 @@ struct slot {
     struct stop_text stops;
     uint32_t fed;               /* prompt tokens the session holds */
     bool decoding;              /* the prompt is in: `next` is the token to feed */
+    bool looked;                /* another session's copy of the prompt's start looked for */
     int32_t next;
     double t_start, t_first;    /* seconds: admitted, its first token */
     /* for /slots, read by other threads */
@@ -150,6 +153,8 @@ void serve_job_unref(struct serve_job *j)
         free(j->stops.s[i]);
     free((void *)j->sp.logit_bias);
     free(j->prompt);
+    if (j->leader)
+        serve_job_unref(j->leader);
     free(j->lp);
     free(j->out);
     free(j);
@@ -163,6 +168,12 @@ void serve_job_ref(struct serve_job *j)
 }
 
 /* appends released text for the reader */
+void serve_job_follow(struct serve_job *j, struct serve_job *leader)
+{
+    serve_job_ref(leader);
+    j->leader = leader;
+}
+
 void serve_job_want_logprobs(struct serve_job *j, unsigned top)
 {
     j->logprobs = (int)(top > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : top);
@@ -239,6 +250,7 @@ static int job_release_text(struct serve_job *j, const char *p, size_t n)
 /* the end of a job: finish NULL with err for a failure */
 static void job_done(struct serve_job *j, const char *finish, const qpack_error *err)
 {
+    atomic_store(&j->prompt_in, true);      /* no choice waits for it any longer */
     pthread_mutex_lock(&j->mu);
     j->state = SERVE_JOB_DONE;
     j->finish = finish;
@@ -436,6 +448,7 @@ static void start(struct serve_sched *s, struct slot *sl)
     atomic_fetch_add(&serve_metrics.queue_us, micros(sl->t_start - j->t_submit));
     sl->fed = reusable_prefix(sl->session, j);
     sl->decoding = false;
+    sl->looked = false;
     atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
     j->usage.prompt_tokens = j->n_prompt;
     j->usage.cached_tokens = sl->fed;
@@ -571,6 +584,36 @@ static void admit(struct serve_sched *s, struct slot **started, unsigned *n_star
     atomic_store(&serve_metrics.busy, s->running);
 }
 
+/* Before a job's first prompt chunk: the longest start of its prompt any
+ * other session holds is copied rather than fed again (another choice of
+ * the same request, another client's same system prompt). */
+static void copy_best_prefix(struct serve_sched *s, struct slot *sl)
+{
+    struct serve_job *j = sl->job;
+    struct slot *best = NULL;
+    uint32_t best_len = sl->fed;
+    for (unsigned i = 0; i < s->n_slots; i++) {
+        struct slot *o = &s->slots[i];
+        uint32_t len = o == sl ? 0 : reusable_prefix(o->session, j);
+        if (len > best_len)
+            best = o, best_len = len;
+    }
+    qpack_error err;
+    if (!best || qpack_session_copy(sl->session, best->session, best_len, &err))
+        return;     /* nothing better, or feed it after all */
+    atomic_fetch_add(&serve_metrics.cached_tokens, best_len - sl->fed);
+    atomic_fetch_add(&serve_metrics.copied_tokens, best_len);
+    sl->fed = best_len;
+    j->usage.cached_tokens = best_len;
+    atomic_store(&sl->held, best_len);
+}
+
+/* a choice waits while its leader's prompt is still being fed */
+static bool waits(const struct serve_job *j)
+{
+    return j->leader && !atomic_load(&j->leader->prompt_in);
+}
+
 /* The next step's items: every decoding session's token, then prompt
  * chunks of the others, oldest first, within the budget. Returns the
  * count; their slots in in[]. */
@@ -594,11 +637,15 @@ static size_t gather(struct serve_sched *s, qpack_batch_item *items, struct slot
             bool taken = false;
             for (size_t k = 0; k < n && !taken; k++)
                 taken = in[k] == sl;
-            if (sl->job && !sl->decoding && !taken && (!oldest || sl->order < oldest->order))
+            if (sl->job && !sl->decoding && !taken && !waits(sl->job) && (!oldest || sl->order < oldest->order))
                 oldest = sl;
         }
         if (!oldest)
             break;
+        if (!oldest->looked) {
+            oldest->looked = true;
+            copy_best_prefix(s, oldest);
+        }
         uint32_t left = oldest->job->n_prompt - oldest->fed, take = left < budget ? left : budget;
         items[n] = (qpack_batch_item){oldest->session, oldest->job->prompt + oldest->fed, take};
         in[n++] = oldest;
@@ -626,8 +673,8 @@ static void step(struct serve_sched *s, qpack_batch_item *items, struct slot **i
             finish(s, sl, NULL, &err);
             continue;
         }
-        if (!sl->decoding)
-            sl->fed += (uint32_t)items[i].n;
+        if (!sl->decoding && (sl->fed += (uint32_t)items[i].n) == sl->job->n_prompt)
+            atomic_store(&sl->job->prompt_in, true);
         if (sl->decoding || sl->fed == sl->job->n_prompt)
             take_token(s, sl);
     }
