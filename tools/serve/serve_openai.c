@@ -221,11 +221,12 @@ static int read_messages(const cJSON *v, struct serve_request *r, struct serve_e
         return BAD(e, "messages", "'messages' must be an array of 1 to %d messages", SERVE_MAX_MESSAGES);
     if (!(r->msgs = calloc((size_t)n, sizeof *r->msgs)))
         return BAD(e, "messages", "out of memory");
-    for (const cJSON *m = v->child; m; m = m->next)
-        if (read_message(m, r->n_msgs, &r->msgs[r->n_msgs], e))
+    /* counted before it is read: a message refused halfway is freed too */
+    for (const cJSON *m = v->child; m; m = m->next) {
+        size_t i = r->n_msgs++;
+        if (read_message(m, i, &r->msgs[i], e))
             return -1;
-        else
-            r->n_msgs++;
+    }
     return 0;
 }
 
