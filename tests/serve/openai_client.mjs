@@ -74,6 +74,11 @@ for await (const chunk of await client.chat.completions.create({ model, messages
   streamedTools += chunk.choices[0]?.delta?.content ?? '';
 check(streamedTools === asText.choices[0].text, 'and so does it streamed');
 
+// n choices: greedy, each is qrun's reply
+const two = await client.chat.completions.create({ model, messages: hi, max_tokens: 8, temperature: 0, n: 2 });
+check(two.choices.length === 2 && two.choices.every((c, i) => c.index === i && c.message.content === want('chat.txt')) &&
+      two.usage.completion_tokens === 16, 'n 2: two choices, each qrun\'s');
+
 // log probabilities: the chosen token of a greedy reply is the most likely
 const withLogprobs = await client.chat.completions.create({ model, messages: hi, max_tokens: 4, temperature: 0,
                                                             logprobs: true, top_logprobs: 3 });

@@ -560,6 +560,37 @@ choices)
     [ "$(METRIC=qpack_prompt_copied_tokens_total metric)" = $((n - 1)) ] ||
         fail "copied tokens: $(METRIC=qpack_prompt_copied_tokens_total metric)"
     echo "ok a $n-token prompt another session held was copied ($((n - 1)) positions), the reply qrun's"
+
+    # n choices: the prompt fed once and copied; greedy, each is qrun's;
+    # sampled, choice k is the single reply with seed + k
+    copied=$(METRIC=qpack_prompt_copied_tokens_total metric) cached=$(METRIC=qpack_prompt_cached_tokens_total metric)
+    p3="Three replies to one prompt that is fed once and copied twice"
+    m=$(count_tokens "$p3")
+    post /v1/completions "$(jq -nc --arg p "$p3" '{prompt: $p, max_tokens: 8, temperature: 0, n: 3}')"; expect_ok "n 3"
+    qrun_text "$p3" 8 "$T/want"
+    for k in 0 1 2; do
+        [ "$(jq -r ".choices[$k] | [.index, .text] | @tsv" "$T/resp")" = "$k	$(cat "$T/want")" ] ||
+            fail "choice $k: $(jq -c ".choices[$k]" "$T/resp")"
+    done
+    [ "$(jq -r '[(.choices | length), .usage.prompt_tokens, .usage.completion_tokens] | join(" ")' "$T/resp")" = "3 $m 24" ] ||
+        fail "n 3 usage: $(jq -c '[(.choices | length), .usage]' "$T/resp")"
+    # on 2 sessions: the second choice copies the first's prompt, the third
+    # finds it in the session the first has left
+    [ "$m" -ge 8 ] && [ "$(METRIC=qpack_prompt_copied_tokens_total metric)" = $((copied + m - 1)) ] &&
+        [ "$(METRIC=qpack_prompt_cached_tokens_total metric)" = $((cached + 2 * (m - 1))) ] ||
+        fail "the choices fed their prompt again: $(METRIC=qpack_prompt_copied_tokens_total metric) copied," \
+             "$(METRIC=qpack_prompt_cached_tokens_total metric) cached, from $copied and $cached, $m tokens"
+    sampled='"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 10, "temperature": 1, "top_p": 1, "top_k": 0, "min_p": 0'
+    post /v1/chat/completions "{$sampled, \"seed\": 7, \"n\": 3}"; expect_ok "chat n 3"
+    cp "$T/resp" "$T/three"
+    for k in 0 1 2; do
+        post /v1/chat/completions "{$sampled, \"seed\": $((7 + k))}"; expect_ok "seed $((7 + k))"
+        [ "$(jq -r ".choices[$k].message.content" "$T/three")" = "$(jq -r '.choices[0].message.content' "$T/resp")" ] ||
+            fail "chat choice $k is not seed $((7 + k))'s reply"
+    done
+    [ "$(jq -r '[.choices[].message.content] | unique | length' "$T/three")" -ge 2 ] ||
+        fail "three sampled choices are all alike: the test shows nothing"
+    echo "ok n 3: greedy choices are qrun's, the prompt copied; sampled choices are seeds 7, 8, 9"
     stop_server
     ;;
 

@@ -66,6 +66,7 @@ struct serve_request {
     bool stream, include_usage;
     bool think;                 /* chat_template_kwargs.enable_thinking */
     bool echo;                  /* completions: the reply starts with the prompt's text */
+    unsigned n_choices;         /* n: replies to the prompt (0: 1) */
     bool logprobs;              /* log probabilities of the tokens generated, */
     unsigned top_logprobs;      /* with this many alternatives each */
     qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
@@ -129,6 +130,7 @@ char *serve_json_print(cJSON *root, bool ok);
 /* ---- tools (serve_tools.c) ---------------------------------------------- */
 
 #define SERVE_MAX_TOOLS 128
+#define SERVE_MAX_CHOICES 8    /* n: the replies one request asks for */
 
 /* v as transformers' tojson writes it (Python's json.dumps, non-ASCII
  * kept); malloc'd, NULL when out of memory. */
@@ -208,6 +210,9 @@ struct serve_reply_text {
 
 char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
                             const struct serve_usage *u);
+/* The same with n choices, t[k] ending with finish[k]; u the usage of all. */
+char *serve_choices_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *const *finish,
+                         unsigned n, const struct serve_usage *u);
 
 /* One streamed chunk: the first of a chat carries the role (role_chunk);
  * finish is NULL until the last; usage_chunk: the chunk after the last
@@ -263,9 +268,10 @@ struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, c
 void serve_job_ref(struct serve_job *j);
 void serve_job_unref(struct serve_job *j);
 
-/* Queues the job: 0, or -1 when the queue is full or the server stops
- * (the job is then untouched). */
-int serve_sched_submit(struct serve_sched *s, struct serve_job *j);
+/* Queues jobs[0..n) (a request's choices) together: 0, or -1 when the
+ * queue has no room for all of them or the server stops (they are then
+ * untouched). */
+int serve_sched_submit(struct serve_sched *s, struct serve_job *const *jobs, unsigned n);
 
 /* Ends the job: removed from the queue, or out of the batch before the
  * next step. */

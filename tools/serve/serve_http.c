@@ -51,10 +51,17 @@ struct serve_http {
 struct stream;
 
 /* one request (MHD's con_cls) */
+/* one of a request's n replies: its job and the text taken from it */
+struct choice {
+    struct serve_job *job;
+    char *text;                 /* with echo, the prompt's first */
+    size_t text_len, text_cap;
+};
+
 struct request {
     enum serve_endpoint ep;
     bool one_model;             /* GET /v1/models/ID */
-    size_t echo_len;            /* the prompt's text at the reply's start (echo) */
+    size_t echo_len;            /* the prompt's text at each reply's start (echo) */
     char method[16], url[128];  /* for the log line */
     int status;
     bool responded;             /* a response is queued: discard the rest of the body */
@@ -65,11 +72,10 @@ struct request {
     double t0;
     struct serve_usage usage;
     struct serve_conn *conn;    /* its connection's deadline and parking */
-    struct serve_job *job;      /* a whole reply's job, until it is sent */
+    struct choice ch[SERVE_MAX_CHOICES];    /* a whole reply's (n of them), until it is sent */
+    unsigned n_ch;
     struct serve_reply_meta meta;
     char id[48];
-    char *text;                 /* a whole reply's text so far */
-    size_t text_len, text_cap;
     struct stream *stream;      /* an SSE response still open */
 };
 
@@ -483,68 +489,108 @@ static void split_free(struct split_text *sp)
     free(sp->buf[1]);
 }
 
-static enum MHD_Result reply_done(struct MHD_Connection *c, struct request *r, const char *finish,
-                                  const qpack_error *err, const struct serve_logprob *lps, size_t n_lps);
+/* One whole reply as the response shows it: a chat's text split into
+ * reasoning and answer, its tool calls read, its log probabilities taken;
+ * what it holds is freed by choice_out_free. */
+struct choice_out {
+    struct split_text split;
+    struct serve_tool_calls calls;
+    struct serve_logprob *lps;
+    size_t n_lps, lps_cap;
+    struct serve_reply_text t;
+    const char *finish;         /* NULL: the job failed (err) */
+    qpack_error err;
+    struct serve_usage usage;
+};
 
-/* A reply as one JSON body: sent once the job has ended; until then the
- * request is suspended and parked, and this runs again when it resumes. */
+static int choice_out(struct request *r, struct choice *ch, struct choice_out *o)
+{
+    *o = (struct choice_out){0};
+    think_text_init(&o->split.think);
+    o->finish = serve_job_result(ch->job, &o->usage, &o->err);
+    if (!o->finish)
+        return 0;
+    if (r->meta.logprobs && serve_job_take_logprobs(ch->job, &o->lps, &o->n_lps, &o->lps_cap))
+        return -1;
+    const char *text = ch->text ? ch->text : "";
+    if (r->meta.kind != SERVE_CHAT) {
+        o->t = (struct serve_reply_text){.content = text, .content_len = ch->text_len, .offset = r->echo_len};
+    } else {
+        if (split_push(&o->split, text, ch->text_len, true))
+            return -1;
+        o->t = split_take(&o->split);
+        if (r->meta.tools && serve_take_tool_calls(o->t.content ? o->t.content : "", o->t.content_len, &o->calls))
+            return -1;
+        if (o->calls.n) {
+            o->t.content = o->calls.content_len ? o->calls.content : NULL, o->t.content_len = o->calls.content_len;
+            o->t.calls = o->calls.v, o->t.n_calls = o->calls.n;
+            o->finish = "tool_calls";
+        }
+    }
+    o->t.lps = o->lps, o->t.n_lps = o->n_lps;
+    return 0;
+}
+
+static void choice_out_free(struct choice_out *o)
+{
+    serve_tool_calls_clear(&o->calls);
+    split_free(&o->split);
+    free(o->lps);
+}
+
+/* A reply as one JSON body, its n choices in it: sent once every job has
+ * ended; until then the request is suspended and parked on one that runs,
+ * and this runs again when it resumes. */
 static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
     if (serve_conn_gone(h->conns, r->conn)) {
         r->status = CLIENT_GONE;
-        return MHD_NO;          /* closes the connection; on_completed cancels the job */
+        return MHD_NO;          /* closes the connection; on_completed cancels the jobs */
     }
-    int state = serve_job_take(r->job, 0, &r->text, &r->text_len, &r->text_cap);
-    if (state < 0)
-        return MHD_NO;
-    if (state != SERVE_JOB_DONE) {
-        MHD_suspend_connection(c);
-        serve_conn_park(h->conns, r->conn, c, r->job);
-        return MHD_YES;
-    }
-    qpack_error err;
-    const char *finish = serve_job_result(r->job, &r->usage, &err);
-    struct serve_logprob *lps = NULL;
-    size_t n_lps = 0, lps_cap = 0;
-    if (finish && r->meta.logprobs && serve_job_take_logprobs(r->job, &lps, &n_lps, &lps_cap))
-        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
-    enum MHD_Result sent = reply_done(c, r, finish, &err, lps, n_lps);
-    free(lps);
-    return sent;
-}
-
-/* the JSON body of a reply that has ended, or its error */
-static enum MHD_Result reply_done(struct MHD_Connection *c, struct request *r, const char *finish,
-                                  const qpack_error *err, const struct serve_logprob *lps, size_t n_lps)
-{
-    if (finish && r->meta.kind == SERVE_CHAT) {
-        struct split_text sp = {0};
-        struct serve_tool_calls calls = {0};
-        think_text_init(&sp.think);
-        char *body = NULL;
-        if (!split_push(&sp, r->text ? r->text : "", r->text_len, true)) {
-            struct serve_reply_text t = split_take(&sp);
-            t.lps = lps, t.n_lps = n_lps;
-            if (r->meta.tools && !serve_take_tool_calls(t.content ? t.content : "", t.content_len, &calls) &&
-                calls.n) {
-                t.content = calls.content_len ? calls.content : NULL, t.content_len = calls.content_len;
-                t.calls = calls.v, t.n_calls = calls.n;
-                finish = "tool_calls";
-            }
-            body = serve_completion_json(&r->meta, &t, finish, &r->usage);
+    for (unsigned k = 0; k < r->n_ch; k++) {
+        struct choice *ch = &r->ch[k];
+        int state = serve_job_take(ch->job, 0, &ch->text, &ch->text_len, &ch->text_cap);
+        if (state < 0)
+            return MHD_NO;
+        if (state != SERVE_JOB_DONE) {
+            MHD_suspend_connection(c);
+            serve_conn_park(h->conns, r->conn, c, ch->job);
+            return MHD_YES;
         }
-        serve_tool_calls_clear(&calls);
-        split_free(&sp);
-        return send_json(c, r, 200, body);
     }
-    if (finish) {
-        struct serve_reply_text t = {.content = r->text ? r->text : "", .content_len = r->text_len, .lps = lps,
-                                     .n_lps = n_lps, .offset = r->echo_len};
-        return send_json(c, r, 200, serve_completion_json(&r->meta, &t, finish, &r->usage));
+    struct choice_out out[SERVE_MAX_CHOICES];
+    struct serve_reply_text t[SERVE_MAX_CHOICES];
+    const char *finish[SERVE_MAX_CHOICES];
+    int failed = -1, rc = 0;
+    unsigned made = 0;
+    for (; made < r->n_ch && !rc; made++) {
+        rc = choice_out(r, &r->ch[made], &out[made]);
+        t[made] = out[made].t;
+        finish[made] = out[made].finish;
+        if (!rc && !finish[made] && failed < 0)
+            failed = (int)made;
     }
-    struct serve_error e;
-    job_failure(err, &e);
-    return send_error(c, r, &e);
+    /* the usage of all: the prompt once, every choice's tokens; the
+     * timings of the longest */
+    r->usage = out[0].usage;
+    for (unsigned k = 1; k < made; k++) {
+        r->usage.completion_tokens += out[k].usage.completion_tokens;
+        if (out[k].usage.predicted_ms > r->usage.predicted_ms)
+            r->usage.predicted_ms = out[k].usage.predicted_ms;
+    }
+    enum MHD_Result sent;
+    if (rc) {
+        sent = fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    } else if (failed >= 0) {
+        struct serve_error e;
+        job_failure(&out[failed].err, &e);
+        sent = send_error(c, r, &e);
+    } else {
+        sent = send_json(c, r, 200, serve_choices_json(&r->meta, t, finish, r->n_ch, &r->usage));
+    }
+    for (unsigned k = 0; k < made; k++)
+        choice_out_free(&out[k]);
+    return sent;
 }
 
 /* ---- server-sent events -------------------------------------------------- */
@@ -741,9 +787,9 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
         return MHD_NO;
     }
     *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .job = j, .meta = *meta,
-                          .include_usage = include_usage, .text = r->text, .text_len = r->text_len,
-                          .text_cap = r->text_cap, .offset = r->echo_len};
-    r->text = NULL, r->text_len = r->text_cap = 0;     /* an echo: the first chunk's text */
+                          .include_usage = include_usage, .text = r->ch[0].text, .text_len = r->ch[0].text_len,
+                          .text_cap = r->ch[0].text_cap, .offset = r->echo_len};
+    r->ch[0].text = NULL, r->ch[0].text_len = r->ch[0].text_cap = 0;   /* an echo: the first chunk's text */
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
     think_text_init(&st->split.think);
@@ -764,6 +810,51 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
     r->status = 200;
     r->responded = true;
     return ok;
+}
+
+/* The request's n jobs, submitted: the first feeds the prompt (ids, which
+ * it takes), the others wait and copy it, each with the next seed. 0, or
+ * -1 when out of memory, 1 when the queue is full (nothing submitted). */
+static int new_jobs(struct serve_http *h, struct request *r, const struct serve_request *q, int32_t *ids, size_t n,
+                    unsigned n_ch)
+{
+    qpack_sampler_params sp = q->sampling;
+    int rc = 0;
+    for (unsigned k = 0; k < n_ch && !rc; k++) {
+        int32_t *mine = k ? malloc(n * sizeof *ids) : ids;
+        struct serve_job *j = mine ? serve_job_new(mine, (uint32_t)n, q->has_max_tokens ? q->max_tokens : UINT32_MAX,
+                                                   &sp, &q->stops) : NULL;
+        if (!j) {
+            free(mine);
+            rc = -1;
+            break;
+        }
+        if (k) {
+            memcpy(mine, ids, n * sizeof *ids);
+            serve_job_follow(j, r->ch[0].job);
+        }
+        if (q->logprobs)
+            serve_job_want_logprobs(j, q->top_logprobs);
+        serve_job_watch(j, serve_conns_wake, h->conns);
+        r->ch[k].job = j;
+        r->n_ch = k + 1;
+        sp.seed++;
+    }
+    struct serve_job *jobs[SERVE_MAX_CHOICES];
+    for (unsigned k = 0; k < r->n_ch; k++)
+        jobs[k] = r->ch[k].job;
+    if (!rc && serve_sched_submit(h->cfg.sched, jobs, r->n_ch)) {
+        atomic_fetch_add(&serve_metrics.rejected, 1);
+        rc = 1;
+    }
+    if (rc) {
+        for (unsigned k = 0; k < r->n_ch; k++) {
+            serve_job_unref(r->ch[k].job);
+            r->ch[k].job = NULL;
+        }
+        r->n_ch = 0;
+    }
+    return rc;
 }
 
 static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r)
@@ -788,43 +879,38 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
         return fail(c, r, 400, "invalid_request_error", "context_length_exceeded", kind == SERVE_CHAT ? "messages" : "prompt",
                     "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
     }
-    /* echo: the reply's text starts with the prompt's */
-    if (q.echo && echo_text(h, &q, ids, n, &r->text, &r->text_len)) {
-        free(ids);
-        serve_request_free(&q);
-        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    /* echo: each reply's text starts with the prompt's */
+    unsigned n_ch = q.n_choices ? q.n_choices : 1;
+    for (unsigned k = 0; k < n_ch && q.echo; k++) {
+        struct choice *ch = &r->ch[k];
+        if (echo_text(h, &q, ids, n, &ch->text, &ch->text_len)) {
+            free(ids);
+            serve_request_free(&q);
+            return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+        }
+        ch->text_cap = ch->text_len + 1;
     }
-    r->text_cap = r->text ? r->text_len + 1 : 0;
-    size_t echo_len = r->text_len;
-    struct serve_job *j = serve_job_new(ids, (uint32_t)n, q.has_max_tokens ? q.max_tokens : UINT32_MAX, &q.sampling,
-                                        &q.stops);
+    size_t echo_len = r->ch[0].text_len;
     bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0, logprobs = q.logprobs;
-    if (j && logprobs)
-        serve_job_want_logprobs(j, q.top_logprobs);
+    int rc = new_jobs(h, r, &q, ids, n, n_ch);
     serve_request_free(&q);
-    if (!j) {
-        free(ids);
-        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
-    }
-    serve_job_watch(j, serve_conns_wake, h->conns);
-    if (serve_sched_submit(h->cfg.sched, j)) {
-        serve_job_unref(j);
-        atomic_fetch_add(&serve_metrics.rejected, 1);
-        return fail(c, r, 503, "server_error", "server_busy", NULL,
-                    "The server is busy: %u requests are running and %u waiting; try again later",
-                    serve_metrics.parallel, serve_metrics.queue_max);
-    }
+    if (rc)
+        return rc < 0 ? fail(c, r, 500, "server_error", NULL, NULL, "out of memory")
+                      : fail(c, r, 503, "server_error", "server_busy", NULL,
+                             "The server is busy: %u requests are running and %u waiting; try again later",
+                             serve_metrics.parallel, serve_metrics.queue_max);
     reply_id(kind, r->id);
     r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
                                         .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
                                         .created = (long long)time(NULL), .model = h->cfg.model_id};
     r->echo_len = echo_len;
     if (stream) {
+        struct serve_job *j = r->ch[0].job;
+        r->ch[0].job = NULL, r->n_ch = 0;
         enum MHD_Result ok = reply_stream(h, c, r, j, include_usage);
         serve_job_unref(j);
         return ok;
     }
-    r->job = j;
     return reply_whole(h, c, r);
 }
 
@@ -869,7 +955,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     serve_conn_answering(h->conns, r->conn);
     if (r->responded)
         return MHD_YES;
-    if (r->job)                 /* resumed */
+    if (r->n_ch)                /* resumed */
         return reply_whole(h, c, r);
     if (r->too_large)
         return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
@@ -891,9 +977,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     if (r->stream)
         r->stream->r = NULL;
-    if (r->job) {
-        serve_job_cancel(r->job);   /* no effect once it has ended */
-        serve_job_unref(r->job);
+    for (unsigned k = 0; k < r->n_ch; k++) {
+        serve_job_cancel(r->ch[k].job);     /* no effect once it has ended */
+        serve_job_unref(r->ch[k].job);
     }
     serve_conn_answered(h->conns, r->conn);
     serve_metrics_count(r->ep, r->status);
@@ -905,7 +991,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : ", connection lost");
     }
     free(r->body);
-    free(r->text);
+    for (unsigned k = 0; k < SERVE_MAX_CHOICES; k++)
+        free(r->ch[k].text);
     free(r);
     atomic_fetch_sub(&h->active, 1);
 }

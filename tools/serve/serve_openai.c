@@ -433,8 +433,14 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
         return want_bool(f, k, &b, e);
     if (!strcmp(k, "user"))
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'user' must be a string");
-    if (!strcmp(k, "n") || !strcmp(k, "best_of"))
-        return want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "more than one choice", e);
+    if (!strcmp(k, "n")) {
+        if (want_integer(f, k, 1, SERVE_MAX_CHOICES, &x, e))
+            return -1;
+        r->n_choices = (unsigned)x;
+        return 0;
+    }
+    if (!strcmp(k, "best_of"))
+        return want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "best_of above 1", e);
     /* chat: logprobs true, top_logprobs alternatives; completions:
      * logprobs N, the chosen token's and N alternatives */
     if (!strcmp(k, "logprobs") && chat) {
@@ -503,6 +509,8 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
+    if (r->n_choices > 1 && r->stream)
+        return BAD(e, "n", "'n' above 1 with 'stream' is not supported yet");
     if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
         return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r->no_tools) {
@@ -812,15 +820,19 @@ static bool add_logprobs(cJSON *c, const struct serve_reply_meta *meta, const st
     return meta->kind == SERVE_CHAT ? add_chat_logprobs(c, meta, t) : add_completion_logprobs(c, meta, t);
 }
 
-/* choices: [ {index 0, message|delta|text, logprobs null, finish_reason} ];
+/* a choice of choices: {index, message|delta|text, logprobs, finish_reason};
  * a message or delta holds content when t->content is set, and
  * reasoning_content when t has reasoning */
-static bool add_choice(cJSON *root, const struct serve_reply_meta *meta, const char *holder,
+static bool add_choice(cJSON *choices, const struct serve_reply_meta *meta, unsigned index, const char *holder,
                        const struct serve_reply_text *t, bool role, const char *finish)
 {
     enum serve_kind kind = meta->kind;
-    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *c = cJSON_CreateObject();
-    if (!choices || !c || !cJSON_AddItemToArray(choices, c) || !cJSON_AddNumberToObject(c, "index", 0))
+    cJSON *c = cJSON_CreateObject();
+    if (!choices || !c || !cJSON_AddItemToArray(choices, c)) {
+        cJSON_Delete(c);
+        return false;
+    }
+    if (!cJSON_AddNumberToObject(c, "index", index))
         return false;
     cJSON *text = t && t->content ? serve_json_text(t->content, t->content_len) : NULL;
     if (t && t->content && !text)
@@ -845,17 +857,27 @@ static bool add_choice(cJSON *root, const struct serve_reply_meta *meta, const c
     return ok && add_finish(c, finish);
 }
 
-char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
-                            const struct serve_usage *u)
+char *serve_choices_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *const *finish,
+                         unsigned n, const struct serve_usage *u)
 {
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion" : "text_completion");
-    struct serve_reply_text whole = *t;
-    if (!whole.content && !whole.n_calls)
-        whole.content = "";
-    bool ok = root && add_choice(root, r, "message", &whole, true, finish) && add_usage(root, u) &&
-              add_timings(root, u);
+    cJSON *choices = root ? cJSON_AddArrayToObject(root, "choices") : NULL;
+    bool ok = choices != NULL;
+    for (unsigned k = 0; ok && k < n; k++) {
+        struct serve_reply_text whole = t[k];
+        if (!whole.content && !whole.n_calls)
+            whole.content = "";
+        ok = add_choice(choices, r, k, "message", &whole, true, finish[k]);
+    }
+    ok = ok && add_usage(root, u) && add_timings(root, u);
     return serve_json_print(root, ok);
+}
+
+char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
+                            const struct serve_usage *u)
+{
+    return serve_choices_json(r, t, &finish, 1, u);
 }
 
 /* a chunk's JSON, NULL when out of memory */
@@ -869,7 +891,7 @@ static cJSON *chunk(const struct serve_reply_meta *r, const struct serve_reply_t
     static const struct serve_reply_text empty = {.content = ""};
     if (!t && (!chat || role_chunk))
         t = &empty;
-    if (root && !add_choice(root, r, "delta", t, role_chunk, finish))
+    if (root && !add_choice(cJSON_AddArrayToObject(root, "choices"), r, 0, "delta", t, role_chunk, finish))
         cJSON_Delete(root), root = NULL;
     return root;
 }

@@ -333,16 +333,19 @@ const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_e
 
 /* A request is taken while a session is free or fewer than --queue wait:
  * with --queue 0 only when a session is free. */
-int serve_sched_submit(struct serve_sched *s, struct serve_job *j)
+int serve_sched_submit(struct serve_sched *s, struct serve_job *const *jobs, unsigned n)
 {
     pthread_mutex_lock(&s->mu);
-    bool full = s->stopping || s->q_len >= s->q_max + (s->n_slots - s->running);
-    if (!full) {
+    bool full = s->stopping || s->q_len + n > s->q_max + (s->n_slots - s->running);
+    for (unsigned i = 0; i < n && !full; i++) {
+        struct serve_job *j = jobs[i];
         serve_job_ref(j);
         j->sched = s;
         j->queued = true;
         j->t_submit = qp_now_s();
         s->q[(s->q_head + s->q_len++) % s->q_cap] = j;
+    }
+    if (!full) {
         atomic_store(&serve_metrics.waiting, s->q_len);
         pthread_cond_signal(&s->cv);
     }
