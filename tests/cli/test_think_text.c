@@ -109,6 +109,8 @@ START_TEST(reply_cut_short)
     expect("<think>\nStill thinking", "Still thinking", "");
     expect("<think>\nStill thinking\n", "Still thinking", "");
     expect("<think>a</th", "a</th", "");
+    expect("<think>\nsee a <", "see a <", "");
+    expect("<think>\nsee a\n\n</thi", "see a\n\n</thi", "");
     expect("<think>", "", "");
 }
 END_TEST

@@ -472,6 +472,22 @@ START_TEST(tools_are_written_as_transformers_writes_them)
     ck_assert_str_eq(s, "{\"b\": [1, 2.5, -3e-07, true, null, \"\xc3\xa9\\n\\\"\\u0001\"], \"a\": {}}");
     free(s);
     cJSON_Delete(v);
+    /* as Python's json.dumps(json.loads(...)) prints them */
+    v = cJSON_Parse("[5e-324, -0, 1e-310, 0.1, 1e16, 2.5e-7, 123456.789]");
+    s = serve_python_json(v);
+    ck_assert_str_eq(s, "[5e-324, 0, 1e-310, 0.1, 1e+16, 2.5e-07, 123456.789]");
+    free(s);
+    cJSON_Delete(v);
+    /* a history's call with null arguments is written null, as the template writes it */
+    struct serve_request q;
+    struct serve_error e;
+    ck_assert_int_eq(parse(SERVE_CHAT, "{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+                                       "[{\"function\": {\"name\": \"f\", \"arguments\": null}}, "
+                                       "{\"function\": {\"name\": \"g\", \"arguments\": {\"x\": [1, \"y\"]}}}]}]}",
+                           &q, &e), 0);
+    ck_assert_str_eq(q.msgs[0].tool_calls[0].arguments, "null");
+    ck_assert_str_eq(q.msgs[0].tool_calls[1].arguments, "{\"x\": [1, \"y\"]}");
+    serve_request_free(&q);
 }
 END_TEST
 

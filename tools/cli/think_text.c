@@ -167,7 +167,7 @@ int think_text_finish(struct think_text *tt, think_out_fn *out, void *arg)
     if (tt->state == LEAD || tt->state == OPEN)
         emit_held(&r, THINK_ANSWER);
     else if (tt->state == THINK && tt->matched) {
-        tt->held_len = 0;   /* the blanks before it go */
+        /* not a tag after all: it and the blanks before it are reasoning */
         for (size_t i = 0; i < tt->matched; i++)
             hold(tt, close_tag[i]);
         emit_held(&r, THINK_REASONING);

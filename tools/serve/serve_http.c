@@ -524,7 +524,8 @@ static int choice_out(struct request *r, struct choice *ch, struct choice_out *o
         if (o->calls.n) {
             o->t.content = o->calls.content_len ? o->calls.content : NULL, o->t.content_len = o->calls.content_len;
             o->t.calls = o->calls.v, o->t.n_calls = o->calls.n;
-            o->finish = "tool_calls";
+            if (!strcmp(o->finish, "stop"))     /* a reply cut at max_tokens stays "length" */
+                o->finish = "tool_calls";
         }
     }
     o->t.lps = o->lps, o->t.n_lps = o->n_lps;
@@ -676,7 +677,7 @@ static int send_tool_calls(struct stream *st, const char **finish)
     struct serve_reply_text t = {.content = calls.content_len ? calls.content : NULL,
                                  .content_len = calls.content_len, .calls = calls.v, .n_calls = calls.n};
     int rc = send_chunk(st, t, true);
-    if (calls.n)
+    if (calls.n && !strcmp(*finish, "stop"))
         *finish = "tool_calls";
     serve_tool_calls_clear(&calls);
     return rc;

@@ -745,20 +745,27 @@ static cJSON *token_json(const qpack_tokenizer *tok, int32_t id, const char **by
     return j;
 }
 
+/* item appended to array, or deleted */
+static bool append(cJSON *array, cJSON *item)
+{
+    if (item && array && cJSON_AddItemToArray(array, item))
+        return true;
+    cJSON_Delete(item);
+    return false;
+}
+
 /* {token, logprob, bytes} of a chat's logprobs */
 static cJSON *chat_token(const qpack_tokenizer *tok, int32_t id, double logprob)
 {
     const char *bytes;
     size_t n;
-    cJSON *o = cJSON_CreateObject(), *t = token_json(tok, id, &bytes, &n), *b;
-    bool ok = o && t && cJSON_AddItemToObject(o, "token", t) && cJSON_AddNumberToObject(o, "logprob", logprob) &&
-              (b = cJSON_AddArrayToObject(o, "bytes"));
-    if (!ok && !(o && t))
+    cJSON *o = cJSON_CreateObject(), *t = token_json(tok, id, &bytes, &n), *b = NULL;
+    bool ok = o && t && cJSON_AddItemToObject(o, "token", t);
+    if (!ok)
         cJSON_Delete(t);
-    for (size_t i = 0; ok && i < n; i++) {
-        cJSON *v = cJSON_CreateNumber((unsigned char)bytes[i]);
-        ok = v && cJSON_AddItemToArray(b, v);
-    }
+    ok = ok && cJSON_AddNumberToObject(o, "logprob", logprob) && (b = cJSON_AddArrayToObject(o, "bytes"));
+    for (size_t i = 0; ok && i < n; i++)
+        ok = append(b, cJSON_CreateNumber((unsigned char)bytes[i]));
     if (!ok)
         cJSON_Delete(o);
     return ok ? o : NULL;
@@ -773,18 +780,18 @@ static bool add_chat_logprobs(cJSON *c, const struct serve_reply_meta *meta, con
     for (size_t i = 0; t && i < t->n_lps; i++) {
         const struct serve_logprob *p = &t->lps[i];
         cJSON *e = chat_token(meta->tok, p->id, p->logprob), *top;
-        if (!e || !cJSON_AddItemToArray(content, e) || !(top = cJSON_AddArrayToObject(e, "top_logprobs")))
-            return cJSON_Delete(e), false;
-        for (unsigned k = 0; k < p->n_top; k++) {
-            cJSON *alt = chat_token(meta->tok, p->top_id[k], p->top_logprob[k]);
-            if (!alt || !cJSON_AddItemToArray(top, alt))
-                return cJSON_Delete(alt), false;
-        }
+        if (!append(content, e) || !(top = cJSON_AddArrayToObject(e, "top_logprobs")))
+            return false;
+        for (unsigned k = 0; k < p->n_top; k++)
+            if (!append(top, chat_token(meta->tok, p->top_id[k], p->top_logprob[k])))
+                return false;
     }
     return true;
 }
 
-/* a completion's logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset} */
+/* a completion's logprobs: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}; the
+ * offsets count bytes of the UTF-8 text, and of two alternatives with the
+ * same text (two parts of characters, both U+FFFD) the likelier keeps the key */
 static bool add_completion_logprobs(cJSON *c, const struct serve_reply_meta *meta, const struct serve_reply_text *t)
 {
     cJSON *lp = cJSON_AddObjectToObject(c, "logprobs"), *tokens, *lps, *tops, *offsets;
@@ -796,17 +803,17 @@ static bool add_completion_logprobs(cJSON *c, const struct serve_reply_meta *met
         const struct serve_logprob *p = &t->lps[i];
         const char *bytes;
         size_t n;
-        cJSON *tt = token_json(meta->tok, p->id, &bytes, &n), *v, *top = cJSON_CreateObject(), *off;
-        if (!tt || !cJSON_AddItemToArray(tokens, tt) || !(v = cJSON_CreateNumber(p->logprob)) ||
-            !cJSON_AddItemToArray(lps, v) || !top || !cJSON_AddItemToArray(tops, top) ||
-            !(off = cJSON_CreateNumber((double)at)) || !cJSON_AddItemToArray(offsets, off))
+        cJSON *top = cJSON_CreateObject();
+        if (!append(tokens, token_json(meta->tok, p->id, &bytes, &n)) || !append(lps, cJSON_CreateNumber(p->logprob)) ||
+            !append(tops, top) || !append(offsets, cJSON_CreateNumber((double)at)))
             return false;
         at += n;
         for (unsigned k = 0; k < p->n_top; k++) {
             const char *b;
             size_t bn, len;
             char *key = token_text(meta->tok, p->top_id[k], &b, &bn, &len);
-            bool ok = key && cJSON_AddNumberToObject(top, key, p->top_logprob[k]);
+            bool ok = key && (cJSON_GetObjectItemCaseSensitive(top, key) ||
+                              cJSON_AddNumberToObject(top, key, p->top_logprob[k]));
             free(key);
             if (!ok)
                 return false;

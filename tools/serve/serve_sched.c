@@ -605,7 +605,7 @@ static void copy_best_prefix(struct serve_sched *s, struct slot *sl)
     if (!best || qpack_session_copy(sl->session, best->session, best_len, &err))
         return;     /* nothing better, or feed it after all */
     atomic_fetch_add(&serve_metrics.cached_tokens, best_len - sl->fed);
-    atomic_fetch_add(&serve_metrics.copied_tokens, best_len);
+    atomic_fetch_add(&serve_metrics.copied_tokens, best_len - sl->fed);
     sl->fed = best_len;
     j->usage.cached_tokens = best_len;
     atomic_store(&sl->held, best_len);

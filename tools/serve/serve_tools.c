@@ -5,8 +5,8 @@
  * ": " between items, keys in the order given, non-ASCII characters as
  * they are; a number that is an integer below 2^53 is written as one,
  * another as the shortest text that reads back the same (Python writes a
- * float such as 2.0 with its ".0", which the JSON parser here no longer
- * knows). And the other way: a reply's <tool_call> blocks become
+ * float such as 2.0 or 1e10 with its ".0", which the JSON parser here no
+ * longer knows). And the other way: a reply's <tool_call> blocks become
  * OpenAI's tool_calls, whole or as the reply streams. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -76,10 +76,13 @@ static void string(struct out *o, const char *s)
 static void number(struct out *o, double x)
 {
     char buf[40];
-    if (x == floor(x) && fabs(x) < 9007199254740992.0) {
-        snprintf(buf, sizeof buf, "%.0f", x);
+    if (isinf(x)) {
+        snprintf(buf, sizeof buf, "%s", x > 0 ? "Infinity" : "-Infinity");
+    } else if (x == floor(x) && fabs(x) < 9007199254740992.0) {
+        snprintf(buf, sizeof buf, "%.0f", x == 0 ? 0.0 : x);    /* -0 was the integer 0 */
     } else {
-        for (int digits = 15; digits <= 17; digits++) {
+        /* Python's repr: the fewest digits that read back the same */
+        for (int digits = 1; digits <= 17; digits++) {
             snprintf(buf, sizeof buf, "%.*g", digits, x);
             if (strtod(buf, NULL) == x)
                 break;
@@ -166,8 +169,9 @@ int serve_read_tool_calls(const cJSON *v, size_t i, qpack_chat_message *m, struc
         const cJSON *fn = field(c, "function"), *name = field(fn, "name"), *args = field(fn, "arguments");
         if (!cJSON_IsObject(c) || !cJSON_IsObject(fn) || !cJSON_IsString(name))
             return BAD(e, "messages", "messages[%zu].tool_calls[%zu] must have a function with a name", i, j);
-        /* the template writes a string as it is and anything else as JSON */
-        if (!args || cJSON_IsNull(args))
+        /* the template writes a string as it is and anything else as JSON
+         * (null too); none at all, which it would fail on, as {} */
+        if (!args)
             calls[j].arguments = strdup("{}");
         else
             calls[j].arguments = cJSON_IsString(args) ? strdup(args->valuestring) : serve_python_json(args);
