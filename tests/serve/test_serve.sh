@@ -590,7 +590,21 @@ choices)
     done
     [ "$(jq -r '[.choices[].message.content] | unique | length' "$T/three")" -ge 2 ] ||
         fail "three sampled choices are all alike: the test shows nothing"
-    echo "ok n 3: greedy choices are qrun's, the prompt copied; sampled choices are seeds 7, 8, 9"
+    # streamed: each choice's deltas by their index, a finish for each, the usage of all
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "temperature": 0,
+                                "n": 2, "stream": true, "stream_options": {"include_usage": true}}'
+    expect_ok "chat n 2 streamed"
+    qrun_chat Hi 6 "$T/want"
+    for k in 0 1; do
+        got=$(grep '^data: {' "$T/resp" | sed 's/^data: //' |
+              jq -rj --argjson k $k '.choices[] | select(.index == $k) | .delta.content // empty')
+        [ "$got" = "$(cat "$T/want")" ] || fail "streamed choice $k: '$got'"
+    done
+    [ "$(grep '^data: {' "$T/resp" | sed 's/^data: //' | jq -r '.choices[] | select(.finish_reason) | .index' | sort | tr '\n' ' ')" = "0 1 " ] ||
+        fail "streamed: not one finish per choice"
+    [ "$(grep '^data: {' "$T/resp" | tail -n 1 | sed 's/^data: //' | jq -r .usage.completion_tokens)" = 12 ] ||
+        fail "streamed usage: $(grep '^data: {' "$T/resp" | tail -n 1)"
+    echo "ok n 3: greedy choices are qrun's, the prompt copied; sampled choices are seeds 7, 8, 9; n 2 streamed"
     stop_server
     ;;
 

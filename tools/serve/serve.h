@@ -206,6 +206,7 @@ struct serve_reply_text {
     const struct serve_logprob *lps;    /* with meta->logprobs: the tokens' log probabilities */
     size_t n_lps;
     size_t offset;              /* completions: the reply text's offset of the first */
+    unsigned index;             /* a streamed chunk's: which of the request's replies */
 };
 
 char *serve_completion_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
@@ -222,7 +223,8 @@ char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_repl
                        const char *finish);
 char *serve_usage_chunk_json(const struct serve_reply_meta *r, const struct serve_usage *u);
 /* The chunk with the finish reason, and llama-server's timings. */
-char *serve_final_chunk_json(const struct serve_reply_meta *r, const char *finish, const struct serve_usage *u);
+char *serve_final_chunk_json(const struct serve_reply_meta *r, unsigned index, const char *finish,
+                             const struct serve_usage *u);
 
 /* /v1/models (one: /v1/models/ID): the context as vLLM (max_model_len)
  * and llama-server (meta.n_ctx, n_ctx_train, n_vocab) give it */

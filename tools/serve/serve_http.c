@@ -596,15 +596,14 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
 
 /* ---- server-sent events -------------------------------------------------- */
 
-struct stream {
-    struct serve_http *h;
-    struct MHD_Connection *c;
-    struct serve_conn *conn;
-    struct request *r;          /* NULL once the request is gone */
+/* one of a stream's n replies: its job and what is still to send of it */
+struct stream_choice {
+    unsigned index;
     struct serve_job *job;
-    struct serve_reply_meta meta;
-    char id[48];
-    bool include_usage, role_sent, finished;
+    bool role_sent, ended;
+    const char *finish;         /* once ended: NULL when the job failed (err) */
+    qpack_error err;
+    struct serve_usage usage;
     char *text;                 /* taken from the job */
     size_t text_len, text_cap;
     struct split_text split;    /* a chat's text: reasoning and answer */
@@ -612,6 +611,18 @@ struct stream {
     struct serve_logprob *lps;  /* with logprobs: those taken, not sent yet */
     size_t n_lps, lps_cap;
     size_t offset;              /* completions: the text_offset of the next token */
+};
+
+struct stream {
+    struct serve_http *h;
+    struct MHD_Connection *c;
+    struct serve_conn *conn;
+    struct request *r;          /* NULL once the request is gone */
+    struct serve_reply_meta meta;
+    char id[48];
+    bool include_usage, finished;
+    struct stream_choice ch[SERVE_MAX_CHOICES];
+    unsigned n_ch;
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
 };
@@ -630,114 +641,163 @@ static int add_event(struct stream *st, char *json)
 }
 
 /* A chunk of t, with the log probabilities taken since the last (with
- * none, no chunk unless all: the stream's end) */
-static int send_chunk(struct stream *st, struct serve_reply_text t, bool all)
+ * none, no chunk unless all: the reply's end) */
+static int send_chunk(struct stream *st, struct stream_choice *sc, struct serve_reply_text t, bool all)
 {
-    if (st->meta.logprobs && serve_job_take_logprobs(st->job, &st->lps, &st->n_lps, &st->lps_cap))
+    if (st->meta.logprobs && serve_job_take_logprobs(sc->job, &sc->lps, &sc->n_lps, &sc->lps_cap))
         return -1;
     bool text = t.content_len || t.reasoning_len || t.n_calls;
-    if (!text && !(all && st->n_lps))
+    if (!text && !(all && sc->n_lps))
         return 0;
     if (st->meta.kind == SERVE_COMPLETION && !t.content)
         t.content = "";
-    t.lps = st->lps, t.n_lps = st->n_lps, t.offset = st->offset;
+    t.lps = sc->lps, t.n_lps = sc->n_lps, t.offset = sc->offset, t.index = sc->index;
     int rc = add_event(st, serve_chunk_json(&st->meta, &t, false, NULL));
-    for (size_t i = 0; i < st->n_lps; i++) {
+    for (size_t i = 0; i < sc->n_lps; i++) {
         size_t n = 0;
-        qpack_token_bytes(st->meta.tok, st->lps[i].id, &n);
-        st->offset += n;
+        qpack_token_bytes(st->meta.tok, sc->lps[i].id, &n);
+        sc->offset += n;
     }
-    st->n_lps = 0;
+    sc->n_lps = 0;
     return rc;
 }
 
 /* A chat's text as a chunk; with tools offered, the answer goes through
  * the tool-call holder first (what may be the start of a call is held) */
-static int send_chat_text(struct stream *st, struct serve_reply_text t, bool all)
+static int send_chat_text(struct stream *st, struct stream_choice *sc, struct serve_reply_text t, bool all)
 {
     char *shown = NULL;
     if (st->meta.tools && t.content_len) {
         size_t n;
-        if (serve_tool_text_push(&st->tools, t.content, t.content_len, &shown, &n))
+        if (serve_tool_text_push(&sc->tools, t.content, t.content_len, &shown, &n))
             return -1;
         t.content = shown, t.content_len = n;
     }
-    int rc = send_chunk(st, t, all);
+    int rc = send_chunk(st, sc, t, all);
     free(shown);
     return rc;
 }
 
 /* the calls held at the end of a reply that offered tools, as one chunk
- * (with what of the held text is not a call); *finish becomes tool_calls */
-static int send_tool_calls(struct stream *st, const char **finish)
+ * (with what of the held text is not a call); its finish becomes tool_calls */
+static int send_tool_calls(struct stream *st, struct stream_choice *sc)
 {
     struct serve_tool_calls calls;
-    if (serve_tool_text_finish(&st->tools, &calls))
+    if (serve_tool_text_finish(&sc->tools, &calls))
         return -1;
     struct serve_reply_text t = {.content = calls.content_len ? calls.content : NULL,
                                  .content_len = calls.content_len, .calls = calls.v, .n_calls = calls.n};
-    int rc = send_chunk(st, t, true);
-    if (calls.n && !strcmp(*finish, "stop"))
-        *finish = "tool_calls";
+    int rc = send_chunk(st, sc, t, true);
+    if (calls.n && !strcmp(sc->finish, "stop"))
+        sc->finish = "tool_calls";
     serve_tool_calls_clear(&calls);
     return rc;
 }
 
+/* a reply's end: what the splitter and the tool-call holder still held,
+ * then its chunk with the finish reason */
+static int end_choice(struct stream *st, struct stream_choice *sc)
+{
+    sc->ended = true;
+    sc->finish = serve_job_result(sc->job, &sc->usage, &sc->err);
+    if (!sc->finish)
+        return 0;
+    int rc;
+    if (st->meta.kind == SERVE_CHAT)
+        rc = split_push(&sc->split, "", 0, true) || send_chat_text(st, sc, split_take(&sc->split), !st->meta.tools) ||
+             (st->meta.tools && send_tool_calls(st, sc));
+    else
+        rc = send_chunk(st, sc, (struct serve_reply_text){0}, true);  /* log probabilities left */
+    return rc || add_event(st, serve_final_chunk_json(&st->meta, sc->index, sc->finish, &sc->usage));
+}
+
+/* every reply has ended: the usage of all (the prompt once, every reply's
+ * tokens), or the first failure's error, and [DONE] */
 static int finish_stream(struct stream *st)
 {
-    struct serve_usage u;
-    qpack_error err;
-    const char *finish = serve_job_result(st->job, &u, &err);
+    struct serve_usage u = st->ch[0].usage;
+    const struct stream_choice *failed = NULL;
+    for (unsigned k = 0; k < st->n_ch; k++) {
+        if (!st->ch[k].finish && !failed)
+            failed = &st->ch[k];
+        if (k) {
+            u.completion_tokens += st->ch[k].usage.completion_tokens;
+            if (st->ch[k].usage.predicted_ms > u.predicted_ms)
+                u.predicted_ms = st->ch[k].usage.predicted_ms;
+        }
+    }
     if (st->r)
         st->r->usage = u;
     int rc = 0;
-    if (finish && st->meta.kind == SERVE_CHAT) {
-        /* what the splitter and the tool-call holder still held */
-        rc = split_push(&st->split, "", 0, true) || send_chat_text(st, split_take(&st->split), !st->meta.tools) ||
-             (st->meta.tools && send_tool_calls(st, &finish));
-    } else if (finish) {
-        rc = send_chunk(st, (struct serve_reply_text){0}, true);   /* log probabilities left */
-    }
-    if (finish) {
-        rc = rc || add_event(st, serve_final_chunk_json(&st->meta, finish, &u));
-        if (!rc && st->include_usage)
-            rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
-    } else {
+    if (failed) {
         struct serve_error e;
-        job_failure(&err, &e);
+        job_failure(&failed->err, &e);
         rc = add_event(st, serve_error_json(&e));
+    } else if (st->include_usage) {
+        rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
     }
     st->finished = true;
     return rc || add_bytes(st, "data: [DONE]\n\n", 14) ? -1 : 0;
 }
 
-static int produce(struct stream *st)
+static int produce_choice(struct stream *st, struct stream_choice *sc)
 {
-    if (!st->role_sent) {
-        st->role_sent = true;
-        if (st->meta.kind == SERVE_CHAT)
-            return add_event(st, serve_chunk_json(&st->meta, NULL, true, NULL));
+    if (!sc->role_sent) {
+        sc->role_sent = true;
+        if (st->meta.kind == SERVE_CHAT) {
+            struct serve_reply_text t = {.index = sc->index};
+            if (add_event(st, serve_chunk_json(&st->meta, &t, true, NULL)))
+                return -1;
+        }
     }
-    int state = serve_job_take(st->job, 0, &st->text, &st->text_len, &st->text_cap);
+    int state = serve_job_take(sc->job, 0, &sc->text, &sc->text_len, &sc->text_cap);
     if (state < 0)
         return -1;
-    if (st->text_len) {
-        struct serve_reply_text t = {.content = st->text, .content_len = st->text_len};
+    if (sc->text_len) {
+        struct serve_reply_text t = {.content = sc->text, .content_len = sc->text_len};
         int rc;
         if (st->meta.kind == SERVE_CHAT)
-            rc = split_push(&st->split, st->text, st->text_len, false) ||
-                 send_chat_text(st, split_take(&st->split), false);
+            rc = split_push(&sc->split, sc->text, sc->text_len, false) ||
+                 send_chat_text(st, sc, split_take(&sc->split), false);
         else
-            rc = send_chunk(st, t, false);
-        st->text_len = 0;
+            rc = send_chunk(st, sc, t, false);
+        sc->text_len = 0;
         if (rc)
             return -1;
     }
-    return state == SERVE_JOB_DONE ? finish_stream(st) : 0;
+    return state == SERVE_JOB_DONE ? end_choice(st, sc) : 0;
+}
+
+/* what every reply has to send now; the stream's end once all have ended */
+static int produce(struct stream *st)
+{
+    bool all_ended = true;
+    for (unsigned k = 0; k < st->n_ch; k++) {
+        struct stream_choice *sc = &st->ch[k];
+        if (!sc->ended && produce_choice(st, sc))
+            return -1;
+        all_ended = all_ended && sc->ended;
+    }
+    return all_ended ? finish_stream(st) : 0;
+}
+
+/* a reply still running, to park the connection on */
+static struct serve_job *running_job(const struct stream *st)
+{
+    for (unsigned k = 0; k < st->n_ch; k++)
+        if (!st->ch[k].ended)
+            return st->ch[k].job;
+    return st->ch[0].job;
+}
+
+static void cancel_stream(struct stream *st)
+{
+    for (unsigned k = 0; k < st->n_ch; k++)
+        serve_job_cancel(st->ch[k].job);
 }
 
 /* libmicrohttpd's content reader: with nothing to send, the connection is
- * suspended and parked until the job has more (0: nothing now) */
+ * suspended and parked until a running reply has more (0: nothing now) */
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
@@ -747,12 +807,12 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
             return MHD_CONTENT_READER_END_OF_STREAM;
         st->out_off = st->out_len = 0;
         if (serve_conn_gone(st->h->conns, st->conn) || produce(st)) {
-            serve_job_cancel(st->job);
+            cancel_stream(st);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         if (st->out_len == 0) {
             MHD_suspend_connection(st->c);
-            serve_conn_park(st->h->conns, st->conn, st->c, st->job);
+            serve_conn_park(st->h->conns, st->conn, st->c, running_job(st));
             return 0;
         }
     }
@@ -766,43 +826,50 @@ static void free_stream(void *cls)
 {
     struct stream *st = cls;
     if (!st->finished)
-        serve_job_cancel(st->job);     /* the client went away */
+        cancel_stream(st);      /* the client went away */
     if (st->r)
         st->r->stream = NULL;
-    serve_job_unref(st->job);
-    free(st->text);
-    split_free(&st->split);
-    serve_tool_text_free(&st->tools);
-    free(st->lps);
+    for (unsigned k = 0; k < st->n_ch; k++) {
+        struct stream_choice *sc = &st->ch[k];
+        serve_job_unref(sc->job);
+        free(sc->text);
+        split_free(&sc->split);
+        serve_tool_text_free(&sc->tools);
+        free(sc->lps);
+    }
     free(st->out);
     free(st);
 }
 
+/* The request's replies as server-sent events; the stream takes the jobs
+ * (and an echo's text, its first chunk's) from r. */
 static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection *c, struct request *r,
-                                    struct serve_job *j, bool include_usage)
+                                    bool include_usage)
 {
     const struct serve_reply_meta *meta = &r->meta;
     struct stream *st = calloc(1, sizeof *st);
-    if (!st) {
-        serve_job_cancel(j);
-        return MHD_NO;
-    }
-    *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .job = j, .meta = *meta,
-                          .include_usage = include_usage, .text = r->ch[0].text, .text_len = r->ch[0].text_len,
-                          .text_cap = r->ch[0].text_cap, .offset = r->echo_len};
-    r->ch[0].text = NULL, r->ch[0].text_len = r->ch[0].text_cap = 0;   /* an echo: the first chunk's text */
+    if (!st)
+        return MHD_NO;          /* on_completed cancels the jobs */
+    *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .meta = *meta, .include_usage = include_usage,
+                          .n_ch = r->n_ch};
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
-    think_text_init(&st->split.think);
+    for (unsigned k = 0; k < r->n_ch; k++) {
+        struct stream_choice *sc = &st->ch[k];
+        *sc = (struct stream_choice){.index = k, .job = r->ch[k].job, .text = r->ch[k].text,
+                                     .text_len = r->ch[k].text_len, .text_cap = r->ch[k].text_cap,
+                                     .offset = r->echo_len};
+        think_text_init(&sc->split.think);
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, read_stream, st,
                                                                   free_stream);
     if (!resp) {
-        serve_job_cancel(j);
-        free(st->text);
         free(st);
         return MHD_NO;
     }
-    serve_job_ref(j);
+    for (unsigned k = 0; k < r->n_ch; k++)
+        r->ch[k] = (struct choice){0};
+    r->n_ch = 0;
     r->stream = st;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -905,13 +972,8 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                                         .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
                                         .created = (long long)time(NULL), .model = h->cfg.model_id};
     r->echo_len = echo_len;
-    if (stream) {
-        struct serve_job *j = r->ch[0].job;
-        r->ch[0].job = NULL, r->n_ch = 0;
-        enum MHD_Result ok = reply_stream(h, c, r, j, include_usage);
-        serve_job_unref(j);
-        return ok;
-    }
+    if (stream)
+        return reply_stream(h, c, r, include_usage);
     return reply_whole(h, c, r);
 }
 

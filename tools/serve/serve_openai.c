@@ -509,8 +509,6 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
-    if (r->n_choices > 1 && r->stream)
-        return BAD(e, "n", "'n' above 1 with 'stream' is not supported yet");
     if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
         return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r->no_tools) {
@@ -887,18 +885,18 @@ char *serve_completion_json(const struct serve_reply_meta *r, const struct serve
     return serve_choices_json(r, t, &finish, 1, u);
 }
 
-/* a chunk's JSON, NULL when out of memory */
-static cJSON *chunk(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
-                    const char *finish)
+/* a chunk's JSON for reply index, NULL when out of memory */
+static cJSON *chunk(const struct serve_reply_meta *r, unsigned index, const struct serve_reply_text *t,
+                    bool role_chunk, const char *finish)
 {
     bool chat = r->kind == SERVE_CHAT;
     cJSON *root = reply_head(r, chat ? "chat.completion.chunk" : "text_completion");
     /* a chat's last chunk has an empty delta; a completion's an empty text;
      * a chat's first has an empty content beside its role */
     static const struct serve_reply_text empty = {.content = ""};
-    if (!t && (!chat || role_chunk))
+    if ((!t || (!chat && !t->content)) && (!chat || role_chunk))
         t = &empty;
-    if (root && !add_choice(cJSON_AddArrayToObject(root, "choices"), r, 0, "delta", t, role_chunk, finish))
+    if (root && !add_choice(cJSON_AddArrayToObject(root, "choices"), r, index, "delta", t, role_chunk, finish))
         cJSON_Delete(root), root = NULL;
     return root;
 }
@@ -906,13 +904,15 @@ static cJSON *chunk(const struct serve_reply_meta *r, const struct serve_reply_t
 char *serve_chunk_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, bool role_chunk,
                        const char *finish)
 {
-    cJSON *root = chunk(r, t, role_chunk, finish);
+    cJSON *root = chunk(r, t ? t->index : 0, t && (t->content || t->reasoning || t->n_calls || t->n_lps) ? t : NULL,
+                        role_chunk, finish);
     return serve_json_print(root, root != NULL);
 }
 
-char *serve_final_chunk_json(const struct serve_reply_meta *r, const char *finish, const struct serve_usage *u)
+char *serve_final_chunk_json(const struct serve_reply_meta *r, unsigned index, const char *finish,
+                             const struct serve_usage *u)
 {
-    cJSON *root = chunk(r, NULL, false, finish);
+    cJSON *root = chunk(r, index, NULL, false, finish);
     return serve_json_print(root, root && add_timings(root, u));
 }
 
