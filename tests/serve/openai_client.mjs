@@ -79,6 +79,12 @@ const two = await client.chat.completions.create({ model, messages: hi, max_toke
 check(two.choices.length === 2 && two.choices.every((c, i) => c.index === i && c.message.content === want('chat.txt')) &&
       two.usage.completion_tokens === 16, 'n 2: two choices, each qrun\'s');
 
+const byIndex = ['', ''];
+for await (const chunk of await client.chat.completions.create({ model, messages: hi, max_tokens: 8, temperature: 0,
+                                                                  n: 2, stream: true }))
+  for (const c of chunk.choices) byIndex[c.index] += c.delta.content ?? '';
+check(byIndex.every((t) => t === want('chat.txt')), 'n 2 streamed: each index\'s deltas make qrun\'s reply');
+
 // log probabilities: the chosen token of a greedy reply is the most likely
 const withLogprobs = await client.chat.completions.create({ model, messages: hi, max_tokens: 4, temperature: 0,
                                                             logprobs: true, top_logprobs: 3 });
