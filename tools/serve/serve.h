@@ -159,6 +159,8 @@ struct serve_tool_calls {
 };
 
 int serve_take_tool_calls(const char *text, size_t len, struct serve_tool_calls *out);
+/* prefix and 24 random hex digits into out[cap]: a reply's or a call's id */
+void serve_random_id(const char *prefix, char *out, size_t cap);
 void serve_tool_calls_clear(struct serve_tool_calls *c);
 
 /* As a reply streams: the content that comes before any <tool_call> goes

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -410,17 +409,6 @@ static int echo_text(const struct serve_http *h, const struct serve_request *q, 
     if (!tok)
         return (*text = strdup("")) ? 0 : -1;       /* ids without a tokenizer: no text to echo */
     return qpack_detokenize(tok, ids, n, false, text, len, &err) ? -1 : 0;
-}
-
-/* "chatcmpl-" or "cmpl-" and 24 random hex digits */
-static void reply_id(enum serve_kind kind, char out[48])
-{
-    unsigned char r[12] = {0};
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
-        memset(r, 0, sizeof r);
-    int at = snprintf(out, 48, "%s", kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-");
-    for (size_t i = 0; i < sizeof r; i++)
-        at += snprintf(out + at, (size_t)(48 - at), "%02x", r[i]);
 }
 
 /* a job that ended without a reply: the server stopping, or a failure */
@@ -951,11 +939,14 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     unsigned n_ch = q.n_choices ? q.n_choices : 1;
     for (unsigned k = 0; k < n_ch && q.echo; k++) {
         struct choice *ch = &r->ch[k];
-        if (echo_text(h, &q, ids, n, &ch->text, &ch->text_len)) {
+        ch->text = k ? malloc(r->ch[0].text_len + 1) : NULL;
+        if (k ? !ch->text : echo_text(h, &q, ids, n, &ch->text, &ch->text_len)) {
             free(ids);
             serve_request_free(&q);
             return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
         }
+        if (k)      /* the others' copies of the first's */
+            memcpy(ch->text, r->ch[0].text, r->ch[0].text_len + 1), ch->text_len = r->ch[0].text_len;
         ch->text_cap = ch->text_len + 1;
     }
     size_t echo_len = r->ch[0].text_len;
@@ -967,7 +958,7 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                       : fail(c, r, 503, "server_error", "server_busy", NULL,
                              "The server is busy: %u requests are running and %u waiting; try again later",
                              serve_metrics.parallel, serve_metrics.queue_max);
-    reply_id(kind, r->id);
+    serve_random_id(kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
                                         .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
                                         .created = (long long)time(NULL), .model = h->cfg.model_id};

@@ -209,15 +209,14 @@ static const char *find_in(const char *s, size_t n, const char *p)
 
 static bool blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-/* "call_" and 24 random hex digits */
-static void call_id(char out[40])
+void serve_random_id(const char *prefix, char *out, size_t cap)
 {
     unsigned char r[12] = {0};
     if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
         memset(r, 0, sizeof r);
-    int at = snprintf(out, 40, "call_");
-    for (size_t i = 0; i < sizeof r; i++)
-        at += snprintf(out + at, (size_t)(40 - at), "%02x", r[i]);
+    int at = snprintf(out, cap, "%s", prefix);
+    for (size_t i = 0; i < sizeof r && at >= 0 && (size_t)at < cap; i++)
+        at += snprintf(out + at, cap - (size_t)at, "%02x", r[i]);
 }
 
 /* {"name": STRING, "arguments": OBJECT or STRING} into a call; false when
@@ -231,7 +230,7 @@ static bool read_call(const char *s, size_t n, struct serve_tool_call *call)
     if (ok) {
         call->name = strdup(name->valuestring);
         call->arguments = cJSON_IsString(args) ? strdup(args->valuestring) : cJSON_PrintUnformatted(args);
-        call_id(call->id);
+        serve_random_id("call_", call->id, sizeof call->id);
         ok = call->name && call->arguments;
     }
     cJSON_Delete(j);
