@@ -15,4 +15,9 @@ bool qwen3_tensor_name(char *buf, size_t len, unsigned role, unsigned layer);
  * of Qwen3's (layer is QPK_NO_LAYER for model-level tensors). */
 bool qwen3_tensor_role(const char *name, unsigned *role, unsigned *layer);
 
+/* The same for llama.cpp's GGUF names (token_embd.weight,
+ * blk.L.attn_q.weight, ...). */
+bool qwen3_gguf_tensor_role(const char *name, unsigned *role, unsigned *layer);
+bool qwen3_gguf_tensor_name(char *buf, size_t len, unsigned role, unsigned layer);
+
 #endif

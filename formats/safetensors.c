@@ -8,6 +8,7 @@
 
 #include "bf16.h"
 #include "fsafe.h"
+#include "gguf.h"
 #include "json_strict.h"
 
 #include <cjson/cJSON.h>
@@ -38,24 +39,41 @@
 
 /* ---------------------------------------------------------------- helpers */
 
+/* every dtype with its ggml type */
+static const uint32_t ggml_types[] = {
+    [ST_BF16] = GGUF_BF16, [ST_F16] = GGUF_F16, [ST_F32] = GGUF_F32, [ST_Q8_0] = GGUF_Q8_0, [ST_Q4_0] = GGUF_Q4_0,
+    [ST_Q4_1] = GGUF_Q4_1, [ST_Q4_K] = GGUF_Q4_K, [ST_Q5_K] = GGUF_Q5_K, [ST_Q6_K] = GGUF_Q6_K,
+};
+
+uint32_t st_dtype_ggml(enum st_dtype dt) { return (unsigned)dt < sizeof ggml_types / sizeof *ggml_types ? ggml_types[dt] : 0; }
+
+int st_dtype_from_ggml(uint32_t type, enum st_dtype *dt)
+{
+    for (unsigned i = 0; i < sizeof ggml_types / sizeof *ggml_types; i++)
+        if (ggml_types[i] == type && gguf_type_known(type)) {
+            *dt = (enum st_dtype)i;
+            return 1;
+        }
+    return 0;
+}
+
 size_t st_dtype_size(enum st_dtype dt)
 {
     switch (dt) {
     case ST_BF16: return 2;
     case ST_F16:  return 2;
     case ST_F32:  return 4;
+    default:      return 0;
     }
-    return 0;
 }
 
-const char *st_dtype_name(enum st_dtype dt)
+const char *st_dtype_name(enum st_dtype dt) { return gguf_type_name(st_dtype_ggml(dt)); }
+
+uint32_t st_dtype_block(enum st_dtype dt) { return gguf_type_block(st_dtype_ggml(dt)); }
+
+uint64_t st_bytes(enum st_dtype dt, uint64_t n)
 {
-    switch (dt) {
-    case ST_BF16: return "BF16";
-    case ST_F16:  return "F16";
-    case ST_F32:  return "F32";
-    }
-    return "?";
+    return n / st_dtype_block(dt) * gguf_type_block_bytes(st_dtype_ggml(dt));
 }
 
 static int dtype_from_name(const char *s, enum st_dtype *dt)
@@ -514,6 +532,11 @@ static int init_file(struct st_file *f, const char *path, const char *name, qp_e
     return 0;
 }
 
+int st_file_map(struct st_file *f, const char *path, const char *name, qp_err *err)
+{
+    return init_file(f, path, name, err) || map_file(f, err) ? -1 : 0;
+}
+
 int st_open_file(struct st_model *m, const char *path, qp_err *err)
 {
     memset(m, 0, sizeof(*m));
@@ -809,8 +832,14 @@ float st_get_f32(const struct st_tensor *t, uint64_t i)
     case ST_F32:
         memcpy(&f, t->data + 4 * i, 4);             /* data may be unaligned */
         return f;
+    default: {
+        float block[256];
+        uint64_t b = i / st_dtype_block(t->dtype);
+        gguf_dequantize(st_dtype_ggml(t->dtype), t->data + st_bytes(t->dtype, b * st_dtype_block(t->dtype)),
+                        st_dtype_block(t->dtype), block);
+        return block[i % st_dtype_block(t->dtype)];
     }
-    return 0;
+    }
 }
 
 /* 128-bit vectors for the whole-row helpers below (every x86-64 has them) */
@@ -840,7 +869,7 @@ static void bf16_to_f32(const uint8_t *src, uint64_t n, float *out)
 
 void st_read_f32(const struct st_tensor *t, uint64_t first, uint64_t n, float *out)
 {
-    const uint8_t *src = t->data + first * st_dtype_size(t->dtype);
+    const uint8_t *src = t->data + st_bytes(t->dtype, first);
     switch (t->dtype) {
     case ST_BF16:
         bf16_to_f32(src, n, out);
@@ -854,6 +883,9 @@ void st_read_f32(const struct st_tensor *t, uint64_t first, uint64_t n, float *o
         return;
     case ST_F32:
         memcpy(out, src, n * 4);                    /* data may be unaligned */
+        return;
+    default:
+        gguf_dequantize(st_dtype_ggml(t->dtype), src, n, out);
         return;
     }
 }
@@ -890,9 +922,19 @@ double st_max_abs(const struct st_tensor *t, uint64_t first, uint64_t n)
     switch (t->dtype) {
     case ST_BF16: return qp_bf16_to_f32(max_mag16(t->data + 2 * first, n, 0x7f80));
     case ST_F16: return qp_f16_to_f32(max_mag16(t->data + 2 * first, n, 0x7c00));
-    case ST_F32: break;
+    default: break;
     }
     double best = 0;
+    uint32_t blk = st_dtype_block(t->dtype);
+    if (blk > 1) {
+        float v[256];
+        for (uint64_t i = first; i < first + n; i += blk) {
+            st_read_f32(t, i, blk, v);
+            for (uint32_t k = 0; k < blk; k++)
+                best = fmax(best, fabs((double)v[k]));
+        }
+        return best;
+    }
     for (uint64_t i = first; i < first + n; i++)
         best = fmax(best, fabs((double)st_get_f32(t, i)));
     return best;
@@ -912,8 +954,9 @@ void st_release_part(const struct st_model *m, const struct st_tensor *t, uint64
         return;
     n = n > t->numel - first ? t->numel - first : n;
     const struct st_file *f = &m->files[t->file_index];
-    uint64_t elem = st_dtype_size(t->dtype), page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t begin = (uint64_t)(t->data - f->map) + first * elem, end = begin + n * elem;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t begin = (uint64_t)(t->data - f->map) + st_bytes(t->dtype, first);
+    uint64_t end = begin + st_bytes(t->dtype, n + st_dtype_block(t->dtype) - 1);
     uint64_t limit = (f->size + page - 1) & ~(page - 1);
     begin &= ~(ST_RELEASE_ALIGN - 1);
     end = (end + ST_RELEASE_ALIGN - 1) & ~(ST_RELEASE_ALIGN - 1);

@@ -46,7 +46,11 @@
 #define ST_MAX_DIMS 8
 #define ST_MAX_SHARDS 4096
 
-enum st_dtype { ST_BF16 = 0, ST_F16 = 1, ST_F32 = 2 };
+/* The element types of a checkpoint: the safetensors ones, then ggml's
+ * block types, which a model read from a GGUF holds (formats/gguf.h): their
+ * elements come in blocks of 32 or 256, and an element range read must
+ * start and end on a block boundary (every row does). */
+enum st_dtype { ST_BF16 = 0, ST_F16 = 1, ST_F32 = 2, ST_Q8_0, ST_Q4_0, ST_Q4_1, ST_Q4_K, ST_Q5_K, ST_Q6_K };
 
 struct st_tensor {
     char *name;                 /* e.g. "model.layers.0.self_attn.q_proj.weight" */
@@ -55,7 +59,7 @@ struct st_tensor {
     uint64_t shape[ST_MAX_DIMS];
     uint64_t numel;             /* product of shape (1 for a scalar) */
     const uint8_t *data;        /* little-endian elements inside the mmapped file */
-    uint64_t nbytes;            /* numel * dtype size */
+    uint64_t nbytes;            /* st_bytes(dtype, numel) */
     uint32_t file_index;        /* index into st_model.files */
 };
 
@@ -85,6 +89,10 @@ int st_open_file(struct st_model *m, const char *path, qp_err *err);
 
 void st_close(struct st_model *m);
 
+/* Maps the regular file at path whole into f (read-only); name is its file
+ * name. The caller unmaps it (st_close does, for a model's files). */
+int st_file_map(struct st_file *f, const char *path, const char *name, qp_err *err);
+
 /* Finds a tensor by exact name; NULL when absent. O(log n). */
 const struct st_tensor *st_find(const struct st_model *m, const char *name);
 
@@ -100,9 +108,17 @@ void st_read_f32(const struct st_tensor *t, uint64_t first, uint64_t n, float *o
  * n is 0. first + n <= t->numel. */
 double st_max_abs(const struct st_tensor *t, uint64_t first, uint64_t n);
 
-/* Bytes per element of a dtype. */
+/* Bytes per element of a dtype that has elements of whole bytes (BF16, F16,
+ * F32); 0 for a block type. */
 size_t st_dtype_size(enum st_dtype dt);
 const char *st_dtype_name(enum st_dtype dt);
+/* Elements per block (1 for BF16, F16, F32), and the bytes of n elements (n
+ * a multiple of the block). */
+uint32_t st_dtype_block(enum st_dtype dt);
+uint64_t st_bytes(enum st_dtype dt, uint64_t n);
+/* The ggml type (formats/gguf.h) of dt, and back: 0 when there is none. */
+uint32_t st_dtype_ggml(enum st_dtype dt);
+int st_dtype_from_ggml(uint32_t type, enum st_dtype *dt);
 
 /* Tells the kernel we are done with t's bytes for now, so a streaming
  * reader's resident memory stays small (madvise DONTNEED on the range). */

@@ -1,5 +1,5 @@
-/* pack.c - `qpack pack`: streams a Hugging Face Qwen3 checkpoint, tensor by
- * tensor, into a .qpk, in the steps of packer.h: the options, the plan of
+/* pack.c - `qpack pack`: streams a Hugging Face Qwen3 checkpoint (or a
+ * GGUF file), tensor by tensor, into a .qpk, in the steps of packer.h: the options, the plan of
  * the tensors, an optional calibration, the conversion and the
  * provenance, written atomically; and the signals that end a pack. */
 #include "packer.h"
@@ -90,6 +90,7 @@ static void packer_free(struct packer *p)
 {
     pack_join_hashing(p); /* before the model it reads goes away */
     free(p->hashes);
+    gguf_close(&p->gguf); /* its metadata points into the model's maps */
     st_close(&p->model);
     free(p->plan);
     free(p->tokenizer);
@@ -148,14 +149,18 @@ int cmd_pack(int argc, char **argv)
     int rc = 0;
     if (stat(p.opt.src, &st) != 0)
         rc = qp_fail(&err, "%s: %s", p.opt.src, strerror(errno));
-    else if (!S_ISDIR(st.st_mode))
-        rc = qp_fail(&err, "%s: not a folder (expected a Hugging Face model folder)", p.opt.src);
+    else if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+        rc = qp_fail(&err, "%s: not a folder or a file (expected a Hugging Face model folder or a GGUF file)",
+                     p.opt.src);
+    bool gguf = !rc && S_ISREG(st.st_mode);
     /* a destination that cannot be written is bad usage (-o's value) */
     bool bad_out = !rc && fs_out_check(p.opt.out, inputs, &err) != 0;
     rc |= bad_out;
-    if (!rc && access(config_path, F_OK))
+    if (!rc && gguf)
+        rc = pack_open_gguf(&p, &err);
+    if (!rc && !gguf && access(config_path, F_OK))
         rc = qp_fail(&err, "%s: not a Hugging Face checkpoint folder: it has no config.json", p.opt.src);
-    if (!rc)
+    if (!rc && !gguf)
         rc = hf_config_load(config_path, &p.hf, &err);
     if (!rc) {
         fill_config(&p);
@@ -167,8 +172,8 @@ int cmd_pack(int argc, char **argv)
         rc = p.chunk ? 0 : qp_fail(&err, "out of memory");
     }
     if (!rc)
-        rc = st_open_dir(&p.model, p.opt.src, &err) || pack_start_hashing(&p, &err) ||
-             pack_load_tokenizer_files(&p, &err) || pack_resolve_tie(&p, &err) || pack_plan_tensors(&p, &err) ||
+        rc = (!gguf && (st_open_dir(&p.model, p.opt.src, &err) || pack_load_tokenizer_files(&p, &err))) ||
+             pack_start_hashing(&p, &err) || pack_resolve_tie(&p, &err) || pack_plan_tensors(&p, &err) ||
              pack_settle_matrices(&p, &err) || calibrate(&p, &err);
     if (!rc) {
         pack_warn_unused(&p);

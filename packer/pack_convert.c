@@ -110,13 +110,13 @@ static int write_matrix(struct packer *p, struct qpk_writer *w, struct planned *
 {
     uint32_t cols = pl->t.cols, blocks = pl->t.rows / QPK_Q24_TILE_ROWS;
     uint64_t block_elems = (uint64_t)cols * QPK_Q24_TILE_ROWS;
-    uint64_t elem = st_dtype_size(pl->src->dtype), released = 0;
+    uint64_t released = 0;
     for (uint32_t b = 0; b < blocks; b++) {
         if (convert_block(p, pl, b * block_elems, p->chunk, err) ||
             qpk_writer_write(w, p->chunk, block_elems * 4, err))
             return -1;
         uint64_t done = (b + 1) * block_elems;
-        if ((done - released) * elem >= RELEASE_BYTES || b + 1 == blocks) {
+        if (st_bytes(pl->src->dtype, done - released) >= RELEASE_BYTES || b + 1 == blocks) {
             st_release_part(&p->model, pl->src, released, done - released);
             released = done;
             pack_progress_bytes(&p->prog, done * 4);
@@ -247,7 +247,9 @@ static int write_quantised(struct packer *p, struct qpk_writer *w, struct planne
     bool int4 = qpk_kernel_encoding(pl->t.encoding) == QPK_ENC_I4G;
     struct quant_matrix m = {.model = &p->model, .src = pl->src, .rows = pl->t.rows, .cols = pl->t.cols,
                              .group = pl->t.group_size, .E = pl->t.scale_exp,
-                             .method = method_for(p->opt.quant, pl->t.encoding), .importance = importance,
+                             .method = method_for(p->by_source_type ? pack_gguf_method(pl->src, p->opt.quant)
+                                                                    : p->opt.quant, pl->t.encoding),
+                             .importance = importance,
                              .format = int4 ? "int4" : "int8", .encoding = pl->t.encoding};
     struct quant_progress progress = {quant_progress, &p->prog};
     int rc = int4 ? i4_write_matrix(w, &m, &progress, &d, err) : i8_write_matrix(w, &m, &progress, &d, err);

@@ -21,7 +21,10 @@ static void usage_pack(FILE *out)
                  "             qrun loads it; without one, a warning: qrun -p will need\n"
                  "             --tokenizer), tokenizer_config.json (chat template). A key twice\n"
                  "             in config.json or tokenizer_config.json is refused, and so is a\n"
-                 "             tokenizer with ids past config.json's vocab_size\n"
+                 "             tokenizer with ids past config.json's vocab_size. Or a Qwen3 GGUF\n"
+                 "             file (one, or the first of NAME-00001-of-0000N.gguf): config,\n"
+                 "             tokenizer and chat template from its metadata, each matrix in\n"
+                 "             the encoding its type asks for unless --format (README)\n"
                  "  -o OUT     destination file, absent or a regular file (not a directory,\n"
                  "             device, FIFO, symbolic link or a file of SRC); replaced\n"
                  "             atomically when the pack succeeds, untouched otherwise (also\n"
@@ -138,7 +141,7 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":o:f:qh", longs, NULL)) != -1) {
         switch (c) {
         case 'o': o->out = optarg; break;
-        case 'f': format = optarg; break;
+        case 'f': format = optarg; o->format_given = true; break;
         case 'g': group = optarg; break;
         case 'Q': quant = optarg; break;
         case 'C': o->calib_text = optarg; break;

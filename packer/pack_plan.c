@@ -54,19 +54,9 @@ int pack_load_tokenizer_files(struct packer *p, qp_err *err)
         if (gen_config_parse(p->generation_config, p->generation_config_len, path, p->hf.vocab_size, &g, err))
             return -1;
     }
-    if (p->tokenizer) {
-        snprintf(path, sizeof path, "%s/tokenizer.json", p->opt.src);
-        qp_tok *tok;
-        if (qp_tok_load_buffer(&tok, p->tokenizer, p->tokenizer_len, path, err))
-            return -1;
-        /* every id the tokenizer can give must be a row of the model's
-         * vocabulary, or the container runs only some texts */
-        int32_t ids = qp_tok_vocab_size(tok);
-        qp_tok_free(tok);
-        if ((uint32_t)ids > p->hf.vocab_size)
-            return qp_fail(err, "%s has ids up to %d, past the model's vocab_size of %u (config.json): text with "
-                           "those tokens could not run", path, ids - 1, p->hf.vocab_size);
-    }
+    snprintf(path, sizeof path, "%s/tokenizer.json", p->opt.src);
+    if (p->tokenizer && pack_check_tokenizer(p, path, err))
+        return -1;
     if (p->tokenizer_config) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", p->opt.src);
         cJSON *j = cJSON_ParseWithLength(p->tokenizer_config, p->tokenizer_config_len);
@@ -79,6 +69,21 @@ int pack_load_tokenizer_files(struct packer *p, qp_err *err)
         if (rc)
             return -1;
     }
+    return 0;
+}
+
+int pack_check_tokenizer(const struct packer *p, const char *name, qp_err *err)
+{
+    qp_tok *tok;
+    if (qp_tok_load_buffer(&tok, p->tokenizer, p->tokenizer_len, name, err))
+        return -1;
+    /* every id the tokenizer can give must be a row of the model's
+     * vocabulary, or the container runs only some texts */
+    int32_t ids = qp_tok_vocab_size(tok);
+    qp_tok_free(tok);
+    if ((uint32_t)ids > p->hf.vocab_size)
+        return qp_fail(err, "%s has ids up to %d, past the model's vocab_size of %u: text with those tokens "
+                       "could not run", name, ids - 1, p->hf.vocab_size);
     return 0;
 }
 
@@ -111,10 +116,12 @@ int pack_resolve_tie(struct packer *p, qp_err *err)
      * tensors (Qwen3-0.6B) never become resident together */
     for (uint64_t at = 0; same && at < embed->nbytes; at += RELEASE_BYTES) {
         uint64_t n = embed->nbytes - at < RELEASE_BYTES ? embed->nbytes - at : RELEASE_BYTES;
-        size_t elem = st_dtype_size(embed->dtype);
+        size_t elem = st_dtype_size(embed->dtype); /* 0 for a GGUF's blocks: let go of below */
         same = memcmp(embed->data + at, head->data + at, n) == 0;
-        st_release_part(&p->model, embed, at / elem, n / elem);
-        st_release_part(&p->model, head, at / elem, n / elem);
+        if (elem) {
+            st_release_part(&p->model, embed, at / elem, n / elem);
+            st_release_part(&p->model, head, at / elem, n / elem);
+        }
     }
     if (head) {
         st_release(&p->model, head);
@@ -150,7 +157,12 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
     if (check_source(p, pl->src, t->rows, t->cols, norm, err))
         return -1;
     /* quantised matrices get their group, stride and exponent in pack_settle_matrices() */
-    t->encoding = norm ? QPK_ENC_I32S : precision_encoding(&p->opt.prec, t->name, role, layer, p->cfg.n_layers);
+    t->encoding = norm                ? QPK_ENC_I32S
+                  : p->by_source_type ? pack_gguf_encoding(p, pl->src)
+                                      : precision_encoding(&p->opt.prec, t->name, role, layer, p->cfg.n_layers);
+    if (t->encoding == QPK_ENC_Q24 && st_dtype_block(pl->src->dtype) > 1)
+        return qp_fail(err, "%s: tensor %s is %s: --format q24 is for float checkpoints (pack it int8 or int4)",
+                       p->opt.src, t->name, st_dtype_name(pl->src->dtype));
     t->scale_exp = Q24_FRAC_BITS; /* norms: set from their values when written */
     t->rows_per_block = norm ? 1 : QPK_Q24_TILE_ROWS;
     t->row_stride = norm ? ((uint64_t)t->cols * 4 + 7) / 8 * 8 : (uint64_t)t->cols * 4 * QPK_Q24_TILE_ROWS;
@@ -168,8 +180,8 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
  * multiple of 16, so it stops at QPK_GROUP_MIN at the latest). */
 static uint32_t choose_int8_group(const struct packer *p)
 {
-    if (p->opt.prec.format == PACK_INT8)
-        return p->opt.group;
+    if (p->opt.prec.format == PACK_INT8 || p->by_source_type)
+        return p->opt.group; /* a GGUF's: 32, the blocks of Q8_0 and (twice) of Q6_K's scales */
     uint32_t g = PRECISION_INT8_GROUP;
     for (uint32_t i = 0; i < p->n_plan; i++)
         while (qpk_kernel_encoding(p->plan[i].t.encoding) == QPK_ENC_I8G && g > QPK_GROUP_MIN && p->plan[i].t.cols % g)
@@ -189,7 +201,9 @@ static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
     if (t->cols % t->group_size)
         return qp_fail(err, "%s: tensor %s has %u columns, not a multiple of the %s group %u", p->opt.src, t->name,
                        t->cols, int8 ? "int8" : "int4", t->group_size);
-    if (t->encoding == QPK_ENC_I4G && p->opt.prec.format == PACK_INT4 && t->cols % (t->group_size * QPK_I4K_GROUPS) == 0)
+    /* a GGUF's Q4_0 and Q4_1 stay groups of their own (i4g holds them exactly), its Q4_K super-blocks */
+    bool supers = p->by_source_type ? pl->src->dtype == ST_Q4_K : p->opt.prec.format == PACK_INT4;
+    if (t->encoding == QPK_ENC_I4G && supers && t->cols % (t->group_size * QPK_I4K_GROUPS) == 0)
         t->encoding = QPK_ENC_I4K;
     t->row_stride = qpk_block_bytes(t->encoding, t->cols, t->group_size);
     t->scale_exp = quant_tensor_exponent(&p->model, pl->src);

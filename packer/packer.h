@@ -14,6 +14,7 @@
 
 #include "calibrate.h"
 #include "error.h"
+#include "gguf.h"
 #include "hf_config.h"
 #include "precision.h"
 #include "pack_progress.h"
@@ -25,8 +26,9 @@
 struct source_hash;
 
 struct pack_opts {
-    const char *src, *out;
+    const char *src, *out;    /* a Hugging Face folder or a GGUF file */
     bool quiet;
+    bool format_given;        /* --format was given (a GGUF's types choose otherwise) */
     struct precision prec;    /* --format and --keep */
     uint32_t group;           /* --group: columns per group of the format's main encoding */
     qnt_method quant;         /* --quant: QNT_SEARCH, QNT_ABSMAX (rtn) or QNT_RTN (minmax) */
@@ -47,6 +49,8 @@ struct packer {
     struct qwen3_config hf;
     struct qpk_config cfg;
     struct st_model model;
+    struct gguf gguf;         /* the GGUF file the model was read from, if any */
+    bool by_source_type;      /* a GGUF's matrices are encoded by their ggml types (pack_gguf.c) */
     struct planned *plan;
     uint32_t n_plan;
     char *tokenizer, *tokenizer_config, *chat_template, *generation_config;
@@ -79,6 +83,16 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv);
 /* tokenizer.json, tokenizer_config.json and its chat template,
  * generation_config.json (checked: gen_config.h), read whole */
 int pack_load_tokenizer_files(struct packer *p, qp_err *err);
+/* The same from a GGUF file (pack_gguf.c): the config, tokenizer and
+ * tensors from it, and the format its types ask for unless --format. */
+int pack_open_gguf(struct packer *p, qp_err *err);
+/* the encoding of a GGUF matrix by its type, and the quantiser that finds
+ * its type's parameters (chosen: --quant) */
+unsigned pack_gguf_encoding(const struct packer *p, const struct st_tensor *src);
+qnt_method pack_gguf_method(const struct st_tensor *src, qnt_method chosen);
+/* p->tokenizer loads in qrun's tokenizer and its ids are rows of the
+ * model's vocabulary; name is the file it came from */
+int pack_check_tokenizer(const struct packer *p, const char *name, qp_err *err);
 /* lm_head tied to the embedding: stored once when the two are the same bytes */
 int pack_resolve_tie(struct packer *p, qp_err *err);
 /* every tensor of the container, with its source and encoding */

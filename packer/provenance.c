@@ -34,9 +34,15 @@ static int hash_sources(const struct packer *p, struct source_hash *out, qp_err 
     for (size_t i = 0; i < N_EXTRA_SOURCES + p->model.n_files; i++) {
         char path[4096];
         struct source_hash *h = &out[i];
-        h->name = i < N_EXTRA_SOURCES ? extra_sources[i] : p->model.files[i - N_EXTRA_SOURCES].name;
-        snprintf(path, sizeof path, "%s/%s", p->opt.src, h->name);
-        if (i < N_EXTRA_SOURCES && access(path, R_OK) != 0)
+        bool extra = i < N_EXTRA_SOURCES;
+        h->name = extra ? extra_sources[i] : p->model.files[i - N_EXTRA_SOURCES].name;
+        if (extra && p->gguf.name)
+            continue; /* a GGUF holds all of them */
+        if (extra)
+            snprintf(path, sizeof path, "%s/%s", p->opt.src, h->name);
+        else
+            snprintf(path, sizeof path, "%s", p->model.files[i - N_EXTRA_SOURCES].path);
+        if (extra && access(path, R_OK) != 0)
             continue;
         if (st_file_xxh3(path, &h->hash, &h->size, err))
             return -1;
@@ -141,6 +147,8 @@ static void quant_settings_json(const struct packer *p, cJSON *settings)
     if (f != PACK_INT8)
         cJSON_AddNumberToObject(settings, "int8_group", p->i8_group);
     cJSON_AddStringToObject(settings, "quantiser", pack_quantiser_name(p->opt.quant));
+    if (p->by_source_type)
+        cJSON_AddStringToObject(settings, "by_source_type", "Q8_0 rtn, Q4_0 Q4_0's rule, Q4_1 minmax, others the quantiser");
     if (p->calibrated)
         calibration_json(p, settings);
     if (f == PACK_INT8)

@@ -37,7 +37,10 @@ unsigned quant_threads(void)
  * resident whole. */
 int quant_tensor_exponent(const struct st_model *model, const struct st_tensor *src)
 {
-    uint64_t piece = CHUNK_SOURCE_BYTES / st_dtype_size(src->dtype);
+    /* whole rows, so a block type's pieces start on its blocks */
+    uint64_t row = src->ndim ? src->shape[src->ndim - 1] : 1;
+    uint64_t piece = CHUNK_SOURCE_BYTES / (st_bytes(src->dtype, row) ? st_bytes(src->dtype, row) : 1) * row;
+    piece = piece ? piece : row;
     double max_abs = 0;
     for (uint64_t at = 0; at < src->numel; at += piece) {
         uint64_t n = src->numel - at < piece ? src->numel - at : piece;
@@ -165,7 +168,7 @@ int quant_write_matrix(struct qpk_writer *w, const struct quant_matrix *m, uint6
 {
     uint32_t blocks = m->rows / QUANT_BLOCK_ROWS;
     uint64_t block_elems = (uint64_t)m->cols * QUANT_BLOCK_ROWS;
-    uint64_t src_block_bytes = block_elems * st_dtype_size(m->src->dtype);
+    uint64_t src_block_bytes = st_bytes(m->src->dtype, block_elems);
     uint32_t per_chunk = (uint32_t)(CHUNK_SOURCE_BYTES / src_block_bytes);
     per_chunk = per_chunk < 1 ? 1 : per_chunk > blocks ? (blocks ? blocks : 1) : per_chunk;
     unsigned threads = quant_threads();

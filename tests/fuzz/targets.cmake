@@ -8,7 +8,8 @@ set(QP_FUZZ_TARGETS
     fuzz_tokenizer_encode
     fuzz_config
     fuzz_serve_request
-    fuzz_gen_config)
+    fuzz_gen_config
+    fuzz_gguf)
 set(QP_FUZZ_LIBS_fuzz_qpk qpformats)
 set(QP_FUZZ_LIBS_fuzz_safetensors qpformats)
 set(QP_FUZZ_LIBS_fuzz_safetensors_index qpformats)
@@ -17,5 +18,6 @@ set(QP_FUZZ_LIBS_fuzz_tokenizer_encode qptok)
 set(QP_FUZZ_LIBS_fuzz_config qpformats)
 set(QP_FUZZ_LIBS_fuzz_serve_request qpserve)
 set(QP_FUZZ_LIBS_fuzz_gen_config qpformats)
+set(QP_FUZZ_LIBS_fuzz_gguf qpformats)
 set(QP_FUZZ_DEFS
     QP_FUZZ_TOKENIZER_PATH="${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer/tokenizer.json")

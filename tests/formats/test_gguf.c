@@ -1,0 +1,452 @@
+/* test_gguf.c - the GGUF reader: hand-built blocks of each quantised type
+ * against values worked out from their fields, files written here (a
+ * minimal GGUF builder) refused one defect at a time and at every
+ * truncation, and the tokenizer rebuilt from GGUF metadata against the
+ * Hugging Face ids of the conformance data. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "gguf_model.h"
+#include "le.h"
+#include "tok_test_util.h"
+#include "tokenizer.h"
+
+#define SRC QP_SOURCE_DIR
+
+/* ------------------------------------------------------------- a builder */
+
+struct buf {
+    uint8_t *p;
+    size_t len;
+};
+
+static void put(struct buf *b, const void *v, size_t n)
+{
+    b->p = realloc(b->p, b->len + n + 1);
+    memcpy(b->p + b->len, v, n);
+    b->len += n;
+}
+static void u32(struct buf *b, uint32_t v) { uint8_t x[4]; put32(x, v); put(b, x, 4); }
+static void u64(struct buf *b, uint64_t v) { uint8_t x[8]; put64(x, v); put(b, x, 8); }
+static void str(struct buf *b, const char *s) { u64(b, strlen(s)); put(b, s, strlen(s)); }
+
+/* A GGUF v3 with the given metadata bytes (n_kv pairs) and one F32 tensor
+ * "t" of 8 values at data offset off (the data region holds 64 bytes). */
+static struct buf file_with(const struct buf *kv, uint64_t n_kv, const char *tname, uint32_t type, uint64_t off,
+                            uint64_t ne0)
+{
+    struct buf b = {0};
+    put(&b, "GGUF", 4);
+    u32(&b, 3);
+    u64(&b, 1);
+    u64(&b, n_kv);
+    if (kv->len)
+        put(&b, kv->p, kv->len);
+    str(&b, tname);
+    u32(&b, 1);
+    u64(&b, ne0);
+    u32(&b, type);
+    u64(&b, off);
+    static const uint8_t zero[96];
+    put(&b, zero, (32 - b.len % 32) % 32);
+    float v[16];
+    for (int i = 0; i < 16; i++)
+        v[i] = (float)i;
+    put(&b, v, sizeof v);
+    return b;
+}
+
+static struct buf arch_kv(void)
+{
+    struct buf kv = {0};
+    str(&kv, "general.architecture");
+    u32(&kv, GGUF_V_STRING);
+    str(&kv, "qwen3");
+    return kv;
+}
+
+static int parse(const struct buf *b, struct gguf *g, qp_err *err)
+{
+    memset(g, 0, sizeof *g);
+    g->name = strdup("t.gguf");
+    return gguf_parse(g, b->p, b->len, "t.gguf", 0, err);
+}
+
+START_TEST(a_minimal_file_reads_back)
+{
+    struct buf kv = arch_kv();
+    struct buf b = file_with(&kv, 1, "t", GGUF_F32, 0, 8);
+    struct gguf g;
+    qp_err err;
+    ck_assert_int_eq(parse(&b, &g, &err), 0);
+    ck_assert_uint_eq(g.n_tensors, 1);
+    ck_assert_uint_eq(g.tensors[0].numel, 8);
+    float out[8];
+    gguf_dequantize(GGUF_F32, g.tensors[0].data, 8, out);
+    ck_assert(out[7] == 7.0f);
+    const char *s;
+    size_t n;
+    ck_assert_int_eq(gguf_get_str(&g, "general.architecture", false, &s, &n, &err), 0);
+    ck_assert(n == 5 && !memcmp(s, "qwen3", 5));
+    uint32_t v;
+    ck_assert_int_eq(gguf_get_u32(&g, "general.architecture", false, &v, &err), -1);
+    ck_assert_msg(strstr(err.msg, "is string, not an integer"), "%s", err.msg);
+    ck_assert_int_eq(gguf_get_u32(&g, "absent", true, &v, &err), 1);
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+}
+END_TEST
+
+/* every prefix of a valid file is refused with a message, nothing read past it */
+START_TEST(every_truncation_is_refused)
+{
+    struct buf kv = arch_kv();
+    struct buf b = file_with(&kv, 1, "t", GGUF_F32, 0, 8);
+    for (size_t n = 0; n < b.len - 32; n++) {
+        struct buf cut = {malloc(n + 1), n};
+        memcpy(cut.p, b.p, n);
+        struct gguf g;
+        qp_err err = {{0}};
+        ck_assert_msg(parse(&cut, &g, &err) == -1, "a file cut at %zu bytes was read", n);
+        ck_assert_msg(err.msg[0], "no message at %zu", n);
+        gguf_close(&g);
+        free(cut.p);
+    }
+    free(b.p);
+    free(kv.p);
+}
+END_TEST
+
+struct defect {
+    const char *what, *message;
+};
+
+static const struct defect defects[] = {
+    {"magic", "not a GGUF file"},
+    {"version", "GGUF version 1 (qpack reads versions 2 and 3)"},
+    {"duplicate key", "key general.architecture appears twice"},
+    {"key type", "has value type 13"},
+    {"bool", "a bool of 2"},
+    {"array count", "does not fit in the"},
+    {"alignment", "general.alignment 48 is not a power of two"},
+    {"misaligned", "is not aligned to 32"},
+    {"past the end", "ends past the file's"},
+    {"unknown type", "has ggml type Q2_K, which qpack does not read"},
+    {"block", "not a multiple of its 32-element blocks"},
+    {"duplicate tensor", "tensor t appears twice"},
+    {"overlap", "tensors a and b overlap"},
+};
+
+START_TEST(each_defect_is_refused_by_name)
+{
+    const struct defect *d = &defects[_i];
+    struct buf kv = arch_kv(), b = {0};
+    uint64_t n_kv = 1;
+    if (!strcmp(d->what, "duplicate key")) {
+        put(&kv, kv.p, kv.len);
+        n_kv = 2;
+    } else if (!strcmp(d->what, "key type")) {
+        str(&kv, "x");
+        u32(&kv, 13);
+        n_kv = 2;
+    } else if (!strcmp(d->what, "bool")) {
+        str(&kv, "x");
+        u32(&kv, GGUF_V_BOOL);
+        put(&kv, "\2", 1);
+        n_kv = 2;
+    } else if (!strcmp(d->what, "array count")) {
+        str(&kv, "x");
+        u32(&kv, GGUF_V_ARRAY);
+        u32(&kv, GGUF_V_U32);
+        u64(&kv, UINT64_C(1) << 40);
+        n_kv = 2;
+    } else if (!strcmp(d->what, "alignment")) {
+        str(&kv, "general.alignment");
+        u32(&kv, GGUF_V_U32);
+        u32(&kv, 48);
+        n_kv = 2;
+    }
+    uint32_t type = !strcmp(d->what, "unknown type") ? 10 : !strcmp(d->what, "block") ? GGUF_Q8_0 : GGUF_F32;
+    uint64_t off = !strcmp(d->what, "misaligned") ? 4 : !strcmp(d->what, "past the end") ? 64 : 0;
+    b = file_with(&kv, n_kv, "t", type, off, !strcmp(d->what, "block") ? 8 : 8);
+    if (!strcmp(d->what, "magic"))
+        b.p[0] = 'X';
+    if (!strcmp(d->what, "version"))
+        put32(b.p + 4, 1);
+    if (!strcmp(d->what, "duplicate tensor") || !strcmp(d->what, "overlap")) {
+        /* two tensor infos: the same name, or a and b over the same bytes */
+        bool dup = !strcmp(d->what, "duplicate tensor");
+        free(b.p);
+        b = (struct buf){0};
+        put(&b, "GGUF", 4);
+        u32(&b, 3);
+        u64(&b, 2);
+        u64(&b, 1);
+        put(&b, kv.p, kv.len);
+        for (int k = 0; k < 2; k++) {
+            str(&b, dup ? "t" : k ? "b" : "a");
+            u32(&b, 1);
+            u64(&b, 8);
+            u32(&b, GGUF_F32);
+            u64(&b, dup ? (uint64_t)32 * k : (uint64_t)0);
+        }
+        static const uint8_t zero[128];
+        put(&b, zero, (32 - b.len % 32) % 32 + 64);
+    }
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_int_eq(parse(&b, &g, &err), -1);
+    ck_assert_msg(strstr(err.msg, d->message) && strstr(err.msg, "t.gguf"), "%s: %s", d->what, err.msg);
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+}
+END_TEST
+
+/* ------------------------------------------------------- hand-built blocks */
+
+static uint16_t h(float v) { return qp_f32_to_f16(v); }
+
+START_TEST(q8_0_q4_0_q4_1_blocks_give_their_values)
+{
+    uint8_t b[34];
+    float out[32];
+    put16(b, h(0.5f));
+    for (int j = 0; j < 32; j++)
+        b[2 + j] = (uint8_t)(int8_t)(j - 16);
+    gguf_dequantize(GGUF_Q8_0, b, 32, out);
+    for (int j = 0; j < 32; j++)
+        ck_assert(out[j] == 0.5f * (j - 16));
+    /* Q4_0: byte j holds element j (low nibble) and j + 16 (high); value (q - 8) d */
+    put16(b, h(0.25f));
+    for (int j = 0; j < 16; j++)
+        b[2 + j] = (uint8_t)(j | (15 - j) << 4);
+    gguf_dequantize(GGUF_Q4_0, b, 32, out);
+    for (int j = 0; j < 16; j++) {
+        ck_assert(out[j] == 0.25f * (j - 8));
+        ck_assert(out[j + 16] == 0.25f * (7 - j));
+    }
+    /* Q4_1: q d + m */
+    put16(b, h(2.0f));
+    put16(b + 2, h(-3.0f));
+    for (int j = 0; j < 16; j++)
+        b[4 + j] = (uint8_t)(j | 3 << 4);
+    gguf_dequantize(GGUF_Q4_1, b, 32, out);
+    for (int j = 0; j < 16; j++) {
+        ck_assert(out[j] == 2.0f * j - 3.0f);
+        ck_assert(out[j + 16] == 3.0f);
+    }
+}
+END_TEST
+
+/* the 6-bit scale sc and minimum m of sub-block j, packed as ggml-common.h
+ * lays out block_q4_K's scales[12] */
+static void pack_k4(uint8_t *q, int j, unsigned sc, unsigned m)
+{
+    if (j < 4) {
+        q[j] = (uint8_t)((q[j] & 0xC0) | sc);
+        q[j + 4] = (uint8_t)((q[j + 4] & 0xC0) | m);
+    } else {
+        q[j + 4] = (uint8_t)((sc & 15) | (m & 15) << 4);
+        q[j - 4] |= (uint8_t)((sc >> 4) << 6);
+        q[j] |= (uint8_t)((m >> 4) << 6);
+    }
+}
+
+START_TEST(q4_k_and_q5_k_blocks_give_their_values)
+{
+    for (int five = 0; five < 2; five++) {
+        uint8_t b[176] = {0};
+        float out[256];
+        put16(b, h(0.5f));
+        put16(b + 2, h(0.25f));
+        unsigned sc[8], mn[8];
+        for (int j = 0; j < 8; j++) {
+            sc[j] = (unsigned)(7 * j + 13) % 64; /* 13 20 ... 62 : high bits used */
+            mn[j] = (unsigned)(63 - 9 * j);
+            pack_k4(b + 4, j, sc[j], mn[j]);
+        }
+        uint8_t *qh = b + 16, *qs = five ? b + 48 : b + 16;
+        int code[256];
+        for (int e = 0; e < 256; e++) {
+            int j = e / 32, l = e % 32;
+            code[e] = (e * 7 + 3) % (five ? 32 : 16);
+            qs[32 * (j / 2) + l] |= (uint8_t)((code[e] & 15) << (j % 2 ? 4 : 0));
+            if (five && code[e] > 15)
+                qh[l] |= (uint8_t)(1u << j);
+        }
+        gguf_dequantize(five ? GGUF_Q5_K : GGUF_Q4_K, b, 256, out);
+        for (int e = 0; e < 256; e++) {
+            int j = e / 32;
+            double want = 0.5 * sc[j] * code[e] - 0.25 * mn[j];
+            ck_assert_msg(fabs(out[e] - want) <= 1e-6 * fabs(want), "Q%d_K element %d: %g, want %g", five ? 5 : 4,
+                          e, out[e], want);
+        }
+    }
+}
+END_TEST
+
+START_TEST(q6_k_blocks_give_their_values)
+{
+    uint8_t b[210] = {0};
+    float out[256];
+    put16(b + 208, h(0.125f));
+    int8_t *sc = (int8_t *)(b + 192);
+    for (int s = 0; s < 16; s++)
+        sc[s] = (int8_t)(s * 17 - 128);
+    int code[256];
+    uint8_t *ql = b, *qh = b + 128;
+    for (int e = 0; e < 256; e++) {
+        code[e] = (e * 5 + 1) % 64; /* stored: q + 32 */
+        int half = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+        int at = 64 * half + l + (quarter % 2 ? 32 : 0);
+        ql[at] |= (uint8_t)((code[e] & 15) << (quarter >= 2 ? 4 : 0));
+        qh[32 * half + l] |= (uint8_t)((code[e] >> 4) << (2 * quarter));
+    }
+    gguf_dequantize(GGUF_Q6_K, b, 256, out);
+    for (int e = 0; e < 256; e++) {
+        double want = 0.125 * sc[e / 16] * (code[e] - 32);
+        ck_assert_msg(out[e] == (float)want, "element %d: %g, want %g", e, out[e], want);
+    }
+}
+END_TEST
+
+/* ----------------------------------------------------------------- tokenizer */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert(fread(s, 1, (size_t)n, f) == (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static void str_array(struct buf *kv, const char *key, const char **items, uint64_t n)
+{
+    str(kv, key);
+    u32(kv, GGUF_V_ARRAY);
+    u32(kv, GGUF_V_STRING);
+    u64(kv, n);
+    for (uint64_t i = 0; i < n; i++)
+        str(kv, items[i]);
+}
+
+/* The official tokenizer.json's vocabulary as convert_hf_to_gguf.py writes
+ * it: 151936 rows, [PADi] (UNUSED) where no token, the added tokens CONTROL
+ * when special or <|...|>, else USER_DEFINED; merges "a b". */
+START_TEST(the_rebuilt_tokenizer_gives_the_hugging_face_ids)
+{
+    char *text = slurp(SRC "/assets/qwen3-tokenizer/tokenizer.json");
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *model = cJSON_GetObjectItem(j, "model"), *e;
+    enum { ROWS = 151936 };
+    const char **tok = calloc(ROWS, sizeof *tok);
+    int32_t *type = calloc(ROWS, sizeof *type);
+    char (*pad)[16] = calloc(ROWS, 16);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(model, "vocab")) {
+        tok[(int)e->valuedouble] = e->string;
+        type[(int)e->valuedouble] = 1;
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "added_tokens")) {
+        int id = (int)cJSON_GetObjectItem(e, "id")->valuedouble;
+        const char *c = cJSON_GetObjectItem(e, "content")->valuestring;
+        tok[id] = c;
+        type[id] = cJSON_IsTrue(cJSON_GetObjectItem(e, "special")) || !strncmp(c, "<|", 2) ? 3 : 4;
+    }
+    for (int i = 0; i < ROWS; i++)
+        if (!tok[i]) {
+            snprintf(pad[i], 16, "[PAD%d]", i);
+            tok[i] = pad[i];
+            type[i] = 5;
+        }
+    const cJSON *merges = cJSON_GetObjectItem(model, "merges");
+    int n_merges = cJSON_GetArraySize(merges), k = 0;
+    char **pairs = calloc((size_t)n_merges, sizeof *pairs);
+    cJSON_ArrayForEach(e, merges) {
+        const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
+        pairs[k] = malloc(strlen(a) + strlen(b) + 2);
+        sprintf(pairs[k++], "%s %s", a, b);
+    }
+    struct buf kv = arch_kv();
+    str(&kv, "tokenizer.ggml.model"), u32(&kv, GGUF_V_STRING), str(&kv, "gpt2");
+    str(&kv, "tokenizer.ggml.pre"), u32(&kv, GGUF_V_STRING), str(&kv, "qwen2");
+    str_array(&kv, "tokenizer.ggml.tokens", tok, ROWS);
+    str(&kv, "tokenizer.ggml.token_type"), u32(&kv, GGUF_V_ARRAY), u32(&kv, GGUF_V_I32), u64(&kv, ROWS);
+    for (int i = 0; i < ROWS; i++)
+        u32(&kv, (uint32_t)type[i]);
+    str_array(&kv, "tokenizer.ggml.merges", (const char **)pairs, (uint64_t)n_merges);
+    struct buf b = file_with(&kv, 6, "t", GGUF_F32, 0, 8);
+    struct gguf g;
+    qp_err err;
+    ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+    char *json;
+    size_t len;
+    ck_assert_msg(gguf_tokenizer_json(&g, &json, &len, &err) == 0, "%s", err.msg);
+    qp_tok *t;
+    ck_assert_msg(qp_tok_load_buffer(&t, json, len, "rebuilt", &err) == 0, "%s", err.msg);
+
+    /* every conformance case: the ids Hugging Face gives */
+    size_t n_cases;
+    tok_case *cases = tok_cases_load(TOK_DATA "/encode.jsonl", &n_cases);
+    for (size_t c = 0; c < n_cases; c++) {
+        qp_tok_ids got = {0};
+        ck_assert_int_eq(qp_tok_encode(t, cases[c].text.s, cases[c].text.len, &got, &err), 0);
+        ck_assert_msg(got.len == cases[c].ids.len, "%s: %zu ids, want %zu", cases[c].name, got.len,
+                      cases[c].ids.len);
+        ck_assert_msg(!memcmp(got.v, cases[c].ids.v, got.len * sizeof *got.v), "%s: other ids", cases[c].name);
+        qp_tok_ids_free(&got);
+    }
+    ck_assert_uint_ge(n_cases, 800);
+    ck_assert_int_eq(qp_tok_is_special(t, 151644), 1);  /* <|im_start|> */
+    ck_assert_int_eq(qp_tok_is_special(t, 151667), 0);  /* <think> */
+    ck_assert_int_eq(qp_tok_vocab_size(t), 151669);
+    qp_tok_free(t);
+    free(json);
+    tok_cases_free(cases, n_cases);
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+    for (int i = 0; i < n_merges; i++)
+        free(pairs[i]);
+    free(pairs);
+    free(pad);
+    free(type);
+    free(tok);
+    cJSON_Delete(j);
+    free(text);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gguf");
+    TCase *tc = tcase_create("reader");
+    tcase_add_test(tc, a_minimal_file_reads_back);
+    tcase_add_test(tc, every_truncation_is_refused);
+    tcase_add_loop_test(tc, each_defect_is_refused_by_name, 0, (int)(sizeof defects / sizeof *defects));
+    tcase_add_test(tc, q8_0_q4_0_q4_1_blocks_give_their_values);
+    tcase_add_test(tc, q4_k_and_q5_k_blocks_give_their_values);
+    tcase_add_test(tc, q6_k_blocks_give_their_values);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("tokenizer");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, the_rebuilt_tokenizer_gives_the_hugging_face_ids);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

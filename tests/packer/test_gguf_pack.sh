@@ -1,0 +1,65 @@
+#!/bin/bash
+# test_gguf_pack.sh QPACK QEVAL GGUF_WRITE GEN TINY_LEARNED_DIR - `qpack pack
+# FILE.gguf` end to end: GGUFs of every type written by qp-gguf-write from
+# the model with learned weights pack into the encodings that hold them
+# (Q8_0, Q4_0, Q4_1, F16 with no error against the GGUF's own values), run
+# close to the float reference computed on those values, a split file packs
+# to the same tensors, and broken files are refused with one line.
+set -u
+QPACK=$1 QEVAL=$2 WRITE=$3 GEN=$4 DATA=$5
+fail() { echo "FAIL: $*" >&2; exit 1; }
+command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+M=$DATA/model
+
+# type : the matrices' encoding : exact against the GGUF's values
+for spec in Q8_0:i8g:1 Q4_0:i4g:1 Q4_1:i4g:1 Q4_K:i4k:0 Q5_K:i8g:0 Q6_K:i8g:0 F16:q24:1 BF16:q24:0 F32:q24:0; do
+    IFS=: read -r type enc exact <<<"$spec"
+    "$WRITE" "$M" "$W/$type.gguf" --type "$type" --dequantised "$W/ref-$type" || fail "write $type"
+    "$QPACK" pack "$W/$type.gguf" -o "$W/$type.qpk" 2>"$W/$type.log" || fail "pack $type: $(tail -3 "$W/$type.log")"
+    "$QPACK" info "$W/$type.qpk" --json >"$W/$type.json" || fail "info $type"
+    jq -e --arg enc "$enc" --arg t "$type" '[.provenance.tensors[] | select(.name | test("proj")) |
+        .encoding == $enc and .source_dtype == $t] | all' "$W/$type.json" >/dev/null ||
+        fail "$type: $(jq -c '[.provenance.tensors[] | {name, encoding, source_dtype}][1]' "$W/$type.json")"
+    if [ "$exact" = 1 ]; then
+        grep -q "all exact" "$W/$type.log" || fail "$type is not held exactly: $(tail -1 "$W/$type.log")"
+    fi
+    "$QEVAL" --ref "$W/ref-$type" "$W/$type.qpk" --backend emu --force --json >"$W/$type.eval" 2>/dev/null ||
+        fail "qeval $type"
+    jq -e '.models[0].kl_mean < 0.01 and .models[0].top1_percent >= 95' "$W/$type.eval" >/dev/null ||
+        fail "$type against its float reference: $(jq -c '.models[0] | {kl_mean, top1_percent}' "$W/$type.eval")"
+    echo "ok: $type -> $enc $(jq -c '.models[0] | {kl_mean, top1_percent}' "$W/$type.eval")"
+done
+
+# the chat template and tokenizer came along
+"$QPACK" info "$W/Q4_K.qpk" --json | jq -e '.sections | map(.name) | index("chat_template") and index("tokenizer")' \
+    >/dev/null || fail "the container lacks its chat template or tokenizer"
+
+# a split file: the same tensors as the single one
+"$WRITE" "$M" "$W/split.gguf" --type Q4_K --split 3 || fail "write split"
+"$QPACK" pack "$W/split-00001-of-00003.gguf" -o "$W/split.qpk" --quiet || fail "pack split"
+"$QPACK" info "$W/split.qpk" --json | jq -c '[.tensors[] | {name, xxh3}]' >"$W/split.t"
+jq -c '[.tensors[] | {name, xxh3}]' "$W/Q4_K.json" >"$W/single.t"
+cmp -s "$W/split.t" "$W/single.t" || fail "the split file packs to other tensors"
+rm "$W/split-00003-of-00003.gguf"
+"$QPACK" pack "$W/split-00001-of-00003.gguf" -o "$W/bad.qpk" 2>"$W/err" && fail "a missing part packed"
+grep -q "split-00003-of-00003.gguf" "$W/err" || fail "missing part: $(cat "$W/err")"
+echo "ok: split into 3 parts"
+
+# an untied model keeps its output matrix
+"$GEN" "$W/untied" --untied --tokenizer-dir "$M" --vocab 2048 --hidden 256 --intermediate 512 >/dev/null || fail "gen untied"
+cp "$M/tokenizer_config.json" "$W/untied/"
+"$WRITE" "$W/untied" "$W/untied.gguf" --type Q8_0 --output-type Q6_K || fail "write untied"
+"$QPACK" pack "$W/untied.gguf" -o "$W/untied.qpk" --quiet || fail "pack untied"
+"$QPACK" info "$W/untied.qpk" --json | jq -e '[.provenance.tensors[] | select(.name == "lm_head.weight") |
+    .source_dtype == "Q6_K"] == [true]' >/dev/null || fail "untied: no Q6_K lm_head"
+
+# broken files: one line, non-zero, nothing written
+head -c 100000 "$W/Q8_0.gguf" >"$W/cut.gguf"
+"$QPACK" pack "$W/cut.gguf" -o "$W/cut.qpk" 2>"$W/err" && fail "a truncated GGUF packed"
+[ "$(wc -l <"$W/err")" = 1 ] && grep -q "cut.gguf" "$W/err" || fail "truncated: $(cat "$W/err")"
+[ ! -e "$W/cut.qpk" ] || fail "a refused pack left a file"
+"$QPACK" pack "$W/Q4_K.gguf" -o "$W/q24.qpk" --format q24 2>"$W/err" && fail "q24 of Q4_K packed"
+grep -q "is Q4_K: --format q24 is for float checkpoints" "$W/err" || fail "q24: $(cat "$W/err")"
+echo "ok: broken files refused"
