@@ -153,6 +153,10 @@ int cmd_pack(int argc, char **argv)
         rc = qp_fail(&err, "%s: not a folder or a file (expected a Hugging Face model folder or a GGUF file)",
                      p.opt.src);
     bool gguf = !rc && S_ISREG(st.st_mode);
+    size_t len = strlen(p.opt.src);
+    if (gguf && (len < 5 || strcmp(p.opt.src + len - 5, ".gguf")))
+        rc = qp_fail(&err, "%s: not a folder or a .gguf file (expected a Hugging Face model folder or a GGUF file)",
+                     p.opt.src);
     /* a destination that cannot be written is bad usage (-o's value) */
     bool bad_out = !rc && fs_out_check(p.opt.out, inputs, &err) != 0;
     rc |= bad_out;
