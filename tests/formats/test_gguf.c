@@ -22,13 +22,26 @@
 
 struct buf {
     uint8_t *p;
-    size_t len;
+    size_t len, cap;
 };
 
+/* Appends n bytes; v may point into b itself (a test repeats its own
+ * metadata), so an offset is kept across the growth. */
 static void put(struct buf *b, const void *v, size_t n)
 {
-    b->p = realloc(b->p, b->len + n + 1);
-    memcpy(b->p + b->len, v, n);
+    const uint8_t *src = v;
+    int inside = b->p && src >= b->p && src < b->p + b->len;
+    size_t at = inside ? (size_t)(src - b->p) : 0;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        ck_assert_ptr_nonnull(p);
+        b->p = p;
+        b->cap = cap;
+    }
+    memmove(b->p + b->len, inside ? b->p + at : src, n);
     b->len += n;
 }
 static void u32(struct buf *b, uint32_t v) { uint8_t x[4]; put32(x, v); put(b, x, 4); }
@@ -405,7 +418,7 @@ START_TEST(the_rebuilt_tokenizer_gives_the_hugging_face_ids)
         ck_assert_int_eq(qp_tok_encode(t, cases[c].text.s, cases[c].text.len, &got, &err), 0);
         ck_assert_msg(got.len == cases[c].ids.len, "%s: %zu ids, want %zu", cases[c].name, got.len,
                       cases[c].ids.len);
-        ck_assert_msg(!memcmp(got.v, cases[c].ids.v, got.len * sizeof *got.v), "%s: other ids", cases[c].name);
+        ck_assert_msg(!got.len || !memcmp(got.v, cases[c].ids.v, got.len * sizeof *got.v), "%s: other ids", cases[c].name);
         qp_tok_ids_free(&got);
     }
     ck_assert_uint_ge(n_cases, 800);
