@@ -325,6 +325,35 @@ static double i4_rtn(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
     return i4_assign_int(g, *d, *m, q, NULL);
 }
 
+/* Whether the group lies on a Q4_0 grid, X = D c with c in -8..7, that pf16
+ * holds: llama.cpp's Q4_0 made with an importance matrix searches its scale,
+ * so its largest value need not sit on c = -8. The grid's D is X_top / c
+ * for one c; the first that puts every value exactly on a code wins. */
+static bool i4_on_grid(const grp *g, uint16_t *d, uint16_t *m)
+{
+    const double *X = (const double *)g->X;
+    for (int c = -8; c <= 7 && g->amax > 0; c++) {
+        if (c == 0)
+            continue;
+        double D = g->amax_signed / c;
+        uint16_t pd = pf16_encode(D), pm = pf16_encode(8.0 * D);
+        if ((double)pf16_int(pd) != D || (double)pf16_int(pm) != 8.0 * D)
+            continue;
+        int j = 0;
+        for (; j < g->n; j++) {
+            double k = nearbyint(X[j] / D);
+            if (k < -8 || k > 7 || k * D != X[j])
+                break;
+        }
+        if (j == g->n) {
+            *d = pd;
+            *m = pm;
+            return true;
+        }
+    }
+    return false;
+}
+
 static double i4_absmax(const grp *g, uint8_t *q, uint16_t *d, uint16_t *m)
 {
     /* llama.cpp Q4_0: w = D (q - 8), D = -max_signed / 8, so the extreme value
@@ -497,7 +526,8 @@ static double i4_quantise(const grp *g, qnt_method method, uint8_t *q, uint16_t 
 {
     switch (method) {
     case QNT_SEARCH: return i4_search(g, q, d, m);
-    case QNT_ABSMAX: return i4_absmax(g, q, d, m);
+    case QNT_ABSMAX: /* here only: in the search's fallbacks the test would cost every group */
+        return i4_on_grid(g, d, m) ? i4_assign_int(g, *d, *m, q, NULL) : i4_absmax(g, q, d, m);
     default: return i4_rtn(g, q, d, m);
     }
 }

@@ -59,7 +59,9 @@
  * QNT_ABSMAX (INT4 only): the naive baseline, symmetric absmax RTN as
  *   llama.cpp Q4_0: w = D (q - 8), D = -max_signed / 8 (the largest-magnitude
  *   value lands exactly on code 0; D may be negative), stored as M = 8 D. The
- *   variant known to break small Qwen models (`qpack --quant rtn`).
+ *   variant known to break small Qwen models (`qpack --quant rtn`). A group
+ *   that already lies on such a grid with another scale (a GGUF's Q4_0 made
+ *   with an importance matrix) keeps it: zero error.
  * QNT_SEARCH: minimises the (weighted) squared reconstruction error
  *   Σ w_j (x_j - ŵ_j)^2 per group. INT4: 32 candidate lines at once (the
  *   range in 13, 13.25, ..., 16.75 steps, anchored at the minimum and at the

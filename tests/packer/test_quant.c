@@ -321,6 +321,34 @@ START_TEST(edge_groups)
 }
 END_TEST
 
+/* A group on a Q4_0 grid whose largest value is not on code -8 (llama.cpp's
+ * Q4_0 with an importance matrix: x = d c, d an f16, c in -8..7) is kept
+ * exactly by absmax, whatever its extreme code; the values rebuilt from
+ * the codes are the group's, bit for bit. */
+START_TEST(q4_0_grids_are_kept_exactly)
+{
+    const int n = 32;
+    float x[32];
+    uint8_t q[32];
+    uint16_t d, m;
+    for (int it = 0; it < 2000; it++) {
+        int top = 1 + (int)(next_u64() % 8), sign = next_u64() & 1 ? 1 : -1;  /* the extreme code */
+        float scale = ldexpf(1 + (float)(next_u64() % 1024) / 1024, (int)(next_u64() % 30) - 20);
+        for (int j = 0; j < n; j++) {
+            int c = (int)(next_u64() % (2 * top + 1)) - top;
+            x[j] = scale * (float)(c < -8 ? -8 : c > 7 ? 7 : c);
+        }
+        x[next_u64() % n] = scale * (float)(sign * top == 8 ? 7 : sign * top);
+        int E = group_E(x, n);
+        double e = qnt_i4_group(x, NULL, n, E, QNT_ABSMAX, q, &d, &m);
+        ck_assert_msg(e == 0, "group %d (extreme code %d): error %g", it, sign * top, e);
+        for (int j = 0; j < n; j++)
+            ck_assert_msg(ldexp((double)((int64_t)pf16_int(d) * q[j] - pf16_int(m)), -E) == x[j],
+                          "group %d value %d", it, j);
+    }
+}
+END_TEST
+
 START_TEST(code_sums)
 {
     uint8_t q[5] = {0, 15, 3, 7, 15};
@@ -663,6 +691,7 @@ int main(void)
     tcase_add_loop_test(tc, search_never_worse_i4, 0, 4);
     tcase_add_loop_test(tc, search_never_worse_i8, 0, 4);
     tcase_add_test(tc, edge_groups);
+    tcase_add_test(tc, q4_0_grids_are_kept_exactly);
     tcase_add_loop_test(tc, generic_build_same_bits, 0, (int)(sizeof generic_sizes / sizeof *generic_sizes));
     suite_add_tcase(s, tc);
     tc = tcase_create("tensors");
