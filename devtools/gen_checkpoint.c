@@ -35,14 +35,15 @@
 #define PROG "qp-gen-checkpoint"
 
 static const char usage[] =
-    "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b|4b|8b|14b] [--hidden N] [--intermediate N]\n"
+    "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b|4b|8b|14b|32b] [--hidden N] [--intermediate N]\n"
     "       [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N]\n"
     "       [--seed S] [--shards N] [--untied] [--stress] [--tokenizer-dir DIR]\n"
     "       [--dtype bf16|f16|f32] [--init fixed|fan-in]\n"
     "       " PROG " --version\n"
     "Writes a random Qwen3 checkpoint (Hugging Face layout) into OUT_DIR.\n"
     "The preset (default tiny) is applied first; size flags override it wherever they are.\n"
-    "4b, 8b and 14b are written in 3, 5 and 8 shards (as published) unless --shards is given.\n"
+    "4b, 8b, 14b and 32b are written in 3, 5, 8 and 17 shards (as published) unless --shards\n"
+    "is given.\n"
     "Values: matrices N(0, 0.02), norm weights 1 + N(0, 0.1). --init fan-in draws each\n"
     "matrix from N(0, 0.02 * sqrt(1024 / its input width)) instead, so that every matrix\n"
     "product's output has the scale of 0.6B's q_proj at every width. --stress adds 4 massive\n"
@@ -110,6 +111,11 @@ static const struct preset presets[] = {
                .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
                .rms_norm_eps = 1e-6, .tie_word_embeddings = false,
                .bos_token_id = 151643, .eos_token_id = 151645 }, 8 },
+    { "32b", { .hidden_size = 5120, .intermediate_size = 25600, .num_hidden_layers = 64,
+               .num_attention_heads = 64, .num_key_value_heads = 8, .head_dim = 128,
+               .vocab_size = 151936, .max_position_embeddings = 40960, .rope_theta = 1e6,
+               .rms_norm_eps = 1e-6, .tie_word_embeddings = false,
+               .bos_token_id = 151643, .eos_token_id = 151645 }, 17 },
 };
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -145,7 +151,7 @@ static int apply_preset(struct options *o, const char *name, qp_err *err)
             return 0;
         }
     }
-    return qp_fail(err, "unknown preset '%s' (tiny, 0.6b, 1.7b, 4b, 8b, 14b)", name);
+    return qp_fail(err, "unknown preset '%s' (tiny, 0.6b, 1.7b, 4b, 8b, 14b, 32b)", name);
 }
 
 static int parse_dtype(const char *s, enum st_dtype *dt, qp_err *err)
@@ -236,7 +242,7 @@ static int parse_options(struct options *o, int argc, char **argv, qp_err *err)
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--preset") == 0) {
             if (i + 1 >= argc)
-                return qp_fail(err, "--preset needs tiny, 0.6b, 1.7b, 4b, 8b or 14b");
+                return qp_fail(err, "--preset needs tiny, 0.6b, 1.7b, 4b, 8b, 14b or 32b");
             preset = argv[++i];
         }
     if (apply_preset(o, preset, err))

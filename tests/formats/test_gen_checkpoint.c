@@ -257,18 +257,21 @@ START_TEST(flags_override_the_preset_wherever_they_are)
 }
 END_TEST
 
-/* The published Qwen3-4B, -8B and -14B configs, shrunk to one layer, a
+/* The published Qwen3-4B, -8B, -14B and -32B configs, shrunk to one layer
+ * (two for 32B, whose 17 shards need more tensors than one layer has), a
  * 512-token vocabulary and a 64-wide MLP so the test stays small: the
  * heads, head size, tying, positions, RoPE and the shard count as published. */
 START_TEST(big_presets_have_the_published_config_and_shards)
 {
-    static const struct { const char *name; uint32_t hidden, heads, shards; bool tied; } want[] = {
-        { "4b", 2560, 32, 3, true }, { "8b", 4096, 32, 5, false }, { "14b", 5120, 40, 8, false },
+    static const struct { const char *name; uint32_t hidden, heads, shards, layers; bool tied; } want[] = {
+        { "4b", 2560, 32, 3, 1, true }, { "8b", 4096, 32, 5, 1, false }, { "14b", 5120, 40, 8, 1, false },
+        { "32b", 5120, 64, 17, 2, false },
     };
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         char args[128], sub[16], shard[64];
         snprintf(sub, sizeof sub, "m%s", want[i].name);
-        snprintf(args, sizeof args, "--preset %s --layers 1 --vocab 512 --intermediate 64", want[i].name);
+        snprintf(args, sizeof args, "--preset %s --layers %u --vocab 512 --intermediate 64", want[i].name,
+                 want[i].layers);
         ck_assert_int_eq(gen(sub, args), 0);
         struct qwen3_config c;
         qp_err err = { "" };
