@@ -6,10 +6,11 @@
  * not its searches: what matters here is valid blocks of each type.
  *
  *   qp-gguf-write SRC OUT.gguf [--type T] [--embed-type T] [--output-type T]
- *                 [--split N] [--dequantised DIR]
+ *                 [--split N] [--searched] [--dequantised DIR]
  *
  * T: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K (matrices; norms are F32).
- * --split N writes OUT's stem-0000i-of-0000N.gguf. --dequantised DIR
+ * --split N writes OUT's stem-0000i-of-0000N.gguf. --searched picks Q4_0's
+ * scales as llama-quantize does with an importance matrix. --dequantised DIR
  * reads the file back and writes its values as a float32 checkpoint (the
  * float reference of the tests). */
 #include <cjson/cJSON.h>
@@ -109,11 +110,36 @@ static void q8_0(const float *x, uint8_t *b)
         b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
 }
 
+/* --searched: Q4_0's scale chosen as llama-quantize does with an importance
+ * matrix, the weighted least error among max / (-8 + k / 10), k in -9..9
+ * (weights x^2 + the block's mean square, standing in for the matrix), so
+ * the block's largest value need not land on code 0 */
+static bool q4_0_searched;
+
+static float q4_0_scale(const float *x, float max)
+{
+    float ms = 0, best_d = max / -8, best_e = INFINITY;
+    for (int j = 0; j < 32; j++)
+        ms += x[j] * x[j] / 32;
+    for (int k = -9; k <= 9 && q4_0_searched && max != 0; k++) {
+        float d = qp_f16_to_f32(qp_f32_to_f16(max / (-8 + k / 10.0f))), e = 0;
+        for (int j = 0; j < 32; j++) {
+            float q = fminf(fmaxf(roundf(x[j] / d), -8), 7), r = x[j] - d * q;
+            e += (x[j] * x[j] + ms) * r * r;
+        }
+        if (e < best_e) {
+            best_e = e;
+            best_d = d;
+        }
+    }
+    return best_d;
+}
+
 static void q4_0(const float *x, uint8_t *b)
 {
     float max;
     amax_of(x, 32, &max);
-    float d = max / -8, id = d ? 1 / d : 0;
+    float d = q4_0_scale(x, max), id = d ? 1 / d : 0;
     put_f16(b, d);
     for (int j = 0; j < 16; j++) {
         int a = (int)(x[j] * id + 8.5f), c = (int)(x[j + 16] * id + 8.5f);
@@ -450,7 +476,7 @@ static int write_dequantised(const char *gguf_path, const char *dir, const char 
 static int usage(void)
 {
     fprintf(stderr, "usage: qp-gguf-write SRC OUT.gguf [--type T] [--embed-type T] [--output-type T] [--split N]\n"
-                    "                     [--dequantised DIR]\n"
+                    "                     [--searched] [--dequantised DIR]\n"
                     "T: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K\n");
     return 2;
 }
@@ -471,6 +497,8 @@ int main(int argc, char **argv)
             i++;
         else if (!strcmp(argv[i], "--split") && atoi(v) >= 1 && atoi(v) <= 99)
             split = (uint32_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--searched"))
+            q4_0_searched = true;
         else if (!strcmp(argv[i], "--dequantised") && *v)
             deq = argv[++i];
         else

@@ -2,9 +2,10 @@
 # test_gguf_pack.sh QPACK QEVAL GGUF_WRITE GEN TINY_LEARNED_DIR - `qpack pack
 # FILE.gguf` end to end: GGUFs of every type written by qp-gguf-write from
 # the model with learned weights pack into the encodings that hold them
-# (Q8_0, Q4_0, Q4_1, F16 with no error against the GGUF's own values), run
-# close to the float reference computed on those values, a split file packs
-# to the same tensors, and broken files are refused with one line.
+# (Q8_0, Q4_0 also with searched scales, Q4_1, F16 with no error against
+# the GGUF's own values), run close to the float reference computed on
+# those values, a split file packs to the same tensors, and broken files
+# are refused with one line.
 set -u
 QPACK=$1 QEVAL=$2 WRITE=$3 GEN=$4 DATA=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -31,6 +32,13 @@ for spec in Q8_0:i8g:1 Q4_0:i4g:1 Q4_1:i4g:1 Q4_K:i4k:0 Q5_K:i8g:0 Q6_K:i8g:0 F1
         fail "$type against its float reference: $(jq -c '.models[0] | {kl_mean, top1_percent}' "$W/$type.eval")"
     echo "ok: $type -> $enc $(jq -c '.models[0] | {kl_mean, top1_percent}' "$W/$type.eval")"
 done
+
+# Q4_0 with searched scales (an importance matrix's): still held exactly
+"$WRITE" "$M" "$W/searched.gguf" --type Q4_0 --searched || fail "write searched Q4_0"
+"$QPACK" pack "$W/searched.gguf" -o "$W/searched.qpk" 2>"$W/searched.log" || fail "pack searched Q4_0"
+grep -q "all exact" "$W/searched.log" || fail "searched Q4_0 is not held exactly: $(tail -1 "$W/searched.log")"
+cmp -s "$W/searched.gguf" "$W/Q4_0.gguf" && fail "--searched wrote the plain Q4_0 file"
+echo "ok: Q4_0 with searched scales, exact"
 
 # the chat template and tokenizer came along
 "$QPACK" info "$W/Q4_K.qpk" --json | jq -e '.sections | map(.name) | index("chat_template") and index("tokenizer")' \
