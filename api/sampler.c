@@ -1,6 +1,7 @@
 /* sampler.c - qpack_sampler: the next token from a session's logits.
  *
- * Order: the logit biases, then the penalties on the raw logits over the
+ * Order: the logit biases and the constraint (a token it does not allow
+ * gets -inf, and is no candidate), then the penalties on the raw logits over the
  * last repeat_last_n tokens (llama.cpp's repeat penalty: a recent token's
  * logit is divided by it when positive, multiplied when negative; then
  * OpenAI's presence and frequency penalties, subtracted), min-p on them (keep a token when its probability at
@@ -117,6 +118,9 @@ static void penalise(qpack_sampler *s, const qpack_session *session, const doubl
     memcpy(s->logit, logits, s->vocab * sizeof *s->logit);
     for (size_t i = 0; i < s->p.n_logit_bias; i++)
         s->logit[s->bias[i].token] += s->bias[i].bias;
+    for (uint32_t i = 0; s->p.allow && i < s->vocab; i++)
+        if (!s->p.allow(s->p.allow_user, (int32_t)i))
+            s->logit[i] = -INFINITY;
     bool any = s->p.repeat_penalty != 1 || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0;
     if (!any || !s->p.repeat_last_n)
         return;
@@ -148,7 +152,7 @@ int32_t qpack_sample(qpack_sampler *s, const qpack_session *session)
     double max = s->logit[best], floor = s->p.min_p > 0 ? max + log(s->p.min_p) : -INFINITY, sum = 0;
     uint32_t n = 0;
     for (uint32_t i = 0; i < s->vocab; i++) {
-        if (s->logit[i] < floor)
+        if (s->logit[i] < floor || s->logit[i] == -INFINITY)
             continue;
         s->prob[i] = exp((s->logit[i] - max) / s->p.temperature);
         sum += s->prob[i];

@@ -382,6 +382,12 @@ typedef struct qpack_sampler_params {
                                              (copied by qpack_sampler_new); NULL: none */
     size_t n_logit_bias;
     uint64_t seed;
+    /* A constraint on the next token (structured output): a token for which
+     * allow(allow_user, token) is false is never picked, whatever its logit;
+     * the constraint must allow at least one. It is asked about every token
+     * at each qpack_sample. NULL: every token may be picked. */
+    bool (*allow)(void *allow_user, int32_t token);
+    void *allow_user;
 } qpack_sampler_params;
 
 qpack_sampler_params qpack_sampler_default_params(void);   /* greedy, seed 1 */

@@ -489,6 +489,18 @@ START_TEST(bad_input_is_refused_before_compute_with_its_code)
 }
 END_TEST
 
+static bool odd_only(void *user, int32_t token)
+{
+    (void)user;
+    return token % 2 == 1;
+}
+
+static bool one_of_three(void *user, int32_t token)
+{
+    const int32_t *ids = user;
+    return token == ids[0] || token == ids[1] || token == ids[2];
+}
+
 START_TEST(sampler_greedy_seeded_min_p_and_repeat_penalty)
 {
     qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
@@ -603,6 +615,29 @@ START_TEST(sampler_greedy_seeded_min_p_and_repeat_penalty)
     ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
     ck_assert_int_eq(qpack_sample(rp, s), 12345);
     qpack_sampler_free(rp);
+    /* a constraint: greedy picks the most likely token it allows (here the
+     * odd ids), sampling never picks one it does not (here all but three) */
+    p = qpack_sampler_default_params();
+    p.allow = odd_only;
+    int32_t best_odd = 1;
+    for (uint32_t v = 1; v < vocab; v += 2)
+        if (l[v] > l[best_odd])
+            best_odd = (int32_t)v;
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    ck_assert_int_eq(qpack_sample(rp, s), best_odd);
+    qpack_sampler_free(rp);
+    int32_t three[3] = {7, 300, (int32_t)vocab - 1};
+    p = (qpack_sampler_params){.temperature = 1.5, .top_p = 0.9, .top_k = 2, .repeat_penalty = 1, .seed = 5,
+                               .allow = one_of_three, .allow_user = three};
+    ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_OK);
+    for (int i = 0; i < 200; i++) {
+        int32_t id = qpack_sample(rp, s);
+        ck_assert_msg(id == three[0] || id == three[1] || id == three[2], "draw %d: %d is not allowed", i, id);
+    }
+    qpack_sampler_free(rp);
+    p = qpack_sampler_default_params();
+    p.logit_bias = &force;
+    p.n_logit_bias = 1;
     force.token = (int32_t)vocab;
     ck_assert_int_eq(qpack_sampler_new(&rp, m, &p, &e), QPACK_ERR_ARGUMENT);
     p.n_logit_bias = 0;
