@@ -2,7 +2,7 @@
 // (npm @langchain/openai, tests/serve/package.json) against qrun serve with
 // its default settings: a chat, the same chat streamed, a conversation with
 // a system prompt, tools bound to the model with a tool call and its result
-// in the history, and an unknown key refused. EXPECT_DIR holds qrun's own
+// in the history, structured output, and an unknown key refused. EXPECT_DIR holds qrun's own
 // greedy texts, the independent expectation: chat.txt (qrun --chat -p Hi
 // -n 8) and system.txt (qrun --chat --system "Be brief." -p Hi -n 8), each
 // with qrun's final newline. A chat with tools is compared with the
@@ -58,6 +58,16 @@ const completion = await (await fetch(`${url}/v1/completions`, {
   body: JSON.stringify({ model, prompt: rendered.prompt, max_tokens: 8, temperature: 0 }) })).json();
 check(answer.content === completion.choices[0].text && answer.tool_calls.length === 0,
       `bound tools with a call in the history: the reply continues the rendered prompt ${JSON.stringify(answer.content)}`);
+
+// structured output as LangChain asks for it (response_format json_schema):
+// the parsed reply holds the schema
+const pick = { title: 'pick', type: 'object', properties: { color: { type: 'string', enum: ['red', 'green'] },
+  ok: { type: 'boolean' } }, required: ['color', 'ok'], additionalProperties: false };
+const structured = await new ChatOpenAI({ model, apiKey, temperature: 0, maxTokens: 600, maxRetries: 0,
+                                          configuration: { baseURL: `${url}/v1` } })
+  .withStructuredOutput(pick, { method: 'jsonSchema' }).invoke([new HumanMessage('Pick one')]);
+check(['red', 'green'].includes(structured.color) && typeof structured.ok === 'boolean',
+      `withStructuredOutput holds its schema: ${JSON.stringify(structured)}`);
 
 try {
   await new ChatOpenAI({ model, apiKey: 'wrong', maxRetries: 0, configuration: { baseURL: `${url}/v1` } })

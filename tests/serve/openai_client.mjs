@@ -1,7 +1,7 @@
 // openai_client.mjs URL MODEL API_KEY EXPECT_DIR - the official OpenAI
 // client (npm package openai, tests/serve/package.json) against qrun serve:
 // a chat, the same chat streamed, a text completion (plain and streamed),
-// the model list, a conversation with tools, another model's name served by this one, and an unknown
+// the model list, a conversation with tools, structured output, another model's name served by this one, and an unknown
 // model looked up, which the client must see as its NotFoundError. EXPECT_DIR holds qrun's own greedy texts for the same
 // prompts, the independent expectation: chat.txt (qrun --chat -p Hi -n 8)
 // and text.txt (qrun -p Hello -n 8), each with qrun's final newline.
@@ -92,6 +92,15 @@ const lpContent = withLogprobs.choices[0].logprobs.content;
 check(lpContent.length === 4 && lpContent.every((e) => e.top_logprobs.length === 3 && e.logprob === e.top_logprobs[0].logprob &&
       e.logprob < 0) && lpContent.map((e) => e.token).join('') === withLogprobs.choices[0].message.content,
       'logprobs: each token the most likely of its 3, their texts the reply');
+
+// structured output: the reply parses and holds the schema, whatever the model
+const pick = { type: 'object', properties: { color: { enum: ['red', 'green'] }, ok: { type: 'boolean' } },
+  required: ['color', 'ok'], additionalProperties: false };
+const structured = await client.chat.completions.create({ model, messages: hi, max_tokens: 600, temperature: 0,
+  response_format: { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema: pick } } });
+const picked = JSON.parse(structured.choices[0].message.content);
+check(['red', 'green'].includes(picked.color) && typeof picked.ok === 'boolean' && Object.keys(picked).length === 2 &&
+      structured.choices[0].finish_reason === 'stop', `structured output holds its schema: ${JSON.stringify(picked)}`);
 
 const models = [];
 for await (const m of client.models.list()) models.push(m.id);

@@ -685,6 +685,54 @@ tools)
     stop_server
     ;;
 
+formats)
+    # response_format on the random model: the reply held to a schema parses
+    # and holds it (checked by jq), greedy, sampled, streamed and from
+    # /v1/completions; json_object gives an object or runs to the length;
+    # a schema the machine cannot hold is a 400 naming response_format
+    start_server emu --backend emu
+    schema='{"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]},
+             "ok": {"type": "boolean"}, "n": {"type": "integer"},
+             "tags": {"type": "array", "items": {"enum": ["a", "b"]}}}, "required": ["color", "ok", "n"]}'
+    rf="{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"pick\", \"strict\": true, \"schema\": $schema}}"
+    holds='(.color | IN("red", "green", "blue")) and (.ok | type == "boolean") and (.n | type == "number" and . == floor)
+           and ((.tags // []) | all(IN("a", "b"))) and (keys - ["color", "ok", "n", "tags"] == [])'
+    for t in 0 1; do
+        post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Pick one\"}], \"max_tokens\": 1500,
+                                    \"temperature\": $t, \"seed\": 3, \"response_format\": $rf}"
+        expect_ok "json_schema, temperature $t"
+        [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] || fail "json_schema ran to the length: $(head -c 300 "$T/resp")"
+        jq -r '.choices[0].message.content' "$T/resp" >"$T/content"
+        jq -e "$holds" "$T/content" >/dev/null || fail "temperature $t: the reply does not hold the schema: $(cat "$T/content")"
+        echo "ok json_schema, temperature $t: $(jq -c . "$T/content")"
+    done
+    post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Pick\"}], \"max_tokens\": 1500,
+                                \"temperature\": 1, \"seed\": 9, \"stream\": true, \"response_format\": $rf}"
+    expect_ok "json_schema streamed"
+    stream_text >"$T/content"
+    jq -e "$holds" "$T/content" >/dev/null || fail "streamed: the reply does not hold the schema: $(cat "$T/content")"
+    post /v1/completions "{\"prompt\": \"Answer: \", \"max_tokens\": 1500, \"response_format\": $rf}"
+    expect_ok "json_schema, completions"
+    jq -r '.choices[0].text' "$T/resp" | jq -e "$holds" >/dev/null || fail "completions: $(head -c 300 "$T/resp")"
+    echo "ok json_schema from /v1/completions"
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
+                                "response_format": {"type": "json_object"}}'
+    expect_ok "json_object"
+    if [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ]; then
+        jq -r '.choices[0].message.content' "$T/resp" | jq -e 'type == "object"' >/dev/null ||
+            fail "json_object: not an object: $(head -c 300 "$T/resp")"
+    else
+        # the random model's strings run on: what it wrote is an object's start
+        jq -r '.choices[0].message.content' "$T/resp" | grep -q '^[[:space:]]*{' || fail "json_object: $(head -c 300 "$T/resp")"
+    fi
+    echo "ok json_object"
+    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}],
+                                "response_format": {"type": "json_schema", "json_schema": {"schema": {"anyOf": [{}]}}}}'
+    expect_error 400
+    [ "$(jq -r .error.param "$T/resp")" = response_format ] || fail "anyOf: $(cat "$T/resp")"
+    stop_server
+    ;;
+
 browser)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"

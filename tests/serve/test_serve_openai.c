@@ -198,7 +198,7 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
         {"\"logprobs\": 1", "logprobs", 400}, {"\"top_logprobs\": 3", "top_logprobs", 400},
         {"\"logprobs\": true, \"top_logprobs\": 21", "top_logprobs", 400},
         {"\"tools\": [{\"type\": \"function\"}]", "tools", 400}, {"\"tool_choice\": \"required\"", "tool_choice", 400},
-        {"\"response_format\": {\"type\": \"json_object\"}", "response_format", 400},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"oneOf\": []}}}", "response_format", 400},
         {"\"cache_prompt\": 1", "cache_prompt", 400}, {"\"prompt\": \"x\"", "prompt", 400},
         {"\"model\": 7", "model", 400},
         {"\"stream_options\": {\"include_usage\": \"yes\"}", "stream_options.include_usage", 400},

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "qpack.h"
+#include "serve_format.h"
 #include "stop_text.h"
 
 /* `qrun serve ARGS`: argv[0] is "serve". Returns the exit status. */
@@ -71,6 +72,7 @@ struct serve_request {
     unsigned top_logprobs;      /* with this many alternatives each */
     qpack_logit_bias *bias;     /* logit_bias (sampling points at it), n_bias of them */
     size_t n_bias;
+    struct serve_format *format;    /* response_format's constraint (a reference); NULL: text */
     unsigned given;             /* SERVE_GIVEN_*: the sampling fields the request set */
 };
 
@@ -291,6 +293,9 @@ int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len,
 /* Log probabilities for each token generated (the end token not), with top
  * alternatives each; set before the job is submitted. */
 void serve_job_want_logprobs(struct serve_job *j, unsigned top);
+/* The reply is held to format (serve_format.h), from its first token, or
+ * after its thinking with think; set before the job is submitted. */
+void serve_job_want_format(struct serve_job *j, struct serve_format *format, bool think);
 /* j is another choice of leader's request: it waits for leader's prompt to
  * be fed and copies it (set before submitting). */
 void serve_job_follow(struct serve_job *j, struct serve_job *leader);

@@ -891,6 +891,8 @@ static int new_jobs(struct serve_http *h, struct request *r, const struct serve_
         }
         if (q->logprobs)
             serve_job_want_logprobs(j, q->top_logprobs);
+        if (q->format)
+            serve_job_want_format(j, q->format, q->think);
         serve_job_watch(j, serve_conns_wake, h->conns);
         r->ch[k].job = j;
         r->n_ch = k + 1;

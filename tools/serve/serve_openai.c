@@ -344,12 +344,6 @@ static bool is_empty_array(const cJSON *f)
     return cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0;
 }
 
-static bool is_text_format(const cJSON *f)
-{
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type");
-    return cJSON_IsObject(f) && cJSON_IsString(t) && !strcmp(t->valuestring, "text");
-}
-
 /* the sampling fields, llama-server's names beside OpenAI's; 1 when f is
  * none of them */
 static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab, struct serve_error *e)
@@ -470,7 +464,7 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
         return neutral(f, cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")),
                        "a forced tool call", e);
     if (!strcmp(k, "response_format"))
-        return neutral(f, is_text_format(f), "a structured response format", e);
+        return serve_format_unref(r->format), serve_format_read(f, &r->format, e);
     return 0;
 }
 
@@ -591,6 +585,7 @@ void serve_request_free(struct serve_request *r)
     for (unsigned i = 0; i < r->stops.n; i++)
         free(r->stops.s[i]);
     free(r->bias);
+    serve_format_unref(r->format);
     *r = (struct serve_request){0};
 }
 

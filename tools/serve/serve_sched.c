@@ -60,6 +60,8 @@ struct serve_job {
     int logprobs;               /* alternatives per token, -1: no log probabilities */
     struct serve_logprob *lp;   /* released and not yet taken */
     size_t lp_len, lp_cap;
+    struct serve_format *format;    /* response_format's constraint; NULL: none */
+    bool format_think;              /* the format begins after the reply's thinking */
 };
 
 /* a session and the request it runs */
@@ -69,6 +71,7 @@ struct slot {
     struct serve_job *job;      /* NULL: free (under s->mu) */
     uint64_t order;             /* when the job was admitted: the oldest prompt goes first */
     qpack_sampler *sampler;
+    struct serve_format_state *format;  /* the reply's place in its job's format */
     struct stop_text stops;
     uint32_t fed;               /* prompt tokens the session holds */
     bool decoding;              /* the prompt is in: `next` is the token to feed */
@@ -85,6 +88,7 @@ struct serve_sched {
     uint32_t ctx, block;
     unsigned n_slots;
     struct slot *slots;
+    struct serve_vocab *vocab;  /* for formats: made at the first that needs it */
     pthread_mutex_t mu;         /* the queue, stopping, which slots hold a job */
     pthread_cond_t cv;
     struct serve_job **q;       /* ring of q_max + n_slots: waiting for a free session */
@@ -152,6 +156,7 @@ void serve_job_unref(struct serve_job *j)
     for (unsigned i = 0; i < j->stops.n; i++)
         free(j->stops.s[i]);
     free((void *)j->sp.logit_bias);
+    serve_format_unref(j->format);
     free(j->prompt);
     if (j->leader)
         serve_job_unref(j->leader);
@@ -177,6 +182,12 @@ void serve_job_follow(struct serve_job *j, struct serve_job *leader)
 void serve_job_want_logprobs(struct serve_job *j, unsigned top)
 {
     j->logprobs = (int)(top > SERVE_MAX_TOP_LOGPROBS ? SERVE_MAX_TOP_LOGPROBS : top);
+}
+
+void serve_job_want_format(struct serve_job *j, struct serve_format *format, bool think)
+{
+    j->format = serve_format_ref(format);
+    j->format_think = think;
 }
 
 static int job_release_logprob(struct serve_job *j, const struct serve_logprob *lp)
@@ -423,6 +434,8 @@ static void finish(struct serve_sched *s, struct slot *sl, const char *finish, c
     struct serve_job *j = sl->job;
     qpack_sampler_free(sl->sampler);
     sl->sampler = NULL;
+    serve_format_end(sl->format);
+    sl->format = NULL;
     stop_text_free(&sl->stops);
     if (!finish && err->code == QPACK_ERR_INTERRUPTED)
         atomic_fetch_add(&serve_metrics.cancelled, 1);
@@ -459,7 +472,20 @@ static void start(struct serve_sched *s, struct slot *sl)
     atomic_store(&sl->decoded, 0);
     atomic_store(&sl->held, sl->fed);
     stop_text_init(&sl->stops, (const char *const *)j->stops.s, (int)j->stops.n);
-    if (qpack_session_rewind(sl->session, sl->fed, &err) || qpack_sampler_new(&sl->sampler, s->m, &j->sp, &err))
+    qpack_sampler_params sp = j->sp;
+    if (j->format) {
+        if (!s->vocab)
+            s->vocab = serve_vocab_new(s->m);
+        if (!s->vocab || !(sl->format = serve_format_start(j->format, s->vocab, j->format_think))) {
+            err.code = QPACK_ERR_MEMORY;
+            snprintf(err.message, sizeof err.message, "out of memory for the response format");
+            finish(s, sl, NULL, &err);
+            return;
+        }
+        sp.allow = serve_format_allows;
+        sp.allow_user = sl->format;
+    }
+    if (qpack_session_rewind(sl->session, sl->fed, &err) || qpack_sampler_new(&sl->sampler, s->m, &sp, &err))
         finish(s, sl, NULL, &err);
 }
 
@@ -517,6 +543,12 @@ static void take_token(struct serve_sched *s, struct slot *sl)
     struct serve_job *j = sl->job;
     qpack_error err = {0};
     int32_t id = qpack_sample(sl->sampler, sl->session);
+    if (sl->format && serve_format_take(sl->format, id)) {
+        err.code = QPACK_ERR_INTERNAL;
+        snprintf(err.message, sizeof err.message, "token %d leaves the response format", id);
+        finish(s, sl, NULL, &err);
+        return;
+    }
     atomic_store(&sl->decoded, j->usage.completion_tokens + 1);
     if (j->usage.completion_tokens++ == 0) {
         sl->t_first = qp_now_s();

@@ -1,0 +1,721 @@
+/* serve_format.c - response_format as constrained decoding (serve_format.h).
+ *
+ * A reply is held to JSON: any object (json_object) or a value of a schema
+ * (json_schema). A byte-level pushdown machine follows the reply; the
+ * sampler asks it about every token of the vocabulary, and a token is
+ * allowed when its bytes keep the reply the start of such a value, an end
+ * token when the value is complete. So the reply always parses, whatever
+ * the model would rather have written, and it ends where the value does.
+ *
+ * The machine is a stack of frames, one per value being written: a value
+ * not yet begun, an object, an array, a string, a number, or a literal
+ * (true, false, null, an enum's values, a schema object's keys: texts
+ * matched byte by byte, all alternatives at once). A schema object's keys
+ * come in the schema's order, a property left out only when it is not
+ * required, as llama.cpp's schema grammars do. Whitespace runs and numbers
+ * are bounded (as llama.cpp's JSON grammar bounds them) so that a reply
+ * cannot run on inside them. */
+#include <cjson/cJSON.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+
+#define MAX_DEPTH 24            /* nesting of the reply, and of a schema */
+#define MAX_NODES 1024          /* schema nodes */
+#define MAX_ALTS 64             /* an enum's values, an object's properties: bits of a mask */
+#define MAX_WS 20               /* spaces and tabs in a row */
+#define ANY_NODE 0              /* every format's node 0: any JSON value */
+#define MAX_NUMBER 24           /* a number's bytes */
+
+#define BAD(e, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, "response_format", __VA_ARGS__), -1)
+
+/* ---- the schema, compiled ------------------------------------------------ */
+
+enum kind { K_ANY, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_BOOLEAN, K_NULL, K_ENUM };
+
+struct node {
+    enum kind kind;
+    uint32_t n;                 /* object: properties; enum: values */
+    char **text;                /* object: each key as JSON ("\"name\""); enum: each value as JSON */
+    uint32_t *child;            /* object: each property's node */
+    uint64_t required;          /* object: a bit per required property */
+    uint32_t item;              /* array: its items' node */
+};
+
+struct serve_format {
+    atomic_int refs;
+    struct node *nodes;
+    uint32_t n_nodes;
+    uint32_t root;
+};
+
+static const char *const lit_bool[] = {"true", "false"}, *const lit_null[] = {"null"},
+                         *const lit_any[] = {"true", "false", "null"};
+
+void serve_format_unref(struct serve_format *f)
+{
+    if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
+        return;
+    for (uint32_t i = 0; i < f->n_nodes; i++) {
+        for (uint32_t k = 0; k < f->nodes[i].n; k++)
+            free(f->nodes[i].text[k]);
+        free(f->nodes[i].text);
+        free(f->nodes[i].child);
+    }
+    free(f->nodes);
+    free(f);
+}
+
+struct serve_format *serve_format_ref(struct serve_format *f)
+{
+    if (f)
+        atomic_fetch_add(&f->refs, 1);
+    return f;
+}
+
+static int new_node(struct serve_format *f, enum kind kind, struct serve_error *e)
+{
+    if (f->n_nodes == MAX_NODES)
+        return BAD(e, "response_format: the schema has more than %d parts", MAX_NODES);
+    struct node *nodes = realloc(f->nodes, (f->n_nodes + 1) * sizeof *nodes);
+    if (!nodes)
+        return BAD(e, "response_format: out of memory");
+    f->nodes = nodes;
+    f->nodes[f->n_nodes] = (struct node){.kind = kind};
+    return (int)f->n_nodes++;
+}
+
+static int compile(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e);
+
+static const struct {
+    const char *name;
+    enum kind kind;
+} types[] = {{"object", K_OBJECT}, {"array", K_ARRAY},   {"string", K_STRING}, {"number", K_NUMBER},
+             {"integer", K_INTEGER}, {"boolean", K_BOOLEAN}, {"null", K_NULL}};
+
+/* an enum's (or a const's) values, each as the JSON text the reply must hold */
+static int compile_enum(struct serve_format *f, const cJSON *values, struct serve_error *e)
+{
+    int n = cJSON_GetArraySize(values);
+    if (!cJSON_IsArray(values) || n < 1 || n > MAX_ALTS)
+        return BAD(e, "response_format: 'enum' must be an array of 1 to %d values", MAX_ALTS);
+    int id = new_node(f, K_ENUM, e);
+    if (id < 0)
+        return -1;
+    struct node *nd = &f->nodes[id];
+    if (!(nd->text = calloc((size_t)n, sizeof *nd->text)))
+        return BAD(e, "response_format: out of memory");
+    for (const cJSON *v = values->child; v; v = v->next)
+        if (!(nd->text[nd->n++] = cJSON_PrintUnformatted(v)))
+            return BAD(e, "response_format: out of memory");
+    return id;
+}
+
+static int compile_object(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties"),
+                *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    int n = props ? cJSON_GetArraySize(props) : 0;
+    if (props && (!cJSON_IsObject(props) || n > MAX_ALTS))
+        return BAD(e, "response_format: 'properties' must be an object of at most %d properties", MAX_ALTS);
+    if (req && !cJSON_IsArray(req))
+        return BAD(e, "response_format: 'required' must be an array of property names");
+    int id = new_node(f, K_OBJECT, e);
+    if (id < 0 || !n)           /* no properties: any object */
+        return id;
+    char **text = calloc((size_t)n, sizeof *text);
+    uint32_t *child = calloc((size_t)n, sizeof *child);
+    f->nodes[id].text = text;
+    f->nodes[id].child = child;
+    if (!text || !child)
+        return BAD(e, "response_format: out of memory");
+    uint32_t k = 0;
+    for (const cJSON *p = props->child; p; p = p->next, k++) {
+        cJSON *name = cJSON_CreateString(p->string);
+        text[k] = name ? cJSON_PrintUnformatted(name) : NULL;
+        cJSON_Delete(name);
+        f->nodes[id].n = k + 1;
+        if (!text[k])
+            return BAD(e, "response_format: out of memory");
+        int c = compile(f, p, depth + 1, e);
+        if (c < 0)
+            return -1;
+        f->nodes[id].child[k] = (uint32_t)c;   /* f->nodes may have moved */
+    }
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
+        if (!cJSON_IsString(r))
+            return BAD(e, "response_format: 'required' must be an array of property names");
+        uint32_t i = 0;
+        const cJSON *p = props->child;
+        while (p && strcmp(p->string, r->valuestring))
+            p = p->next, i++;
+        if (!p)
+            return BAD(e, "response_format: required property '%.64s' is not among the properties", r->valuestring);
+        f->nodes[id].required |= 1ull << i;
+    }
+    return id;
+}
+
+/* One schema as a node: type (one name), properties, required, items,
+ * enum and const; keywords that only annotate or bound values (title,
+ * description, additionalProperties, minLength, ...) are not enforced,
+ * and those that combine schemas are refused rather than ignored. */
+static int compile(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e)
+{
+    static const char *const refused[] = {"$ref", "anyOf", "oneOf", "allOf", "not", "if", "patternProperties"};
+    if (depth > MAX_DEPTH)
+        return BAD(e, "response_format: the schema nests deeper than %d", MAX_DEPTH);
+    if (cJSON_IsTrue(s) || (cJSON_IsObject(s) && !s->child))
+        return ANY_NODE;
+    if (!cJSON_IsObject(s))
+        return BAD(e, "response_format: a schema must be an object");
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (cJSON_GetObjectItemCaseSensitive(s, refused[i]))
+            return BAD(e, "response_format: '%s' is not supported (type, properties, required, items, enum and const are)",
+                       refused[i]);
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+    if (en)
+        return compile_enum(f, en, e);
+    if (cn) {
+        cJSON *one = cJSON_CreateArray();
+        int id = one && cJSON_AddItemReferenceToArray(one, (cJSON *)cn) ? compile_enum(f, one, e)
+                                                                         : BAD(e, "response_format: out of memory");
+        cJSON_Delete(one);
+        return id;
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    enum kind kind = K_ANY;
+    if (type && !cJSON_IsString(type))
+        return BAD(e, "response_format: 'type' must be one type's name (a list of types is not supported)");
+    for (size_t i = 0; type && i < sizeof types / sizeof *types; i++)
+        if (!strcmp(type->valuestring, types[i].name))
+            kind = types[i].kind;
+    if (type && kind == K_ANY)
+        return BAD(e, "response_format: unknown type '%.32s'", type->valuestring);
+    if (!type && cJSON_GetObjectItemCaseSensitive(s, "properties"))
+        kind = K_OBJECT;
+    if (!type && cJSON_GetObjectItemCaseSensitive(s, "items"))
+        kind = K_ARRAY;
+    if (kind == K_OBJECT)
+        return compile_object(f, s, depth, e);
+    int id = new_node(f, kind, e);
+    if (id < 0 || kind != K_ARRAY)
+        return id;
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+    int item = items ? compile(f, items, depth + 1, e) : ANY_NODE;
+    if (item < 0)
+        return -1;
+    f->nodes[id].item = (uint32_t)item;
+    return id;
+}
+
+int serve_format_read(const cJSON *rf, struct serve_format **out, struct serve_error *e)
+{
+    *out = NULL;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(rf, "type");
+    if (!cJSON_IsObject(rf) || !cJSON_IsString(type))
+        return BAD(e, "'response_format' must be an object with a 'type'");
+    const char *t = type->valuestring;
+    const cJSON *schema = NULL;
+    if (!strcmp(t, "text"))
+        return 0;
+    if (!strcmp(t, "json_schema")) {
+        const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+        schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+        if (!cJSON_IsObject(js) || !schema)
+            return BAD(e, "response_format: json_schema needs {\"json_schema\": {\"schema\": {...}}}");
+    } else if (!strcmp(t, "json_object")) {
+        schema = cJSON_GetObjectItemCaseSensitive(rf, "schema");    /* llama-server's */
+    } else {
+        return BAD(e, "response_format: type must be text, json_object or json_schema, not '%.32s'", t);
+    }
+    struct serve_format *f = calloc(1, sizeof *f);
+    if (!f)
+        return BAD(e, "response_format: out of memory");
+    atomic_init(&f->refs, 1);
+    int any = new_node(f, K_ANY, e);
+    int root = any < 0 ? -1 : schema ? compile(f, schema, 0, e) : new_node(f, K_OBJECT, e);
+    if (root < 0) {
+        serve_format_unref(f);
+        return -1;
+    }
+    f->root = (uint32_t)root;
+    *out = f;
+    return 0;
+}
+
+/* ---- the machine --------------------------------------------------------- */
+
+enum frame_kind { F_VALUE, F_OBJECT, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL };
+
+enum {
+    /* object */ O_OPEN, O_KEY, O_COLON, O_AFTER,
+    /* array */ A_OPEN, A_ITEM, A_AFTER,
+    /* string */ S_CHARS, S_ESCAPE, S_HEX,
+    /* number */ N_SIGN, N_ZERO, N_INT, N_POINT, N_FRAC, N_EXP, N_EXP_SIGN, N_EXP_DIGITS,
+};
+
+struct frame {
+    uint8_t kind, phase;
+    uint16_t ws;                /* whitespace bytes in a row */
+    uint32_t node;
+    uint32_t pos;               /* literal: bytes matched; number: bytes; string: hex digits left */
+    uint32_t next;              /* schema object: the first property not yet passed */
+    uint32_t cur;               /* schema object: the property being written */
+    uint32_t n_alts;            /* literal: alternatives */
+    uint64_t live;              /* literal: those still matching */
+    const char *const *alts;
+    bool is_key;                /* literal: a schema object's key (the object below records it) */
+    bool integer;               /* number: no fraction or exponent */
+};
+
+struct machine {
+    const struct serve_format *f;
+    uint32_t depth;
+    bool done;                  /* the root value is complete and closed */
+    struct frame st[MAX_DEPTH + 2];
+};
+
+#define MACHINE_BYTES(m) (offsetof(struct machine, st) + ((m)->depth + 1) * sizeof(struct frame))
+
+static bool is_digit(unsigned c) { return c >= '0' && c <= '9'; }
+
+static struct frame *top(struct machine *m) { return &m->st[m->depth - 1]; }
+
+static bool push(struct machine *m, struct frame fr)
+{
+    if (m->depth > MAX_DEPTH)
+        return false;
+    m->st[m->depth++] = fr;
+    return true;
+}
+
+/* the top frame's value is complete: off the stack */
+static void pop(struct machine *m)
+{
+    m->depth--;
+    m->done = m->depth == 0;
+}
+
+/* whitespace where a frame allows it, bounded as llama.cpp's JSON grammar
+ * bounds it: a newline first or none, then at most MAX_WS spaces or tabs */
+static bool space(struct frame *t, unsigned c)
+{
+    if (c == '\n')
+        return t->ws++ == 0;
+    if (c != ' ' && c != '\t')
+        return false;
+    return ++t->ws <= MAX_WS + 1;
+}
+
+/* the keys a schema object may write next: any from `next` on, up to and
+ * including the first required one */
+static uint64_t keys_open(const struct node *nd, uint32_t next)
+{
+    uint64_t mask = 0;
+    for (uint32_t i = next; i < nd->n; i++) {
+        mask |= 1ull << i;
+        if (nd->required >> i & 1)
+            break;
+    }
+    return mask;
+}
+
+static bool may_close(const struct node *nd, uint32_t next)
+{
+    return next >= 64 || !(nd->required >> next);
+}
+
+static struct frame literal(const char *const *alts, uint32_t n, uint64_t live)
+{
+    return (struct frame){.kind = F_LITERAL, .alts = alts, .n_alts = n, .live = live};
+}
+
+/* the first byte of a value of node: the frame that writes it */
+static bool begin_value(struct machine *m, uint32_t node, unsigned c)
+{
+    const struct node *nd = &m->f->nodes[node];
+    enum kind k = nd->kind;
+    struct frame fr = {.node = node};
+    if (c == '{' && (k == K_ANY || k == K_OBJECT))
+        fr.kind = F_OBJECT, fr.phase = O_OPEN;
+    else if (c == '[' && (k == K_ANY || k == K_ARRAY))
+        fr.kind = F_ARRAY, fr.phase = A_OPEN;
+    else if (c == '"' && (k == K_ANY || k == K_STRING))
+        fr.kind = F_STRING, fr.phase = S_CHARS;
+    else if ((c == '-' || is_digit(c)) && (k == K_ANY || k == K_NUMBER || k == K_INTEGER))
+        fr.kind = F_NUMBER, fr.phase = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT, fr.pos = 1,
+        fr.integer = k == K_INTEGER;
+    else if (k == K_ENUM)
+        fr = literal((const char *const *)nd->text, nd->n, nd->n == 64 ? ~0ull : (1ull << nd->n) - 1);
+    else if (k == K_BOOLEAN)
+        fr = literal(lit_bool, 2, 3);
+    else if (k == K_NULL)
+        fr = literal(lit_null, 1, 1);
+    else if (k == K_ANY)
+        fr = literal(lit_any, 3, 7);
+    else
+        return false;
+    if (fr.kind != F_LITERAL)
+        return push(m, fr);
+    /* a literal takes its first byte like the others */
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < fr.n_alts; i++)
+        if (fr.live >> i & 1 && (unsigned char)fr.alts[i][0] == c)
+            live |= 1ull << i;
+    fr.live = live;
+    fr.pos = 1;
+    return live && push(m, fr);
+}
+
+/* a literal alternative that is complete at the frame's position */
+static bool literal_complete(const struct frame *t)
+{
+    for (uint32_t i = 0; i < t->n_alts; i++)
+        if (t->live >> i & 1 && !t->alts[i][t->pos])
+            return true;
+    return false;
+}
+
+static bool number_complete(const struct frame *t)
+{
+    return t->phase == N_ZERO || t->phase == N_INT || t->phase == N_FRAC || t->phase == N_EXP_DIGITS;
+}
+
+static bool step(struct machine *m, unsigned c);
+
+/* a literal whose alternative `pos` bytes long matched: off the stack; a
+ * key tells the object below which property it is */
+static void finish_literal(struct machine *m, struct frame *t)
+{
+    uint32_t chosen = 0;
+    while (chosen < t->n_alts && !(t->live >> chosen & 1 && !t->alts[chosen][t->pos]))
+        chosen++;
+    bool key = t->is_key;
+    pop(m);
+    if (key) {
+        top(m)->cur = chosen;
+        top(m)->next = chosen + 1;
+    }
+}
+
+/* a byte after a complete number or literal that cannot go on: the value
+ * ends before it, and the byte goes to the frame below */
+static bool end_then(struct machine *m, unsigned c, bool complete)
+{
+    if (!complete)
+        return false;
+    struct frame *t = top(m);
+    if (t->kind == F_LITERAL)
+        finish_literal(m, t);
+    else
+        pop(m);
+    return m->depth > 0 && step(m, c);
+}
+
+static bool step_literal(struct machine *m, struct frame *t, unsigned c)
+{
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < t->n_alts; i++)
+        if (t->live >> i & 1 && t->alts[i][t->pos] && (unsigned char)t->alts[i][t->pos] == c)
+            live |= 1ull << i;
+    if (!live)
+        return end_then(m, c, literal_complete(t));
+    t->live = live;
+    t->pos++;
+    bool longer = false;        /* an alternative that goes on: wait for the next byte */
+    for (uint32_t i = 0; i < t->n_alts; i++)
+        longer |= (live >> i & 1) && t->alts[i][t->pos];
+    if (!longer)
+        finish_literal(m, t);
+    return true;
+}
+
+static bool step_number(struct machine *m, struct frame *t, unsigned c)
+{
+    uint8_t p = t->phase, next = 0xff;
+    bool d = is_digit(c);
+    switch (p) {
+    case N_SIGN: next = c == '0' ? N_ZERO : d ? N_INT : 0xff; break;
+    case N_ZERO: next = c == '.' ? N_POINT : c == 'e' || c == 'E' ? N_EXP : 0xff; break;
+    case N_INT: next = d ? N_INT : c == '.' ? N_POINT : c == 'e' || c == 'E' ? N_EXP : 0xff; break;
+    case N_POINT: next = d ? N_FRAC : 0xff; break;
+    case N_FRAC: next = d ? N_FRAC : c == 'e' || c == 'E' ? N_EXP : 0xff; break;
+    case N_EXP: next = d ? N_EXP_DIGITS : c == '+' || c == '-' ? N_EXP_SIGN : 0xff; break;
+    case N_EXP_SIGN: next = d ? N_EXP_DIGITS : 0xff; break;
+    case N_EXP_DIGITS: next = d ? N_EXP_DIGITS : 0xff; break;
+    }
+    if (next != 0xff && t->integer && (next == N_POINT || next == N_EXP))
+        next = 0xff;
+    if (next == 0xff)
+        return end_then(m, c, number_complete(t));
+    if (t->pos >= MAX_NUMBER)
+        return false;
+    t->phase = next;
+    t->pos++;
+    return true;
+}
+
+static bool step_string(struct machine *m, struct frame *t, unsigned c)
+{
+    switch (t->phase) {
+    case S_ESCAPE:
+        if (c == 'u')
+            return t->phase = S_HEX, t->pos = 4, true;
+        return strchr("\"\\/bfnrt", (int)c) && c ? (t->phase = S_CHARS, true) : false;
+    case S_HEX:
+        if (!(is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+            return false;
+        if (--t->pos == 0)
+            t->phase = S_CHARS;
+        return true;
+    default:
+        if (c == '"')
+            return pop(m), true;
+        if (c == '\\')
+            return t->phase = S_ESCAPE, true;
+        return c >= 0x20;
+    }
+}
+
+static bool step_object(struct machine *m, struct frame *t, unsigned c)
+{
+    const struct node *nd = &m->f->nodes[t->node];
+    bool schema = nd->n > 0;
+    if (space(t, c))
+        return true;
+    t->ws = 0;
+    switch (t->phase) {
+    case O_OPEN:
+    case O_KEY:
+        if (c == '}' && t->phase == O_OPEN && (!schema || may_close(nd, t->next)))
+            return pop(m), true;
+        if (c != '"')
+            return false;
+        t->phase = O_COLON;
+        if (!schema)
+            return push(m, (struct frame){.kind = F_STRING, .phase = S_CHARS});
+        {
+            struct frame key = literal((const char *const *)nd->text, nd->n, keys_open(nd, t->next));
+            key.is_key = true;
+            key.pos = 1;        /* the opening quote, every key's first byte */
+            return push(m, key);
+        }
+    case O_COLON:
+        if (c != ':')
+            return false;
+        t->phase = O_AFTER;
+        return push(m, (struct frame){.kind = F_VALUE, .node = schema ? nd->child[t->cur] : ANY_NODE});
+    case O_AFTER:
+        if (c == '}' && (!schema || may_close(nd, t->next)))
+            return pop(m), true;
+        if (c != ',' || (schema && !keys_open(nd, t->next)))
+            return false;
+        t->phase = O_KEY;
+        return true;
+    }
+    return false;
+}
+
+static bool step_array(struct machine *m, struct frame *t, unsigned c)
+{
+    if (space(t, c))
+        return true;
+    t->ws = 0;
+    if (t->phase != A_ITEM && c == ']')
+        return pop(m), true;
+    if (t->phase == A_AFTER)
+        return c == ',' ? (t->phase = A_ITEM, true) : false;
+    t->phase = A_AFTER;
+    struct frame value = {.kind = F_VALUE, .node = m->f->nodes[t->node].item};
+    return push(m, value) && step(m, c);
+}
+
+static bool step(struct machine *m, unsigned c)
+{
+    if (m->depth == 0)
+        return false;              /* the value is over: nothing may follow */
+    struct frame *t = top(m);
+    switch (t->kind) {
+    case F_VALUE: {
+        if (space(t, c))
+            return true;
+        uint32_t node = t->node;
+        m->depth--;                /* the value's own frame takes this one's place */
+        return begin_value(m, node, c);
+    }
+    case F_OBJECT: return step_object(m, t, c);
+    case F_ARRAY: return step_array(m, t, c);
+    case F_STRING: return step_string(m, t, c);
+    case F_NUMBER: return step_number(m, t, c);
+    default: return step_literal(m, t, c);
+    }
+}
+
+static bool complete(const struct machine *m)
+{
+    if (m->depth == 0)
+        return m->done;
+    const struct frame *t = &m->st[0];
+    return m->depth == 1 && ((t->kind == F_NUMBER && number_complete(t)) || (t->kind == F_LITERAL && literal_complete(t)));
+}
+
+/* ---- the vocabulary, and one reply's state ------------------------------- */
+
+enum { TOKEN_TEXT, TOKEN_END, TOKEN_NEVER };
+
+struct serve_vocab {
+    uint32_t n;
+    const char **bytes;
+    uint32_t *len;
+    uint8_t *kind;              /* TOKEN_*: an end token, or one whose text the reply leaves out */
+};
+
+struct serve_vocab *serve_vocab_new(const qpack_model *model)
+{
+    const qpack_tokenizer *tok = qpack_model_tokenizer(model);
+    uint32_t n = qpack_model_get_info(model)->vocab;
+    struct serve_vocab *v = calloc(1, sizeof *v);
+    if (!v || !tok || !(v->bytes = calloc(n, sizeof *v->bytes)) || !(v->len = calloc(n, sizeof *v->len)) ||
+        !(v->kind = calloc(n, 1))) {
+        serve_vocab_free(v);
+        return NULL;
+    }
+    v->n = n;
+    for (uint32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        v->bytes[id] = qpack_token_bytes(tok, (int32_t)id, &len);
+        v->len[id] = (uint32_t)len;
+        char *text = NULL;
+        size_t shown = 0;
+        qpack_error err;
+        /* a token the replies' decoder skips (a special one) never enters a format */
+        bool skipped = qpack_detokenize(tok, &(int32_t){(int32_t)id}, 1, true, &text, &shown, &err) == QPACK_OK &&
+                       shown == 0;
+        free(text);
+        v->kind[id] = qpack_token_is_end(model, (int32_t)id) ? TOKEN_END
+                      : !v->bytes[id] || !len || skipped      ? TOKEN_NEVER
+                                                              : TOKEN_TEXT;
+    }
+    return v;
+}
+
+struct serve_vocab *serve_vocab_of(const char *const *tokens, uint32_t n, int32_t end)
+{
+    struct serve_vocab *v = calloc(1, sizeof *v);
+    if (!v || !(v->bytes = calloc(n, sizeof *v->bytes)) || !(v->len = calloc(n, sizeof *v->len)) ||
+        !(v->kind = calloc(n, 1))) {
+        serve_vocab_free(v);
+        return NULL;
+    }
+    v->n = n;
+    for (uint32_t id = 0; id < n; id++) {
+        v->bytes[id] = tokens[id];
+        v->len[id] = (uint32_t)strlen(tokens[id]);
+        v->kind[id] = (int32_t)id == end ? TOKEN_END : v->len[id] ? TOKEN_TEXT : TOKEN_NEVER;
+    }
+    return v;
+}
+
+void serve_vocab_free(struct serve_vocab *v)
+{
+    if (!v)
+        return;
+    free(v->bytes);
+    free(v->len);
+    free(v->kind);
+    free(v);
+}
+
+struct serve_format_state {
+    struct serve_format *f;
+    const struct serve_vocab *v;
+    bool waiting;               /* thinking first: the format begins after </think> */
+    bool fresh;                 /* first[] is for the machine as it is */
+    bool first[256];            /* bytes the machine takes next */
+    struct machine m, scratch;
+};
+
+struct serve_format_state *serve_format_start(struct serve_format *f, const struct serve_vocab *v, bool think)
+{
+    struct serve_format_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->f = serve_format_ref(f);
+    st->v = v;
+    st->waiting = think;
+    st->m.f = f;
+    push(&st->m, (struct frame){.kind = F_VALUE, .node = f->root});
+    return st;
+}
+
+void serve_format_end(struct serve_format_state *st)
+{
+    if (!st)
+        return;
+    serve_format_unref(st->f);
+    free(st);
+}
+
+static bool feed(struct machine *m, const char *bytes, uint32_t len)
+{
+    for (uint32_t i = 0; i < len; i++)
+        if (!step(m, (unsigned char)bytes[i]))
+            return false;
+    return true;
+}
+
+bool serve_format_allows(void *state, int32_t token)
+{
+    struct serve_format_state *st = state;
+    if (st->waiting)
+        return true;
+    if (token < 0 || (uint32_t)token >= st->v->n || st->v->kind[token] == TOKEN_NEVER)
+        return false;
+    if (st->v->kind[token] == TOKEN_END)
+        return complete(&st->m);
+    if (!st->fresh) {
+        for (unsigned c = 0; c < 256; c++) {
+            memcpy(&st->scratch, &st->m, MACHINE_BYTES(&st->m));
+            st->first[c] = step(&st->scratch, c);
+        }
+        st->fresh = true;
+    }
+    const char *b = st->v->bytes[token];
+    if (!st->first[(unsigned char)b[0]])
+        return false;
+    memcpy(&st->scratch, &st->m, MACHINE_BYTES(&st->m));
+    return feed(&st->scratch, b, st->v->len[token]);
+}
+
+int serve_format_take(struct serve_format_state *st, int32_t token)
+{
+    if (token < 0 || (uint32_t)token >= st->v->n)
+        return -1;
+    const char *b = st->v->bytes[token];
+    uint32_t len = st->v->len[token];
+    if (st->waiting) {
+        st->waiting = !(len == 8 && !memcmp(b, "</think>", 8));
+        return 0;
+    }
+    st->fresh = false;
+    if (st->v->kind[token] == TOKEN_END)
+        return complete(&st->m) ? 0 : -1;
+    return st->v->kind[token] == TOKEN_TEXT && feed(&st->m, b, len) ? 0 : -1;
+}
+
+bool serve_format_complete(const struct serve_format_state *st)
+{
+    return !st->waiting && complete(&st->m);
+}
+
+int serve_format_feed_text(struct serve_format_state *st, const char *text, size_t len)
+{
+    st->fresh = false;
+    return feed(&st->m, text, (uint32_t)len) ? 0 : -1;
+}
