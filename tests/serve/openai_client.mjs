@@ -102,6 +102,17 @@ const picked = JSON.parse(structured.choices[0].message.content);
 check(['red', 'green'].includes(picked.color) && typeof picked.ok === 'boolean' && Object.keys(picked).length === 2 &&
       structured.choices[0].finish_reason === 'stop', `structured output holds its schema: ${JSON.stringify(picked)}`);
 
+// a forced tool call: one call of the tool named, its arguments holding its parameters
+// (the city an enum: the random model's free strings run on)
+const cities = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+  properties: { city: { type: 'string', enum: ['Paris', 'Oslo'] } }, required: ['city'] } } }];
+const forced = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather in Paris?' }],
+  tools: cities, tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 600, temperature: 0 });
+const call = forced.choices[0].message.tool_calls?.[0];
+check(forced.choices[0].finish_reason === 'tool_calls' && call?.function.name === 'get_weather' &&
+      ['Paris', 'Oslo'].includes(JSON.parse(call.function.arguments).city),
+      `a forced tool call: ${JSON.stringify(call?.function)}`);
+
 const models = [];
 for await (const m of client.models.list()) models.push(m.id);
 check(models.length === 1 && models[0] === model, `models: ${models}`);

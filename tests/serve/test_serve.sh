@@ -656,7 +656,8 @@ tools)
     # tools through Qwen3's chat template: /apply-template against the
     # template of the tokenizer_config.json rendered by jinja2 as
     # transformers renders it (tests/serve/chat_template_ref.py); requests
-    # with tools answered, streamed too; what is not a tool refused by name
+    # with tools answered, streamed too; forced calls; what is not a tool
+    # refused by name
     py=
     for p in python3 /usr/bin/python3; do
         command -v "$p" >/dev/null && "$p" -c 'import jinja2' 2>/dev/null && { py=$p; break; }
@@ -678,8 +679,36 @@ tools)
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function"}]}'
     expect_error 400
     [ "$(jq -r .error.param "$T/resp")" = tools ] || fail "a tool without a function: $(cat "$T/resp")"
-    post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": $tools, \"tool_choice\": \"required\"}"
+    # a forced call: the random model's reply is a call of a tool offered
+    # (of the one named), its arguments holding the tool's parameters
+    weather='{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}, "days": {"type": "integer"}},
+              "required": ["city"]}}}'
+    for choice in '"required"' '{"type": "function", "function": {"name": "get_weather"}}'; do
+        for stream in false true; do
+            post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Weather?\"}], \"max_tokens\": 600,
+                                        \"tools\": [$weather], \"tool_choice\": $choice, \"stream\": $stream}"
+            expect_ok "tool_choice $choice, stream $stream"
+            if [ $stream = true ]; then
+                grep '^data: {' "$T/resp" | sed 's/^data: //' | jq -s '{choices: [{finish_reason: (map(.choices[0].finish_reason
+                    // empty) | last), message: {tool_calls: [{function: {name: (map(.choices[0].delta.tool_calls[0].function.name
+                    // empty) | join("")), arguments: (map(.choices[0].delta.tool_calls[0].function.arguments // empty)
+                    | join(""))}}]}}]}' >"$T/call" || fail "streamed call: $(head -c 300 "$T/resp")"
+            else
+                cp "$T/resp" "$T/call"
+            fi
+            jq -e '.choices[0] | .finish_reason == "tool_calls" and (.message.tool_calls | length == 1) and
+                   .message.tool_calls[0].function.name == "get_weather" and
+                   (.message.tool_calls[0].function.arguments | fromjson | (.city | IN("Paris", "Oslo")) and
+                    ((.days // 0) | type == "number" and . == floor) and (keys - ["city", "days"] == []))' "$T/call" \
+                >/dev/null || fail "tool_choice $choice, stream $stream: $(head -c 400 "$T/call")"
+        done
+        echo "ok tool_choice $choice: $(jq -c '.choices[0].message.tool_calls[0].function' "$T/call")"
+    done
+    post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": $tools,
+                                \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}}"
     expect_error 400
+    [ "$(jq -r .error.param "$T/resp")" = tool_choice ] || fail "a tool not offered: $(cat "$T/resp")"
     post /v1/chat/completions '{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": 1}}]}]}'
     expect_error 400
     stop_server

@@ -196,6 +196,43 @@ START_TEST(unsupported_schemas_are_refused)
 }
 END_TEST
 
+/* tool_choice: one call as Qwen3's template writes it, of a tool offered
+ * (of the one named), its arguments holding the tool's parameters */
+START_TEST(tool_calls)
+{
+    char *tools[] = {
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+               "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, "
+               "\"required\": [\"city\"]}}}"),
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"now\", \"parameters\": {\"type\": \"object\", "
+               "\"properties\": {}}}}"),
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"odd\", \"parameters\": {\"anyOf\": []}}}"),
+    };
+    struct serve_format *f = NULL;
+    struct serve_error e = {0};
+    ck_assert_int_eq(serve_format_tool_call(tools, 3, NULL, &f, &e), 0);
+    holds(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    holds(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>");
+    holds(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
+    holds(f, "<tool_call>\n{\"name\": \"odd\", \"arguments\": {\"any\": [1]}}\n</tool_call>");  /* anyOf: any object */
+    refuses(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\": 1}}\n</tool_call>", "\"x");
+    refuses(f, "<tool_call>\n{\"name\": \"later\", \"arguments\": {}}\n</tool_call>", "later");
+    refuses(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 3}}\n</tool_call>", "days");
+    refuses(f, " <tool_call>", " ");
+    refuses(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}", NULL);
+    serve_format_unref(f);
+    ck_assert_int_eq(serve_format_tool_call(tools, 3, "now", &f, &e), 0);
+    holds(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
+    refuses(f, "<tool_call>\n{\"name\": \"get_weather\"", "get_weather");
+    serve_format_unref(f);
+    ck_assert_int_eq(serve_format_tool_call(tools, 3, "later", &f, &e), -1);
+    ck_assert(!f && e.http == 400 && !strcmp(e.param, "tool_choice") && strstr(e.message, "later"));
+    ck_assert_int_eq(serve_format_tool_call(tools, 0, NULL, &f, &e), -1);
+    for (int i = 0; i < 3; i++)
+        free(tools[i]);
+}
+END_TEST
+
 /* ---- random replies from the allowed tokens ----------------------------- */
 
 static const char *const toks[] = {
@@ -297,6 +334,63 @@ START_TEST(random_replies_parse_and_hold_the_schema)
 }
 END_TEST
 
+/* With every single byte a token, the machine never reaches a state no
+ * byte continues: each draw has a choice, and what ends parses. */
+START_TEST(no_dead_ends)
+{
+    static char bytes[128][2];
+    const char *one[128];
+    uint32_t n = 0;
+    one[n++] = "<end>";
+    for (int c = 1; c < 127; c++)
+        if (c == '\t' || c == '\n' || c >= 0x20) {
+            bytes[n][0] = (char)c;
+            one[n] = bytes[n];
+            n++;
+        }
+    struct serve_vocab *v = serve_vocab_of(one, n, 0);
+    struct serve_format *fs[] = {
+        format_of("{\"type\": \"json_object\"}"),
+        schema("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"array\","
+               " \"items\": {\"type\": \"integer\"}}, \"c\": {\"type\": \"object\", \"properties\": {}}},"
+               " \"required\": [\"b\"]}"),
+        schema("{\"type\": \"number\"}"),
+    };
+    int ended = 0;
+    for (int it = 0; it < 300; it++) {
+        struct serve_format *f = fs[it % 3];
+        struct serve_format_state *st = serve_format_start(f, v, false);
+        static char out[4096];
+        size_t len = 0;
+        for (int step = 0; step < 2000; step++) {
+            uint32_t allowed[128], k = 0;
+            for (uint32_t id = 0; id < n; id++)
+                if (serve_format_allows(st, (int32_t)id))
+                    allowed[k++] = id;
+            ck_assert_msg(k > 0, "format %d: no byte goes on after '%.*s'", it % 3, (int)len, out);
+            /* structure more often than text, the end when it may come */
+            uint32_t id = allowed[0] == 0 ? 0 : allowed[draw(k)];
+            ck_assert_int_eq(serve_format_take(st, (int32_t)id), 0);
+            if (id == 0) {
+                out[len] = 0;
+                cJSON *r = cJSON_Parse(out);
+                ck_assert_msg(r, "does not parse: %s", out);
+                cJSON_Delete(r);
+                ended++;
+                break;
+            }
+            if (len + 1 < sizeof out)
+                out[len++] = one[id][0];
+        }
+        serve_format_end(st);
+    }
+    ck_assert_msg(ended > 30, "only %d of 300 ended", ended);
+    for (int i = 0; i < 3; i++)
+        serve_format_unref(fs[i]);
+    serve_vocab_free(v);
+}
+END_TEST
+
 /* the end token only where the value is complete; nothing after it */
 START_TEST(end_only_when_complete)
 {
@@ -334,6 +428,8 @@ int main(void)
     tcase_add_test(tc, unsupported_schemas_are_refused);
     tcase_add_test(tc, random_replies_parse_and_hold_the_schema);
     tcase_add_test(tc, end_only_when_complete);
+    tcase_add_test(tc, tool_calls);
+    tcase_add_test(tc, no_dead_ends);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -56,6 +56,8 @@ struct serve_request {
     char **tools;               /* chat: each tool as the template writes it (serve_tools.c) */
     size_t n_tools;
     bool no_tools;              /* tool_choice "none": the tools are not offered */
+    bool tool_required;         /* tool_choice "required": the reply is a call of one of them */
+    char *tool_name;            /* tool_choice naming a function: a call of that one (malloc'd) */
     char *prompt;               /* completion as text (malloc'd), or */
     int32_t *prompt_ids;        /* as token ids */
     size_t n_prompt_ids;

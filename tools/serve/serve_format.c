@@ -36,15 +36,17 @@
 
 /* ---- the schema, compiled ------------------------------------------------ */
 
-enum kind { K_ANY, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_BOOLEAN, K_NULL, K_ENUM };
+enum kind { K_ANY, K_OBJECT, K_ARRAY, K_STRING, K_NUMBER, K_INTEGER, K_BOOLEAN, K_NULL, K_ENUM, K_TOOL_CALL };
 
 struct node {
     enum kind kind;
-    uint32_t n;                 /* object: properties; enum: values */
-    char **text;                /* object: each key as JSON ("\"name\""); enum: each value as JSON */
-    uint32_t *child;            /* object: each property's node */
+    uint32_t n;                 /* object: properties; enum: values; tool call: tools */
+    char **text;                /* object: each key as JSON ("\"name\""); enum: each value as JSON;
+                                   tool call: each tool's call up to its arguments */
+    uint32_t *child;            /* object: each property's node; tool call: each tool's arguments' */
     uint64_t required;          /* object: a bit per required property */
     uint32_t item;              /* array: its items' node */
+    bool closed;                /* object: only its properties (none when n is 0) */
 };
 
 struct serve_format {
@@ -57,16 +59,23 @@ struct serve_format {
 static const char *const lit_bool[] = {"true", "false"}, *const lit_null[] = {"null"},
                          *const lit_any[] = {"true", "false", "null"};
 
-void serve_format_unref(struct serve_format *f)
+/* nodes from `first` on, gone */
+static void drop_nodes(struct serve_format *f, uint32_t first)
 {
-    if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
-        return;
-    for (uint32_t i = 0; i < f->n_nodes; i++) {
+    for (uint32_t i = first; i < f->n_nodes; i++) {
         for (uint32_t k = 0; k < f->nodes[i].n; k++)
             free(f->nodes[i].text[k]);
         free(f->nodes[i].text);
         free(f->nodes[i].child);
     }
+    f->n_nodes = first;
+}
+
+void serve_format_unref(struct serve_format *f)
+{
+    if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
+        return;
+    drop_nodes(f, 0);
     free(f->nodes);
     free(f);
 }
@@ -125,8 +134,13 @@ static int compile_object(struct serve_format *f, const cJSON *s, int depth, str
         return BAD(e, "response_format: 'properties' must be an object of at most %d properties", MAX_ALTS);
     if (req && !cJSON_IsArray(req))
         return BAD(e, "response_format: 'required' must be an array of property names");
+    const cJSON *more = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
     int id = new_node(f, K_OBJECT, e);
-    if (id < 0 || !n)           /* no properties: any object */
+    /* no properties: any object; properties, even none: only those, unless
+     * additionalProperties allows more (then, with none listed, any) */
+    if (id >= 0)
+        f->nodes[id].closed = props && !(n == 0 && more && !cJSON_IsFalse(more));
+    if (id < 0 || !n)
         return id;
     char **text = calloc((size_t)n, sizeof *text);
     uint32_t *child = calloc((size_t)n, sizeof *child);
@@ -249,15 +263,77 @@ int serve_format_read(const cJSON *rf, struct serve_format **out, struct serve_e
     return 0;
 }
 
+/* Qwen3's call of one of the tools, as its chat template asks for it:
+ * <tool_call>\n{"name": NAME, "arguments": ARGUMENTS}\n</tool_call>, the
+ * arguments a value of that tool's parameters (an object of any keys
+ * where they are not a schema the machine holds). */
+static const char tool_call_end[] = "}\n</tool_call>";
+static const char *const tool_call_ends[] = {tool_call_end};
+
+int serve_format_tool_call(char *const *tools, size_t n, const char *only, struct serve_format **out,
+                           struct serve_error *e)
+{
+    *out = NULL;
+    struct serve_format *f = calloc(1, sizeof *f);
+    if (!f)
+        return BAD(e, "out of memory");
+    atomic_init(&f->refs, 1);
+    int rc = new_node(f, K_ANY, e) < 0 || new_node(f, K_TOOL_CALL, e) < 0 ? -1 : 0;
+    struct node *call = rc ? NULL : &f->nodes[1];
+    if (call && (!(call->text = calloc(n ? n : 1, sizeof *call->text)) ||
+                 !(call->child = calloc(n ? n : 1, sizeof *call->child))))
+        rc = BAD(e, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) {
+        cJSON *tool = cJSON_Parse(tools[i]);
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function"),
+                    *name = cJSON_GetObjectItemCaseSensitive(fn, "name"),
+                    *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+        char *name_json = cJSON_IsString(name) ? cJSON_PrintUnformatted(name) : NULL;
+        if (name_json && (!only || !strcmp(only, name->valuestring))) {
+            size_t len = strlen(name_json) + 48;
+            char *prefix = malloc(len);
+            if (prefix)
+                snprintf(prefix, len, "<tool_call>\n{\"name\": %s, \"arguments\": ", name_json);
+            struct serve_error ignored;
+            uint32_t first = f->n_nodes;
+            int args = params && !cJSON_IsNull(params) ? compile(f, params, 1, &ignored) : -1;
+            if (args < 0) {                 /* not a schema held here: any object */
+                drop_nodes(f, first);
+                args = new_node(f, K_OBJECT, e);
+            }
+            call = &f->nodes[1];
+            call->text[call->n] = prefix;
+            call->child[call->n] = (uint32_t)args;
+            rc = !prefix || args < 0 ? BAD(e, "out of memory") : 0;
+            call->n += prefix != NULL;
+        }
+        free(name_json);
+        cJSON_Delete(tool);
+    }
+    if (!rc && f->nodes[1].n == 0)
+        rc = only ? (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
+                                     "tool_choice names '%.64s', which is not among the tools", only), -1)
+                  : (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
+                                     "tool_choice \"required\" needs tools"), -1);
+    if (rc) {
+        serve_format_unref(f);
+        return -1;
+    }
+    f->root = 1;
+    *out = f;
+    return 0;
+}
+
 /* ---- the machine --------------------------------------------------------- */
 
-enum frame_kind { F_VALUE, F_OBJECT, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL };
+enum frame_kind { F_VALUE, F_OBJECT, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_TOOL_CALL };
 
 enum {
     /* object */ O_OPEN, O_KEY, O_COLON, O_AFTER,
     /* array */ A_OPEN, A_ITEM, A_AFTER,
     /* string */ S_CHARS, S_ESCAPE, S_HEX,
     /* number */ N_SIGN, N_ZERO, N_INT, N_POINT, N_FRAC, N_EXP, N_EXP_SIGN, N_EXP_DIGITS,
+    /* tool call */ T_START, T_ARGUMENTS, T_END,
 };
 
 struct frame {
@@ -266,11 +342,12 @@ struct frame {
     uint32_t node;
     uint32_t pos;               /* literal: bytes matched; number: bytes; string: hex digits left */
     uint32_t next;              /* schema object: the first property not yet passed */
-    uint32_t cur;               /* schema object: the property being written */
+    uint32_t cur;               /* schema object: the property being written; tool call: the tool */
     uint32_t n_alts;            /* literal: alternatives */
     uint64_t live;              /* literal: those still matching */
     const char *const *alts;
-    bool is_key;                /* literal: a schema object's key (the object below records it) */
+    bool is_key;                /* literal: a schema object's key or a tool call's start (the frame
+                                   below records which) */
     bool integer;               /* number: no fraction or exponent */
 };
 
@@ -294,6 +371,8 @@ static bool push(struct machine *m, struct frame fr)
     m->st[m->depth++] = fr;
     return true;
 }
+
+static bool step(struct machine *m, unsigned c);
 
 /* the top frame's value is complete: off the stack */
 static void pop(struct machine *m)
@@ -351,6 +430,8 @@ static bool begin_value(struct machine *m, uint32_t node, unsigned c)
     else if ((c == '-' || is_digit(c)) && (k == K_ANY || k == K_NUMBER || k == K_INTEGER))
         fr.kind = F_NUMBER, fr.phase = c == '-' ? N_SIGN : c == '0' ? N_ZERO : N_INT, fr.pos = 1,
         fr.integer = k == K_INTEGER;
+    else if (k == K_TOOL_CALL)
+        return push(m, (struct frame){.kind = F_TOOL_CALL, .phase = T_START, .node = node}) && step(m, c);
     else if (k == K_ENUM)
         fr = literal((const char *const *)nd->text, nd->n, nd->n == 64 ? ~0ull : (1ull << nd->n) - 1);
     else if (k == K_BOOLEAN)
@@ -386,8 +467,6 @@ static bool number_complete(const struct frame *t)
 {
     return t->phase == N_ZERO || t->phase == N_INT || t->phase == N_FRAC || t->phase == N_EXP_DIGITS;
 }
-
-static bool step(struct machine *m, unsigned c);
 
 /* a literal whose alternative `pos` bytes long matched: off the stack; a
  * key tells the object below which property it is */
@@ -454,7 +533,9 @@ static bool step_number(struct machine *m, struct frame *t, unsigned c)
         next = 0xff;
     if (next == 0xff)
         return end_then(m, c, number_complete(t));
-    if (t->pos >= MAX_NUMBER)
+    /* within the bound, with room left to complete: an exponent's sign and digit */
+    struct frame after = {.phase = next};
+    if (t->pos + (number_complete(&after) ? 1 : next == N_EXP ? 3 : 2) > MAX_NUMBER)
         return false;
     t->phase = next;
     t->pos++;
@@ -486,7 +567,7 @@ static bool step_string(struct machine *m, struct frame *t, unsigned c)
 static bool step_object(struct machine *m, struct frame *t, unsigned c)
 {
     const struct node *nd = &m->f->nodes[t->node];
-    bool schema = nd->n > 0;
+    bool schema = nd->n > 0 || nd->closed;
     if (space(t, c))
         return true;
     t->ws = 0;
@@ -495,7 +576,7 @@ static bool step_object(struct machine *m, struct frame *t, unsigned c)
     case O_KEY:
         if (c == '}' && t->phase == O_OPEN && (!schema || may_close(nd, t->next)))
             return pop(m), true;
-        if (c != '"')
+        if (c != '"' || (schema && !keys_open(nd, t->next)))
             return false;
         t->phase = O_COLON;
         if (!schema)
@@ -536,6 +617,30 @@ static bool step_array(struct machine *m, struct frame *t, unsigned c)
     return push(m, value) && step(m, c);
 }
 
+/* a tool call: its start (which names the tool), the tool's arguments,
+ * then its end, each taking the bytes in turn */
+static bool step_tool_call(struct machine *m, struct frame *t, unsigned c)
+{
+    const struct node *nd = &m->f->nodes[t->node];
+    struct frame next;
+    switch (t->phase) {
+    case T_START:
+        t->phase = T_ARGUMENTS;
+        next = literal((const char *const *)nd->text, nd->n, nd->n == 64 ? ~0ull : (1ull << nd->n) - 1);
+        next.is_key = true;
+        break;
+    case T_ARGUMENTS:
+        t->phase = T_END;
+        next = (struct frame){.kind = F_VALUE, .node = nd->child[t->cur]};
+        break;
+    default:                    /* the end replaces the call's frame: nothing follows it */
+        m->depth--;
+        next = literal(tool_call_ends, 1, 1);
+        break;
+    }
+    return push(m, next) && step(m, c);
+}
+
 static bool step(struct machine *m, unsigned c)
 {
     if (m->depth == 0)
@@ -543,7 +648,7 @@ static bool step(struct machine *m, unsigned c)
     struct frame *t = top(m);
     switch (t->kind) {
     case F_VALUE: {
-        if (space(t, c))
+        if (m->f->nodes[t->node].kind != K_TOOL_CALL && space(t, c))
             return true;
         uint32_t node = t->node;
         m->depth--;                /* the value's own frame takes this one's place */
@@ -553,6 +658,7 @@ static bool step(struct machine *m, unsigned c)
     case F_ARRAY: return step_array(m, t, c);
     case F_STRING: return step_string(m, t, c);
     case F_NUMBER: return step_number(m, t, c);
+    case F_TOOL_CALL: return step_tool_call(m, t, c);
     default: return step_literal(m, t, c);
     }
 }

@@ -23,6 +23,13 @@ struct serve_format;
  * are not enforced, combining keywords ($ref, anyOf, ...) refused.
  * Returns 0, or -1 with a 400 naming response_format. */
 int serve_format_read(const struct cJSON *response_format, struct serve_format **format, struct serve_error *err);
+/* tool_choice "required" (only NULL) or naming a function (only its name):
+ * the reply is one call, as Qwen3's template writes it, of one of
+ * tools[0..n) (the request's, as serve_tools.c keeps them) with arguments
+ * that hold its parameters' schema (any object where the machine cannot
+ * hold it). -1 with a 400 naming tool_choice when no tool fits. */
+int serve_format_tool_call(char *const *tools, size_t n, const char *only, struct serve_format **format,
+                           struct serve_error *err);
 struct serve_format *serve_format_ref(struct serve_format *format);
 void serve_format_unref(struct serve_format *format);
 

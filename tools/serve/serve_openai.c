@@ -392,6 +392,31 @@ static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab
     return 1;
 }
 
+/* tool_choice: "none" (the tools are not offered), "auto", "required" or
+ * {"type": "function", "function": {"name": NAME}} (a call is forced:
+ * read_body makes the format once the tools are known) */
+static int read_tool_choice(const cJSON *f, struct serve_request *r, struct serve_error *e)
+{
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "function"),
+                *name = cJSON_GetObjectItemCaseSensitive(fn, "name"),
+                *type = cJSON_GetObjectItemCaseSensitive(f, "type");
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "none"))
+        return r->no_tools = true, 0;
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "auto"))
+        return 0;
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "required"))
+        return r->tool_required = true, 0;
+    if (cJSON_IsObject(f) && cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name)) {
+        free(r->tool_name);
+        if (!(r->tool_name = strdup(name->valuestring)))
+            return BAD(e, "tool_choice", "out of memory");
+        return 0;
+    }
+    return BAD(e, "tool_choice",
+               "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+               "\"function\": {\"name\": ...}}");
+}
+
 /* one top-level field; unknown ones are ignored */
 static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_model_ref *model,
                       struct serve_request *r, struct serve_error *e)
@@ -458,8 +483,8 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
         return serve_read_tools(f, r, e);
     if (!strcmp(k, "tools") || !strcmp(k, "functions"))
         return neutral(f, is_empty_array(f), "tool calling", e);
-    if (!strcmp(k, "tool_choice") && cJSON_IsString(f) && !strcmp(f->valuestring, "none"))
-        return r->no_tools = true, 0;
+    if (!strcmp(k, "tool_choice") && chat)
+        return read_tool_choice(f, r, e);
     if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
         return neutral(f, cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")),
                        "a forced tool call", e);
@@ -509,6 +534,12 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
         for (size_t i = 0; i < r->n_tools; i++)
             free(r->tools[i]);
         r->n_tools = 0;
+    }
+    if ((r->tool_required || r->tool_name) && !r->no_tools) {
+        if (r->format)
+            return BAD(e, "tool_choice", "a forced tool call and a response_format cannot both hold the reply");
+        if (serve_format_tool_call(r->tools, r->n_tools, r->tool_name, &r->format, e))
+            return -1;
     }
     if (kind == SERVE_COMPLETION && !r->prompt && !r->prompt_ids)
         return BAD(e, "prompt", "'prompt' is required");
@@ -585,6 +616,7 @@ void serve_request_free(struct serve_request *r)
     for (unsigned i = 0; i < r->stops.n; i++)
         free(r->stops.s[i]);
     free(r->bias);
+    free(r->tool_name);
     serve_format_unref(r->format);
     *r = (struct serve_request){0};
 }
