@@ -228,6 +228,14 @@ START_TEST(tool_calls)
     ck_assert_int_eq(serve_format_tool_call(tools, 3, "later", &f, &e), -1);
     ck_assert(!f && e.http == 400 && !strcmp(e.param, "tool_choice") && strstr(e.message, "later"));
     ck_assert_int_eq(serve_format_tool_call(tools, 0, NULL, &f, &e), -1);
+    /* more tools than a choice holds: name one */
+    char *many[65];
+    for (int i = 0; i < 65; i++)
+        many[i] = tools[1];
+    ck_assert_int_eq(serve_format_tool_call(many, 65, NULL, &f, &e), -1);
+    ck_assert(!f && strstr(e.message, "at most 64"));
+    ck_assert_int_eq(serve_format_tool_call(many, 65, "now", &f, &e), 0);
+    serve_format_unref(f);
     for (int i = 0; i < 3; i++)
         free(tools[i]);
 }

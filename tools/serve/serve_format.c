@@ -279,11 +279,15 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
         return BAD(e, "out of memory");
     atomic_init(&f->refs, 1);
     int rc = new_node(f, K_ANY, e) < 0 || new_node(f, K_TOOL_CALL, e) < 0 ? -1 : 0;
+    if (!rc && !only && n > MAX_ALTS)
+        rc = (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
+                              "tool_choice \"required\" holds at most %d tools (name one instead)", MAX_ALTS),
+              -1);
     struct node *call = rc ? NULL : &f->nodes[1];
     if (call && (!(call->text = calloc(n ? n : 1, sizeof *call->text)) ||
                  !(call->child = calloc(n ? n : 1, sizeof *call->child))))
         rc = BAD(e, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++) {
+    for (size_t i = 0; !rc && i < n && f->nodes[1].n < MAX_ALTS; i++) {
         cJSON *tool = cJSON_Parse(tools[i]);
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function"),
                     *name = cJSON_GetObjectItemCaseSensitive(fn, "name"),
@@ -410,6 +414,11 @@ static bool may_close(const struct node *nd, uint32_t next)
     return next >= 64 || !(nd->required >> next);
 }
 
+static uint64_t all_alts(uint32_t n)
+{
+    return n >= 64 ? ~0ull : (1ull << n) - 1;
+}
+
 static struct frame literal(const char *const *alts, uint32_t n, uint64_t live)
 {
     return (struct frame){.kind = F_LITERAL, .alts = alts, .n_alts = n, .live = live};
@@ -433,7 +442,7 @@ static bool begin_value(struct machine *m, uint32_t node, unsigned c)
     else if (k == K_TOOL_CALL)
         return push(m, (struct frame){.kind = F_TOOL_CALL, .phase = T_START, .node = node}) && step(m, c);
     else if (k == K_ENUM)
-        fr = literal((const char *const *)nd->text, nd->n, nd->n == 64 ? ~0ull : (1ull << nd->n) - 1);
+        fr = literal((const char *const *)nd->text, nd->n, all_alts(nd->n));
     else if (k == K_BOOLEAN)
         fr = literal(lit_bool, 2, 3);
     else if (k == K_NULL)
@@ -626,7 +635,7 @@ static bool step_tool_call(struct machine *m, struct frame *t, unsigned c)
     switch (t->phase) {
     case T_START:
         t->phase = T_ARGUMENTS;
-        next = literal((const char *const *)nd->text, nd->n, nd->n == 64 ? ~0ull : (1ull << nd->n) - 1);
+        next = literal((const char *const *)nd->text, nd->n, all_alts(nd->n));
         next.is_key = true;
         break;
     case T_ARGUMENTS:
