@@ -3,7 +3,9 @@
  * /detokenize, with the Qwen3 tokenizer) or a reply whose <tool_call>
  * blocks are read, whole and in pieces as it would stream; the rest is
  * the body, not NUL-terminated. A refusal must come with a message; a
- * chat request that parses must render through the template. */
+ * chat request that parses must render through the template; a request
+ * with a response_format or a forced tool call feeds its own body to the
+ * format's machine. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pick < 2) {
         struct serve_request r;
         rc = serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
+        if (!rc && r.format) {
+            /* the body as a reply held to its own format: a byte at a time
+             * until the machine refuses one */
+            struct serve_format_state *st = serve_format_start(r.format, NULL, false);
+            size_t i = 0;
+            while (st && i < size && serve_format_feed_text(st, body + i, 1) == 0)
+                i++;
+            if (st)
+                (void)serve_format_complete(st);
+            serve_format_end(st);
+        }
         if (!rc && !pick) {
             char *text;
             size_t len;
