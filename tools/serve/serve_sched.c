@@ -832,6 +832,7 @@ void serve_sched_free(struct serve_sched *s)
         qpack_decoder_free(s->slots[i].decoder);
         qpack_session_free(s->slots[i].session);
     }
+    serve_vocab_free(s->vocab);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->q);
