@@ -29,7 +29,10 @@
 # file each step, not held in maps) and lets q24 run at 8b and 14b too. Checkpoints and containers go to
 # ${QP_BENCH_DIR:-/tmp/qp-bench}/scaling and are deleted after their rows
 # unless QP_KEEP=1 (8B's checkpoint is 16 GB, 14B's 30 GB). A size the
-# machine cannot load is reported with qrun's one-line reason.
+# machine cannot load is reported with qrun's one-line reason. QP_SIZES=32b
+# is not in the default: its checkpoint is 66 GB and its int4 container
+# 20 GB (a disk of 80 GB holds both only compressed: docs/BENCHMARKS.md
+# says how), and on 24 GiB its int4 maps (25.9 GB) need QP_STREAM=1.
 # Check the load average first: another busy process makes every figure
 # several times slower.
 set -eu
