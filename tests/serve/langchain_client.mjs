@@ -2,14 +2,16 @@
 // (npm @langchain/openai, tests/serve/package.json) against qrun serve with
 // its default settings: a chat, the same chat streamed, a conversation with
 // a system prompt, tools bound to the model with a tool call and its result
-// in the history, structured output, and an unknown key refused. EXPECT_DIR holds qrun's own
-// greedy texts, the independent expectation: chat.txt (qrun --chat -p Hi
-// -n 8) and system.txt (qrun --chat --system "Be brief." -p Hi -n 8), each
-// with qrun's final newline. A chat with tools is compared with the
-// completion of the prompt /apply-template renders for it, which the tools
-// case checks against Qwen3's own template.
+// in the history, log probabilities, n, a text completion (LangChain's
+// OpenAI), structured output, and an unknown key refused. EXPECT_DIR holds
+// qrun's own greedy texts, the independent expectation: chat.txt (qrun
+// --chat -p Hi -n 8), text.txt (qrun -p Hello -n 8) and system.txt (qrun
+// --chat --system "Be brief." -p Hi -n 8), each with qrun's final newline.
+// A chat with tools is compared with the completion of the prompt
+// /apply-template renders for it, which the tools case checks against
+// Qwen3's own template.
 import { readFileSync } from 'node:fs';
-import { ChatOpenAI } from '@langchain/openai';
+import { ChatOpenAI, OpenAI } from '@langchain/openai';
 import { AIMessage, HumanMessage, SystemMessage, ToolMessage } from '@langchain/core/messages';
 
 const [url, model, apiKey, dir] = process.argv.slice(2);
@@ -58,6 +60,28 @@ const completion = await (await fetch(`${url}/v1/completions`, {
   body: JSON.stringify({ model, prompt: rendered.prompt, max_tokens: 8, temperature: 0 }) })).json();
 check(answer.content === completion.choices[0].text && answer.tool_calls.length === 0,
       `bound tools with a call in the history: the reply continues the rendered prompt ${JSON.stringify(answer.content)}`);
+
+// log probabilities: each token of the greedy reply the most likely of its alternatives
+const withLogprobs = await new ChatOpenAI({ model, apiKey, temperature: 0, maxTokens: 8, maxRetries: 0, logprobs: true,
+                                            topLogprobs: 2, configuration: { baseURL: `${url}/v1` } })
+  .invoke([new HumanMessage('Hi')]);
+const lp = withLogprobs.response_metadata.logprobs?.content ?? [];
+check(lp.length === 8 && lp.map((e) => e.token).join('') === want('chat.txt') &&
+      lp.every((e) => e.top_logprobs.length === 2 && e.logprob === e.top_logprobs[0].logprob),
+      `logprobs: ${lp.length} tokens, each the most likely of its 2`);
+
+// n: two generations of one prompt, each qrun's greedy reply
+const two = await new ChatOpenAI({ model, apiKey, temperature: 0, maxTokens: 8, maxRetries: 0, n: 2,
+                                   configuration: { baseURL: `${url}/v1` } })
+  .generate([[new HumanMessage('Hi')]]);
+check(two.generations[0].length === 2 && two.generations[0].every((g) => g.text === want('chat.txt')),
+      `n 2: ${two.generations[0].length} generations, each qrun's`);
+
+// text completions through LangChain's OpenAI (the completions endpoint)
+const completer = new OpenAI({ model, apiKey, temperature: 0, maxTokens: 8, maxRetries: 0,
+                               configuration: { baseURL: `${url}/v1` } });
+const completed = await completer.invoke('Hello');
+check(completed === want('text.txt'), `OpenAI (completions) equals qrun -p: ${JSON.stringify(completed)}`);
 
 // structured output as LangChain asks for it (response_format json_schema):
 // the parsed reply holds the schema
