@@ -36,6 +36,7 @@ struct qpack_model {
     int n_end;
     bool has_gen;               /* the checkpoint's generation_config.json */
     struct qwen3_gen_config gen;
+    double *final_norm;         /* bpf, emu with pooling: the final norm's scales [hidden] */
     pthread_mutex_t sessions_mu;
     uint32_t n_sessions;
     bool *slot_taken;           /* [max_sessions]: the engine's KV cache slots in use */

@@ -1,6 +1,7 @@
 /* model.c - qpack_model: opening a container (or, for the reference, a
  * checkpoint folder) once, for every session to share; the version and the
  * error conversion of include/qpack.h. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,10 @@
 
 #include "chat.h"
 #include "fsafe.h"
+#include "le.h"
 #include "stdout_policy.h"
 #include "internal.h"
+#include "pooling.h"
 
 const char *qpack_version(void)
 {
@@ -85,24 +88,69 @@ static void find_end_ids(qpack_model *m)
     }
 }
 
-/* generation_config.json, kept by qpack pack (a container of an older
- * packer has none), or in the reference's folder; checked as the packer
- * checks it */
+/* the final norm's scales of a container, as doubles (i32s: q 2^-scale_exp) */
+static int load_final_norm(qpack_model *m, qp_err *err)
+{
+    const struct qpk_file *f = &m->engine.file;
+    const struct qpk_tensor *t = qpk_tensor_of(f, QPK_ROLE_FINAL_NORM, QPK_NO_LAYER);
+    uint32_t n = m->info.hidden;
+    int32_t *q = malloc(n * sizeof *q);
+    m->final_norm = malloc(n * sizeof *m->final_norm);
+    if (!q || !m->final_norm) {
+        free(q);
+        return qp_fail_code(err, QP_E_MEMORY, "out of memory");
+    }
+    int rc = t ? qpk_read(f, t->offset, q, n * sizeof *q) : -1;
+    for (uint32_t i = 0; !rc && i < n; i++)
+        m->final_norm[i] = ldexp((double)(int32_t)le32((const uint8_t *)&q[i]), -(int)t->scale_exp);
+    free(q);
+    return rc ? qp_fail(err, "%s: the final norm cannot be read", m->path) : 0;
+}
+
+/* A checkpoint file qpack pack keeps as a section: from the reference's
+ * folder (file, relative to it) or from the container (kind); *text NULL
+ * when there is none. name gets what messages call it. */
+static int read_kept(qpack_model *m, const char *file, unsigned kind, char **text, size_t *len, char *name,
+                     size_t cap, qp_err *err)
+{
+    *text = NULL;
+    *len = 0;
+    if (m->params.backend != QPACK_BACKEND_REF) {
+        snprintf(name, cap, "%s: section %s", m->path, qpk_section_name(kind));
+        return qpk_read_section(&m->engine.file, kind, text, len, err);
+    }
+    snprintf(name, cap, "%s/%s", m->path, file);
+    if (access(name, F_OK))
+        return 0;
+    return fs_read_input(name, 1u << 20, text, len, err);
+}
+
+/* 1_Pooling/config.json: an embedding model (checked as the packer checks it) */
+static int load_pooling(qpack_model *m, qp_err *err)
+{
+    char *text, name[4200];
+    size_t len;
+    if (read_kept(m, "1_Pooling/config.json", QPK_SEC_POOLING, &text, &len, name, sizeof name, err))
+        return -1;
+    if (!text)
+        return 0;
+    enum qp_pooling mode;
+    int rc = pooling_parse(text, len, name, m->info.hidden, &mode, err);
+    free(text);
+    if (rc)
+        return -1;
+    m->info.pooling = mode == QP_POOLING_LAST ? QPACK_POOLING_LAST : QPACK_POOLING_MEAN;
+    return m->params.backend == QPACK_BACKEND_REF ? 0 : load_final_norm(m, err);
+}
+
+/* generation_config.json (a container of an older packer has none),
+ * checked as the packer checks it */
 static int load_generation_config(qpack_model *m, qp_err *err)
 {
-    char *text = NULL, name[4200];
-    size_t len = 0;
-    if (m->params.backend == QPACK_BACKEND_REF) {
-        snprintf(name, sizeof name, "%s/generation_config.json", m->path);
-        if (access(name, F_OK))
-            return 0;
-        if (fs_read_input(name, 1u << 20, &text, &len, err))
-            return -1;
-    } else {
-        snprintf(name, sizeof name, "%s: section generation_config", m->path);
-        if (qpk_read_section(&m->engine.file, QPK_SEC_GENERATION_CONFIG, &text, &len, err))
-            return -1;
-    }
+    char *text, name[4200];
+    size_t len;
+    if (read_kept(m, "generation_config.json", QPK_SEC_GENERATION_CONFIG, &text, &len, name, sizeof name, err))
+        return -1;
     if (!text)
         return 0;
     int rc = gen_config_parse(text, len, name, m->info.vocab, &m->gen, err);
@@ -241,7 +289,7 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     }
     m->info.max_sessions = p.max_sessions;
     m->info.path = m->path;
-    if (load_generation_config(m, &e)) {
+    if (load_generation_config(m, &e) || load_pooling(m, &e)) {
         qpack_model_free(m);
         return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     }
@@ -260,6 +308,7 @@ void qpack_model_free(qpack_model *m)
     pthread_mutex_destroy(&m->step_mu);
     pthread_mutex_destroy(&m->sessions_mu);
     free(m->slot_taken);
+    free(m->final_norm);
     free(m->path);
     free(m);
 }

@@ -38,7 +38,7 @@ static const char usage[] =
     "usage: " PROG " OUT_DIR [--preset tiny|0.6b|1.7b|4b|8b|14b|32b] [--hidden N] [--intermediate N]\n"
     "       [--layers N] [--heads N] [--kv-heads N] [--head-dim N] [--vocab N] [--max-pos N]\n"
     "       [--seed S] [--shards N] [--untied] [--stress] [--tokenizer-dir DIR]\n"
-    "       [--dtype bf16|f16|f32] [--init fixed|fan-in]\n"
+    "       [--dtype bf16|f16|f32] [--init fixed|fan-in] [--pooling last|mean]\n"
     "       " PROG " --version\n"
     "Writes a random Qwen3 checkpoint (Hugging Face layout) into OUT_DIR.\n"
     "The preset (default tiny) is applied first; size flags override it wherever they are.\n"
@@ -53,7 +53,9 @@ static const char usage[] =
     "(one that is a directory, FIFO, device or symbolic link is refused, before any\n"
     "work); config.json is written last, so a failed run leaves none. With --tokenizer-dir\n"
     "the vocabulary must hold every id of its tokenizer.json (the Qwen3 tokenizer's need\n"
-    "--vocab 151669 or more; Qwen3 pads to 151936): a smaller one is refused.\n";
+    "--vocab 151669 or more; Qwen3 pads to 151936): a smaller one is refused.\n"
+    "--pooling makes it an embedding checkpoint as sentence-transformers lays one out\n"
+    "(Qwen3-Embedding: last): 1_Pooling/config.json with that pooling mode.\n";
 
 /* ------------------------------------------------------------------ options */
 
@@ -69,6 +71,7 @@ struct options {
     const char *tokenizer_dir;
     bool vocab_given;           /* --vocab, not the preset's */
     enum st_dtype dtype;
+    const char *pooling;        /* --pooling: "last" or "mean"; NULL: a generator's checkpoint */
 };
 
 
@@ -211,6 +214,11 @@ static int parse_flag(struct options *o, int argc, char **argv, int *i, qp_err *
     } else if (strcmp(flag, "--dtype") == 0) {
         ++*i;
         return parse_dtype(value, &o->dtype, err);
+    } else if (strcmp(flag, "--pooling") == 0) {
+        if (!value || (strcmp(value, "last") && strcmp(value, "mean")))
+            return qp_fail(err, "--pooling needs last or mean, got '%s'", value ? value : "");
+        o->pooling = value;
+        ++*i;
     } else if (strcmp(flag, "--init") == 0) {
         if (!value || (strcmp(value, "fixed") && strcmp(value, "fan-in")))
             return qp_fail(err, "--init needs fixed or fan-in, got '%s'", value ? value : "");
@@ -220,7 +228,7 @@ static int parse_flag(struct options *o, int argc, char **argv, int *i, qp_err *
         static const char *const known[] = {"--hidden", "--intermediate", "--layers", "--heads", "--kv-heads",
                                             "--head-dim", "--vocab", "--max-pos", "--untied", "--stress",
                                             "--preset", "--seed", "--shards", "--tokenizer-dir", "--dtype",
-                                            "--init", "--help", "--version"};
+                                            "--init", "--pooling", "--help", "--version"};
         const char *guess = qp_cli_closest(flag, known, sizeof known / sizeof *known);
         if (guess)
             return qp_fail(err, "unknown option '%s': did you mean %s?", flag, guess);
@@ -665,6 +673,26 @@ static int copy_tokenizer(const char *from, const char *to, qp_err *err)
     return rc ? -1 : 0;
 }
 
+/* 1_Pooling/config.json as sentence-transformers writes it */
+static int write_pooling(const struct options *o, qp_err *err)
+{
+    char *dir = path_in(o->out_dir, "1_Pooling"), *path = path_in(o->out_dir, "1_Pooling/config.json");
+    char text[512];
+    bool last = strcmp(o->pooling, "last") == 0;
+    int n = snprintf(text, sizeof text,
+                     "{\n  \"word_embedding_dimension\": %u,\n  \"pooling_mode_cls_token\": false,\n"
+                     "  \"pooling_mode_mean_tokens\": %s,\n  \"pooling_mode_max_tokens\": false,\n"
+                     "  \"pooling_mode_mean_sqrt_len_tokens\": false,\n  \"pooling_mode_weightedmean_tokens\": false,\n"
+                     "  \"pooling_mode_lasttoken\": %s,\n  \"include_prompt\": true\n}",
+                     o->cfg.hidden_size, last ? "false" : "true", last ? "true" : "false");
+    int rc = !dir || !path ? qp_fail(err, "out of memory")
+             : mkdir(dir, 0755) && errno != EEXIST ? qp_fail(err, "%s: %s", dir, strerror(errno))
+                                                   : fs_write_file(path, text, (size_t)n, NULL, err);
+    free(dir);
+    free(path);
+    return rc ? -1 : 0;
+}
+
 /* Shard of each tensor: contiguous runs of roughly total/shards bytes,
  * none empty (needs shards <= n). */
 static void assign_shards(const struct gen_tensor *t, uint32_t n, uint32_t shards,
@@ -866,6 +894,8 @@ static int generate(const struct options *o, qp_err *err)
         rc = write_index(o, t, n, shard_of, total, err);
     if (rc == 0 && o->tokenizer_dir)
         rc = copy_tokenizer(o->tokenizer_dir, o->out_dir, err);
+    if (rc == 0 && o->pooling)
+        rc = write_pooling(o, err);
     if (rc == 0) {
         char *config = path_in(o->out_dir, "config.json");
         rc = config ? hf_config_write_dtype(config, &o->cfg, torch_dtype[o->dtype], err)

@@ -21,7 +21,8 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    2                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config */
+#define QPK_VERSION_MINOR    3                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
+                                                  1.3: pooling */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
@@ -52,7 +53,8 @@ enum qpk_section_kind {
     QPK_SEC_CHAT_TEMPLATE = 4,     /* chat_template text from tokenizer_config.json, zstd */
     QPK_SEC_PROVENANCE = 5,        /* JSON: sources, packer, settings, per-tensor error; zstd */
     QPK_SEC_GENERATION_CONFIG = 6, /* generation_config.json, zstd */
-    QPK_SEC_KIND_MAX = 6,
+    QPK_SEC_POOLING = 7,           /* 1_Pooling/config.json (an embedding checkpoint), zstd */
+    QPK_SEC_KIND_MAX = 7,
 };
 
 enum qpk_codec { QPK_CODEC_RAW = 0, QPK_CODEC_ZSTD = 1 };

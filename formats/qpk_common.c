@@ -62,6 +62,7 @@ const char *qpk_section_name(unsigned kind)
     case QPK_SEC_CHAT_TEMPLATE: return "chat_template";
     case QPK_SEC_PROVENANCE: return "provenance";
     case QPK_SEC_GENERATION_CONFIG: return "generation_config";
+    case QPK_SEC_POOLING: return "pooling";
     default: return "unknown";
     }
 }

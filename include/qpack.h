@@ -150,6 +150,14 @@ typedef struct qpack_program_info {
     uint32_t verified_insns;
 } qpack_program_info;
 
+/* How an embedding checkpoint (Qwen3-Embedding) pools its token states
+ * (its 1_Pooling/config.json, which qpack pack keeps). */
+typedef enum qpack_pooling {
+    QPACK_POOLING_NONE = 0,     /* a generator only: qpack_embed refuses it */
+    QPACK_POOLING_LAST = 1,     /* the last token's (Qwen3-Embedding's) */
+    QPACK_POOLING_MEAN = 2,     /* the mean over the tokens */
+} qpack_pooling;
+
 typedef struct qpack_model_info {
     uint32_t vocab;             /* rows of the vocabulary projection: ids 0 .. vocab - 1 */
     uint32_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
@@ -163,6 +171,7 @@ typedef struct qpack_model_info {
     const char *backend;        /* "bpf", "emu", "ref" */
     const char *path;
     bool has_tokenizer;         /* the container carries tokenizer.json */
+    qpack_pooling pooling;      /* an embedding model's pooling; NONE for a generator */
     uint64_t file_bytes;        /* the container's size; ref: the safetensors files' and index's */
     double bits_per_weight;     /* bytes of the weight tensors * 8 / their parameters */
     uint32_t block_positions;   /* positions a step computes at once (bpf, emu; 1 for ref) */
@@ -270,6 +279,15 @@ int qpack_feed_each(qpack_session *session, const int32_t *tokens, size_t n,
  * emu: their Q32 values, exactly): how far each layer drifts from the
  * reference. */
 int qpack_feed_hidden(qpack_session *session, int32_t token, double *hidden, qpack_error *err);
+
+/* The embedding of tokens[0..n) (n >= 1), as sentence-transformers
+ * computes Qwen3-Embedding's: the session starts over (rewound to 0), the
+ * tokens are fed, and out[0..hidden) gets the final norm's output at the
+ * last token (QPACK_POOLING_LAST) or its mean over the tokens (MEAN, fed a
+ * token at a time), L2-normalised. QPACK_ERR_ARGUMENT for a model without
+ * pooling. The caller adds what the model wants at the end (Qwen3-Embedding:
+ * <|endoftext|>). The session then holds the tokens. */
+int qpack_embed(qpack_session *session, const int32_t *tokens, size_t n, float *out, qpack_error *err);
 
 /* Called from the feeding thread while a qpack_feed* computes: done of
  * total positions of this call, after each block of positions (each

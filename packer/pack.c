@@ -33,7 +33,7 @@ static void fill_config(struct packer *p)
 
 static int write_container(struct packer *p, qp_err *err)
 {
-    struct qpk_blob blobs[4];
+    struct qpk_blob blobs[5];
     unsigned nb = 0;
     if (p->tokenizer)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_TOKENIZER, p->tokenizer, p->tokenizer_len};
@@ -43,6 +43,8 @@ static int write_container(struct packer *p, qp_err *err)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_CHAT_TEMPLATE, p->chat_template, strlen(p->chat_template)};
     if (p->generation_config)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_GENERATION_CONFIG, p->generation_config, p->generation_config_len};
+    if (p->pooling)
+        blobs[nb++] = (struct qpk_blob){QPK_SEC_POOLING, p->pooling, p->pooling_len};
     struct qpk_tensor *list = calloc(p->n_plan, sizeof *list);
     if (!list)
         return qp_fail(err, "out of memory");
@@ -97,6 +99,7 @@ static void packer_free(struct packer *p)
     free(p->tokenizer_config);
     free(p->chat_template);
     free(p->generation_config);
+    free(p->pooling);
     free(p->chunk);
     calib_free(&p->calib);
 }

@@ -13,6 +13,7 @@
 #include "bf16.h"
 #include "fsafe.h"
 #include "gen_config.h"
+#include "pooling.h"
 #include "int8.h"
 #include "json_strict.h"
 #include "q24.h"
@@ -46,12 +47,19 @@ int pack_load_tokenizer_files(struct packer *p, qp_err *err)
         read_text(p->opt.src, "tokenizer_config.json", false, &p->tokenizer_config,
                   &p->tokenizer_config_len, err) ||
         read_text(p->opt.src, "generation_config.json", false, &p->generation_config,
-                  &p->generation_config_len, err))
+                  &p->generation_config_len, err) ||
+        read_text(p->opt.src, "1_Pooling/config.json", false, &p->pooling, &p->pooling_len, err))
         return -1;
     if (p->generation_config) {
         struct qwen3_gen_config g;
         snprintf(path, sizeof path, "%s/generation_config.json", p->opt.src);
         if (gen_config_parse(p->generation_config, p->generation_config_len, path, p->hf.vocab_size, &g, err))
+            return -1;
+    }
+    if (p->pooling) {
+        enum qp_pooling mode;
+        snprintf(path, sizeof path, "%s/1_Pooling/config.json", p->opt.src);
+        if (pooling_parse(p->pooling, p->pooling_len, path, p->hf.hidden_size, &mode, err))
             return -1;
     }
     snprintf(path, sizeof path, "%s/tokenizer.json", p->opt.src);

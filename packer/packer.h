@@ -53,8 +53,8 @@ struct packer {
     bool by_source_type;      /* a GGUF's matrices are encoded by their ggml types (pack_gguf.c) */
     struct planned *plan;
     uint32_t n_plan;
-    char *tokenizer, *tokenizer_config, *chat_template, *generation_config;
-    size_t tokenizer_len, tokenizer_config_len, generation_config_len;
+    char *tokenizer, *tokenizer_config, *chat_template, *generation_config, *pooling;
+    size_t tokenizer_len, tokenizer_config_len, generation_config_len, pooling_len;
     bool deduped_lm_head;
     bool calibrated;          /* calib holds --calibrate's statistics */
     struct calib calib;
@@ -81,7 +81,8 @@ struct packer {
 int pack_parse_args(struct pack_opts *o, int argc, char **argv);
 
 /* tokenizer.json, tokenizer_config.json and its chat template,
- * generation_config.json (checked: gen_config.h), read whole */
+ * generation_config.json (checked: gen_config.h) and an embedding
+ * checkpoint's 1_Pooling/config.json (pooling.h), read whole */
 int pack_load_tokenizer_files(struct packer *p, qp_err *err);
 /* The same from a GGUF file (pack_gguf.c): the config, tokenizer and
  * tensors from it, and the format its types ask for unless --format. */

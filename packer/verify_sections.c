@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gen_config.h"
+#include "pooling.h"
 #include "json_strict.h"
 #include "pack.h"
 #include "qpk.h"
@@ -60,6 +61,14 @@ static int check_generation_config(const struct qpk_file *f, const char *text, s
     return gen_config_parse(text, len, name, f->cfg.vocab, &g, err);
 }
 
+static int check_pooling(const struct qpk_file *f, const char *text, size_t len, qp_err *err)
+{
+    char name[4200];
+    label(name, sizeof name, f, QPK_SEC_POOLING);
+    enum qp_pooling mode;
+    return pooling_parse(text, len, name, f->cfg.hidden, &mode, err);
+}
+
 static int check_text(const struct qpk_file *f, unsigned kind, const char *text, size_t len, qp_err *err)
 {
     char name[4200];
@@ -89,6 +98,7 @@ static int check_section(const struct qpk_file *f, unsigned kind, qp_err *err)
     case QPK_SEC_CHAT_TEMPLATE: rc = check_text(f, kind, text, len, err); break;
     case QPK_SEC_PROVENANCE: rc = check_json_object(f, kind, text, len, err); break;
     case QPK_SEC_GENERATION_CONFIG: rc = check_generation_config(f, text, len, err); break;
+    case QPK_SEC_POOLING: rc = check_pooling(f, text, len, err); break;
     default: break;   /* the config: checked field by field at open */
     }
     free(text);

@@ -997,6 +997,81 @@ START_TEST(hidden_states_follow_the_reference_and_leave_the_logits_alone)
 }
 END_TEST
 
+static double cosine(const float *a, const float *b, uint32_t n, double *norm_a)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    *norm_a = sqrt(aa);
+    return ab / sqrt(aa * bb);
+}
+
+/* An embedding checkpoint (1_Pooling/config.json, last token and mean):
+ * its container knows the pooling, and qpack_embed on emu (the final norm
+ * applied on the host to the exact residual) gives a unit vector along the
+ * float64 reference's (the reference's own final norm, from the folder),
+ * bpf (root) the same bits as emu; a generator is refused. */
+START_TEST(embeddings_follow_the_reference)
+{
+    static const char *const modes[] = {"last", "mean"};
+    static const int32_t text[] = {9707, 11, 1879, 0, 151643};
+    for (int k = 0; k < 2; k++) {
+        char args[512], dir[16], qpk[16];
+        snprintf(dir, sizeof dir, "emb-%s", modes[k]);
+        snprintf(qpk, sizeof qpk, "emb-%s.qpk", modes[k]);
+        snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 4 --pooling %s --tokenizer-dir %s/assets/qwen3-tokenizer",
+                 modes[k], QP_SOURCE_DIR);
+        gen(dir, args);
+        int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("%s", dir), path_of("%s", qpk));
+        ck_assert_msg(rc == 0, "pack: %s", out_text);
+        qpack_model *emu = open_model_at(path_of("%s", qpk), QPACK_BACKEND_EMU, 0, 1, false);
+        qpack_model *ref = open_model_at(path_of("%s", dir), QPACK_BACKEND_REF, 0, 1, false);
+        qpack_pooling want = k ? QPACK_POOLING_MEAN : QPACK_POOLING_LAST;
+        ck_assert_int_eq(qpack_model_get_info(emu)->pooling, want);
+        ck_assert_int_eq(qpack_model_get_info(ref)->pooling, want);
+        uint32_t h = qpack_model_get_info(emu)->hidden;
+        float e[64], r[64], b[64];
+        ck_assert_uint_le(h, 64);
+        qpack_session *se = new_session(emu), *sr = new_session(ref);
+        qpack_error err;
+        feed(se, hello, 2);     /* embedding starts over */
+        ck_assert_msg(qpack_embed(se, text, 5, e, &err) == QPACK_OK, "%s", err.message);
+        ck_assert_msg(qpack_embed(sr, text, 5, r, &err) == QPACK_OK, "%s", err.message);
+        ck_assert_uint_eq(qpack_session_pos(se), 5);
+        double norm, c = cosine(e, r, h, &norm);
+        ck_assert_msg(c > 0.9999 && fabs(norm - 1) < 1e-6, "%s: cosine %.8f to the reference, length %.8f",
+                      modes[k], c, norm);
+        printf("embedding (%s pooling): cosine to the reference %.9f\n", modes[k], c);
+        if (geteuid() == 0) {
+            qpack_model *bpf = open_model_at(path_of("%s", qpk), QPACK_BACKEND_BPF, 0, 1, false);
+            qpack_session *sb = new_session(bpf);
+            ck_assert_msg(qpack_embed(sb, text, 5, b, &err) == QPACK_OK, "%s", err.message);
+            ck_assert_mem_eq(b, e, h * sizeof *e);
+            qpack_session_free(sb);
+            qpack_model_free(bpf);
+        }
+        /* the two poolings differ: the last token alone is not the mean */
+        static float last[64];
+        if (k == 0)
+            memcpy(last, e, sizeof last);
+        else
+            ck_assert(cosine(last, e, h, &norm) < 0.999);
+        qpack_session_free(se);
+        qpack_session_free(sr);
+        qpack_model_free(emu);
+        qpack_model_free(ref);
+    }
+    qpack_model *gen_model = open_model(QPACK_BACKEND_EMU, 0, 1);
+    qpack_session *s = new_session(gen_model);
+    float out[64];
+    qpack_error err;
+    ck_assert_int_eq(qpack_embed(s, hello, 4, out, &err), QPACK_ERR_ARGUMENT);
+    ck_assert_msg(strstr(err.message, "not an embedding model"), "%s", err.message);
+    qpack_session_free(s);
+    qpack_model_free(gen_model);
+}
+END_TEST
+
 START_TEST(inspect_tells_what_open_would_load_and_stats_name_the_kernels)
 {
     qpack_model_info a, r;
@@ -1144,6 +1219,7 @@ int main(void)
     tcase_add_test(tc, feed_each_sees_every_row_and_can_stop_the_feed);
     tcase_add_test(tc, progress_comes_after_each_block_of_a_feed);
     tcase_add_test(tc, hidden_states_follow_the_reference_and_leave_the_logits_alone);
+    tcase_add_test(tc, embeddings_follow_the_reference);
     tcase_add_test(tc, inspect_tells_what_open_would_load_and_stats_name_the_kernels);
     tcase_add_test(tc, tokenizer_of_a_model_without_loading_it);
     tcase_add_test(tc, chat_render_next_closes_the_reply_first);

@@ -201,6 +201,31 @@ generation_config)
     echo "ok generation_config"
     ;;
 
+pooling)
+    # an embedding checkpoint's 1_Pooling/config.json goes into the
+    # container as it is (qpack info lists the section, qpack verify reads
+    # it); a broken one is refused before any work, one line naming it
+    P=$T/pool
+    mkdir -p "$P/1_Pooling" && cp "$WORK/ckpt"/* "$P/" || fail "copying the checkpoint"
+    hidden=$(jq .hidden_size "$P/config.json")
+    printf '{"word_embedding_dimension": %s, "pooling_mode_cls_token": false, "pooling_mode_mean_tokens": false,\n "pooling_mode_lasttoken": true, "include_prompt": true}\n' \
+        "$hidden" >"$P/1_Pooling/config.json"
+    "$QPACK" pack "$P" -o "$T/pool.qpk" --quiet || fail "packing with 1_Pooling/config.json"
+    "$QPACK" verify "$T/pool.qpk" >/dev/null || fail "qpack verify of a container with a pooling section"
+    "$QPACK" info "$T/pool.qpk" --json | jq -e '.sections | map(.name) | index("pooling")' >/dev/null ||
+        fail "qpack info lists no pooling section"
+    for bad in '{"pooling_mode_cls_token": true}' '{"pooling_mode_lasttoken": true, "pooling_mode_mean_tokens": true}' \
+               '{"pooling_mode_lasttoken": 1}' '{}' "{\"pooling_mode_lasttoken\": true, \"word_embedding_dimension\": $((hidden + 1))}" \
+               '{"pooling_mode_lasttoken": true, "pooling_mode_lasttoken": true}' '[]'; do
+        printf '%s' "$bad" >"$P/1_Pooling/config.json"
+        "$QPACK" pack "$P" -o "$T/bad.qpk" --quiet 2>"$T/bad.err" && fail "packed 1_Pooling/config.json $bad"
+        [ "$(lines "$T/bad.err")" = 1 ] && grep -q "1_Pooling/config.json" "$T/bad.err" ||
+            fail "1_Pooling/config.json $bad: $(cat "$T/bad.err")"
+        [ ! -e "$T/bad.qpk" ] || fail "a refused pack wrote bad.qpk"
+        echo "ok refused $bad: $(cat "$T/bad.err")"
+    done
+    ;;
+
 tokenize)
     out=$(printf 'Hello, world!' | "$QRUN" tokenize -m "$M") || fail "qrun tokenize -m failed"
     [ "$out" = "9707 11 1879 0" ] || fail "tokenize -m: got '$out'"
