@@ -1,7 +1,7 @@
 /* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
  * The first byte picks the endpoint (chat, completions, /tokenize,
- * /detokenize, with the Qwen3 tokenizer) or a reply whose <tool_call>
- * blocks are read, whole and in pieces as it would stream; the rest is
+ * /detokenize, /v1/embeddings, with the Qwen3 tokenizer) or a reply whose
+ * <tool_call> blocks are read, whole and in pieces as it would stream; the rest is
  * the body, not NUL-terminated. A refusal must come with a message; a
  * chat request that parses must render through the template; a request
  * with a response_format or a forced tool call feeds its own body to the
@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 5;
+    unsigned pick = data[0] % 6;
     size--;
     char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
     if (!body)
@@ -104,6 +104,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (!rc)
             serve_request_free(&r);
+    } else if (pick == 5) {
+        struct serve_embed_request q;
+        rc = serve_parse_embeddings(body, size, &model, tokenizer(), 151643, 4096, 1024, &q, &e);
+        if (!rc) {
+            if (!q.n_inputs || q.ends[q.n_inputs - 1] == 0)
+                abort();
+            serve_embed_request_free(&q);
+        }
     } else if (pick == 2) {
         rc = serve_tokenize_reply(tokenizer(), body, size, &out, &e);
     } else {

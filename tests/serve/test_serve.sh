@@ -762,6 +762,52 @@ formats)
     stop_server
     ;;
 
+embeddings)
+    # /v1/embeddings on an embedding checkpoint (1_Pooling: last token; the
+    # vector's accuracy against the float reference is test_lib's): a unit
+    # vector of the hidden size; text and its token ids alike; a list of
+    # inputs gives each input's vector as alone; dimensions cuts and
+    # rescales; base64 holds the same floats; the clients agree; a
+    # generator's server refuses
+    "$QP_GEN" "$T/emb" --preset tiny --vocab 151936 --seed 4 --pooling last --tokenizer-dir "$TOKDIR" >/dev/null ||
+        fail "generating the embedding checkpoint"
+    "$QPACK" pack "$T/emb" -o "$T/emb.qpk" --quiet || fail "packing the embedding checkpoint"
+    M_GEN=$M M=$T/emb.qpk
+    start_server emb --backend emu
+    M=$M_GEN
+    post /v1/embeddings '{"input": "Hello, world!", "model": "text-embedding-3-small"}'
+    expect_ok "embeddings"
+    jq -e '.object == "list" and (.data | length == 1) and .data[0].object == "embedding" and .data[0].index == 0 and
+           (.data[0].embedding | length == 64) and (([.data[0].embedding[] | . * .] | add) - 1 | fabs < 1e-6) and
+           .usage.prompt_tokens == 5 and .usage.total_tokens == 5' "$T/resp" >/dev/null ||
+        fail "not a unit vector of 64 values for 5 tokens (4 and <|endoftext|>): $(head -c 300 "$T/resp")"
+    jq -c '.data[0].embedding' "$T/resp" >"$T/hello.json"
+    post /v1/embeddings '{"input": [[9707, 11, 1879, 0, 151643], "Another text", "Hello, world!"]}'
+    expect_ok "embeddings of a list"
+    jq -e --slurpfile h "$T/hello.json" '(.data | length == 3) and .data[0].embedding == $h[0] and
+           .data[2].embedding == $h[0] and .data[1].embedding != $h[0] and ([.data[].index] == [0, 1, 2])' "$T/resp" \
+        >/dev/null || fail "a list's vectors are not each input's: $(head -c 300 "$T/resp")"
+    post /v1/embeddings '{"input": "Hello, world!", "dimensions": 16}'
+    expect_ok "dimensions"
+    jq -e --slurpfile h "$T/hello.json" '.data[0].embedding as $v | ($h[0][:16] | (map(. * .) | add | sqrt) as $n |
+           map(. / $n)) as $w | ($v | length == 16) and ([range(16)] | all(($v[.] - $w[.]) | fabs < 1e-6))' "$T/resp" \
+        >/dev/null || fail "dimensions 16 is not the first 16 values at unit length: $(head -c 300 "$T/resp")"
+    for bad in '{"input": ""}' '{"input": []}' '{"input": [1.5]}' '{"input": [[151936]]}' '{"input": {"a": 1}}' \
+               '{"input": "x", "dimensions": 65}' '{"input": "x", "encoding_format": "hex"}' '{}'; do
+        post /v1/embeddings "$bad"
+        expect_error 400
+    done
+    if [ -d "$NODE_DIR/node_modules/openai" ] && [ ! -f "$NODE_DIR/unreachable" ]; then
+        cp "$SRC/tests/serve/embeddings_client.mjs" "$NODE_DIR/" || fail "copying the embeddings client"
+        timeout 120 node "$NODE_DIR/embeddings_client.mjs" "$URL" emb "$T/hello.json" || fail "the embeddings clients"
+    fi
+    stop_server
+    start_server gen --backend emu
+    post /v1/embeddings '{"input": "Hello"}'
+    expect_error 400 model_not_embedding
+    stop_server
+    ;;
+
 browser)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"

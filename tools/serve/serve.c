@@ -48,6 +48,8 @@ static const char usage_text[] =
     "       tool_choice none, auto, required or a function's name: a forced call\n"
     "       held to the tool's parameters; response_format json_object or\n"
     "       json_schema: the reply held to it by constrained decoding)\n"
+    "  POST /v1/embeddings         an embedding model's vectors (1_Pooling in its checkpoint):\n"
+    "                              input, dimensions, encoding_format float or base64\n"
     "  GET  /v1/models             the model, named by --name, with its context\n"
     "  GET  /health                {\"status\":\"ok\"}\n"
     "  GET  /metrics               Prometheus text: requests, tokens, seconds, sessions, BPF map bytes\n"

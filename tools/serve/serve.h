@@ -135,6 +135,32 @@ char *serve_json_print(cJSON *root, bool ok);
 
 #define SERVE_MAX_TOOLS 128
 #define SERVE_MAX_CHOICES 8    /* n: the replies one request asks for */
+#define SERVE_MAX_INPUTS 2048  /* input: the texts one /v1/embeddings request embeds (OpenAI's limit) */
+
+/* ---- POST /v1/embeddings (serve_embed.c) ---- */
+
+struct serve_embed_request {
+    int32_t *ids;               /* every input's tokens, one after the other (malloc'd) */
+    uint32_t *ends;             /* input i is ids[ends[i - 1] .. ends[i]) (ends[-1]: 0) */
+    uint32_t n_inputs;
+    uint32_t dimensions;        /* the vectors' first N values, at unit length; 0: all */
+    bool base64;                /* encoding_format "base64" */
+};
+
+/* OpenAI's embeddings request: input (a string, token ids, or a list of up
+ * to SERVE_MAX_INPUTS of either) tokenized, each input ended with end_id
+ * (-1: none) unless it ends with it, at most ctx tokens each; model as for
+ * the other endpoints; dimensions 1..hidden; encoding_format float or
+ * base64. Returns 0, or -1 with a 400 naming the field. */
+int serve_parse_embeddings(const char *body, size_t len, const struct serve_model_ref *model,
+                           const qpack_tokenizer *tok, int32_t end_id, uint32_t ctx, uint32_t hidden,
+                           struct serve_embed_request *req, struct serve_error *err);
+void serve_embed_request_free(struct serve_embed_request *req);
+/* The response: emb holds n vectors of dim values; malloc'd, NULL when out of memory. */
+char *serve_embeddings_json(const float *emb, uint32_t n, uint32_t dim, const struct serve_embed_request *req,
+                            const char *model, uint32_t prompt_tokens);
+/* 'model' checked as every endpoint checks it (404 only when strict). */
+int serve_read_model(const struct cJSON *v, const struct serve_model_ref *model, struct serve_error *err);
 
 /* v as transformers' tojson writes it (Python's json.dumps, non-ASCII
  * kept); malloc'd, NULL when out of memory. */
@@ -298,6 +324,13 @@ void serve_job_want_logprobs(struct serve_job *j, unsigned top);
 /* The reply is held to format (serve_format.h), from its first token, or
  * after its thinking with think; set before the job is submitted. */
 void serve_job_want_format(struct serve_job *j, struct serve_format *format, bool think);
+/* The job embeds its prompt's n_inputs inputs (ends as in struct
+ * serve_embed_request) with qpack_embed instead of generating, one input
+ * between two steps of the other sessions; set before submitting. -1 when
+ * out of memory. */
+int serve_job_want_embeddings(struct serve_job *j, const uint32_t *ends, uint32_t n_inputs, uint32_t dim);
+/* After the end: the n_inputs vectors of dim values (NULL before). */
+const float *serve_job_embeddings(struct serve_job *j);
 /* j is another choice of leader's request: it waits for leader's prompt to
  * be fed and copies it (set before submitting). */
 void serve_job_follow(struct serve_job *j, struct serve_job *leader);
@@ -434,7 +467,8 @@ void serve_conns_resume_all(struct serve_conns *cs);
 
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
-    SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_OTHER,
+    SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_EMBEDDINGS,
+    SERVE_EP_OTHER,
     SERVE_EP_COUNT
 };
 

@@ -39,6 +39,7 @@ struct serve_http {
     struct MHD_Daemon *d;
     struct serve_conns *conns;
     uint32_t vocab, ctx;
+    int32_t end_of_text;        /* <|endoftext|>, which ends an embedding's input; -1: none */
     bool has_sampling;
     qpack_sampler_params sampling[2];   /* the model's, without and with thinking */
     long long started;          /* unix seconds: the model's "created" */
@@ -76,6 +77,7 @@ struct request {
     struct serve_reply_meta meta;
     char id[48];
     struct stream *stream;      /* an SSE response still open */
+    struct serve_embed_request embed;   /* /v1/embeddings: its inputs, until it is answered */
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -142,6 +144,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/v1/models", SERVE_EP_MODELS}, {"/health", SERVE_EP_HEALTH}, {"/metrics", SERVE_EP_METRICS},
         {"/", SERVE_EP_PAGE}, {"/tokenize", SERVE_EP_TOKENIZE}, {"/detokenize", SERVE_EP_DETOKENIZE},
         {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS}, {"/apply-template", SERVE_EP_APPLY_TEMPLATE},
+        {"/v1/embeddings", SERVE_EP_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -160,7 +163,7 @@ static bool is_generation(enum serve_endpoint ep)
 static bool is_post(enum serve_endpoint ep)
 {
     return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE ||
-           ep == SERVE_EP_APPLY_TEMPLATE;
+           ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS;
 }
 
 /* constant time in the key's length */
@@ -970,6 +973,69 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     return reply_whole(h, c, r);
 }
 
+/* POST /v1/embeddings: one job embeds every input; the answer when it ends */
+static enum MHD_Result reply_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    if (serve_conn_gone(h->conns, r->conn)) {
+        r->status = CLIENT_GONE;
+        return MHD_NO;
+    }
+    struct choice *ch = &r->ch[0];
+    int state = serve_job_take(ch->job, 0, &ch->text, &ch->text_len, &ch->text_cap);
+    if (state < 0)
+        return MHD_NO;
+    if (state != SERVE_JOB_DONE) {
+        MHD_suspend_connection(c);
+        serve_conn_park(h->conns, r->conn, c, ch->job);
+        return MHD_YES;
+    }
+    const float *emb = serve_job_embeddings(ch->job);
+    struct serve_usage usage;
+    qpack_error err = {0};
+    if (!serve_job_result(ch->job, &usage, &err) || !emb) {
+        struct serve_error e;
+        job_failure(&err, &e);
+        return send_error(c, r, &e);
+    }
+    uint32_t dim = qpack_model_get_info(h->cfg.model)->hidden;
+    r->usage.prompt_tokens = r->embed.n_inputs ? r->embed.ends[r->embed.n_inputs - 1] : 0;
+    char *json = serve_embeddings_json(emb, r->embed.n_inputs, dim, &r->embed, h->cfg.model_id, r->usage.prompt_tokens);
+    return json ? send_json(c, r, 200, json) : fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    const qpack_model_info *info = qpack_model_get_info(h->cfg.model);
+    if (info->pooling == QPACK_POOLING_NONE)
+        return fail(c, r, 400, "invalid_request_error", "model_not_embedding", NULL,
+                    "The model '%s' is not an embedding model (its container has no pooling section: pack an "
+                    "embedding checkpoint such as Qwen3-Embedding)", h->cfg.model_id);
+    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    struct serve_error e;
+    if (serve_parse_embeddings(r->body ? r->body : "", r->len, &model, qpack_model_tokenizer(h->cfg.model),
+                               h->end_of_text, h->ctx, info->hidden, &r->embed, &e))
+        return send_error(c, r, &e);
+    uint32_t total = r->embed.ends[r->embed.n_inputs - 1];
+    qpack_sampler_params sp = qpack_sampler_default_params();
+    struct serve_job *j = serve_job_new(r->embed.ids, total, 0, &sp, NULL);
+    if (j)
+        r->embed.ids = NULL;    /* the job's now */
+    if (!j || serve_job_want_embeddings(j, r->embed.ends, r->embed.n_inputs, info->hidden)) {
+        serve_job_unref(j);
+        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    serve_job_watch(j, serve_conns_wake, h->conns);
+    r->ch[0].job = j;
+    r->n_ch = 1;
+    if (serve_sched_submit(h->cfg.sched, &j, 1)) {
+        atomic_fetch_add(&serve_metrics.rejected, 1);
+        return fail(c, r, 503, "server_error", "server_busy", NULL,
+                    "The server is busy: %u requests are running and %u waiting; try again later",
+                    serve_metrics.parallel, serve_metrics.queue_max);
+    }
+    return reply_embeddings(h, c, r);
+}
+
 /* llama-server's POST /apply-template */
 static enum MHD_Result serve_apply_template(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
@@ -1012,7 +1078,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->responded)
         return MHD_YES;
     if (r->n_ch)                /* resumed */
-        return reply_whole(h, c, r);
+        return r->ep == SERVE_EP_EMBEDDINGS ? reply_embeddings(h, c, r) : reply_whole(h, c, r);
     if (r->too_large)
         return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
                     SERVE_MAX_BODY);
@@ -1020,6 +1086,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return serve_generate(h, c, r);
     if (r->ep == SERVE_EP_APPLY_TEMPLATE)
         return serve_apply_template(h, c, r);
+    if (r->ep == SERVE_EP_EMBEDDINGS)
+        return serve_embeddings(h, c, r);
     return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 
@@ -1049,6 +1117,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(r->body);
     for (unsigned k = 0; k < SERVE_MAX_CHOICES; k++)
         free(r->ch[k].text);
+    serve_embed_request_free(&r->embed);
     free(r);
     atomic_fetch_sub(&h->active, 1);
 }
@@ -1083,6 +1152,18 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- the daemon ---------------------------------------------------------- */
 
+/* the id of <|endoftext|> in the model's tokenizer, -1 without one */
+static int32_t end_of_text_id(const qpack_tokenizer *tok)
+{
+    int32_t *ids = NULL, id = -1;
+    size_t n = 0;
+    qpack_error err;
+    if (tok && !qpack_tokenize(tok, "<|endoftext|>", 13, &ids, &n, &err) && n == 1)
+        id = ids[0];
+    free(ids);
+    return id;
+}
+
 int serve_http_start(struct serve_http **out, const struct serve_http_config *cfg, char *msg, size_t msg_len)
 {
     *out = NULL;
@@ -1092,6 +1173,7 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
     h->cfg = *cfg;
     h->vocab = qpack_model_get_info(cfg->model)->vocab;
     h->ctx = qpack_model_get_info(cfg->model)->ctx;
+    h->end_of_text = end_of_text_id(qpack_model_tokenizer(cfg->model));
     h->started = (long long)time(NULL);
     for (int think = 0; think < 2; think++) {
         h->sampling[think] = serve_default_sampling();

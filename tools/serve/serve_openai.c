@@ -275,7 +275,7 @@ static int read_template_kwargs(const cJSON *v, struct serve_request *r, struct 
     return 0;
 }
 
-static int read_model(const cJSON *v, const struct serve_model_ref *model, struct serve_error *e)
+int serve_read_model(const cJSON *v, const struct serve_model_ref *model, struct serve_error *e)
 {
     if (!cJSON_IsString(v))
         return BAD(e, "model", "'model' must be a string");
@@ -428,7 +428,7 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
     if (rc <= 0)
         return rc;
     if (!strcmp(k, "model"))
-        return read_model(f, model, e);
+        return serve_read_model(f, model, e);
     if (!strcmp(k, "messages"))
         return chat ? read_messages(f, r, e) : BAD(e, k, "'messages' belongs to /v1/chat/completions");
     if (!strcmp(k, "prompt"))

@@ -62,6 +62,10 @@ struct serve_job {
     size_t lp_len, lp_cap;
     struct serve_format *format;    /* response_format's constraint; NULL: none */
     bool format_think;              /* the format begins after the reply's thinking */
+    uint32_t *input_ends;           /* an embedding job: its inputs' ends in prompt, */
+    uint32_t n_inputs, embedded;    /*   how many, how many done */
+    float *embeddings;              /*   [n_inputs][dim] */
+    uint32_t dim;
 };
 
 /* a session and the request it runs */
@@ -157,6 +161,8 @@ void serve_job_unref(struct serve_job *j)
         free(j->stops.s[i]);
     free((void *)j->sp.logit_bias);
     serve_format_unref(j->format);
+    free(j->input_ends);
+    free(j->embeddings);
     free(j->prompt);
     if (j->leader)
         serve_job_unref(j->leader);
@@ -188,6 +194,25 @@ void serve_job_want_format(struct serve_job *j, struct serve_format *format, boo
 {
     j->format = serve_format_ref(format);
     j->format_think = think;
+}
+
+int serve_job_want_embeddings(struct serve_job *j, const uint32_t *ends, uint32_t n_inputs, uint32_t dim)
+{
+    if (!n_inputs || !(j->input_ends = malloc(n_inputs * sizeof *ends)) ||
+        !(j->embeddings = calloc((size_t)n_inputs * dim, sizeof *j->embeddings)))
+        return -1;
+    memcpy(j->input_ends, ends, n_inputs * sizeof *ends);
+    j->n_inputs = n_inputs;
+    j->dim = dim;
+    return 0;
+}
+
+const float *serve_job_embeddings(struct serve_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool done = j->state == SERVE_JOB_DONE;
+    pthread_mutex_unlock(&j->mu);
+    return done ? j->embeddings : NULL;
 }
 
 static int job_release_logprob(struct serve_job *j, const struct serve_logprob *lp)
@@ -649,6 +674,25 @@ static bool waits(const struct serve_job *j)
     return j->leader && !atomic_load(&j->leader->prompt_in);
 }
 
+/* An embedding job's next input, between two steps of the others: the
+ * job ends with its last */
+static void embed_next(struct serve_sched *s, struct slot *sl)
+{
+    struct serve_job *j = sl->job;
+    qpack_error err = {0};
+    uint32_t start = j->embedded ? j->input_ends[j->embedded - 1] : 0, end = j->input_ends[j->embedded];
+    if (qpack_embed(sl->session, j->prompt + start, end - start, j->embeddings + (size_t)j->embedded * j->dim, &err)) {
+        finish(s, sl, NULL, &err);
+        return;
+    }
+    atomic_fetch_add(&serve_metrics.prompt_tokens, end - start);
+    atomic_store(&sl->held, end - start);
+    if (++j->embedded == j->n_inputs) {
+        j->usage.prompt_ms = (qp_now_s() - sl->t_start) * 1e3;
+        finish(s, sl, "stop", &err);
+    }
+}
+
 /* The next step's items: every decoding session's token, then prompt
  * chunks of the others, oldest first, within the budget. Returns the
  * count; their slots in in[]. */
@@ -672,7 +716,8 @@ static size_t gather(struct serve_sched *s, qpack_batch_item *items, struct slot
             bool taken = false;
             for (size_t k = 0; k < n && !taken; k++)
                 taken = in[k] == sl;
-            if (sl->job && !sl->decoding && !taken && !waits(sl->job) && (!oldest || sl->order < oldest->order))
+            if (sl->job && !sl->job->n_inputs && !sl->decoding && !taken && !waits(sl->job) &&
+                (!oldest || sl->order < oldest->order))
                 oldest = sl;
         }
         if (!oldest)
@@ -739,6 +784,9 @@ static void *sched_main(void *arg)
                 finish(s, &s->slots[i], NULL, &gone);
         if (stopping)
             break;
+        for (unsigned i = 0; i < s->n_slots; i++)
+            if (s->slots[i].job && s->slots[i].job->n_inputs)
+                embed_next(s, &s->slots[i]);
         size_t n = items && in && started ? gather(s, items, in) : 0;
         if (n)
             step(s, items, in, n);
