@@ -2,7 +2,7 @@
 // (npm @langchain/openai, tests/serve/package.json) against qrun serve with
 // its default settings: a chat, the same chat streamed, a conversation with
 // a system prompt, tools bound to the model with a tool call and its result
-// in the history, log probabilities, n, a text completion (LangChain's
+// in the history, a forced tool call, log probabilities, n, a text completion (LangChain's
 // OpenAI), structured output, and an unknown key refused. EXPECT_DIR holds
 // qrun's own greedy texts, the independent expectation: chat.txt (qrun
 // --chat -p Hi -n 8), text.txt (qrun -p Hello -n 8) and system.txt (qrun
@@ -60,6 +60,15 @@ const completion = await (await fetch(`${url}/v1/completions`, {
   body: JSON.stringify({ model, prompt: rendered.prompt, max_tokens: 8, temperature: 0 }) })).json();
 check(answer.content === completion.choices[0].text && answer.tool_calls.length === 0,
       `bound tools with a call in the history: the reply continues the rendered prompt ${JSON.stringify(answer.content)}`);
+
+// a forced call of a bound tool: the random model's reply is a call LangChain parses
+const cities = { type: 'function', function: { name: 'get_weather', parameters: { type: 'object',
+  properties: { city: { type: 'string', enum: ['Paris', 'Oslo'] } }, required: ['city'] } } };
+const called = await new ChatOpenAI({ model, apiKey, temperature: 0, maxTokens: 600, maxRetries: 0,
+                                      configuration: { baseURL: `${url}/v1` } })
+  .bindTools([cities], { tool_choice: 'get_weather' }).invoke([new HumanMessage('Weather in Paris?')]);
+check(called.tool_calls.length === 1 && called.tool_calls[0].name === 'get_weather' &&
+      ['Paris', 'Oslo'].includes(called.tool_calls[0].args.city), `a forced tool call: ${JSON.stringify(called.tool_calls)}`);
 
 // log probabilities: each token of the greedy reply the most likely of its alternatives
 const withLogprobs = await new ChatOpenAI({ model, apiKey, temperature: 0, maxTokens: 8, maxRetries: 0, logprobs: true,
