@@ -32,7 +32,8 @@
 # machine cannot load is reported with qrun's one-line reason. QP_SIZES=32b
 # is not in the default: its checkpoint is 66 GB and its int4 container
 # 20 GB (a disk of 80 GB holds both only compressed: docs/BENCHMARKS.md
-# says how), and on 24 GiB its int4 maps (25.9 GB) need QP_STREAM=1.
+# says how), and on 24 GiB its int4 maps (25.9 GB) need QP_STREAM=1
+# (int4-pure with --group 128 runs resident: 18.5 GB).
 # Check the load average first: another busy process makes every figure
 # several times slower.
 set -eu
