@@ -498,24 +498,26 @@ bad_input)
     gen m --seed 2
     pack m
     M=$W/m.qpk
-    # a newer major version: bytes 8..9 patched, nothing else fixed
+    # a newer major version: bytes 8..9 patched, nothing else fixed (the
+    # minor, bytes 10..11, is the packer's)
+    minor=$(od -An -tu2 -j10 -N2 "$M" | tr -d ' ')
     for v in 2 256; do
         cp "$M" "$W/v$v.qpk"
         printf "\\x$(printf %02x $((v & 255)))\\x$(printf %02x $((v >> 8)))" |
             dd of="$W/v$v.qpk" bs=1 seek=8 conv=notrunc 2>/dev/null
         for c in "verify" "info" "info --json"; do
             run "v$v" "$QPACK" $c "$W/v$v.qpk"
-            one_line_error "v$v" "version $v.2 is not supported"
+            one_line_error "v$v" "version $v.$minor is not supported"
             grep -q "1\.x\|1\.0" "$W/v$v.err" || fail "v$v: the message does not name the supported version"
         done
         if [ "$(id -u)" = 0 ]; then
             run "v$v" "$QRUN" -m "$W/v$v.qpk" --ids "1 2" -n 2 --print-ids
-            one_line_error "v$v" "version $v.2 is not supported"
+            one_line_error "v$v" "version $v.$minor is not supported"
         fi
         run "v$v" "$QRUN" -m "$W/v$v.qpk" --ids "1 2" -n 2 --print-ids --backend emu
-        one_line_error "v$v" "version $v.2 is not supported"
+        one_line_error "v$v" "version $v.$minor is not supported"
         run "v$v" "$QRUN" tokenize -m "$W/v$v.qpk" </dev/null
-        one_line_error "v$v" "version $v.2 is not supported"
+        one_line_error "v$v" "version $v.$minor is not supported"
     done
     # directories where a file is expected
     mkdir -p "$W/dir.qpk"
