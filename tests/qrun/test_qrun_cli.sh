@@ -31,6 +31,19 @@ run() {
 }
 
 lines() { wc -l <"$1" | tr -d ' '; }
+# pack_refuses DIR FILE TEXT...: with each TEXT as DIR/FILE, qpack pack DIR
+# is refused before any work, one line naming FILE, nothing written
+pack_refuses() {
+    local dir=$1 file=$2 bad
+    shift 2
+    for bad in "$@"; do
+        printf '%s' "$bad" >"$dir/$file"
+        "$QPACK" pack "$dir" -o "$T/bad.qpk" --quiet 2>"$T/bad.err" && fail "packed $file $bad"
+        [ "$(lines "$T/bad.err")" = 1 ] && grep -q "$file" "$T/bad.err" || fail "$file $bad: $(cat "$T/bad.err")"
+        [ ! -e "$T/bad.qpk" ] || fail "a refused pack wrote bad.qpk"
+        echo "ok refused $bad: $(cat "$T/bad.err")"
+    done
+}
 
 valid_utf8() { iconv -f UTF-8 -t UTF-8 "$1" >/dev/null 2>&1; }
 
@@ -181,15 +194,8 @@ generation_config)
     [ -z "$(gen --chat -p Hi -n 4)" ] || fail "eos id $first of the generation config did not end the reply"
     [ -n "$(gen -p Hi -n 4)" ] || fail "an eos id ended a text that is no chat"
     # refused before any work, one line naming the file and the field
-    for bad in '{"top_p": 2}' '{"temperature": "hot"}' '{"top_k": 2.5}' '{"eos_token_id": [151936]}' \
-               '{"do_sample": 1}' '{"top_k": 1, "top_k": 2}' '[]'; do
-        printf '%s' "$bad" >"$G/generation_config.json"
-        "$QPACK" pack "$G" -o "$T/bad.qpk" --quiet 2>"$T/bad.err" && fail "packed generation_config.json $bad"
-        [ "$(lines "$T/bad.err")" = 1 ] && grep -q "generation_config.json" "$T/bad.err" ||
-            fail "generation_config.json $bad: $(cat "$T/bad.err")"
-        [ ! -e "$T/bad.qpk" ] || fail "a refused pack wrote bad.qpk"
-        echo "ok refused $bad: $(cat "$T/bad.err")"
-    done
+    pack_refuses "$G" generation_config.json '{"top_p": 2}' '{"temperature": "hot"}' '{"top_k": 2.5}' \
+        '{"eos_token_id": [151936]}' '{"do_sample": 1}' '{"top_k": 1, "top_k": 2}' '[]'
     # a chat reply without -n runs until the end of the turn or of the
     # context, and says where the context cut it
     "$QRUN" -m "$M" --backend emu --print-ids --chat -p Hi -c 48 >"$T/long.out" 2>"$T/long.err" ||
@@ -214,16 +220,10 @@ pooling)
     "$QPACK" verify "$T/pool.qpk" >/dev/null || fail "qpack verify of a container with a pooling section"
     "$QPACK" info "$T/pool.qpk" --json | jq -e '.sections | map(.name) | index("pooling")' >/dev/null ||
         fail "qpack info lists no pooling section"
-    for bad in '{"pooling_mode_cls_token": true}' '{"pooling_mode_lasttoken": true, "pooling_mode_mean_tokens": true}' \
-               '{"pooling_mode_lasttoken": 1}' '{}' "{\"pooling_mode_lasttoken\": true, \"word_embedding_dimension\": $((hidden + 1))}" \
-               '{"pooling_mode_lasttoken": true, "pooling_mode_lasttoken": true}' '[]'; do
-        printf '%s' "$bad" >"$P/1_Pooling/config.json"
-        "$QPACK" pack "$P" -o "$T/bad.qpk" --quiet 2>"$T/bad.err" && fail "packed 1_Pooling/config.json $bad"
-        [ "$(lines "$T/bad.err")" = 1 ] && grep -q "1_Pooling/config.json" "$T/bad.err" ||
-            fail "1_Pooling/config.json $bad: $(cat "$T/bad.err")"
-        [ ! -e "$T/bad.qpk" ] || fail "a refused pack wrote bad.qpk"
-        echo "ok refused $bad: $(cat "$T/bad.err")"
-    done
+    pack_refuses "$P" 1_Pooling/config.json '{"pooling_mode_cls_token": true}' \
+        '{"pooling_mode_lasttoken": true, "pooling_mode_mean_tokens": true}' '{"pooling_mode_lasttoken": 1}' '{}' \
+        "{\"pooling_mode_lasttoken\": true, \"word_embedding_dimension\": $((hidden + 1))}" \
+        '{"pooling_mode_lasttoken": true, "pooling_mode_lasttoken": true}' '[]'
     ;;
 
 tokenize)

@@ -463,13 +463,18 @@ static bool begin_value(struct machine *m, uint32_t node, unsigned c)
     return live && push(m, fr);
 }
 
-/* a literal alternative that is complete at the frame's position */
-static bool literal_complete(const struct frame *t)
+/* the live alternative the literal's bytes so far complete; -1: none */
+static int completed_alt(const struct frame *t)
 {
     for (uint32_t i = 0; i < t->n_alts; i++)
         if (t->live >> i & 1 && !t->alts[i][t->pos])
-            return true;
-    return false;
+            return (int)i;
+    return -1;
+}
+
+static bool literal_complete(const struct frame *t)
+{
+    return completed_alt(t) >= 0;
 }
 
 static bool number_complete(const struct frame *t)
@@ -481,9 +486,7 @@ static bool number_complete(const struct frame *t)
  * key tells the object below which property it is */
 static void finish_literal(struct machine *m, struct frame *t)
 {
-    uint32_t chosen = 0;
-    while (chosen < t->n_alts && !(t->live >> chosen & 1 && !t->alts[chosen][t->pos]))
-        chosen++;
+    uint32_t chosen = (uint32_t)completed_alt(t);
     bool key = t->is_key;
     pop(m);
     if (key) {

@@ -533,11 +533,16 @@ static void choice_out_free(struct choice_out *o)
 /* A reply as one JSON body, its n choices in it: sent once every job has
  * ended; until then the request is suspended and parked on one that runs,
  * and this runs again when it resumes. */
-static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+/* Takes what the request's jobs released; *done once every one has ended.
+ * Otherwise the answer to return now: MHD_NO when the client is gone (it
+ * closes the connection; on_completed cancels the jobs) or out of memory,
+ * MHD_YES with the connection parked until a job moves. */
+static enum MHD_Result await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done)
 {
+    *done = false;
     if (serve_conn_gone(h->conns, r->conn)) {
         r->status = CLIENT_GONE;
-        return MHD_NO;          /* closes the connection; on_completed cancels the jobs */
+        return MHD_NO;
     }
     for (unsigned k = 0; k < r->n_ch; k++) {
         struct choice *ch = &r->ch[k];
@@ -550,6 +555,16 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
             return MHD_YES;
         }
     }
+    *done = true;
+    return MHD_YES;
+}
+
+static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    bool done;
+    enum MHD_Result waiting = await_jobs(h, c, r, &done);
+    if (!done)
+        return waiting;
     struct choice_out out[SERVE_MAX_CHOICES];
     struct serve_reply_text t[SERVE_MAX_CHOICES];
     const char *finish[SERVE_MAX_CHOICES];
@@ -564,7 +579,7 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
     }
     /* the usage of all: the prompt once, every choice's tokens; the
      * timings of the longest */
-    r->usage = out[0].usage;
+    r->usage = made ? out[0].usage : (struct serve_usage){0};
     for (unsigned k = 1; k < made; k++) {
         r->usage.completion_tokens += out[k].usage.completion_tokens;
         if (out[k].usage.predicted_ms > r->usage.predicted_ms)
@@ -976,19 +991,11 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
 /* POST /v1/embeddings: one job embeds every input; the answer when it ends */
 static enum MHD_Result reply_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
-    if (serve_conn_gone(h->conns, r->conn)) {
-        r->status = CLIENT_GONE;
-        return MHD_NO;
-    }
+    bool done;
+    enum MHD_Result waiting = await_jobs(h, c, r, &done);
+    if (!done)
+        return waiting;
     struct choice *ch = &r->ch[0];
-    int state = serve_job_take(ch->job, 0, &ch->text, &ch->text_len, &ch->text_cap);
-    if (state < 0)
-        return MHD_NO;
-    if (state != SERVE_JOB_DONE) {
-        MHD_suspend_connection(c);
-        serve_conn_park(h->conns, r->conn, c, ch->job);
-        return MHD_YES;
-    }
     const float *emb = serve_job_embeddings(ch->job);
     struct serve_usage usage;
     qpack_error err = {0};

@@ -510,7 +510,9 @@ static void start(struct serve_sched *s, struct slot *sl)
         sp.allow = serve_format_allows;
         sp.allow_user = sl->format;
     }
-    if (qpack_session_rewind(sl->session, sl->fed, &err) || qpack_sampler_new(&sl->sampler, s->m, &sp, &err))
+    /* an embedding job samples nothing */
+    if (qpack_session_rewind(sl->session, sl->fed, &err) ||
+        (!j->n_inputs && qpack_sampler_new(&sl->sampler, s->m, &sp, &err)))
         finish(s, sl, NULL, &err);
 }
 
