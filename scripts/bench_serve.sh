@@ -14,6 +14,9 @@
 #   long prompt three streams' p99 inter-token latency alone, and while a
 #               2,000-token prompt arrives
 #   memory      the BPF map bytes of --parallel 1 and 2: what a session adds
+#   engine      qp-bench-batch: a decode step of 1, 2, 4 and 8 sessions in
+#               one qpack_feed_batch, no server: the tokens/s ratios the
+#               kernels allow, the ceiling of the clients' ratios above
 # Targets (ratios in one run): 2 clients >= 1.2x one's tokens/s, 4 >= 1.35x,
 # 8 >= 1.5x (int4), q24 at 4 >= 1.3x; first token <= one pass + 15 ms; the
 # streams' p99 with the long prompt <= 2.5x without. QP_MODEL=FILE.qpk
@@ -118,8 +121,10 @@ echo "qrun serve, batched sessions; $requests streamed requests of $new tokens p
 for model in $models; do
     name=$(basename "$model" .qpk)
     pass=$("$qrun" -m "$model" --ids 1000 -n 0 --stats 2>&1 >/dev/null | sed -n 's|.*prompt 1 token in [0-9]* ms (\([0-9.]*\) ms/token, .*|\1|p')
+    engine=$("$build/devtools/qp-bench-batch" "$model" 1 2 4 8 | awk 'NR > 1 { printf "%s%s: %.2fx", (NR > 2 ? ", " : ""), $1, $4 }')
     start "$model" 8
     echo "$name:"
+    echo "  engine alone, a decode step of N sessions (qp-bench-batch): tokens/s against one session: $engine"
     for temp in 0 0.8; do
         base=
         for n in $clients_list; do
