@@ -101,6 +101,75 @@ static int by_weight_desc(const void *a, const void *b, void *arg)
     return i < j ? -1 : 1;
 }
 
+static void swap_ids(uint32_t *a, uint32_t *b)
+{
+    uint32_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static bool before(uint32_t i, uint32_t j, const double *w)
+{
+    return by_weight_desc(&i, &j, (void *)w) < 0;
+}
+
+/* Puts the k best of order[0..n) first, sorted: the prefix a sort of all n
+ * gives (by_weight_desc is a total order), found by quickselect in O(n)
+ * rather than sorting 151,936 candidates for the 20 that top-k keeps. */
+static void sort_best(uint32_t *order, uint32_t n, uint32_t k, const double *w)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < k && k < hi) {
+        uint32_t mid = lo + (hi - lo) / 2, last = hi - 1;
+        /* the median of three as the pivot, kept at `last` */
+        if (before(order[mid], order[lo], w))
+            swap_ids(&order[mid], &order[lo]);
+        if (before(order[last], order[lo], w))
+            swap_ids(&order[last], &order[lo]);
+        if (before(order[mid], order[last], w))
+            swap_ids(&order[mid], &order[last]);
+        uint32_t at = lo;
+        for (uint32_t i = lo; i < last; i++)
+            if (before(order[i], order[last], w))
+                swap_ids(&order[i], &order[at++]);
+        swap_ids(&order[at], &order[last]);
+        if (at < k)
+            lo = at + 1;
+        else
+            hi = at;
+    }
+    qsort_r(order, k, sizeof *order, by_weight_desc, (void *)w);
+}
+
+/* top-k and top-p: the candidates order[0..n) cut to the best ones in
+ * order, their weights' sum returned. Only as many are sorted as the cut
+ * needs: a first guess of 64, eight times more until top_p's share is
+ * reached. */
+static uint32_t keep_top(qpack_sampler *s, uint32_t n, double *sum)
+{
+    uint32_t limit = s->p.top_k && s->p.top_k < n ? s->p.top_k : n;
+    uint32_t sorted = s->p.top_p < 1 && limit > 64 ? 64 : limit;
+    for (;;) {
+        sort_best(s->order, n, sorted, s->prob);
+        double kept = 0;
+        for (uint32_t i = 0; i < sorted; i++) {
+            kept += s->prob[s->order[i]];
+            if (kept >= s->p.top_p * *sum) {
+                sorted = i + 1;
+                goto cut;
+            }
+        }
+        if (sorted == limit)
+            break;
+        sorted = limit / 8 < sorted ? limit : sorted * 8;
+    }
+cut:
+    *sum = 0;
+    for (uint32_t i = 0; i < sorted; i++)
+        *sum += s->prob[s->order[i]];
+    return sorted;
+}
+
 static uint32_t argmax(const double *v, uint32_t n)
 {
     uint32_t best = 0;
@@ -158,22 +227,8 @@ int32_t qpack_sample(qpack_sampler *s, const qpack_session *session)
         sum += s->prob[i];
         s->order[n++] = i;
     }
-    if (s->p.top_k || s->p.top_p < 1) {
-        qsort_r(s->order, n, sizeof *s->order, by_weight_desc, s->prob);
-        if (s->p.top_k && s->p.top_k < n)
-            n = s->p.top_k;
-        double kept = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            kept += s->prob[s->order[i]];
-            if (kept >= s->p.top_p * sum) {
-                n = i + 1;
-                break;
-            }
-        }
-        sum = 0;
-        for (uint32_t i = 0; i < n; i++)
-            sum += s->prob[s->order[i]];
-    }
+    if (s->p.top_k || s->p.top_p < 1)
+        n = keep_top(s, n, &sum);
     double r = next_uniform(s) * sum, acc = 0;
     for (uint32_t i = 0; i < n; i++) {
         acc += s->prob[s->order[i]];

@@ -501,6 +501,97 @@ static bool one_of_three(void *user, int32_t token)
     return token == ids[0] || token == ids[1] || token == ids[2];
 }
 
+/* ---- the sampler against a plain one ------------------------------------ */
+
+static uint64_t ref_rng;
+
+static double ref_uniform(void)
+{
+    ref_rng ^= ref_rng >> 12;
+    ref_rng ^= ref_rng << 25;
+    ref_rng ^= ref_rng >> 27;
+    return (double)((ref_rng * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+}
+
+static const double *ref_weight;
+
+static int ref_by_weight(const void *a, const void *b)
+{
+    uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+    if (ref_weight[i] != ref_weight[j])
+        return ref_weight[i] < ref_weight[j] ? 1 : -1;
+    return i < j ? -1 : 1;
+}
+
+/* sampler.c's documented order, written plainly: min-p, temperature, every
+ * candidate sorted by weight (ties by id), top-k, top-p, a draw from
+ * xorshift64* */
+static int32_t plain_sample(const double *logit, uint32_t vocab, const qpack_sampler_params *p, double *w,
+                            uint32_t *order)
+{
+    uint32_t best = 0, n = 0;
+    for (uint32_t i = 1; i < vocab; i++)
+        best = logit[i] > logit[best] ? i : best;
+    double floor = p->min_p > 0 ? logit[best] + log(p->min_p) : -INFINITY, sum = 0;
+    for (uint32_t i = 0; i < vocab; i++)
+        if (logit[i] >= floor) {
+            w[i] = exp((logit[i] - logit[best]) / p->temperature);
+            sum += w[i];
+            order[n++] = i;
+        }
+    if (p->top_k || p->top_p < 1) {
+        ref_weight = w;
+        qsort(order, n, sizeof *order, ref_by_weight);
+        n = p->top_k && p->top_k < n ? p->top_k : n;
+        double kept = 0;
+        for (uint32_t i = 0; i < n; i++)
+            if ((kept += w[order[i]]) >= p->top_p * sum) {
+                n = i + 1;
+                break;
+            }
+        sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += w[order[i]];
+    }
+    double r = ref_uniform() * sum, acc = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (r < (acc += w[order[i]]))
+            return (int32_t)order[i];
+    return (int32_t)order[n - 1];
+}
+
+/* top-k and top-p sort only the candidates they keep: the same draws as
+ * sorting all of them, for cuts of one token to most of the vocabulary */
+START_TEST(sampler_draws_as_a_full_sort_does)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    qpack_session *s = new_session(m);
+    feed(s, hello, 4);
+    double *w = malloc(vocab * sizeof *w);
+    uint32_t *order = malloc(vocab * sizeof *order);
+    struct { double temp, top_p, min_p; uint32_t top_k; } cases[] = {
+        {0.7, 1, 0, 20}, {1.5, 0.95, 0, 0}, {0.3, 0.5, 0, 0}, {1, 0.9, 0, 5000}, {2, 1, 0, 1}, {1, 0.8, 0.01, 40},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        qpack_sampler_params p = qpack_sampler_default_params();
+        p.temperature = cases[c].temp, p.top_p = cases[c].top_p, p.top_k = cases[c].top_k, p.min_p = cases[c].min_p;
+        p.seed = 11 + c;
+        qpack_sampler *sm;
+        qpack_error e;
+        ck_assert_int_eq(qpack_sampler_new(&sm, m, &p, &e), QPACK_OK);
+        ref_rng = p.seed;
+        for (int d = 0; d < 25; d++)
+            ck_assert_int_eq(qpack_sample(sm, s), plain_sample(qpack_logits(s), vocab, &p, w, order));
+        qpack_sampler_free(sm);
+    }
+    free(w);
+    free(order);
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+END_TEST
+
 START_TEST(sampler_greedy_seeded_min_p_and_repeat_penalty)
 {
     qpack_model *m = open_model(QPACK_BACKEND_EMU, 0, 1);
@@ -1211,6 +1302,7 @@ int main(void)
     tcase_add_test(tc, kv_caches_tell_whether_a_switch_recomputes);
     tcase_add_test(tc, bad_input_is_refused_before_compute_with_its_code);
     tcase_add_test(tc, sampler_greedy_seeded_min_p_and_repeat_penalty);
+    tcase_add_test(tc, sampler_draws_as_a_full_sort_does);
     tcase_add_test(tc, text_round_trips_and_the_decoder_never_cuts_a_character);
     tcase_add_test(tc, chat_render_is_qwen3s_template);
     tcase_add_test(tc, interrupt_stops_a_feed_from_another_thread);
