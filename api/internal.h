@@ -78,6 +78,33 @@ int qp_lib_feed(qpack_session *s, const struct qp_lib_feed *req, qpack_error *er
  * vocabulary, the count against the session's context. */
 int qp_lib_check_feed(const qpack_session *s, const int32_t *tokens, size_t n, qpack_error *err);
 
+/* Lookup decoding (lookup.c). A step's block is [pending, draft...]: the
+ * draft from the session's tokens and pending, cut to the context's room
+ * and the session's adapted length; *n (1 + the draft) tokens into block,
+ * which has room for max_draft + 1. */
+int qp_lib_lookup_block(const qpack_session *s, int32_t pending, uint32_t max_draft, int32_t *block, uint32_t *n,
+                        qpack_error *err);
+
+/* The check of a block's positions in order: position i holds the model's
+ * greedy choice after pending and draft[0..i), kept while the draft agrees;
+ * the first choice that disagrees (or follows the whole draft) is the last
+ * kept. */
+struct qp_lib_verify {
+    const int32_t *draft;       /* the block's tokens after pending */
+    uint32_t n_draft;
+    int32_t *out;               /* the kept choices, count of them */
+    uint32_t count;
+    bool agreeing;              /* every draft token so far was the model's: start true */
+};
+
+/* Whether position i is kept: then its argmax joins out, and its logits
+ * are the session's if it is the last. */
+bool qp_lib_verify_next(struct qp_lib_verify *v, size_t i, int32_t argmax);
+
+/* After a pass of a block of n tokens that kept count: the session's
+ * lookup statistics and its next draft's length. */
+void qp_lib_lookup_done(qpack_session *s, uint32_t n, uint32_t count);
+
 /* Adds the kernel statistics between two snapshots of the engine's to s. */
 void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *before,
                            const struct qp_forward_stats *after);

@@ -1,5 +1,5 @@
-/* draft.c - qpack_lookup_step: exact lookup decoding on a session.
- * The draft comes from engine/lookup.c (the latest earlier occurrence of
+/* lookup.c - qpack_lookup_step: exact lookup decoding on a session.
+ * The draft comes from engine/draft.c (the latest earlier occurrence of
  * the text's last 4..1 tokens); one feed computes the pending token and the
  * draft together, and the longest prefix of the draft that the model itself
  * chooses greedily is kept. A block gives the same bits as one position at
@@ -10,44 +10,45 @@
 #include "internal.h"
 #include "draft.h"
 
-struct verify {
-    const int32_t *draft;       /* block[1..] */
-    uint32_t n_draft;
-    int32_t *out;
-    uint32_t count;
-    bool agreeing;              /* every draft token so far was the model's */
+struct verify_feed {
+    struct qp_lib_verify v;
     double *logits;             /* the last kept position's */
     uint32_t vocab;
 };
 
-/* Position i of the block holds the model's choice after the pending token
- * and draft[0..i): kept while the draft agrees; the first choice that
- * disagrees (or follows the whole draft) ends the pass. */
+bool qp_lib_verify_next(struct qp_lib_verify *v, size_t i, int32_t argmax)
+{
+    if (!v->agreeing)
+        return false;
+    v->out[v->count++] = argmax;
+    v->agreeing = i < v->n_draft && v->draft[i] == argmax;
+    return true;
+}
+
+/* qp_lib_feed's callback: each position in turn; the kept ones' logits */
 static int verify_position(void *arg, size_t i, const double *logits, int32_t argmax, qp_err *err)
 {
     (void)err;
-    struct verify *v = arg;
-    if (!v->agreeing)
-        return 0;
-    v->out[v->count++] = argmax;
-    memcpy(v->logits, logits, v->vocab * sizeof *logits);
-    v->agreeing = i < v->n_draft && v->draft[i] == argmax;
+    struct verify_feed *f = arg;
+    if (qp_lib_verify_next(&f->v, i, argmax))
+        memcpy(f->logits, logits, f->vocab * sizeof *logits);
     return 0;
 }
 
-/* [pending, draft...]: the draft from the session's tokens and pending */
-static int make_block(const qpack_session *s, int32_t pending, uint32_t max_draft, int32_t *block, uint32_t *k,
-                      qpack_error *err)
+int qp_lib_lookup_block(const qpack_session *s, int32_t pending, uint32_t max_draft, int32_t *block, uint32_t *n,
+                        qpack_error *err)
 {
-    uint32_t n = s->pos + 1;
-    uint32_t *hist = malloc(n * sizeof *hist);
+    uint32_t room = s->pos < s->m->info.ctx ? s->m->info.ctx - s->pos - 1 : 0;
+    max_draft = max_draft < room ? max_draft : room;
+    max_draft = max_draft < s->lookup_len ? max_draft : s->lookup_len;
+    uint32_t *hist = malloc((s->pos + 1) * sizeof *hist);
     if (!hist)
         return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
     for (uint32_t i = 0; i < s->pos; i++)
         hist[i] = (uint32_t)s->tokens[i];
     hist[s->pos] = (uint32_t)pending;
     block[0] = pending;
-    *k = qp_draft(hist, n, max_draft, (uint32_t *)block + 1);
+    *n = 1 + qp_draft(hist, s->pos + 1, max_draft, (uint32_t *)block + 1);
     free(hist);
     return QPACK_OK;
 }
@@ -65,6 +66,14 @@ static void adapt_draft_len(qpack_session *s, uint32_t drafted, uint32_t kept)
         s->lookup_len = 1;                /* after a step that drafted nothing on purpose */
 }
 
+void qp_lib_lookup_done(qpack_session *s, uint32_t n, uint32_t count)
+{
+    s->stats.lookup_passes++;
+    s->stats.lookup_drafted += n - 1;
+    s->stats.lookup_kept += count - 1;
+    adapt_draft_len(s, n - 1, count - 1);
+}
+
 int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,
                       qpack_error *err)
 {
@@ -72,28 +81,23 @@ int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int
     *count = 0;
     if (s->pos >= info->ctx)
         return qp_lib_fail(err, QPACK_ERR_CONTEXT, "the session holds all %u positions of its context", info->ctx);
-    uint32_t room = info->ctx - s->pos - 1;
-    max_draft = max_draft < room ? max_draft : room;
-    max_draft = max_draft < s->lookup_len ? max_draft : s->lookup_len;
-    int32_t *block = malloc((max_draft + 1) * sizeof *block);
+    max_draft = max_draft < info->ctx ? max_draft : info->ctx;
+    int32_t *block = malloc(((size_t)max_draft + 1) * sizeof *block);
     double *last = malloc(info->vocab * sizeof *last);
-    uint32_t k = 0, pos0 = s->pos;
-    int rc = block && last ? make_block(s, pending, max_draft, block, &k, err)
+    uint32_t n = 0, pos0 = s->pos;
+    int rc = block && last ? qp_lib_lookup_block(s, pending, max_draft, block, &n, err)
                            : (int)qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
-    struct verify v = {block + 1, k, out, 0, true, last, info->vocab};
+    struct verify_feed f = {{block + 1, n - 1, out, 0, true}, last, info->vocab};
     if (!rc)
-        rc = qp_lib_feed(s, &(struct qp_lib_feed){.tokens = block, .n = k + 1, .on_position = verify_position,
-                                                  .arg = &v}, err);
+        rc = qp_lib_feed(s, &(struct qp_lib_feed){.tokens = block, .n = n, .on_position = verify_position,
+                                                  .arg = &f}, err);
     if (!rc) {
         /* the refused part of the draft leaves the session */
-        s->pos = pos0 + v.count;
+        s->pos = pos0 + f.v.count;
         memcpy(s->logits, last, info->vocab * sizeof *last);
-        *count = v.count;
-        s->stats.tokens -= k + 1 - v.count;
-        s->stats.lookup_passes++;
-        s->stats.lookup_drafted += k;
-        s->stats.lookup_kept += v.count - 1;
-        adapt_draft_len(s, k, v.count - 1);
+        *count = f.v.count;
+        s->stats.tokens -= n - f.v.count;
+        qp_lib_lookup_done(s, n, f.v.count);
     }
     free(block);
     free(last);

@@ -324,8 +324,8 @@ typedef struct qpack_batch_item {
 /* Feeds several sessions of one model at once: as qpack_feed on each
  * item's session, but in shared blocks of positions, so that each weight
  * is read once for the positions of every session in the block (bpf and
- * emu: a block of several sessions costs much less than a step of each;
- * the reference feeds them one after another). Afterwards each session's
+ * emu: a block of several sessions costs less than a step of each; the
+ * reference feeds them one after another). Afterwards each session's
  * logits are those after its last token, the same bits qpack_feed alone
  * gives them, whatever else shares the batch and however it is cut into
  * blocks. A session appears at most once and every session must be of the
@@ -336,6 +336,29 @@ typedef struct qpack_batch_item {
  * one at a time, in any mix; a batch's kernel statistics count in each of
  * its sessions (qpack_session_get_stats). */
 int qpack_feed_batch(const qpack_batch_item *items, size_t n, qpack_error *err);
+
+/* One session's lookup step in a batch: qpack_lookup_step's arguments,
+ * and its result in count. */
+typedef struct qpack_lookup_item {
+    qpack_session *session;
+    int32_t pending;            /* the token to feed, not yet fed */
+    uint32_t max_draft;
+    int32_t *out;               /* room for max_draft + 1 tokens */
+    uint32_t count;             /* set by the call: the greedy tokens in out */
+    uint32_t drafted;           /* set by the call: the draft's tokens computed beside pending */
+} qpack_lookup_item;
+
+/* One step of several sessions: the feeds as qpack_feed_batch, and for each
+ * lookup item a qpack_lookup_step (its pending token and draft), all in
+ * shared blocks of positions. Each session gets the bits it gets alone:
+ * a fed session's logits are qpack_feed's, a lookup item's tokens, count
+ * and logits are qpack_lookup_step's (so those of plain greedy steps).
+ * The checks, the failure and interruption rules and the statistics are
+ * qpack_feed_batch's; a session appears once in both lists together.
+ * qpack_feed_batch(items, n) is qpack_step_batch(items, n, NULL, 0); either
+ * list may be empty, not both. */
+int qpack_step_batch(const qpack_batch_item *feeds, size_t n_feeds, qpack_lookup_item *lookups, size_t n_lookups,
+                     qpack_error *err);
 
 /* Makes a running qpack_feed of this session return QPACK_ERR_INTERRUPTED
  * within one kernel invocation (milliseconds; one position for the

@@ -962,6 +962,105 @@ static void lookup_keeps_greedy_tokens_on(qpack_backend backend)
     qpack_model_free(m);
 }
 
+/* ---- lookup steps in batches --------------------------------------------- */
+
+#define LB_STEPS 12
+
+/* Two sessions decoding by lookup (one on a loop whose drafts the model
+ * keeps, one on text whose drafts it mostly refuses) and a third fed its
+ * prompt in chunks share every step; each gets, step for step, what it
+ * gets alone: the lookup's count, tokens, draft, logits and position, the
+ * fed session's logits. */
+static void lookups_in_batches_on(const char *path, qpack_backend backend, bool stream)
+{
+    qpack_model *m = open_model_at(path, backend, 256, 6, stream);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    size_t bytes = vocab * sizeof(double);
+    int32_t prompts[2][24], fed_seq[LB_STEPS * 5];
+    for (int i = 0; i < 24; i++) {
+        prompts[0][i] = (int32_t)(1000 + (i * 7919) % 50000);
+        prompts[1][i] = prompts[0][i % 6];
+    }
+    for (int i = 0; i < LB_STEPS * 5; i++)
+        fed_seq[i] = (int32_t)((i * 104729 + 17) % 150000);
+    qpack_session *alone[3], *together[3];
+    int32_t pending[2];
+    for (int k = 0; k < 3; k++) {
+        alone[k] = new_session(m);
+        together[k] = new_session(m);
+    }
+    for (int k = 0; k < 2; k++) {
+        feed(alone[k], prompts[k], 24);
+        feed(together[k], prompts[k], 24);
+        pending[k] = qpack_argmax(alone[k]);
+    }
+    uint64_t drafted = 0, kept = 0;
+    qpack_error e;
+    for (int st = 0; st < LB_STEPS; st++) {
+        int32_t out_alone[2][8], out_together[2][8];
+        uint32_t count_alone[2];
+        qpack_lookup_item look[2];
+        for (int k = 0; k < 2; k++) {
+            qpack_session_stats before, after;
+            qpack_session_get_stats(alone[k], &before);
+            ck_assert_int_eq(qpack_lookup_step(alone[k], pending[k], 7, out_alone[k], &count_alone[k], &e), QPACK_OK);
+            qpack_session_get_stats(alone[k], &after);
+            drafted += after.lookup_drafted - before.lookup_drafted;
+            kept += after.lookup_kept - before.lookup_kept;
+            look[k] = (qpack_lookup_item){.session = together[k], .pending = pending[k], .max_draft = 7,
+                                          .out = out_together[k]};
+            look[k].drafted = (uint32_t)(after.lookup_drafted - before.lookup_drafted);     /* expected, overwritten */
+        }
+        uint32_t want_drafted[2] = {look[0].drafted, look[1].drafted};
+        feed(alone[2], fed_seq + 5 * st, 5);
+        qpack_batch_item chunk = {together[2], fed_seq + 5 * st, 5};
+        ck_assert_msg(qpack_step_batch(&chunk, 1, look, 2, &e) == QPACK_OK, "step %d: %s", st, e.message);
+        for (int k = 0; k < 2; k++) {
+            ck_assert_uint_eq(look[k].count, count_alone[k]);
+            ck_assert_uint_eq(look[k].drafted, want_drafted[k]);
+            ck_assert_mem_eq(out_together[k], out_alone[k], count_alone[k] * sizeof(int32_t));
+            ck_assert_uint_eq(qpack_session_pos(together[k]), qpack_session_pos(alone[k]));
+            ck_assert_msg(!memcmp(qpack_logits(together[k]), qpack_logits(alone[k]), bytes),
+                          "%s %s: step %d, lookup %d: logits differ from the lookup alone", path,
+                          qpack_model_get_info(m)->backend, st, k);
+            pending[k] = out_alone[k][count_alone[k] - 1];
+        }
+        ck_assert_msg(!memcmp(qpack_logits(together[2]), qpack_logits(alone[2]), bytes),
+                      "step %d: the fed session's logits differ from it alone", st);
+    }
+    ck_assert_uint_gt(kept, 0);             /* drafts kept and refused both ran */
+    ck_assert_uint_gt(drafted, kept);
+    ck_assert_mem_eq(qpack_session_tokens(together[1]), qpack_session_tokens(alone[1]),
+                     qpack_session_pos(alone[1]) * sizeof(int32_t));
+    /* refused before any compute, nothing changed: a session in both
+     * lists, a lookup with no room left */
+    uint32_t pos0 = qpack_session_pos(together[0]);
+    int32_t out[8];
+    qpack_lookup_item twice = {.session = together[0], .pending = 1, .max_draft = 7, .out = out};
+    qpack_batch_item feed0 = {together[0], fed_seq, 1};
+    ck_assert_int_eq(qpack_step_batch(&feed0, 1, &twice, 1, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(e.message, "lookup item 0"));
+    ck_assert_int_eq(qpack_step_batch(NULL, 0, NULL, 0, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_uint_eq(qpack_session_pos(together[0]), pos0);
+    for (int k = 0; k < 3; k++) {
+        qpack_session_free(alone[k]);
+        qpack_session_free(together[k]);
+    }
+    qpack_model_free(m);
+}
+
+START_TEST(lookup_steps_in_batches_give_what_each_gives_alone)
+{
+    lookups_in_batches_on(model_path, QPACK_BACKEND_EMU, false);
+    lookups_in_batches_on(path_of("int4.qpk"), QPACK_BACKEND_EMU, false);
+    if (geteuid() != 0)     /* BPF needs root */
+        return;
+    lookups_in_batches_on(model_path, QPACK_BACKEND_BPF, false);
+    lookups_in_batches_on(path_of("int4.qpk"), QPACK_BACKEND_BPF, false);
+    lookups_in_batches_on(path_of("stress-int8.qpk"), QPACK_BACKEND_BPF, true);
+}
+END_TEST
+
 START_TEST(lookup_step_gives_the_tokens_and_logits_of_greedy_decoding)
 {
     lookup_keeps_greedy_tokens_on(QPACK_BACKEND_EMU);
@@ -1308,6 +1407,7 @@ int main(void)
     tcase_add_test(tc, interrupt_stops_a_feed_from_another_thread);
     tcase_add_test(tc, version_names_the_release);
     tcase_add_test(tc, lookup_step_gives_the_tokens_and_logits_of_greedy_decoding);
+    tcase_add_test(tc, lookup_steps_in_batches_give_what_each_gives_alone);
     tcase_add_test(tc, feed_each_sees_every_row_and_can_stop_the_feed);
     tcase_add_test(tc, progress_comes_after_each_block_of_a_feed);
     tcase_add_test(tc, hidden_states_follow_the_reference_and_leave_the_logits_alone);
