@@ -971,6 +971,53 @@ load)
          "$(echo "$ids" | wc -l) BPF objects released"
     ;;
 
+lookup)
+    # --lookup 7 on --parallel 3: six clients at once, greedy, streamed and
+    # whole, each reply qrun's without lookup token for token, while the
+    # drafts of some are kept in steps shared with the others; a request
+    # with log probabilities or a temperature decodes step by step beside
+    # them (the same reply as a server without --lookup gives it)
+    backend=emu
+    [ "$(id -u)" = 0 ] && backend=bpf
+    prompts=("the cat sat on the mat and the cat sat on the mat and the cat" "one two three four one two three four one"
+             "Hello")
+    for k in 0 1 2; do
+        "$QRUN" -m "$M" --backend $backend -p "${prompts[$k]}" -n 40 >"$T/want$k" 2>"$T/qrun.err" ||
+            fail "qrun: $(cat "$T/qrun.err")"
+    done
+    body() { jq -nc --arg p "${prompts[$1]}" --argjson s "$2" '{prompt: $p, max_tokens: 40, temperature: 0, stream: $s}'; }
+    sampled='{"prompt": "Hello", "max_tokens": 12, "temperature": 0.9, "seed": 5, "logprobs": 2}'
+    start_server plain --backend $backend --quiet
+    post /v1/completions "$sampled"; expect_ok "sampled, no lookup"
+    jq -c '[.choices[0].text, .choices[0].logprobs.tokens]' "$T/resp" >"$T/sampled_want"
+    stop_server
+    start_server lookup --backend $backend --parallel 3 --lookup 7 --quiet
+    pids=()
+    for c in 0 1 2 3 4 5; do
+        k=$(( c % 3 )) stream=$([ $(( c / 3 )) = 0 ] && echo true || echo false)
+        curl -sS --max-time 120 -o "$T/c$c" -H "$J" -d "$(body $k $stream)" "$URL/v1/completions" &
+        pids+=($!)
+    done
+    post /v1/completions "$sampled"; expect_ok "sampled beside lookups"
+    jq -c '[.choices[0].text, .choices[0].logprobs.tokens]' "$T/resp" >"$T/sampled_got"
+    wait "${pids[@]}"
+    for c in 0 1 2 3 4 5; do
+        k=$(( c % 3 ))
+        cp "$T/c$c" "$T/resp"
+        if [ $c -lt 3 ]; then stream_text >"$T/got"; else jq -r '.choices[0].text' "$T/resp" >"$T/got"; fi
+        cmp -s "$T/got" "$T/want$k" || fail "client $c ('${prompts[$k]}'): '$(cat "$T/got")', qrun: '$(cat "$T/want$k")'"
+    done
+    cmp -s "$T/sampled_got" "$T/sampled_want" ||
+        fail "a sampled request beside lookups: $(cat "$T/sampled_got"), alone: $(cat "$T/sampled_want")"
+    drafted=$(METRIC=qpack_lookup_drafted_tokens_total metric) kept=$(METRIC=qpack_lookup_kept_tokens_total metric)
+    steps=$(METRIC=qpack_steps_total metric) tokens=$(METRIC=qpack_completion_tokens_total metric)
+    awk -v d="$drafted" -v k="$kept" 'BEGIN { exit !(k > 0 && d >= k) }' ||
+        fail "metrics: $kept of $drafted drafted tokens kept: no draft was kept"
+    stop_server
+    echo "ok lookup: six greedy replies are qrun's, $kept of $drafted drafted tokens kept," \
+         "$tokens tokens in $steps steps; a sampled reply beside them unchanged"
+    ;;
+
 *)
     fail "unknown case $CASE"
     ;;

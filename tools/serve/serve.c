@@ -26,7 +26,7 @@
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
-    unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip;
+    unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip, lookup;
     uint32_t ctx;
     qpack_backend backend;
     bool no_verify, quiet, strict_model;
@@ -66,6 +66,11 @@ static const char usage_text[] =
     "      --parallel N       sessions generating at once, each with its own sequence, all\n"
     "                         sharing the weights and run together, a step of all in one\n"
             "                         batch (1 to 64, default 1)\n"
+    "      --lookup N         greedy replies (temperature 0, no penalty, bias, format or\n"
+    "                         log probabilities) decode by exact lookup: each step drafts up\n"
+    "                         to N tokens from the text so far and keeps those the model\n"
+    "                         itself chooses, the same reply in fewer steps (1 to 15;\n"
+    "                         default 0: off)\n"
     "      --queue N          requests that may wait for a session (0 to 1024, default 16);\n"
     "                         beyond them a request gets 503 with a JSON error\n"
     "      --api-key KEY      requests need the header Authorization: Bearer KEY (401\n"
@@ -127,7 +132,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP };
+       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -141,6 +146,10 @@ static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
     case O_PARALLEL:
         if (!parse_uint(arg, 1, 64, &o->parallel))
             return bad_usage("--parallel must be 1 to 64, not '%s'", arg);
+        return -1;
+    case O_LOOKUP:
+        if (!parse_uint(arg, 1, 15, &o->lookup))
+            return bad_usage("--lookup must be 1 to 15, not '%s'", arg);
         return -1;
     case O_QUEUE:
         if (!parse_uint(arg, 0, 1024, &o->queue))
@@ -183,7 +192,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"quiet", no_argument, 0, O_QUIET}, {"version", no_argument, 0, O_VERSION},
         {"strict-model", no_argument, 0, O_STRICT_MODEL},
         {"max-connections", required_argument, 0, O_MAX_CONNECTIONS},
-        {"max-per-ip", required_argument, 0, O_MAX_PER_IP},
+        {"max-per-ip", required_argument, 0, O_MAX_PER_IP}, {"lookup", required_argument, 0, O_LOOKUP},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
@@ -294,7 +303,7 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
         model_name(o->model, name, sizeof name);
     struct serve_sched *sched;
     qpack_error e;
-    if (serve_sched_new(&sched, m, o->parallel, o->queue, &e)) {
+    if (serve_sched_new(&sched, m, o->parallel, o->queue, o->lookup, &e)) {
         fprintf(stderr, "qrun serve: %s\n", e.message);
         return 1;
     }

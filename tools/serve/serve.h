@@ -287,10 +287,12 @@ struct serve_sched;
 struct serve_job;
 
 /* parallel sessions run by one scheduler thread, every step of theirs one
- * batch (qpack_feed_batch), and a queue of at most queue_max jobs waiting
- * beyond the free sessions. */
+ * batch (qpack_step_batch), and a queue of at most queue_max jobs waiting
+ * beyond the free sessions. lookup > 0: a greedy reply (no penalty, bias,
+ * format or log probabilities) decodes by lookup steps with drafts of up
+ * to lookup tokens, the same tokens in fewer steps. */
 int serve_sched_new(struct serve_sched **out, qpack_model *model, unsigned parallel, unsigned queue_max,
-                    qpack_error *err);
+                    uint32_t lookup, qpack_error *err);
 
 /* Stops (serve_sched_stop) and frees every session. */
 void serve_sched_free(struct serve_sched *s);
@@ -480,6 +482,7 @@ struct serve_metrics {
     atomic_ullong queue_us;                     /* microseconds requests waited for a session */
     atomic_ullong prompt_us, decode_us;         /* ... from a session to the first token, then to the last */
     atomic_ullong steps, step_sessions, step_positions;   /* batched steps: sessions and positions in them */
+    atomic_ullong lookup_drafted, lookup_kept;  /* --lookup: draft tokens computed, and kept */
     atomic_ullong first_token_us, first_tokens; /* time to first token: sum and count */
     atomic_ullong cancelled, rejected;          /* clients gone; 503s for a full queue */
     atomic_ullong deadline_closed;              /* connections whose request missed --timeout */

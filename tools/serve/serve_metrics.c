@@ -101,6 +101,12 @@ char *serve_metrics_text(const qpack_model *model)
            (double)atomic_load(&m->copied_tokens));
     metric(&t, "qpack_completion_tokens_total", "counter", "Tokens generated.",
            (double)atomic_load(&m->completion_tokens));
+    metric(&t, "qpack_lookup_drafted_tokens_total", "counter",
+           "Draft tokens of greedy replies computed beside their next token (--lookup).",
+           (double)atomic_load(&m->lookup_drafted));
+    metric(&t, "qpack_lookup_kept_tokens_total", "counter",
+           "Draft tokens that were the model's own greedy choice, kept without a step of their own.",
+           (double)atomic_load(&m->lookup_kept));
     metric(&t, "qpack_queue_seconds_total", "counter",
            "Seconds requests waited for a free session (the first part of their time to first token).",
            seconds(&m->queue_us));

@@ -81,6 +81,7 @@ struct slot {
     bool decoding;              /* the prompt is in: `next` is the token to feed */
     bool looked;                /* another session's copy of the prompt's start looked for */
     int32_t next;
+    int32_t *looked_up;         /* --lookup: [lookup + 1], a lookup step's tokens */
     double t_start, t_first;    /* seconds: admitted, its first token */
     /* for /slots, read by other threads */
     atomic_uint held;           /* positions in the session */
@@ -90,6 +91,7 @@ struct slot {
 struct serve_sched {
     qpack_model *m;
     uint32_t ctx, block;
+    uint32_t lookup;            /* a greedy reply's draft, at most (0: no lookup decoding) */
     unsigned n_slots;
     struct slot *slots;
     struct serve_vocab *vocab;  /* for formats: made at the first that needs it */
@@ -563,13 +565,13 @@ static int release_logprob(struct serve_sched *s, struct slot *sl, int32_t id, q
     return -1;
 }
 
-/* After a step that gave the slot's session new logits: the next token,
- * its text, and whether the reply ends here. */
-static void take_token(struct serve_sched *s, struct slot *sl)
+/* The reply's next token id, chosen when the session held `held`
+ * positions: its text, and whether the reply ends here (then the slot's
+ * job is NULL). */
+static void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held)
 {
     struct serve_job *j = sl->job;
     qpack_error err = {0};
-    int32_t id = qpack_sample(sl->sampler, sl->session);
     if (sl->format && serve_format_take(sl->format, id)) {
         err.code = QPACK_ERR_INTERNAL;
         snprintf(err.message, sizeof err.message, "token %d leaves the response format", id);
@@ -597,7 +599,7 @@ static void take_token(struct serve_sched *s, struct slot *sl)
         int hit = emit(sl, piece, n, &err);
         if (hit)
             end = hit > 0 ? "stop" : NULL;
-        else if (j->usage.completion_tokens >= j->max_new || qpack_session_pos(sl->session) >= s->ctx)
+        else if (j->usage.completion_tokens >= j->max_new || held >= s->ctx)
             end = "length";
     }
     if (!end && !err.code) {
@@ -608,6 +610,22 @@ static void take_token(struct serve_sched *s, struct slot *sl)
     if (end && flush_text(sl, &err))
         end = NULL;
     finish(s, sl, end, &err);
+}
+
+/* After a step that gave the slot's session new logits: the next token */
+static void take_token(struct serve_sched *s, struct slot *sl)
+{
+    take_id(s, sl, qpack_sample(sl->sampler, sl->session), qpack_session_pos(sl->session));
+}
+
+/* A reply whose every token is the argmax of the model's logits (no
+ * penalty, bias, format or log probabilities) decodes by lookup when the
+ * server drafts: the same tokens in fewer steps. */
+static bool drafts(const struct serve_sched *s, const struct slot *sl)
+{
+    const qpack_sampler_params *p = &sl->job->sp;
+    return s->lookup && sl->decoding && p->temperature <= 0 && !p->n_logit_bias && p->repeat_penalty == 1 &&
+           p->presence_penalty == 0 && p->frequency_penalty == 0 && !sl->format && sl->job->logprobs < 0;
 }
 
 unsigned serve_sched_slots(struct serve_sched *s, struct serve_slot_info *out, unsigned max)
@@ -695,30 +713,68 @@ static void embed_next(struct serve_sched *s, struct slot *sl)
     }
 }
 
-/* The next step's items: every decoding session's token, then prompt
- * chunks of the others, oldest first, within the budget. Returns the
- * count; their slots in in[]. */
-static size_t gather(struct serve_sched *s, qpack_batch_item *items, struct slot **in)
+/* a step's items: what to feed and the lookup steps, each with its slot */
+struct step_items {
+    qpack_batch_item *feed;
+    struct slot **feed_slot;
+    size_t n_feed;
+    qpack_lookup_item *look;
+    struct slot **look_slot;
+    size_t n_look;
+};
+
+/* a drafting reply's lookup step: its pending token and a draft that ends
+ * by its max_tokens */
+static void add_lookup(struct serve_sched *s, struct step_items *st, struct slot *sl)
+{
+    uint32_t left = sl->job->max_new - sl->job->usage.completion_tokens;
+    uint32_t draft = left > 1 ? left - 1 : 0;
+    st->look[st->n_look] = (qpack_lookup_item){.session = sl->session, .pending = sl->next,
+                                                .max_draft = draft < s->lookup ? draft : s->lookup,
+                                                .out = sl->looked_up};
+    st->look_slot[st->n_look++] = sl;
+}
+
+/* was the slot given a part of this step? */
+static bool in_step(const struct step_items *st, const struct slot *sl)
+{
+    for (size_t k = 0; k < st->n_feed; k++)
+        if (st->feed_slot[k] == sl)
+            return true;
+    for (size_t k = 0; k < st->n_look; k++)
+        if (st->look_slot[k] == sl)
+            return true;
+    return false;
+}
+
+/* The next step's items: every decoding session's token (or lookup
+ * step), then prompt chunks of the others, oldest first, within the
+ * budget. */
+static void gather(struct serve_sched *s, struct step_items *st)
 {
     size_t n = 0;
     uint32_t decoding = 0;
+    qpack_batch_item *items = st->feed;
+    struct slot **in = st->feed_slot;
+    st->n_look = 0;
     for (unsigned i = 0; i < s->n_slots; i++) {
         struct slot *sl = &s->slots[i];
-        if (sl->job && sl->decoding) {
+        if (sl->job && sl->decoding && drafts(s, sl)) {
+            add_lookup(s, st, sl);
+            decoding++;
+        } else if (sl->job && sl->decoding) {
             items[n] = (qpack_batch_item){sl->session, &sl->next, 1};
             in[n++] = sl;
             decoding++;
         }
     }
+    st->n_feed = n;
     uint32_t budget = decoding ? (decoding > PREFILL_MIN ? decoding : PREFILL_MIN) : s->block;
     while (budget) {
         struct slot *oldest = NULL;
         for (unsigned i = 0; i < s->n_slots; i++) {
             struct slot *sl = &s->slots[i];
-            bool taken = false;
-            for (size_t k = 0; k < n && !taken; k++)
-                taken = in[k] == sl;
-            if (sl->job && !sl->job->n_inputs && !sl->decoding && !taken && !waits(sl->job) &&
+            if (sl->job && !sl->job->n_inputs && !sl->decoding && !in_step(st, sl) && !waits(sl->job) &&
                 (!oldest || sl->order < oldest->order))
                 oldest = sl;
         }
@@ -731,31 +787,51 @@ static size_t gather(struct serve_sched *s, qpack_batch_item *items, struct slot
         uint32_t left = oldest->job->n_prompt - oldest->fed, take = left < budget ? left : budget;
         items[n] = (qpack_batch_item){oldest->session, oldest->job->prompt + oldest->fed, take};
         in[n++] = oldest;
+        st->n_feed = n;
         budget -= take;
     }
-    return n;
+}
+
+/* a lookup step's tokens, each as if sampled alone, until the reply ends */
+static void take_looked_up(struct serve_sched *s, struct slot *sl, const qpack_lookup_item *it)
+{
+    uint32_t held = qpack_session_pos(sl->session) - it->count + 1;     /* when out[0] was chosen */
+    atomic_fetch_add(&serve_metrics.lookup_drafted, it->drafted);
+    atomic_fetch_add(&serve_metrics.lookup_kept, it->count - 1);
+    for (uint32_t k = 0; k < it->count && sl->job; k++)
+        take_id(s, sl, it->out[k], held + k);
 }
 
 /* one step: the items fed together, then each session's next token where
  * its prompt is in */
-static void step(struct serve_sched *s, qpack_batch_item *items, struct slot **in, size_t n)
+static void step(struct serve_sched *s, const struct step_items *st)
 {
     qpack_error err = {0};
     uint64_t positions = 0;
-    for (size_t i = 0; i < n; i++)
-        positions += items[i].n;
-    int rc = qpack_feed_batch(items, n, &err);
+    for (size_t i = 0; i < st->n_feed; i++)
+        positions += st->feed[i].n;
+    int rc = qpack_step_batch(st->feed, st->n_feed, st->look, st->n_look, &err);
+    for (size_t i = 0; !rc && i < st->n_look; i++)
+        positions += 1 + st->look[i].drafted;
     atomic_fetch_add(&serve_metrics.steps, 1);
-    atomic_fetch_add(&serve_metrics.step_sessions, n);
+    atomic_fetch_add(&serve_metrics.step_sessions, st->n_feed + st->n_look);
     atomic_fetch_add(&serve_metrics.step_positions, positions);
-    for (size_t i = 0; i < n; i++) {
-        struct slot *sl = in[i];
+    for (size_t i = 0; i < st->n_look; i++) {
+        struct slot *sl = st->look_slot[i];
+        atomic_store(&sl->held, qpack_session_pos(sl->session));
+        if (rc)
+            finish(s, sl, NULL, &err);
+        else
+            take_looked_up(s, sl, &st->look[i]);
+    }
+    for (size_t i = 0; i < st->n_feed; i++) {
+        struct slot *sl = st->feed_slot[i];
         atomic_store(&sl->held, qpack_session_pos(sl->session));
         if (rc) {
             finish(s, sl, NULL, &err);
             continue;
         }
-        if (!sl->decoding && (sl->fed += (uint32_t)items[i].n) == sl->job->n_prompt)
+        if (!sl->decoding && (sl->fed += (uint32_t)st->feed[i].n) == sl->job->n_prompt)
             atomic_store(&sl->job->prompt_in, true);
         if (sl->decoding || sl->fed == sl->job->n_prompt)
             take_token(s, sl);
@@ -766,8 +842,11 @@ static void *sched_main(void *arg)
 {
     struct serve_sched *s = arg;
     size_t cap = 2 * s->n_slots;
-    qpack_batch_item *items = calloc(cap, sizeof *items);
-    struct slot **in = calloc(cap, sizeof *in), **started = calloc(s->n_slots, sizeof *started);
+    struct step_items st = {.feed = calloc(cap, sizeof *st.feed), .feed_slot = calloc(cap, sizeof *st.feed_slot),
+                            .look = calloc(s->n_slots, sizeof *st.look),
+                            .look_slot = calloc(s->n_slots, sizeof *st.look_slot)};
+    struct slot **started = calloc(s->n_slots, sizeof *started);
+    bool ready = st.feed && st.feed_slot && st.look && st.look_slot && started;
     for (;;) {
         unsigned n_started = 0;
         pthread_mutex_lock(&s->mu);
@@ -789,12 +868,15 @@ static void *sched_main(void *arg)
         for (unsigned i = 0; i < s->n_slots; i++)
             if (s->slots[i].job && s->slots[i].job->n_inputs)
                 embed_next(s, &s->slots[i]);
-        size_t n = items && in && started ? gather(s, items, in) : 0;
-        if (n)
-            step(s, items, in, n);
+        if (ready)
+            gather(s, &st);
+        if (ready && st.n_feed + st.n_look)
+            step(s, &st);
     }
-    free(items);
-    free(in);
+    free(st.feed);
+    free(st.feed_slot);
+    free(st.look);
+    free(st.look_slot);
     free(started);
     return NULL;
 }
@@ -808,6 +890,12 @@ static int open_slots(struct serve_sched *s, qpack_error *err)
         if (qpack_session_new(&s->slots[i].session, s->m, err) ||
             qpack_decoder_new(&s->slots[i].decoder, tok, true, err))
             return -1;
+    for (unsigned i = 0; s->lookup && i < s->n_slots; i++)
+        if (!(s->slots[i].looked_up = malloc((s->lookup + 1) * sizeof *s->slots[i].looked_up))) {
+            err->code = QPACK_ERR_MEMORY;
+            snprintf(err->message, sizeof err->message, "out of memory");
+            return -1;
+        }
     int e = pthread_create(&s->thread, NULL, sched_main, s);
     if (e) {
         err->code = QPACK_ERR_MEMORY;
@@ -819,7 +907,7 @@ static int open_slots(struct serve_sched *s, qpack_error *err)
 }
 
 int serve_sched_new(struct serve_sched **out, qpack_model *m, unsigned parallel, unsigned queue_max,
-                    qpack_error *err)
+                    uint32_t lookup, qpack_error *err)
 {
     *out = NULL;
     struct serve_sched *s = calloc(1, sizeof *s);
@@ -836,6 +924,7 @@ int serve_sched_new(struct serve_sched **out, qpack_model *m, unsigned parallel,
     s->ctx = qpack_model_get_info(m)->ctx;
     s->block = qpack_model_get_info(m)->block_positions;
     s->n_slots = parallel;
+    s->lookup = lookup;
     s->q_cap = q_cap;
     s->q_max = queue_max;
     pthread_mutex_init(&s->mu, NULL);
@@ -880,6 +969,7 @@ void serve_sched_free(struct serve_sched *s)
     serve_sched_stop(s);
     for (unsigned i = 0; i < s->n_slots; i++) {
         qpack_decoder_free(s->slots[i].decoder);
+        free(s->slots[i].looked_up);
         qpack_session_free(s->slots[i].session);
     }
     serve_vocab_free(s->vocab);
