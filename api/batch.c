@@ -89,7 +89,6 @@ static int make_parts(struct batch *b, const qpack_batch_item *feeds, size_t n_f
         qpack_error why;
         int rc = QPACK_OK;
         if (look) {
-            look->count = look->drafted = 0;
             rc = draft_part(p, look, &why);
         } else {
             p->tokens = feeds[i].tokens;
@@ -212,6 +211,8 @@ int qpack_step_batch(const qpack_batch_item *feeds, size_t n_feeds, qpack_lookup
     size_t n = n_feeds + n_lookups;
     if (n == 0 || (n_feeds && !feeds) || (n_lookups && !lookups))
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "an empty batch");
+    for (size_t i = 0; i < n_lookups; i++)
+        lookups[i].count = lookups[i].drafted = 0;
     struct batch b = {.n = n, .parts = calloc(n, sizeof *b.parts)};
     if (!b.parts)
         return qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");

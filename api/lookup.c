@@ -56,8 +56,8 @@ int qp_lib_lookup_block(const qpack_session *s, int32_t pending, uint32_t max_dr
 /* The next draft's length after a pass that drafted `drafted` tokens and
  * kept `kept`: doubled after a draft kept whole, cut to the part kept after
  * one refused (0: the next step drafts nothing, the one after 1 token). A
- * drafted position costs about 0.6 of a plain step on int4 (README), so a
- * text that stops repeating soon stops paying for long drafts. */
+ * drafted position costs a good part of a plain step (docs/ENGINE.md), so
+ * a text that stops repeating soon stops paying for long drafts. */
 static void adapt_draft_len(qpack_session *s, uint32_t drafted, uint32_t kept)
 {
     if (drafted > 0)
@@ -91,6 +91,10 @@ int qpack_lookup_step(qpack_session *s, int32_t pending, uint32_t max_draft, int
     if (!rc)
         rc = qp_lib_feed(s, &(struct qp_lib_feed){.tokens = block, .n = n, .on_position = verify_position,
                                                   .arg = &f}, err);
+    if (rc && s->pos != pos0) {    /* the reference fed some before it failed */
+        s->pos = pos0;
+        s->have_logits = false;
+    }
     if (!rc) {
         /* the refused part of the draft leaves the session */
         s->pos = pos0 + f.v.count;

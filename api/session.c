@@ -98,6 +98,7 @@ int qpack_session_rewind(qpack_session *s, uint32_t pos, qpack_error *err)
                            pos, s->pos);
     s->pos = pos;
     s->have_logits = false;
+    s->lookup_len = UINT32_MAX;         /* the next text drafts afresh */
     return QPACK_OK;
 }
 
@@ -122,6 +123,7 @@ int qpack_session_copy(qpack_session *dst, const qpack_session *src, uint32_t po
     memcpy(dst->tokens, src->tokens, (size_t)pos * sizeof *dst->tokens);
     dst->pos = pos;
     dst->have_logits = pos == src->pos && src->have_logits;
+    dst->lookup_len = UINT32_MAX;
     if (dst->have_logits)
         memcpy(dst->logits, src->logits, (size_t)m->info.vocab * sizeof *dst->logits);
     return QPACK_OK;

@@ -308,8 +308,9 @@ void qpack_session_set_progress(qpack_session *session, void (*progress)(void *u
  * adapts to the session's text: its length doubles (up to max_draft) after
  * a draft kept whole and falls to the part kept after one refused (none
  * after a draft refused at its first token, then 1), because a drafted
- * position costs about 0.6 of a plain step. A continuation that runs past
- * the text repeats the period found. QPACK_ERR_CONTEXT when not even
+ * position costs a good part of a plain step. A continuation that runs past
+ * the text repeats the period found; a rewind or copy of the session
+ * starts the length afresh. QPACK_ERR_CONTEXT when not even
  * pending fits. */
 int qpack_lookup_step(qpack_session *session, int32_t pending, uint32_t max_draft, int32_t *out, uint32_t *count,
                       qpack_error *err);
@@ -332,7 +333,8 @@ typedef struct qpack_batch_item {
  * same model. Every item is checked before any compute (ids, context:
  * QPACK_ERR_ARGUMENT or QPACK_ERR_CONTEXT naming the item); a batch that
  * fails or is interrupted (qpack_session_interrupt of any of its sessions)
- * leaves every session as it was. Batches and single feeds of one model run
+ * leaves every session as it was (on bpf and emu; the reference's items
+ * before a failure stay fed). Batches and single feeds of one model run
  * one at a time, in any mix; a batch's kernel statistics count in each of
  * its sessions (qpack_session_get_stats). */
 int qpack_feed_batch(const qpack_batch_item *items, size_t n, qpack_error *err);
@@ -362,7 +364,8 @@ int qpack_step_batch(const qpack_batch_item *feeds, size_t n_feeds, qpack_lookup
 
 /* Makes a running qpack_feed of this session return QPACK_ERR_INTERRUPTED
  * within one kernel invocation (milliseconds; one position for the
- * reference), and a qpack_feed_batch holding it likewise. Async-signal-safe
+ * reference), and a qpack_lookup_step, qpack_feed_batch or qpack_step_batch
+ * holding it likewise. Async-signal-safe
  * and callable from any thread; the next qpack_feed clears it. */
 void qpack_session_interrupt(qpack_session *session);
 
@@ -379,11 +382,11 @@ typedef struct qpack_session_stats {
     uint64_t slow_calls;        /* invocations over 10 ms */
     double max_call_ms;         /* the longest one */
     char max_call_kernel[32];   /* and its kernel */
-    double feed_ms;             /* time inside qpack_feed* and qpack_lookup_step */
+    double feed_ms;             /* time inside qpack_feed*, qpack_lookup_step and qpack_step_batch */
     uint64_t tokens;            /* tokens fed */
     uint32_t n_kernels;         /* kernels[0 .. n_kernels): the kernels called, in the */
     qpack_kernel_stats kernels[QPACK_KERNELS_MAX];   /* engine's order (0 for ref) */
-    uint64_t lookup_passes;     /* qpack_lookup_step: block passes, */
+    uint64_t lookup_passes;     /* lookup steps (alone or in a batch): block passes, */
     uint64_t lookup_drafted, lookup_kept;   /* draft tokens proposed, and kept */
     /* bpf: the programs' own run time as the kernel clocks it, from start
      * to end (a call's time above also counts the system call around the

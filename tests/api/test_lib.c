@@ -973,7 +973,7 @@ static void lookup_keeps_greedy_tokens_on(qpack_backend backend)
  * fed session's logits. */
 static void lookups_in_batches_on(const char *path, qpack_backend backend, bool stream)
 {
-    qpack_model *m = open_model_at(path, backend, 256, 6, stream);
+    qpack_model *m = open_model_at(path, backend, 256, 7, stream);
     uint32_t vocab = qpack_model_get_info(m)->vocab;
     size_t bytes = vocab * sizeof(double);
     int32_t prompts[2][24], fed_seq[LB_STEPS * 5];
@@ -1042,6 +1042,17 @@ static void lookups_in_batches_on(const char *path, qpack_backend backend, bool 
     ck_assert_ptr_nonnull(strstr(e.message, "lookup item 0"));
     ck_assert_int_eq(qpack_step_batch(NULL, 0, NULL, 0, &e), QPACK_ERR_ARGUMENT);
     ck_assert_uint_eq(qpack_session_pos(together[0]), pos0);
+    qpack_session *full = new_session(m);
+    int32_t filler[256];
+    for (int i = 0; i < 256; i++)
+        filler[i] = 1000 + i;
+    feed(full, filler, 256);
+    qpack_lookup_item no_room = {.session = full, .pending = 1, .max_draft = 7, .out = out};
+    ck_assert_int_eq(qpack_step_batch(&feed0, 1, &no_room, 1, &e), QPACK_ERR_CONTEXT);
+    ck_assert_ptr_nonnull(strstr(e.message, "lookup item 0"));
+    ck_assert_uint_eq(qpack_session_pos(together[0]), pos0);
+    ck_assert_uint_eq(qpack_session_pos(full), 256);
+    qpack_session_free(full);
     for (int k = 0; k < 3; k++) {
         qpack_session_free(alone[k]);
         qpack_session_free(together[k]);

@@ -796,10 +796,11 @@ static void gather(struct serve_sched *s, struct step_items *st)
 static void take_looked_up(struct serve_sched *s, struct slot *sl, const qpack_lookup_item *it)
 {
     uint32_t held = qpack_session_pos(sl->session) - it->count + 1;     /* when out[0] was chosen */
-    atomic_fetch_add(&serve_metrics.lookup_drafted, it->drafted);
-    atomic_fetch_add(&serve_metrics.lookup_kept, it->count - 1);
-    for (uint32_t k = 0; k < it->count && sl->job; k++)
+    uint32_t k = 0;
+    for (; k < it->count && sl->job; k++)
         take_id(s, sl, it->out[k], held + k);
+    atomic_fetch_add(&serve_metrics.lookup_drafted, it->drafted);
+    atomic_fetch_add(&serve_metrics.lookup_kept, k - 1);    /* the tokens the reply took beyond the first */
 }
 
 /* one step: the items fed together, then each session's next token where
