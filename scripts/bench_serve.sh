@@ -14,6 +14,7 @@
 #   long prompt three streams' p99 inter-token latency alone, and while a
 #               2,000-token prompt arrives
 #   memory      the BPF map bytes of --parallel 1 and 2: what a session adds
+#   lookup      greedy 1 and 4 clients again on a server with --lookup 7
 #   engine      qp-bench-batch: a decode step of 1, 2, 4 and 8 sessions in
 #               one qpack_feed_batch, no server: the tokens/s ratios the
 #               kernels allow, the ceiling of the clients' ratios above
@@ -33,10 +34,12 @@ pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 J='Content-Type: application/json'
 
-# start MODEL PARALLEL: qrun serve on a free port; sets pid and url
+# start MODEL PARALLEL [ARGS...]: qrun serve on a free port; sets pid and url
 start() {
+    local model=$1 parallel=$2
+    shift 2
     rm -f "$tmp/err"
-    "$qrun" serve -m "$1" --port 0 --parallel "$2" --queue 64 --quiet >/dev/null 2>"$tmp/err" &
+    "$qrun" serve -m "$model" --port 0 --parallel "$parallel" --queue 64 --quiet "$@" >/dev/null 2>"$tmp/err" &
     pid=$!
     local port= i
     for i in $(seq 1800); do
@@ -130,6 +133,7 @@ for model in $models; do
         for n in $clients_list; do
             read -r tps p50 p99 <<<"$(clients "$n" "$temp")"
             [ -n "$base" ] || base=$tps
+            [ "$temp" = 0 ] && greedy[$n]=$tps
             printf '  temperature %-3s %d client%s  %7.2f tokens/s  %5.2fx one client  gap p50 %6.1f ms  p99 %6.1f ms\n' \
                 "$temp" "$n" "$([ "$n" = 1 ] && echo ' ' || echo s)" "$tps" \
                 "$(awk -v a="$tps" -v b="$base" 'BEGIN { print a / b }')" "$p50" "$p99"
@@ -150,6 +154,14 @@ for model in $models; do
     steps=$(metric qpack_steps_total) sessions=$(metric qpack_step_sessions_total) positions=$(metric qpack_step_positions_total)
     printf '  %d steps: %.2f sessions and %.2f positions per step\n' "$steps" \
         "$(awk -v a="$sessions" -v b="$steps" 'BEGIN { print a / b }')" "$(awk -v a="$positions" -v b="$steps" 'BEGIN { print a / b }')"
+    stop
+    start "$model" 8 --lookup 7
+    for n in 1 4; do
+        read -r tps p50 p99 <<<"$(clients "$n" 0)"
+        printf '  --lookup 7, temperature 0, %d client%s: %7.2f tokens/s, %5.2fx without\n' "$n" \
+            "$([ "$n" = 1 ] && echo ' ' || echo s)" "$tps" "$(awk -v a="$tps" -v b="${greedy[$n]:-0}" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+    done
+    echo "  ($(metric qpack_lookup_kept_tokens_total) of $(metric qpack_lookup_drafted_tokens_total) drafted tokens kept: a random model repeats itself more than text does)"
     stop
     start "$model" 1
     b1=$(metric qpack_bpf_map_bytes)
