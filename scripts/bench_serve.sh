@@ -161,7 +161,7 @@ for model in $models; do
         printf '  --lookup 7, temperature 0, %d client%s: %7.2f tokens/s, %5.2fx without\n' "$n" \
             "$([ "$n" = 1 ] && echo ' ' || echo s)" "$tps" "$(awk -v a="$tps" -v b="${greedy[$n]:-0}" 'BEGIN { print (b > 0 ? a / b : 0) }')"
     done
-    echo "  ($(metric qpack_lookup_kept_tokens_total) of $(metric qpack_lookup_drafted_tokens_total) drafted tokens kept: a random model repeats itself more than text does)"
+    echo "  ($(metric qpack_lookup_kept_tokens_total) of $(metric qpack_lookup_drafted_tokens_total) drafted tokens kept)"
     stop
     start "$model" 1
     b1=$(metric qpack_bpf_map_bytes)
