@@ -29,7 +29,7 @@ struct qpack_model {
     struct qp_engine engine;
     bool engine_open;
     pthread_mutex_t step_mu;
-    atomic_bool batch_interrupt;        /* a session of the running qpack_feed_batch was interrupted */
+    atomic_bool batch_interrupt;        /* a session of the running batch (batch.c) was interrupted */
     /* ref: each session opens its own reference from the folder */
     struct qpack_tokenizer *tokenizer;  /* NULL when the model carries none */
     int32_t end_ids[3 + QWEN3_GEN_EOS_MAX];
@@ -51,7 +51,7 @@ struct qpack_session {
     bool have_logits;
     struct ref_model *ref;      /* ref backend: this session's own reference */
     atomic_bool interrupt;
-    atomic_bool in_batch;       /* a qpack_feed_batch holding this session runs */
+    atomic_bool in_batch;       /* a batch holding this session runs (batch.c) */
     qpack_session_stats stats;
     uint32_t lookup_len;        /* qpack_lookup_step: the next draft's length at most (lookup.c) */
     void (*progress)(void *user, size_t done, size_t total);

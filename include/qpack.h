@@ -16,8 +16,8 @@
  *                    read logits. A model holds up to max_sessions of them,
  *                    each cache a slot of the model's KV maps; a step of one
  *                    session after another's costs no recompute, and
- *                    qpack_feed_batch computes several sessions' next
- *                    tokens in shared blocks of positions.
+ *                    qpack_feed_batch and qpack_step_batch compute several
+ *                    sessions' next tokens in shared blocks of positions.
  *   qpack_sampler    picks the next token from a session's logits (greedy,
  *                    temperature, top-k, top-p, min-p, repeat penalty),
  *                    seeded so a run repeats exactly.

@@ -3,12 +3,13 @@
  * One scheduler thread owns the model's sessions (--parallel of them, each
  * with its own KV cache slot) and runs them together: every step gathers
  * the next token of each decoding request and a chunk of the waiting
- * prompts into one qpack_feed_batch, so each weight is read once for all
+ * prompts into one qpack_step_batch, so each weight is read once for all
  * of them ("continuous batching"). A request's logits are the same bits
  * whatever shares its steps, so a greedy reply is qrun's reply under any
  * load.
  *
- * A step holds every decoding request's next token, then prompt tokens of
+ * A step holds every decoding request's next token (with --lookup, a
+ * greedy one's lookup step: its token and a draft), then prompt tokens of
  * the requests still reading their prompt, oldest first, up to a budget:
  * a block of positions when nothing decodes, PREFILL_MIN or one per
  * decoding request beside decoders, so that a long prompt arriving does
