@@ -736,14 +736,12 @@ static void add_lookup(struct serve_sched *s, struct step_items *st, struct slot
     st->look_slot[st->n_look++] = sl;
 }
 
-/* was the slot given a part of this step? */
-static bool in_step(const struct step_items *st, const struct slot *sl)
+/* was the slot given a feed in this step? (a lookup step's slot decodes:
+ * no prompt chunk is looked for there) */
+static bool fed_in_step(const struct step_items *st, const struct slot *sl)
 {
     for (size_t k = 0; k < st->n_feed; k++)
         if (st->feed_slot[k] == sl)
-            return true;
-    for (size_t k = 0; k < st->n_look; k++)
-        if (st->look_slot[k] == sl)
             return true;
     return false;
 }
@@ -775,7 +773,7 @@ static void gather(struct serve_sched *s, struct step_items *st)
         struct slot *oldest = NULL;
         for (unsigned i = 0; i < s->n_slots; i++) {
             struct slot *sl = &s->slots[i];
-            if (sl->job && !sl->job->n_inputs && !sl->decoding && !in_step(st, sl) && !waits(sl->job) &&
+            if (sl->job && !sl->job->n_inputs && !sl->decoding && !fed_in_step(st, sl) && !waits(sl->job) &&
                 (!oldest || sl->order < oldest->order))
                 oldest = sl;
         }
