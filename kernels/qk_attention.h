@@ -270,43 +270,55 @@ QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
 }
 
 /* Task i (entry, group of C.attn_heads heads, chunk) of the invocation
- * base describes: its heads' sums over the chunk's positions. A function
- * of its own in the kernels (QK_SUBPROG): the verifier checks it once,
- * knowing nothing of its arguments, where inlined into the loop's
- * callback it was checked again for each state its set-up's paths reach
- * the loops in (on Linux 6.18.44 past the verifier's limit of 1M
- * instructions at the learned tiny model's sizes). */
+ * base describes, set up in *t with its heads started: 0 to compute it,
+ * 2 when the chunk is past its entry's position (the block's later entries
+ * have it), 1 on an index outside the model. */
+QM_INLINE int qk_attn_task_start(struct qk_attn_ctx *t, u32 i)
+{
+    u32 task = t->first_task + i, layer = t->layer, n_chunks = t->n_chunks;
+    u32 pair = C.attn_heads == 2, groups = C.n_heads >> pair;
+    if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+        return 1;
+    u32 per_entry = groups * n_chunks, b = t->b0 + task / per_entry;
+    u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
+    struct qk_scalars *sc = QK_LOOKUP(scal, b);
+    const s32 *kl = QK_LOOKUP(klayout, layer);
+    const struct qk_seq *sq = qk_seq_of(b, t->max_pos);
+    if (!sc || !kl || !sq || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
+        return 1;
+    u32 pos = sq->pos;
+    if (chunk * QK_ATTN_CHUNK > pos)
+        return 2;
+    t->b = b;
+    t->kv0 = qk_kv_row0(sq->kv_slot, layer);
+    t->head = head;
+    t->chunk = chunk;
+    t->kv_head = head / (C.n_heads / C.n_kv_heads);
+    t->first = chunk * QK_ATTN_CHUNK;
+    t->count = pos + 1 - t->first;
+    if (t->count > QK_ATTN_CHUNK)
+        t->count = QK_ATTN_CHUNK;
+    t->has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
+    if (qk_attn_head_init(t, sc, 0, head) || (pair && qk_attn_head_init(t, sc, 1, head + 1)))
+        return 1;
+    return 0;
+}
+
+/* Task i of the invocation base describes: its heads' sums over the
+ * chunk's positions. A function of its own in the kernels (QK_SUBPROG):
+ * the verifier checks it once, knowing nothing of its arguments, where
+ * inlined into the loop's callback it was checked again for each state its
+ * set-up's paths reach the loops in (on Linux 6.18.44 past the verifier's
+ * limit of 1M instructions at the learned tiny model's sizes). */
 QK_SUBPROG int qk_attn_task(const struct qk_attn_ctx *base, u32 i)
 {
     if (!base)
         return 1;
     struct qk_attn_ctx t = *base;       /* bpf_loop takes a context on the stack */
-    u32 task = t.first_task + i, layer = t.layer, n_chunks = t.n_chunks;
-    u32 pair = C.attn_heads == 2, groups = C.n_heads >> pair;
-    if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
-        return 1;
-    u32 per_entry = groups * n_chunks, b = t.b0 + task / per_entry;
-    u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
-    struct qk_scalars *sc = QK_LOOKUP(scal, b);
-    const s32 *kl = QK_LOOKUP(klayout, layer);
-    const struct qk_seq *sq = qk_seq_of(b, t.max_pos);
-    if (!sc || !kl || !sq || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
-        return 1;
-    u32 pos = sq->pos;
-    if (chunk * QK_ATTN_CHUNK > pos)
-        return 0;       /* past this entry's position: the block's later entries have it */
-    t.b = b;
-    t.kv0 = qk_kv_row0(sq->kv_slot, layer);
-    t.head = head;
-    t.chunk = chunk;
-    t.kv_head = head / (C.n_heads / C.n_kv_heads);
-    t.first = chunk * QK_ATTN_CHUNK;
-    t.count = pos + 1 - t.first;
-    if (t.count > QK_ATTN_CHUNK)
-        t.count = QK_ATTN_CHUNK;
-    t.has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
-    if (qk_attn_head_init(&t, sc, 0, head) || (pair && qk_attn_head_init(&t, sc, 1, head + 1)))
-        return 1;
+    int rc = qk_attn_task_start(&t, i);
+    if (rc)
+        return rc & 1;
+    u32 pair = C.attn_heads == 2;
     if (pair) {
         QK_LOOP(t.count, qk_attn_score2_cb, &t);
         QK_LOOP(t.count, qk_attn_weight2_cb, &t);
@@ -315,7 +327,7 @@ QK_SUBPROG int qk_attn_task(const struct qk_attn_ctx *base, u32 i)
         QK_LOOP(t.count, qk_attn_score_cb, &t);
         QK_LOOP(t.count, qk_attn_value_cb, &t);
     }
-    if (qk_attn_head_done(&t, 0, head) || (pair && qk_attn_head_done(&t, 1, head + 1)))
+    if (qk_attn_head_done(&t, 0, t.head) || (pair && qk_attn_head_done(&t, 1, t.head + 1)))
         return 1;
     return 0;
 }
@@ -333,8 +345,8 @@ QM_INLINE u32 qk_attn_chunks(const struct qk_args *a)
     return a->max_pos / QK_ATTN_CHUNK + 1;
 }
 
-/* tasks (entry, head, chunk), entries b0.. in order, [begin, end) of them */
-QM_INLINE int qk_attention(const struct qk_args *a)
+/* the invocation's tasks in *cx when its arguments are inside the model */
+QM_INLINE int qk_attn_args(const struct qk_args *a, struct qk_attn_ctx *cx)
 {
     if (a->layer >= C.n_layers || !qk_entries_ok(a) || a->max_pos >= C.ctx)
         return -1;
@@ -343,8 +355,17 @@ QM_INLINE int qk_attention(const struct qk_args *a)
         return -1;
     if (a->begin >= a->end || a->end > a->nb * (C.n_heads >> (C.attn_heads == 2)) * n_chunks)
         return -1;
-    struct qk_attn_ctx cx = {.layer = a->layer, .max_pos = a->max_pos, .n_chunks = n_chunks,
-                              .first_task = a->begin, .b0 = a->b0};
+    *cx = (struct qk_attn_ctx){.layer = a->layer, .max_pos = a->max_pos, .n_chunks = n_chunks,
+                               .first_task = a->begin, .b0 = a->b0};
+    return 0;
+}
+
+/* tasks (entry, head, chunk), entries b0.. in order, [begin, end) of them */
+QM_INLINE int qk_attention(const struct qk_args *a)
+{
+    struct qk_attn_ctx cx;
+    if (qk_attn_args(a, &cx))
+        return -1;
     QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
     return 0;
 }

@@ -95,7 +95,7 @@ static long qk_query_corr_cb(u64 i, void *vctx)
     return 0;
 }
 
-static int qk_rotate_query(u32 b, u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
+QM_INLINE int qk_rotate_query(u32 b, u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
     u32 half = C.head_dim / 2;
     s64 *q = QK_LOOKUP(qrot, b);
@@ -153,7 +153,7 @@ static long qk_k_entry_cb(u64 i, void *vctx)
     return 0;
 }
 
-static int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
+QM_INLINE int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
     u32 half = C.head_dim / 2;
     s16 *kc = QK_LOOKUP(kcache, kv_row);
@@ -191,24 +191,38 @@ QK_UNROLL
     return 0;
 }
 
-static long qk_rope_head_cb(u64 i, void *vctx)
+/* Head i of the block entry (query heads, then K heads) normalised in
+ * place: its mantissas *v in qkv, their exponent *e and the position's
+ * RoPE row *cs; 1 on an index outside the model. */
+QM_INLINE int qk_rope_head_norm(const struct qk_rope_ctx *cx, u32 head, s64 **v, const s32 **cs, s32 *e)
 {
-    struct qk_rope_ctx *cx = vctx;
-    u32 head = (u32)i, layer = cx->layer;
+    u32 layer = cx->layer;
     s64 *qkv = QK_LOOKUP(qkv, cx->b);
-    const s32 *cs = QK_LOOKUP(rope, cx->pos);
-    const s32 *kl = QK_LOOKUP(klayout, layer);   /* engine/plan_kv.c */
-    if (!qkv || !cs || !kl || layer >= C.n_layers || layer >= QK_MAX_LAYERS ||
-        head >= C.n_heads + C.n_kv_heads || head >= QK_MAX_HEADS)
+    *cs = QK_LOOKUP(rope, cx->pos);
+    if (!qkv || !*cs || layer >= C.n_layers || layer >= QK_MAX_LAYERS || head >= C.n_heads + C.n_kv_heads ||
+        head >= QK_MAX_HEADS)
         return 1;
     u32 is_k = head < C.n_heads ? 0 : 1, norm = 2 * layer + is_k;
     const s32 *g = QK_LOOKUP(qk_norms, norm);
     if (!g || norm >= 2 * QK_MAX_LAYERS)
         return 1;
-    s64 *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
-    s32 e = qk_head_norm(v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
-                         is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
-    if (!is_k)
+    *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
+    *e = qk_head_norm(*v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
+                      is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
+    return 0;
+}
+
+static long qk_rope_head_cb(u64 i, void *vctx)
+{
+    struct qk_rope_ctx *cx = vctx;
+    u32 head = (u32)i, layer = cx->layer;
+    const s32 *kl = QK_LOOKUP(klayout, layer);   /* engine/plan_kv.c */
+    s64 *v;
+    const s32 *cs;
+    s32 e;
+    if (!kl || qk_rope_head_norm(cx, head, &v, &cs, &e))
+        return 1;
+    if (head < C.n_heads)
         return qk_rotate_query(cx->b, layer, head, v, cs, kl, e);
     return qk_store_k(cx->b, layer, cx->kv0 + cx->pos, head - C.n_heads, v, cs, kl, e);
 }
@@ -244,15 +258,33 @@ QK_UNROLL
     return 0;
 }
 
-/* one block entry: its position's K and V go into its slot's cache */
-static long qk_rope_entry_cb(u64 i, void *vctx)
+/* block entry i of the invocation base describes: its position and its
+ * slot's rows in *cx; 1 when its sequence is outside the model */
+QM_INLINE int qk_rope_entry(const struct qk_rope_ctx *base, u32 i, struct qk_rope_ctx *cx)
 {
-    const struct qk_rope_ctx *base = vctx;
-    u32 b = base->b + (u32)i;
+    u32 b = base->b + i;
     const struct qk_seq *sq = qk_seq_of(b, C.ctx - 1);
     if (!sq)
         return 1;
-    struct qk_rope_ctx cx = {base->layer, sq->pos, b, qk_kv_row0(sq->kv_slot, base->layer)};
+    *cx = (struct qk_rope_ctx){base->layer, sq->pos, b, qk_kv_row0(sq->kv_slot, base->layer)};
+    return 0;
+}
+
+/* the invocation in *cx when its arguments are inside the model */
+QM_INLINE int qk_rope_args(const struct qk_args *a, struct qk_rope_ctx *cx)
+{
+    if (a->layer >= C.n_layers || !qk_entries_ok(a))
+        return -1;
+    *cx = (struct qk_rope_ctx){a->layer, 0, a->b0, 0};
+    return 0;
+}
+
+/* one block entry: its position's K and V go into its slot's cache */
+static long qk_rope_entry_cb(u64 i, void *vctx)
+{
+    struct qk_rope_ctx cx;
+    if (qk_rope_entry(vctx, (u32)i, &cx))
+        return 1;
     QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
     QK_LOOP(C.n_kv_heads, qk_store_v_cb, &cx);
     return 0;
@@ -260,9 +292,9 @@ static long qk_rope_entry_cb(u64 i, void *vctx)
 
 QM_INLINE int qk_rope_store(const struct qk_args *a)
 {
-    if (a->layer >= C.n_layers || !qk_entries_ok(a))
+    struct qk_rope_ctx cx;
+    if (qk_rope_args(a, &cx))
         return -1;
-    struct qk_rope_ctx cx = {a->layer, 0, a->b0, 0};
     QK_LOOP(a->nb, qk_rope_entry_cb, &cx);
     return 0;
 }
