@@ -61,6 +61,7 @@ int qp_lib_info_from_folder(const char *dir, qpack_model_info *i, qp_err *err)
         .backend = "ref", .has_tokenizer = access(path, F_OK) == 0, .file_bytes = files,
         .bits_per_weight = params ? 8.0 * (double)bytes / (double)params : 0, .block_positions = 1,
         /* the reference caches K and V as float64 */
+        .kv_cache = "float64",
         .kv_bytes_per_position = 2ull * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * sizeof(double),
     };
     return 0;

@@ -208,6 +208,7 @@ static void fill_info_from_engine(qpack_model *m)
     i->ctx = e->ctx;
     i->backend = qp_backend_name(e->kind);
     i->block_positions = qp_forward_block_size(e->fw);
+    i->kv_cache = e->plan.cfg.kv8 ? "int8" : "int16";
     i->kv_bytes_per_position = e->plan.kv_bytes_per_pos;
     i->load_ms = e->load_ms;
     i->checksum_ms = e->checksum_ms;
@@ -264,9 +265,13 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     qpack_model_params p = params ? *params : qpack_model_default_params();
     if (!path)
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no model path");
-    if (p.backend > QPACK_BACKEND_REF || p.threads > 2)
-        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "model parameters out of range (backend %d, threads %u)",
-                           (int)p.backend, p.threads);
+    if (p.backend > QPACK_BACKEND_REF || p.threads > 2 || p.kv_cache > QPACK_KV_INT8)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT,
+                           "model parameters out of range (backend %d, threads %u, kv_cache %d)", (int)p.backend,
+                           p.threads, (int)p.kv_cache);
+    if (p.backend == QPACK_BACKEND_REF && p.kv_cache != QPACK_KV_INT16)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "the reference backend keeps its KV cache in float64: "
+                           "an 8-bit cache is for containers (bpf, emu)");
     qpack_status folder = p.backend == QPACK_BACKEND_REF ? QPACK_OK : qp_lib_refuse_folder(path, err);
     if (folder)
         return folder;

@@ -104,7 +104,7 @@ static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint
             struct qk_args a = {.layer = 0, .max_pos = pos, .nb = 1, .begin = t, .end = t + 1};
             uint64_t ns = 0;
             qp_err err;
-            if (b->run(b, QP_K_ATTENTION, &a, &ns, &err)) {
+            if (b->run(b, c->kv8 ? QP_K_ATTENTION8 : QP_K_ATTENTION, &a, &ns, &err)) {
                 fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
                 exit(1);
             }
@@ -126,7 +126,9 @@ int main(int argc, char **argv)
     struct qp_plan p;
     struct qp_backend *b;
     qp_err err;
-    if (qpk_open(&f, argv[1], 0, &err) || qp_plan_build(&p, &f, ATTN_POS + 1, 1, block, false, &err) ||
+    const char *kv = getenv("QP_KV_CACHE");     /* "int8": the 8-bit cache's attention */
+    bool kv8 = kv && !strcmp(kv, "int8");
+    if (qpk_open(&f, argv[1], 0, &err) || qp_plan_build(&p, &f, ATTN_POS + 1, 1, block, false, kv8, &err) ||
         qp_bpf_create(&b, &p, &err)) {
         fprintf(stderr, "qp-bench-kernels: %s\n", err.msg);
         return 1;

@@ -332,6 +332,16 @@ static uint32_t verified_insns(int prog_fd)
     return bpf_obj_get_info_by_fd(prog_fd, &info, &len) == 0 ? info.verified_insns : 0;
 }
 
+/* the rope_store and attention programs of the model's KV cache only: the
+ * other pair addresses rows of another size */
+static void load_cache_programs(struct qwen3 *skel, bool kv8)
+{
+    bpf_program__set_autoload(skel->progs.rope_store, !kv8);
+    bpf_program__set_autoload(skel->progs.attention, !kv8);
+    bpf_program__set_autoload(skel->progs.rope_store8, kv8);
+    bpf_program__set_autoload(skel->progs.attention8, kv8);
+}
+
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     *out = NULL;
@@ -343,6 +353,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qwen3__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
+    if (!rc)
+        load_cache_programs(s->skel, plan->cfg.kv8);
     double t0 = qp_now_ms();
     if (!rc && qwen3__load(s->skel) != 0) {
         int e = errno;

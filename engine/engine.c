@@ -52,12 +52,12 @@ static void report(const qpack_model_params *o, qpack_load_phase phase, uint64_t
 static int size_for_memory(struct qp_engine *e, const qpack_model_params *o, uint32_t slots, uint32_t block,
                            qp_err *err)
 {
-    bool bpf = o->backend == QPACK_BACKEND_BPF;
+    bool bpf = o->backend == QPACK_BACKEND_BPF, kv8 = o->kv_cache == QPACK_KV_INT8;
     uint64_t avail;
     if (qp_mem_available(&avail, err))
         return -1;
-    e->ctx = o->ctx ? o->ctx : qp_mem_default_ctx(&e->file, slots, block, o->stream, bpf, avail);
-    if (qp_plan_layout(&e->plan, &e->file, e->ctx, slots, block, o->stream, err))
+    e->ctx = o->ctx ? o->ctx : qp_mem_default_ctx(&e->file, slots, block, o->stream, kv8, bpf, avail);
+    if (qp_plan_layout(&e->plan, &e->file, e->ctx, slots, block, o->stream, kv8, err))
         return -1;
     return qp_mem_check(&e->plan, bpf, avail, err);
 }
@@ -81,7 +81,7 @@ static int open_container(struct qp_engine *e, const char *path, const qpack_mod
     e->vocab = c->vocab;
     e->hidden = c->hidden;
     e->n_layers = c->n_layers;
-    if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, err))
+    if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, o->kv_cache == QPACK_KV_INT8, err))
         return -1;
     report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
     int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
@@ -254,9 +254,11 @@ int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_
         size_t row = p->maps[caches[c]].value_size;
         if (!base)
             return qp_fail(err, "the KV cache (map %s) cannot be reached", p->maps[caches[c]].name);
-        /* rows (slot * n_layers + layer) * ctx + position, as qk_kv_row0 */
-        for (uint32_t layer = 0; layer < e->n_layers; layer++) {
-            size_t from = ((size_t)src * e->n_layers + layer) * e->ctx, to = ((size_t)dst * e->n_layers + layer) * e->ctx;
+        /* rows (slot * runs + run) * ctx + position: a run per layer
+         * (qk_kv_row0), for the 8-bit cache per layer and KV head (qk_kv8_vec) */
+        size_t runs = (size_t)e->n_layers * (p->cfg.kv8 ? p->cfg.n_kv_heads : 1);
+        for (size_t r = 0; r < runs; r++) {
+            size_t from = ((size_t)src * runs + r) * e->ctx, to = ((size_t)dst * runs + r) * e->ctx;
             memcpy(base + to * row, base + from * row, (size_t)n * row);
         }
     }

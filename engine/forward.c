@@ -164,7 +164,8 @@ static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const
     case QP_K_SWIGLU: return 120ull * c->inter;         /* SiLU, one element per callback */
     case QP_K_QUANT_X:
         return 20ull * (a->mode == QK_MV_O ? c->q_dim : a->mode == QK_MV_DOWN ? c->inter : c->hidden);
-    case QP_K_ROPE_STORE: return 60 * (heads + c->n_kv_heads) * d;
+    case QP_K_ROPE_STORE:
+    case QP_K_ROPE_STORE8: return 60 * (heads + c->n_kv_heads) * d;
     case QP_K_ATTN_MERGE: return heads * (a->max_pos / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
     case QP_K_ARGMAX_REDUCE: return 20ull * a->n_slots;
     default: return 25ull * c->hidden;                   /* rmsnorm: four passes */
@@ -281,7 +282,7 @@ static int attention(struct qp_forward *fw, uint32_t layer, uint32_t last, uint3
     for (uint32_t t = 0; t < tasks; t += step) {
         if (j->n == MAX_JOBS)
             return qp_fail(err, "internal: too many attention jobs");
-        j->kernel[j->n] = QP_K_ATTENTION;
+        j->kernel[j->n] = c->kv8 ? QP_K_ATTENTION8 : QP_K_ATTENTION;
         j->args[j->n++] = (struct qk_args){.layer = layer, .max_pos = last, .b0 = 0, .nb = nb, .begin = t,
                                            .end = t + step < tasks ? t + step : tasks};
     }
@@ -305,7 +306,7 @@ static int layer(struct qp_forward *fw, uint32_t l, uint32_t last, uint32_t nb, 
     struct qk_args none = {0};
     return entries(fw, QP_K_RMSNORM, norm_attn, 0, nb, err) ||
            matvec(fw, l, QK_MV_QKV, c->q_dim + 2 * c->kv_dim, c->hidden, 0, nb, NULL, err) ||
-           entries(fw, QP_K_ROPE_STORE, rope, 0, nb, err) || check_seq(fw, err) ||
+           entries(fw, c->kv8 ? QP_K_ROPE_STORE8 : QP_K_ROPE_STORE, rope, 0, nb, err) || check_seq(fw, err) ||
            attention(fw, l, last, nb, err) ||
            matvec(fw, l, QK_MV_O, c->hidden, c->q_dim, 0, nb, NULL, err) ||
            entries(fw, QP_K_RMSNORM, norm_mlp, 0, nb, err) ||

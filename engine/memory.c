@@ -84,11 +84,11 @@ static const char *fmt_bytes(char *buf, size_t cap, uint64_t n)
 
 /* bytes the maps of f need at this context, or 0 when it has no layout */
 static uint64_t need_at(const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block, bool stream,
-                        bool bpf)
+                        bool kv8, bool bpf)
 {
     struct qp_plan *p = malloc(sizeof *p);
     qp_err ignored;
-    uint64_t need = p && !qp_plan_layout(p, f, ctx, slots, block, stream, &ignored) ? qp_mem_need(p, bpf) : 0;
+    uint64_t need = p && !qp_plan_layout(p, f, ctx, slots, block, stream, kv8, &ignored) ? qp_mem_need(p, bpf) : 0;
     free(p);
     return need;
 }
@@ -96,10 +96,10 @@ static uint64_t need_at(const struct qpk_file *f, uint32_t ctx, uint32_t slots, 
 /* the largest context below ctx, a multiple of QK_ATTN_CHUNK, whose maps
  * fit the budget; 0 when none does */
 static uint32_t largest_fitting_ctx(const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                                    bool stream, bool bpf, uint64_t budget)
+                                    bool stream, bool kv8, bool bpf, uint64_t budget)
 {
     for (uint32_t c = (ctx - 1) / QK_ATTN_CHUNK * QK_ATTN_CHUNK; c >= QK_ATTN_CHUNK; c -= QK_ATTN_CHUNK) {
-        uint64_t need = need_at(f, c, slots, block, stream, bpf);
+        uint64_t need = need_at(f, c, slots, block, stream, kv8, bpf);
         if (need && need <= budget)
             return c;
     }
@@ -113,17 +113,17 @@ static void alternatives(const struct qp_plan *p, bool bpf, uint64_t budget, cha
     size_t at = 0;
     char b[32];
     out[0] = 0;
-    uint64_t streamed = p->stream || !bpf ? 0 : need_at(p->file, c->ctx, c->slots, c->block, true, bpf);
+    uint64_t streamed = p->stream || !bpf ? 0 : need_at(p->file, c->ctx, c->slots, c->block, true, c->kv8, bpf);
     if (streamed)
         at += (size_t)snprintf(out + at, cap - at, "--stream (matrices read from the file per step: %s of maps%s), ",
                                fmt_bytes(b, sizeof b, streamed), streamed <= budget ? "" : ", still too much");
     if (at < cap && bpf && p->file->cfg.weight_format != QPK_FORMAT_INT4)
         at += (size_t)snprintf(out + at, cap - at, "a smaller format (%s), ",
                                p->file->cfg.weight_format == QPK_FORMAT_Q24 ? "int8, int4" : "int4");
-    uint32_t fit = largest_fitting_ctx(p->file, c->ctx, c->slots, c->block, p->stream, bpf, budget);
+    uint32_t fit = largest_fitting_ctx(p->file, c->ctx, c->slots, c->block, p->stream, c->kv8, bpf, budget);
     if (at < cap && fit)
         at += (size_t)snprintf(out + at, cap - at, "-c %u (%s), ", fit,
-                               fmt_bytes(b, sizeof b, need_at(p->file, fit, c->slots, c->block, p->stream, bpf)));
+                               fmt_bytes(b, sizeof b, need_at(p->file, fit, c->slots, c->block, p->stream, c->kv8, bpf)));
     else if (at < cap && c->slots > 1)
         at += (size_t)snprintf(out + at, cap - at, "fewer sessions, ");
     if (at >= 2 && at < cap)
@@ -150,15 +150,15 @@ int qp_mem_check(const struct qp_plan *p, bool bpf, uint64_t avail, qp_err *err)
                         alt[0] ? ": try " : "", alt);
 }
 
-uint32_t qp_mem_default_ctx(const struct qpk_file *f, uint32_t slots, uint32_t block, bool stream, bool bpf,
+uint32_t qp_mem_default_ctx(const struct qpk_file *f, uint32_t slots, uint32_t block, bool stream, bool kv8, bool bpf,
                             uint64_t avail)
 {
     uint32_t max = f->cfg.max_positions, ctx = max < QPACK_DEFAULT_CTX ? max : QPACK_DEFAULT_CTX;
-    uint64_t budget = budget_of(avail), need = need_at(f, ctx, slots, block, stream, bpf);
+    uint64_t budget = budget_of(avail), need = need_at(f, ctx, slots, block, stream, kv8, bpf);
     /* a layout error, or maps that do not fit at all, are the caller's
      * plan's to report */
     if (!need || need <= budget || ctx <= QK_ATTN_CHUNK)
         return ctx;
-    uint32_t fit = largest_fitting_ctx(f, ctx, slots, block, stream, bpf, budget);
+    uint32_t fit = largest_fitting_ctx(f, ctx, slots, block, stream, kv8, bpf, budget);
     return fit ? fit : QK_ATTN_CHUNK;
 }

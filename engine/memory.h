@@ -36,7 +36,7 @@ int qp_mem_check(const struct qp_plan *p, bool bpf, uint64_t avail, qp_err *err)
  * map of the model - weights, the KV caches of all `slots` sessions, the
  * buffers - fits `avail` less QP_MEM_RESERVE; QK_ATTN_CHUNK at least
  * (when even that does not fit, qp_mem_check's error at that context). */
-uint32_t qp_mem_default_ctx(const struct qpk_file *f, uint32_t slots, uint32_t block, bool stream, bool bpf,
+uint32_t qp_mem_default_ctx(const struct qpk_file *f, uint32_t slots, uint32_t block, bool stream, bool kv8, bool bpf,
                             uint64_t avail);
 
 #endif

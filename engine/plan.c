@@ -347,8 +347,11 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_QK_NORMS, "qk_norms", 4ull * c->head_dim, 2ull * c->n_layers);
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
     set_map(p, QP_MAP_KLAYOUT, "klayout", 4ull * QK_KL_LEN(c->head_dim), c->n_layers);
-    set_map(p, QP_MAP_KCACHE, "kcache", 2ull * c->kv_dim, (uint64_t)c->slots * c->n_layers * c->ctx);
-    set_map(p, QP_MAP_VCACHE, "vcache", 2ull * c->kv_dim, (uint64_t)c->slots * c->n_layers * c->ctx);
+    /* int16: a row per position (all heads); 8-bit: a value per head vector */
+    uint64_t rows = (uint64_t)c->slots * c->n_layers * c->ctx * (c->kv8 ? c->n_kv_heads : 1);
+    uint64_t row = c->kv8 ? QK_KV8_VEC_BYTES(c->head_dim) : 2ull * c->kv_dim;
+    set_map(p, QP_MAP_KCACHE, "kcache", row, rows);
+    set_map(p, QP_MAP_VCACHE, "vcache", row, rows);
     set_map(p, QP_MAP_H, "h", 8ull * c->hidden, c->block);
     set_map(p, QP_MAP_X, "x", 8ull * c->act_len, c->block);
     /* the 8-bit act records, then the i8g products' 16-bit ones */
@@ -374,7 +377,7 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
     set_map(p, QP_MAP_WORK, "work", widest, work > 8 ? work : 8);
     set_map(p, QP_MAP_UNPK, "unpk", QK_UNPK_BYTES(c->act_len), 2);   /* one per thread */
-    p->kv_bytes_per_pos = 2ull * 2 * c->kv_dim * c->n_layers;
+    p->kv_bytes_per_pos = 2ull * p->maps[QP_MAP_KCACHE].value_size * c->n_layers * (c->kv8 ? c->n_kv_heads : 1);
 }
 
 /* the segment holding key, or NULL */
@@ -433,7 +436,7 @@ static void count_bytes(struct qp_plan *p)
 }
 
 int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                   bool stream, qp_err *err)
+                   bool stream, bool kv8, qp_err *err)
 {
     memset(p, 0, sizeof *p);
     p->file = f;
@@ -452,14 +455,16 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
         return qp_fail(err, "%s: a kernel buffer would exceed 1 GiB", f->path);
     if (block < 1 || block > QK_MAX_BLOCK)
         return qp_fail(err, "block of %u positions outside 1..%d", block, QK_MAX_BLOCK);
-    /* the kernels' KV cache rows are u32 sums (qk_kv_row0) */
-    if (slots < 1 || (uint64_t)slots * q->n_layers * ctx > QP_MAX_KV_ROWS)
+    /* the kernels' KV cache rows are u32 sums (qk_kv_row0; the 8-bit
+     * cache's, qk_kv8_vec, a row per KV head) */
+    if (slots < 1 || (uint64_t)slots * q->n_layers * ctx * (kv8 ? q->n_kv_heads : 1) > QP_MAX_KV_ROWS)
         return qp_fail_code(err, QP_E_ARGUMENT, "%u sessions of %u positions and %u layers are more KV cache rows "
                             "than the kernels address (%llu)", slots, ctx, q->n_layers,
                             (unsigned long long)QP_MAX_KV_ROWS);
     if (check_matrix_encodings(f, err))
         return -1;
     fill_config(p, f, ctx, slots, block);
+    p->cfg.kv8 = kv8;
     const struct qk_config *c = &p->cfg;
     if ((c->w_enc == QK_ENC_I8G && c->w_group > c->col_chunk) || (c->has_i4 && c->w4_group > c->col_chunk))
         return qp_fail(err, "%s: the kernels walk rows %u columns at a time (the largest power of two dividing "
@@ -479,9 +484,9 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
 }
 
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                  bool stream, qp_err *err)
+                  bool stream, bool kv8, qp_err *err)
 {
-    if (qp_plan_layout(p, f, ctx, slots, block, stream, err))
+    if (qp_plan_layout(p, f, ctx, slots, block, stream, kv8, err))
         return -1;
     const struct qpk_config *q = &f->cfg;
     if (qp_plan_kv_exponents(p, f, err) || weight_segments(p, f, err) || qp_plan_rope(p, q->rope_theta, err) ||

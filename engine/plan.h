@@ -81,16 +81,17 @@ struct qp_plan {
 /* Builds the plan for `slots` sequence slots (each its own KV cache) of
  * ctx positions (1..max_positions) and blocks of up to `block` positions
  * (1..QK_MAX_BLOCK); with stream, the matrices are not resident but
- * staged through `work`. Only the KV cache grows with the slots: weights
+ * staged through `work`; with kv8, the KV cache holds 8-bit codes
+ * (kernels/qk_kv8.h) instead of int16 ones. Only the KV cache grows with the slots: weights
  * and the per-step state are shared, one step at a time. */
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                  bool stream, qp_err *err);
+                  bool stream, bool kv8, qp_err *err);
 
 /* The same checks and map sizes (p->cfg, p->maps, p->bytes) without
  * reading a weight or building a table: what the maps would take, for
  * choosing a context before building (qp_plan_free is not needed). */
 int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                   bool stream, qp_err *err);
+                   bool stream, bool kv8, qp_err *err);
 
 /* bytes a map's values take, each 8-byte aligned (an array map's layout) */
 uint64_t qp_map_bytes(const struct qp_mapspec *m);

@@ -107,6 +107,15 @@ typedef enum qpack_load_phase {
     QPACK_LOAD_WEIGHTS = 2,     /* copying the weights into the maps */
 } qpack_load_phase;
 
+/* How the KV cache stores K and V (qrun --kv-cache). */
+typedef enum qpack_kv_cache {
+    QPACK_KV_INT16 = 0,         /* 16-bit entries per layer exponent and head vector shift: the
+                                   exact-first default (Qwen3-0.6B: 112 KiB per position) */
+    QPACK_KV_INT8 = 1,          /* 8-bit codes with a shift per head vector: half the memory
+                                   (56.4 KiB) and faster attention at long contexts, at a small
+                                   accuracy cost (docs/BENCHMARKS.md) */
+} qpack_kv_cache;
+
 typedef struct qpack_model_params {
     qpack_backend backend;      /* default QPACK_BACKEND_BPF */
     uint32_t ctx;               /* positions per session; 0: the default rule (qpack_default_ctx) */
@@ -114,6 +123,7 @@ typedef struct qpack_model_params {
                                    ctx * kv_bytes_per_position bytes, allocated at open
                                    (nothing else grows with it); 0: 1 */
     unsigned threads;           /* threads that compute a step: 1 or 2; 0: 2 */
+    qpack_kv_cache kv_cache;    /* default QPACK_KV_INT16; the ref backend keeps float64 */
     bool stream;                /* matrices read from the file per step into a 64 MiB work
                                    map instead of copied into BPF maps at load (saves the
                                    weights' map memory; slower) */
@@ -178,9 +188,10 @@ typedef struct qpack_model_info {
     uint64_t weight_bytes;      /* bytes of the weights in BPF maps (0: emu, ref, --stream's
                                    weights stay in the file) */
     uint64_t map_bytes;         /* bytes of every BPF map (0 for emu, ref) */
+    const char *kv_cache;       /* "int16", "int8"; "float64" for ref */
     uint64_t kv_bytes_per_position;  /* K and V of one position, all layers, one session
-                                        (Qwen3-0.6B: 114,688; 448 MiB per session at ctx 4096;
-                                        ref: float64) */
+                                        (Qwen3-0.6B: 114,688 int16, 57,792 int8; 448 MiB per
+                                        session at ctx 4096 with int16; ref: float64) */
     double load_ms, checksum_ms, maps_ms, copy_ms;   /* start-up and its parts (ref: the
                                    config only; each session loads its own weights) */
     uint32_t n_programs;        /* bpf: programs[0 .. n_programs), each kernel's BPF program */

@@ -49,6 +49,8 @@
 #include "qk_matvec.h"
 #include "qk_rope.h"
 #include "qk_attention.h"
+#include "qk_rope8.h"
+#include "qk_attention8.h"
 
 #undef C
 #endif

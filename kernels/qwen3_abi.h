@@ -55,6 +55,7 @@ struct qk_config {
     u32 col_chunk, col_chunk_shift; /* columns a product's callback takes at a time (qk_dot.h) */
     u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
                                    come in pairs (one read of K and V serves both), else 1 */
+    u32 kv8;                    /* the KV cache holds 8-bit codes (qk_kv8.h); 0: int16 */
     u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
     u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
@@ -94,7 +95,10 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
  * matvec_q24 (q24), matvec_i8 and matvec_i8_block (i8g), matvec_i4 and
  * matvec_i4_block (i4g), matvec_i6 and matvec_i6_block (i6 lanes). Each
  * reads its weights from the resident maps or, with --stream, from the
- * work map (qk_args.streamed). BPF keeps 15 characters of a name. */
+ * work map (qk_args.streamed). rope_store and attention have a program
+ * per KV cache: rope_store8 and attention8 for the 8-bit one (C.kv8); the
+ * loader loads the pair the model's cache needs. BPF keeps 15 characters
+ * of a name. */
 #define QK_PROGRAMS(X)                                                 \
     X(EMBED, embed, qk_embed)                                          \
     X(RMSNORM, rmsnorm, qk_rmsnorm)                                    \
@@ -109,6 +113,8 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
     X(ROPE_STORE, rope_store, qk_rope_store)                           \
     X(ATTENTION, attention, qk_attention)                              \
     X(ATTN_MERGE, attn_merge, qk_attn_merge)                           \
+    X(ROPE_STORE8, rope_store8, qk_rope_store8)                        \
+    X(ATTENTION8, attention8, qk_attention8)                           \
     X(SWIGLU, swiglu, qk_swiglu)                                       \
     X(ARGMAX_REDUCE, argmax_reduce, qk_argmax_reduce)
 
@@ -249,6 +255,15 @@ enum qk_norm_target {
 #define QK_KEXT_BIT(e) (((u32)(e) >> 8) & 31)     /* ... as bit j of the extension ... */
 #define QK_KEXT_PARTNER(e) (((u32)(e) >> 16) & 1023) /* ... of this channel */
 #define QK_KEXT_MAKE_DONOR(partner, j) (s32)(1u << 5 | (u32)(j) << 8 | (u32)(partner) << 16)
+
+/* The 8-bit KV cache (C.kv8, kernels/qk_kv8.h) holds one head vector per
+ * value: head_dim biased codes, then the vector's shift in a byte of its
+ * own 8 (the rest 0). Values ((slot * n_layers + layer) * n_kv_heads +
+ * kv_head) * ctx + pos: the positions an attention task reads, one head's
+ * over a chunk, lie one after the other, which the CPU streams from memory
+ * (the int16 cache's rows, all heads of a position, are read a head's
+ * slice at a time: a stride that prefetching follows poorly). */
+#define QK_KV8_VEC_BYTES(head_dim) ((head_dim) + 8)
 
 /* one (head, chunk) attention partial: scores relative to max_score */
 struct qk_attn_part {

@@ -1273,6 +1273,44 @@ START_TEST(embeddings_follow_the_reference)
 }
 END_TEST
 
+/* kv_cache picks the cache: its name and bytes per position in the info
+ * (int16: two bytes an entry; int8: one, plus 8 bytes of shift per head
+ * vector), and a session runs on it; out of range, or asked of the float64
+ * reference, it is refused with the field named */
+START_TEST(kv_cache_param_picks_the_cache_and_its_bytes)
+{
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = QPACK_BACKEND_EMU;
+    p.ctx = 16;
+    qpack_error e;
+    qpack_model *m16, *m8, *none;
+    ck_assert_int_eq(qpack_model_open(&m16, model_path, &p, &e), QPACK_OK);
+    p.kv_cache = QPACK_KV_INT8;
+    ck_assert_int_eq(qpack_model_open(&m8, model_path, &p, &e), QPACK_OK);
+    const qpack_model_info *a = qpack_model_get_info(m16), *b = qpack_model_get_info(m8);
+    uint64_t kv_dim = (uint64_t)a->n_kv_heads * a->head_dim;
+    ck_assert_str_eq(a->kv_cache, "int16");
+    ck_assert_str_eq(b->kv_cache, "int8");
+    ck_assert_uint_eq(a->kv_bytes_per_position, 2 * a->n_layers * 2 * kv_dim);
+    ck_assert_uint_eq(b->kv_bytes_per_position, 2 * a->n_layers * (kv_dim + 8 * a->n_kv_heads));
+    qpack_session *s = new_session(m8);
+    feed(s, hello, 4);
+    ck_assert_uint_eq(qpack_session_pos(s), 4);
+    ck_assert_int_ge(qpack_argmax(s), 0);
+    qpack_session_free(s);
+    qpack_model_free(m8);
+    qpack_model_free(m16);
+    p.kv_cache = (qpack_kv_cache)2;
+    ck_assert_int_eq(qpack_model_open(&none, model_path, &p, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(e.message, "kv_cache"));
+    p.kv_cache = QPACK_KV_INT8;
+    p.backend = QPACK_BACKEND_REF;
+    ck_assert_int_eq(qpack_model_open(&none, path_of("ck"), &p, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(e.message, "reference"));
+    ck_assert_ptr_null(none);
+}
+END_TEST
+
 START_TEST(inspect_tells_what_open_would_load_and_stats_name_the_kernels)
 {
     qpack_model_info a, r;
@@ -1424,6 +1462,7 @@ int main(void)
     tcase_add_test(tc, hidden_states_follow_the_reference_and_leave_the_logits_alone);
     tcase_add_test(tc, embeddings_follow_the_reference);
     tcase_add_test(tc, inspect_tells_what_open_would_load_and_stats_name_the_kernels);
+    tcase_add_test(tc, kv_cache_param_picks_the_cache_and_its_bytes);
     tcase_add_test(tc, tokenizer_of_a_model_without_loading_it);
     tcase_add_test(tc, chat_render_next_closes_the_reply_first);
     tcase_add_test(tc, sources_of_a_container_match_its_checkpoint);

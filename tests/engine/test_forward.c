@@ -1,7 +1,8 @@
 /* test_forward.c - whole forward passes: the BPF kernels equal their host
  * twin bit for bit at every position, and both follow the float64
  * reference (same top-1 token, small logit error) on tiny and stress
- * checkpoints, across several attention chunks. Needs root (BPF). */
+ * checkpoints, across several attention chunks, with either KV cache.
+ * Needs root (BPF). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +20,8 @@
 /* A tiny random model's logits are O(1): 1e-3 is ~50x the error measured
  * here and 1000x below the gap that would let a wrong token through. */
 #define PLAIN_MAX_LOGIT_ERROR 1e-3
+/* ... and with the 8-bit KV cache (kv8_cache_bpf_equals_emu_and_follows_reference) */
+#define KV8_MAX_LOGIT_ERROR 0.05
 
 static char dir[64];
 
@@ -40,12 +43,18 @@ static void make_model(const char *name, const char *flags, char *ckpt, char *qp
     sh(QP_QPACK " pack %s -o %s --quiet", ckpt, qpk);
 }
 
+static void open_session_kv(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx,
+                            bool stream, qpack_kv_cache kv)
+{
+    qpack_model_params o = {.backend = kind, .ctx = ctx, .threads = 2, .stream = stream, .kv_cache = kv};
+    qp_err err = {{0}};
+    ck_assert_msg(qp_engine_open(s, model, &o, 0, &err) == 0, "%s", err.msg);
+}
+
 static void open_session_mode(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx,
                               bool stream)
 {
-    qpack_model_params o = {.backend = kind, .ctx = ctx, .threads = 2, .stream = stream};
-    qp_err err = {{0}};
-    ck_assert_msg(qp_engine_open(s, model, &o, 0, &err) == 0, "%s", err.msg);
+    open_session_kv(s, model, kind, ctx, stream, QPACK_KV_INT16);
 }
 
 static void open_session(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx)
@@ -65,15 +74,16 @@ static void teardown(void)
 }
 
 /* runs n positions of a fixed pseudo-random token sequence on all three
- * backends and checks them against each other at every position */
-static void compare_backends(const char *flags, uint32_t n, double max_err_bound, double *worst,
+ * backends (bpf and emu with KV cache kv) and checks them against each
+ * other at every position */
+static void compare_backends(const char *flags, qpack_kv_cache kv, uint32_t n, double max_err_bound, double *worst,
                              uint32_t *top1_agree)
 {
     char ckpt[256], qpk[256];
     make_model("m", flags, ckpt, qpk);
     struct qp_engine bpf, emu, ref;
-    open_session(&bpf, qpk, QPACK_BACKEND_BPF, n);
-    open_session(&emu, qpk, QPACK_BACKEND_EMU, n);
+    open_session_kv(&bpf, qpk, QPACK_BACKEND_BPF, n, false, kv);
+    open_session_kv(&emu, qpk, QPACK_BACKEND_EMU, n, false, kv);
     open_session(&ref, ckpt, QPACK_BACKEND_REF, n);
     uint32_t vocab = bpf.vocab, tok = 1;
     *worst = 0;
@@ -108,7 +118,7 @@ START_TEST(tiny_model_bpf_equals_emu_and_follows_reference)
     double worst;
     uint32_t agree;
     /* 1100 positions: five attention chunks of 256, merged */
-    compare_backends("--preset tiny --seed 7", 1100, PLAIN_MAX_LOGIT_ERROR, &worst, &agree);
+    compare_backends("--preset tiny --seed 7", QPACK_KV_INT16, 1100, PLAIN_MAX_LOGIT_ERROR, &worst, &agree);
     printf("tiny: max |logit - reference| over 1100 positions: %.3g, top-1 agreement %u/1100\n", worst, agree);
     ck_assert_uint_eq(agree, 1100);
 }
@@ -123,8 +133,24 @@ START_TEST(stress_model_bpf_equals_emu_and_follows_reference)
      * rounding of the int16 KV cache. Measured: max 0.163 over 300 positions
      * (0.12 before the K extension bits, which a head_dim of 16 barely
      * uses: a near-tie moved); the bound leaves room for machines, not bugs. */
-    compare_backends("--preset tiny --seed 8 --stress", 300, 0.2, &worst, &agree);
+    compare_backends("--preset tiny --seed 8 --stress", QPACK_KV_INT16, 300, 0.2, &worst, &agree);
     printf("stress: max |logit - reference| over 300 positions: %.3g, top-1 agreement %u/300\n", worst, agree);
+}
+END_TEST
+
+/* The 8-bit KV cache: bpf equals emu at every position, across five
+ * attention chunks, and both stay near the reference. Its codes keep 7
+ * bits per head vector: measured on this model, max |logit error| 0.014
+ * and top-1 agreement 1100/1100 (int16: 2.7e-5); the bounds leave room
+ * for machines, not bugs. */
+START_TEST(kv8_cache_bpf_equals_emu_and_follows_reference)
+{
+    double worst;
+    uint32_t agree;
+    compare_backends("--preset tiny --seed 7", QPACK_KV_INT8, 1100, KV8_MAX_LOGIT_ERROR, &worst, &agree);
+    printf("tiny, 8-bit KV cache: max |logit - reference| over 1100 positions: %.3g, top-1 agreement %u/1100\n",
+           worst, agree);
+    ck_assert_uint_ge(agree, 1095);
 }
 END_TEST
 
@@ -298,8 +324,8 @@ static void check_emu_memory(const char *packed, const char *expanded)
     struct qp_plan pp, pe;
     qp_err err = {{0}};
     ck_assert(qpk_open(&fp, packed, 0, &err) == 0 && qpk_open(&fe, expanded, 0, &err) == 0);
-    ck_assert(qp_plan_layout(&pp, &fp, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
-    ck_assert(qp_plan_layout(&pe, &fe, 64, 1, QP_BLOCK_DEFAULT, false, &err) == 0);
+    ck_assert(qp_plan_layout(&pp, &fp, 64, 1, QP_BLOCK_DEFAULT, false, false, &err) == 0);
+    ck_assert(qp_plan_layout(&pe, &fe, 64, 1, QP_BLOCK_DEFAULT, false, false, &err) == 0);
     /* an i4k tensor's copy has the size of the i4g one of the expanded
      * container, which emu copies too (w4 maps widen their parameters) */
     uint64_t copies = 0;
@@ -613,10 +639,11 @@ static void pseudo_random_tokens(uint32_t *seq, uint32_t n, uint32_t vocab)
 /* One model on one backend: prompts of 1, B - 1, B and B + 1 positions
  * from position 0, and a block that starts after 7 positions (a chat
  * turn), all against one step per position; returns the steps' logits. */
-static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream, const char *what)
+static int64_t *check_blocks_kv(const char *model, qpack_backend kind, bool stream, qpack_kv_cache kv,
+                                const char *what)
 {
     struct qp_engine s;
-    open_session_mode(&s, model, kind, 128, stream);
+    open_session_kv(&s, model, kind, 128, stream, kv);
     uint32_t B = qp_forward_block_size(s.fw), n = 2 * B + 7, seq[2 * QK_MAX_BLOCK + 7], next[2 * QK_MAX_BLOCK + 7];
     ck_assert_uint_ge(B, 2);
     pseudo_random_tokens(seq, n, s.vocab);
@@ -629,6 +656,11 @@ static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream,
     check_block_feed(&s, seq, 7, n - 7, want, next, what);
     qp_engine_close(&s);
     return want;
+}
+
+static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream, const char *what)
+{
+    return check_blocks_kv(model, kind, stream, QPACK_KV_INT16, what);
 }
 
 /* Every product's jobs fit the job list and the partial-argmax slots
@@ -702,10 +734,34 @@ START_TEST(stress_blocks_give_the_bits_of_one_step_per_position)
 }
 END_TEST
 
-/* a prompt over 1000 positions: blocks cross attention chunks */
-START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
+/* the 8-bit KV cache, q24 and int4 weights: blocks equal steps on bpf and
+ * emu, and the backends equal each other */
+START_TEST(kv8_blocks_give_the_bits_of_one_step_per_position)
 {
     static const char *const packs[] = {"", "--format int4"};
+    char ckpt[256], qpk[256], cmd[1024], out[300];
+    make_model("kblk", "--preset tiny --seed 12", ckpt, qpk);
+    snprintf(out, sizeof out, "%s/kblk-%d.qpk", dir, _i);
+    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    int64_t *bpf = check_blocks_kv(out, QPACK_BACKEND_BPF, false, QPACK_KV_INT8, packs[_i]);
+    int64_t *emu = check_blocks_kv(out, QPACK_BACKEND_EMU, false, QPACK_KV_INT8, packs[_i]);
+    struct qp_engine s;
+    open_session_kv(&s, out, QPACK_BACKEND_EMU, 8, false, QPACK_KV_INT8);
+    ck_assert(s.plan.cfg.kv8);
+    size_t bytes = (2 * (size_t)qp_forward_block_size(s.fw) + 7) * s.vocab * 8;
+    qp_engine_close(&s);
+    ck_assert_msg(memcmp(bpf, emu, bytes) == 0, "%s, 8-bit cache: bpf and emu differ", packs[_i]);
+    free(bpf);
+    free(emu);
+}
+END_TEST
+
+/* a prompt over 1000 positions: blocks cross attention chunks (int4 also
+ * with the 8-bit KV cache) */
+START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
+{
+    static const char *const packs[] = {"", "--format int4", "--format int4"};
     char ckpt[256], qpk[256], cmd[1024], out[300];
     make_model("lblk", "--preset tiny --seed 13", ckpt, qpk);
     snprintf(out, sizeof out, "%s/lblk-%d.qpk", dir, _i);
@@ -713,7 +769,7 @@ START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
     ck_assert_msg(system(cmd) == 0, "%s", cmd);
     const uint32_t n = 1030;
     struct qp_engine s;
-    open_session(&s, out, QPACK_BACKEND_BPF, n);
+    open_session_kv(&s, out, QPACK_BACKEND_BPF, n, false, _i == 2 ? QPACK_KV_INT8 : QPACK_KV_INT16);
     uint32_t *seq = malloc(n * sizeof *seq), *next = malloc(n * sizeof *next);
     ck_assert(seq && next);
     pseudo_random_tokens(seq, n, s.vocab);
@@ -793,7 +849,9 @@ int main(void)
     tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
     tcase_add_loop_test(tc, blocks_give_the_bits_of_one_step_per_position, 0, 5);
     tcase_add_test(tc, stress_blocks_give_the_bits_of_one_step_per_position);
-    tcase_add_loop_test(tc, long_prompt_in_blocks_gives_the_bits_of_one_step_per_position, 0, 2);
+    tcase_add_loop_test(tc, long_prompt_in_blocks_gives_the_bits_of_one_step_per_position, 0, 3);
+    tcase_add_test(tc, kv8_cache_bpf_equals_emu_and_follows_reference);
+    tcase_add_loop_test(tc, kv8_blocks_give_the_bits_of_one_step_per_position, 0, 2);
     tcase_add_test(tc, lookup_drafts_continue_the_latest_match);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

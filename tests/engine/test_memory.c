@@ -77,7 +77,7 @@ static uint64_t emu_need(uint32_t ctx)
     struct qp_plan p;
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&f, qpk, 0, &err) == 0, "%s", err.msg);
-    ck_assert_msg(qp_plan_layout(&p, &f, ctx, SLOTS, QP_BLOCK_DEFAULT, false, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_plan_layout(&p, &f, ctx, SLOTS, QP_BLOCK_DEFAULT, false, false, &err) == 0, "%s", err.msg);
     uint64_t need = qp_mem_need(&p, false);
     /* the KV cache by hand: K and V, 16 bits per entry, every slot, layer
      * and position (tiny: 2 layers, 2 KV heads of 16) */

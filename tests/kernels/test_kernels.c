@@ -3,7 +3,8 @@
  * magnitudes the formats are specified for, a single massive channel, and
  * random mixtures. Runs on a stress checkpoint (norm scales in the
  * hundreds), packed as q24 and as the mixed int4 preset (i4g products with
- * their 8-bit act blocks, next to i8g ones). Needs root. */
+ * their 8-bit act blocks, next to i8g ones), and as q24 with the 8-bit KV
+ * cache (rope_store8, attention8). Needs root. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "qk_kv8.h"
 #include "qpk.h"
 
 static char dir[64], qpk_path[128];
@@ -28,7 +30,7 @@ static uint64_t next_u64(void)
     return rng;
 }
 
-static void setup_packed(const char *pack_flags)
+static void setup_packed(const char *pack_flags, bool kv8)
 {
     snprintf(dir, sizeof dir, "/tmp/qp-kernels-XXXXXX");
     ck_assert(mkdtemp(dir));
@@ -39,20 +41,26 @@ static void setup_packed(const char *pack_flags)
     ck_assert(system(cmd) == 0);
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
-    ck_assert_msg(qp_plan_build(&plan, &file, 1280, 2, 4, false, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qp_plan_build(&plan, &file, 1280, 2, 4, false, kv8, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_bpf_create(&bpf, &plan, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_emu_create(&emu, &plan, &err) == 0, "%s", err.msg);
 }
 
 static void setup_q24(void)
 {
-    setup_packed("");
+    setup_packed("", false);
+}
+
+/* the 8-bit KV cache and its programs (rope_store8, attention8) */
+static void setup_kv8(void)
+{
+    setup_packed("", true);
 }
 
 /* v_proj of layer 0 kept int8: the QKV product mixes i4g and i8g */
 static void setup_int4(void)
 {
-    setup_packed("--format int4 --keep 'model.layers.0.self_attn.v_proj.weight=int8'");
+    setup_packed("--format int4 --keep 'model.layers.0.self_attn.v_proj.weight=int8'", false);
 }
 
 static void teardown(void)
@@ -64,6 +72,34 @@ static void teardown(void)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert(system(cmd) == 0);
+}
+
+/* the rope_store and attention programs of the plan's KV cache */
+static enum qp_kernel rope_kernel(void)
+{
+    return plan.cfg.kv8 ? QP_K_ROPE_STORE8 : QP_K_ROPE_STORE;
+}
+
+static enum qp_kernel attn_kernel(void)
+{
+    return plan.cfg.kv8 ? QP_K_ATTENTION8 : QP_K_ATTENTION;
+}
+
+/* the byte offset in the K or V cache of position pos of a layer in a
+ * slot: the int16 cache's row (every head) or the 8-bit cache's vector of
+ * KV head h (qk_kv_row0, qk_kv8_vec), and its bytes */
+static size_t kv_offset(uint32_t slot, uint32_t layer, uint32_t h, uint32_t pos)
+{
+    const struct qk_config *c = &plan.cfg;
+    size_t run = (size_t)slot * c->n_layers + layer;
+    if (c->kv8)
+        run = run * c->n_kv_heads + h;
+    return (run * c->ctx + pos) * (((size_t)plan.maps[QP_MAP_KCACHE].value_size + 7) / 8 * 8);
+}
+
+static size_t kv_len(void)
+{
+    return ((size_t)plan.maps[QP_MAP_KCACHE].value_size + 7) / 8 * 8;
 }
 
 /* bytes of a state map: its values start 8-byte aligned */
@@ -240,11 +276,11 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
         for (uint32_t pos = 0; pos < 300; pos += 37) {
             struct qk_args rope = {.layer = 1, .nb = 1};
             set_seq(pos, 1, 0);
-            run_both(QP_K_ROPE_STORE, &rope);
+            run_both(rope_kernel(), &rope);
         }
         struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
         set_seq(299, 1, 0);
-        run_both(QP_K_ATTENTION, &att);
+        run_both(attn_kernel(), &att);
         run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
         snprintf(what, sizeof what, "rope/attention, pattern %d", p);
         assert_state_equal(what);
@@ -390,6 +426,23 @@ START_TEST(v_cache_vectors_fill_their_int16_range)
 }
 END_TEST
 
+/* the attention output in x, every query head's entries, within one unit
+ * of its last place of want (per KV head: each query head of a group gets
+ * its KV head's) */
+static void assert_output_is(const double *want, int which)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t d = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    const int64_t *x = emu->state(emu, QP_MAP_X);
+    int32_t x_exp = emu->scal->x_exp;
+    for (uint32_t hq = 0; hq < c->n_heads; hq++)
+        for (uint32_t i = 0; i < d; i++) {
+            double got = ldexp((double)x[hq * d + i], x_exp), exact = want[(hq / group) * d + i];
+            ck_assert_msg(fabs(got - exact) <= ldexp(1.0, x_exp) * (1 + 1e-9),
+                          "case %d, head %u entry %u: %.17g, want %.17g (unit 2^%d)", which, hq, i, got, exact, x_exp);
+        }
+}
+
 /* Attention and its merge against the exact weighted mean, on a cache
  * written directly: K all zero, so every position weighs the same, and V
  * vectors at the top of their range. Five chunks of positions (1280), in
@@ -402,7 +455,7 @@ END_TEST
 START_TEST(attention_is_the_weighted_mean_of_the_cache)
 {
     const struct qk_config *c = &plan.cfg;
-    uint32_t d = c->head_dim, layer = 1, group = c->n_heads / c->n_kv_heads;
+    uint32_t d = c->head_dim, layer = 1;
     ck_assert_uint_ge(c->ctx, 1280);
     int16_t *kc = calloc(1, map_len(QP_MAP_KCACHE)), *vc = calloc(1, map_len(QP_MAP_VCACHE));
     double *want = calloc((size_t)c->n_kv_heads * d, sizeof *want);
@@ -427,15 +480,51 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
         run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = qk_attn_groups(c) * chunks, .nb = 1});
         run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention over a written cache");
-        const int64_t *x = emu->state(emu, QP_MAP_X);
-        int32_t x_exp = emu->scal->x_exp;
-        for (uint32_t hq = 0; hq < c->n_heads; hq++)
-            for (uint32_t i = 0; i < d; i++) {
-                double got = ldexp((double)x[hq * d + i], x_exp), exact = want[(hq / group) * d + i];
-                ck_assert_msg(fabs(got - exact) <= ldexp(1.0, x_exp) * (1 + 1e-9),
-                              "case %d, head %u entry %u: %.17g, want %.17g (unit 2^%d)", random, hq, i, got, exact,
-                              x_exp);
+        assert_output_is(want, random);
+    }
+    free(kc);
+    free(vc);
+    free(want);
+}
+END_TEST
+
+/* The 8-bit cache: attention8 over V codes written by hand, K codes all 0
+ * (every score equal, so every weight the same), is the mean of the
+ * stored values c * 2^(v_exp + 8 - sh) within one unit of the output's
+ * last place. Five chunks (1280 positions) of codes at +127 with shift 0,
+ * the largest sums the value lanes are specified for, and random codes
+ * with shifts 0..5 over a partial last chunk. */
+START_TEST(kv8_attention_is_the_mean_of_the_cache)
+{
+    const struct qk_config *c = &plan.cfg;
+    uint32_t d = c->head_dim, layer = 1;
+    uint8_t *kc = malloc(map_len(QP_MAP_KCACHE)), *vc = calloc(1, map_len(QP_MAP_VCACHE));
+    double *want = calloc((size_t)c->n_kv_heads * d, sizeof *want);
+    ck_assert(kc && vc && want && c->kv8);
+    memset(kc, QK_KV8_BIAS, map_len(QP_MAP_KCACHE));     /* codes 0; shifts 128 & 15 = 0 */
+    for (int random = 0; random < 2; random++) {
+        uint32_t n = random ? 1279 : 1280, chunks = (n + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
+        memset(want, 0, (size_t)c->n_kv_heads * d * sizeof *want);
+        for (uint32_t j = 0; j < n; j++) {
+            for (uint32_t h = 0; h < c->n_kv_heads; h++) {
+                uint8_t *r = vc + kv_offset(0, layer, h, j);
+                uint32_t sh = random ? (uint32_t)(next_u64() % 6) : 0;
+                r[d] = (uint8_t)sh;
+                for (uint32_t i = 0; i < d; i++) {
+                    int code = random ? (int)(next_u64() % 255) - 127 : 127;
+                    r[i] = (uint8_t)(code + QK_KV8_BIAS);
+                    want[h * d + i] += ldexp(code, c->v_exp[layer] + 8 - (int)sh) / n;
+                }
             }
+        }
+        set_state(QP_MAP_KCACHE, kc);
+        set_state(QP_MAP_VCACHE, vc);
+        set_seq(n - 1, 1, 0);
+        run_ok(QP_K_ATTENTION8, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0,
+                                                  .end = qk_attn_groups(c) * chunks, .nb = 1});
+        run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
+        assert_state_equal("attention8 over a written cache");
+        assert_output_is(want, random);
     }
     free(kc);
     free(vc);
@@ -515,7 +604,7 @@ START_TEST(attention_in_head_pairs_equals_one_head_at_a_time)
         memcpy((void *)all[i]->state(all[i], QP_MAP_QKV), qkv, qkv_len);
         for (uint32_t pos = 0; pos <= pos0; pos += nb) {
             seq_on(all[i], pos, nb, 0);
-            run_on(all[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = nb});
+            run_on(all[i], rope_kernel(), &(struct qk_args){.layer = 1, .nb = nb});
         }
         for (uint32_t b = 0; b < nb; b++) {
             struct qk_scalars *sc = (void *)((uint8_t *)all[i]->state(all[i], QP_MAP_SCAL) + b * scal_stride);
@@ -523,7 +612,7 @@ START_TEST(attention_in_head_pairs_equals_one_head_at_a_time)
                 sc->q_exp[h] += 12;
         }
         uint32_t heads_a_task = i < 2 ? 2 : 1;
-        run_on(all[i], QP_K_ATTENTION, &(struct qk_args){.layer = 1, .max_pos = pos0 + nb - 1, .nb = nb, .begin = 0,
+        run_on(all[i], attn_kernel(), &(struct qk_args){.layer = 1, .max_pos = pos0 + nb - 1, .nb = nb, .begin = 0,
                                                          .end = nb * c->n_heads / heads_a_task * chunks});
         run_on(all[i], QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .max_pos = pos0 + nb - 1, .nb = nb, .begin = 0,
                                                           .end = c->n_heads});
@@ -576,7 +665,7 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     for (int i = 0; i < 3; i++) {
         set_state(QP_MAP_QKV, qkv);     /* rope_store normalises q|k|v in place */
         set_seq(positions[i], 1, 1);
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = 1});
+        run_ok(rope_kernel(), &(struct qk_args){.layer = 1, .nb = 1});
     }
     assert_state_equal("rope_store into slot 1");
     const uint8_t *k_now = bpf->state(bpf, QP_MAP_KCACHE), *v_now = bpf->state(bpf, QP_MAP_VCACHE);
@@ -585,21 +674,21 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     for (int i = 0; i < 3; i++) {
         set_state(QP_MAP_QKV, qkv);
         set_seq(positions[i], 1, 0);
-        run_ok(QP_K_ROPE_STORE, &(struct qk_args){.layer = 1, .nb = 1});
+        run_ok(rope_kernel(), &(struct qk_args){.layer = 1, .nb = 1});
     }
-    size_t row = 2ull * c->kv_dim;
-    for (int i = 0; i < 3; i++) {
-        size_t at = ((size_t)1 * c->ctx + positions[i]) * row;
-        ck_assert_msg(memcmp(k_now + at, k_now + half + at, row) == 0 && memcmp(v_now + at, v_now + half + at, row) == 0,
-                      "position %u: slots 0 and 1 store different rows", positions[i]);
-        ck_assert_msg(memcmp(k_now + half + at, kc + half + at, row) != 0, "position %u: slot 1 not written",
-                      positions[i]);
-    }
+    size_t row = kv_len();
+    for (int i = 0; i < 3; i++)
+        for (uint32_t h = 0; h < (c->kv8 ? c->n_kv_heads : 1); h++) {
+            size_t at = kv_offset(0, 1, h, positions[i]), at1 = kv_offset(1, 1, h, positions[i]);
+            ck_assert_msg(memcmp(k_now + at, k_now + at1, row) == 0 && memcmp(v_now + at, v_now + at1, row) == 0,
+                          "position %u: slots 0 and 1 store different rows", positions[i]);
+            ck_assert_msg(memcmp(k_now + at1, kc + at1, row) != 0, "position %u: slot 1 not written", positions[i]);
+        }
     /* attention of slot 0 at position 299, then again with slot 1 refilled */
     struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
     struct qk_args merge = {.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1};
     set_seq(299, 1, 0);
-    run_ok(QP_K_ATTENTION, &att);
+    run_ok(attn_kernel(), &att);
     run_ok(QP_K_ATTN_MERGE, &merge);
     memcpy(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X));
     memcpy(kc, k_now, kv);
@@ -608,16 +697,16 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     fill_random(vc + half, kv - half);
     set_state(QP_MAP_KCACHE, kc);
     set_state(QP_MAP_VCACHE, vc);
-    run_ok(QP_K_ATTENTION, &att);
+    run_ok(attn_kernel(), &att);
     run_ok(QP_K_ATTN_MERGE, &merge);
     assert_state_equal("attention of slot 0");
     ck_assert_msg(memcmp(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X)) == 0,
                   "slot 0's attention changed with slot 1's cache");
     /* a slot the model does not have: skipped, said, nothing written */
     set_seq(0, 1, c->slots);
-    assert_skipped(QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1}, "rope_store into a slot past the model's");
+    assert_skipped(rope_kernel(), &(struct qk_args){.layer = 0, .nb = 1}, "rope_store into a slot past the model's");
     set_seq(299, 1, c->slots);
-    assert_skipped(QP_K_ATTENTION, &att, "attention of a slot past the model's");
+    assert_skipped(attn_kernel(), &att, "attention of a slot past the model's");
     free(kc);
     free(vc);
     free(qkv);
@@ -651,13 +740,13 @@ START_TEST(kernels_reject_arguments_outside_the_model)
                               NULL, &err), 0);
     ck_assert_int_ne(bpf->run(bpf, QP_K_EMBED, &(struct qk_args){.token = c->vocab, .nb = 1}, NULL, &err), 0);
     set_seq(c->ctx, 1, 0);
-    assert_skipped(QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 1}, "rope_store past the context");
+    assert_skipped(rope_kernel(), &(struct qk_args){.layer = 0, .nb = 1}, "rope_store past the context");
     /* a block whose second entry is past the context: the first is
      * written, the second skipped and said */
     set_seq(c->ctx - 1, 2, 0);
     struct qp_backend *both[2] = {bpf, emu};
     for (int i = 0; i < 2; i++) {
-        run_on(both[i], QP_K_ROPE_STORE, &(struct qk_args){.layer = 0, .nb = 2});
+        run_on(both[i], rope_kernel(), &(struct qk_args){.layer = 0, .nb = 2});
         struct qk_scalars *sc = (struct qk_scalars *)both[i]->state(both[i], QP_MAP_SCAL);
         ck_assert_msg(sc->seq_error, "an entry past the context: %s raised no seq_error", both[i]->name);
         sc->seq_error = 0;
@@ -665,10 +754,10 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     assert_state_equal("rope_store of a block past the context");
     /* an entry past the position the attention was told of */
     set_seq(10, 1, 0);
-    assert_skipped(QP_K_ATTENTION, &(struct qk_args){.layer = 0, .max_pos = 9, .begin = 0, .end = qk_attn_groups(c),
+    assert_skipped(attn_kernel(), &(struct qk_args){.layer = 0, .max_pos = 9, .begin = 0, .end = qk_attn_groups(c),
                                                      .nb = 1}, "attention past max_pos");
     set_seq(0, 1, 0);
-    ck_assert_int_ne(bpf->run(bpf, QP_K_ATTENTION, &(struct qk_args){.layer = 0, .max_pos = 0, .begin = 0,
+    ck_assert_int_ne(bpf->run(bpf, attn_kernel(), &(struct qk_args){.layer = 0, .max_pos = 0, .begin = 0,
                                                                    .end = qk_attn_groups(c) + 1, .nb = 1}, NULL, &err), 0);
 }
 END_TEST
@@ -678,6 +767,15 @@ int main(void)
     Suite *s = suite_create("kernels");
     void (*setups[2])(void) = {setup_q24, setup_int4};
     const char *names[2] = {"q24", "int4"};
+    TCase *kv8 = tcase_create("kv8");
+    tcase_set_timeout(kv8, 600);
+    tcase_add_unchecked_fixture(kv8, setup_kv8, teardown);
+    tcase_add_test(kv8, each_kernel_matches_its_host_twin_on_edge_values);
+    tcase_add_test(kv8, kernels_reject_arguments_outside_the_model);
+    tcase_add_test(kv8, kv8_attention_is_the_mean_of_the_cache);
+    tcase_add_test(kv8, attention_in_head_pairs_equals_one_head_at_a_time);
+    tcase_add_test(kv8, a_slots_cache_is_untouched_by_another_slots_steps);
+    suite_add_tcase(s, kv8);
     for (int k = 0; k < 2; k++) {
         TCase *tc = tcase_create(names[k]);
         tcase_set_timeout(tc, 600);
