@@ -113,7 +113,7 @@ for size in $sizes; do
             prog=$(field '.*kernel clock): longest \([0-9.]*\) ms.*')
             prog_over=$(field '.*kernel clock): longest [0-9.]* ms, \([0-9]*\) over.*')
             maps=$(field '.*BPF maps \([0-9.]*\) MB.*')
-            kv=$(field '.*KV cache \([0-9.]*\) kB\/position.*')
+            kv=$(field '.*KV cache [a-z0-9]* \([0-9.]*\) kB\/position.*')
             per=$(awk -v d="$decode" -v g="$gmac" 'BEGIN { printf "%.1f", d / g }')
             same=$(bpf_equals_emu "$qpk" "$vocab")
             printf '%-5s %-5s %7s %7s %8s %8s %7s %7s %7s %6s %7s %5s %8s %7s %6s %8s %8s\n' "$size" "$fmt" "$pack_s" \

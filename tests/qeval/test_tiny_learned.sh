@@ -12,7 +12,11 @@
 #   - the reference's NLL per token is the one an independent implementation,
 #     the trainer's torch model in float64 on the same BF16 weights, wrote
 #     into expected.json (to 1e-9: both are float64 over the same sums);
-#   - q24's perplexity is within 1 % of the reference's.
+#   - q24's perplexity is within 1 % of the reference's;
+#   - with the 8-bit KV cache (--kv-cache int8), over the first 20 lines of
+#     eval.txt as prompts: the mean KL it adds to q24's int16 cache is at
+#     most 1e-3 and its top-1 agreement with the reference within 1 % of
+#     the int16 cache's; its perplexity within 1 % of the reference's.
 # BPF when root (as CI runs), else the host twin (bit-identical to BPF).
 set -u
 
@@ -45,4 +49,21 @@ jq -e --argjson want "$want" '(.reference.text_nll - $want) | fabs < 1e-9' "$wor
     fail "reference NLL $(jq '.reference.text_nll' "$work/eval.json") is not torch's $want (expected.json)"
 jq -e '(.models[0].text_ppl / .reference.text_ppl - 1) | fabs < 0.01' "$work/eval.json" >/dev/null ||
     fail "q24 perplexity $q24 is not within 1 % of the reference's $ref"
+grep -v '^$' "$DATA/eval.txt" | head -n 20 >"$work/lines.txt"
+for kv in int16 int8; do
+    "$QEVAL" --ref "$DATA/model" "$work/q24.qpk" --prompts "$work/lines.txt" --text "$DATA/eval.txt" \
+        --backend "$backend" --kv-cache "$kv" --ref-cache "$work" --json >"$work/$kv.json" 2>"$work/eval.err" ||
+        fail "qeval --kv-cache $kv: $(cat "$work/eval.err")"
+done
+jq -e '.models[0].kv_cache == "int8"' "$work/int8.json" >/dev/null || fail "qeval did not run the 8-bit cache"
+kl16=$(jq '.models[0].kl_mean' "$work/int16.json") kl8=$(jq '.models[0].kl_mean' "$work/int8.json")
+top16=$(jq '.models[0].top1_percent' "$work/int16.json") top8=$(jq '.models[0].top1_percent' "$work/int8.json")
+ppl8=$(jq '.models[0].text_ppl' "$work/int8.json")
+echo "20 lines of eval.txt: mean KL int16 cache $kl16, int8 cache $kl8; top-1 $top16 % and $top8 %; int8 perplexity $ppl8"
+jq -n -e --argjson a "$kl16" --argjson b "$kl8" '$b - $a <= 1e-3' >/dev/null ||
+    fail "the 8-bit cache adds more than 1e-3 of mean KL ($kl16 -> $kl8)"
+jq -n -e --argjson a "$top16" --argjson b "$top8" '$b >= $a - 1' >/dev/null ||
+    fail "the 8-bit cache's top-1 agreement $top8 % is more than 1 % below the int16 cache's $top16 %"
+jq -e '(.models[0].text_ppl / .reference.text_ppl - 1) | fabs < 0.01' "$work/int8.json" >/dev/null ||
+    fail "the 8-bit cache's perplexity $ppl8 is not within 1 % of the reference's $ref"
 echo "ok"

@@ -1,8 +1,9 @@
 # tiny_learned: the committed Qwen3 with learned weights (tests/data/tiny-learned,
 # scripts/train_tiny_qwen3.py) packed to q24; the float64 reference's perplexity
 # on held-out text is below a bound no context-blind model reaches, and q24's is
-# within 1 % of it (tests/qeval/test_tiny_learned.sh).
+# within 1 % of it, also with the 8-bit KV cache, whose KL and top-1 are held
+# to their targets (tests/qeval/test_tiny_learned.sh).
 add_test(NAME tiny_learned
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_tiny_learned.sh
                  $<TARGET_FILE:qpack> $<TARGET_FILE:qeval> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned)
-set_tests_properties(tiny_learned PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS "qeval;qpack")
+set_tests_properties(tiny_learned PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")

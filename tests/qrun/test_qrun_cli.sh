@@ -417,6 +417,8 @@ bad_args)
     bad seed_negative -m "$M" -p hi --seed -1
     bad seed_word -m "$M" -p hi --seed abc
     bad backend -m "$M" -p hi --backend gpu
+    bad kv_cache -m "$M" -p hi --kv-cache int4
+    bad kv_cache_ref -m "$D" -p hi --backend ref --kv-cache int8
     bad no_model -p hi
     bad no_prompt -m "$M"
     bad both_prompts -m "$M" -p hi --ids 1
@@ -866,11 +868,11 @@ stats)
     ! grep -q "BPF maps\|bpf calls\|ms/token (" "$T/emu.err" || fail "emu: $(cat "$T/emu.err")"
     grep -q "no decode step to time" "$T/emu.err" && grep -q "kernel calls (host twin)" "$T/emu.err" ||
         fail "emu -n 1: $(cat "$T/emu.err")"
-    grep -Eq "KV cache [0-9.]+ kB/position, peak RSS [0-9]+ MB" "$T/emu.err" || fail "units: $(cat "$T/emu.err")"
+    grep -Eq "KV cache int16 [0-9.]+ kB/position, peak RSS [0-9]+ MB" "$T/emu.err" || fail "units: $(cat "$T/emu.err")"
     run ref -m "$WORK/ckpt" -p Hello -n 3 --backend ref --stats
     [ "$rc" = 0 ] || fail "ref: $(cat "$T/ref.err")"
     grep -q "the checkpoint mapped: each step reads its BF16 weights into float64" "$T/ref.err" &&
-        grep -q "(float64)" "$T/ref.err" && ! grep -q "calls\|KV cache 0.0" "$T/ref.err" || fail "ref: $(cat "$T/ref.err")"
+        grep -q "KV cache float64 " "$T/ref.err" && ! grep -q "calls\|KV cache float64 0.0" "$T/ref.err" || fail "ref: $(cat "$T/ref.err")"
     if [ "$(id -u)" = 0 ]; then
         run bpf -m "$M" -p Hello -n 4 --stats
         grep -Eq "BPF maps [0-9.]+ MB \(weights [0-9.]+ MB\)" "$T/bpf.err" && grep -q "bpf calls/prompt token" "$T/bpf.err" ||

@@ -364,6 +364,8 @@ PY
         grep -q "^# TYPE $m " "$T/resp" && grep -q "^$m [0-9.e+-]*$" "$T/resp" || fail "metrics: no $m"
     done
     [ "$(awk '$1 == "qpack_sessions_busy" { print $2 }' "$T/resp")" = 0 ] || fail "metrics: a session still busy"
+    grep -q '^qpack_kv_cache_bytes_per_position{type="int16"} [0-9]*$' "$T/resp" ||
+        fail "metrics: no int16 KV cache bytes per position"
     echo "ok metrics: $tokens completion tokens"
     stop_server
     ;;
@@ -1016,6 +1018,42 @@ lookup)
     stop_server
     echo "ok lookup: six greedy replies are qrun's, $kept of $drafted drafted tokens kept," \
          "$tokens tokens in $steps steps; a sampled reply beside them unchanged"
+    ;;
+
+kv8)
+    # --kv-cache int8 on --parallel 2: two concurrent greedy replies, streamed
+    # and whole, are qrun's with the same cache token for token; /metrics
+    # names the cache and its bytes per position (one byte per K and V
+    # entry, and 8 bytes of shift per head vector)
+    backend=emu
+    [ "$(id -u)" = 0 ] && backend=bpf
+    prompts=("Hello" "the cat sat on the mat")
+    for k in 0 1; do
+        "$QRUN" -m "$M" --backend $backend --kv-cache int8 -p "${prompts[$k]}" -n 24 >"$T/want$k" 2>"$T/qrun.err" ||
+            fail "qrun --kv-cache int8: $(cat "$T/qrun.err")"
+    done
+    start_server kv8 --backend $backend --parallel 2 --kv-cache int8 --quiet
+    grep -q 'KV cache int8' "$T/kv8.err" || fail "the start line does not name the cache: $(cat "$T/kv8.err")"
+    pids=()
+    for k in 0 1; do
+        curl -sS --max-time 120 -o "$T/c$k" -H "$J" \
+            -d "$(jq -nc --arg p "${prompts[$k]}" --argjson s $([ $k = 0 ] && echo true || echo false) \
+                  '{prompt: $p, max_tokens: 24, temperature: 0, stream: $s}')" "$URL/v1/completions" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    cp "$T/c0" "$T/resp"; stream_text >"$T/got0"
+    jq -r '.choices[0].text' "$T/c1" >"$T/got1"
+    for k in 0 1; do
+        cmp -s "$T/got$k" "$T/want$k" || fail "'${prompts[$k]}': '$(cat "$T/got$k")', qrun: '$(cat "$T/want$k")'"
+    done
+    c=$WORK/ck/config.json
+    want=$(( 2 * $(jq .num_hidden_layers "$c") * $(jq .num_key_value_heads "$c") * ($(jq .head_dim "$c") + 8) ))
+    got=$(curl -sS --max-time 30 "$URL/metrics" |
+          awk '$1 == "qpack_kv_cache_bytes_per_position{type=\"int8\"}" { print $2 }')
+    [ "$got" = "$want" ] || fail "metrics: int8 KV cache bytes per position '$got', expected $want"
+    stop_server
+    echo "ok kv8: two replies are qrun's with the 8-bit cache; $got bytes per position"
     ;;
 
 *)

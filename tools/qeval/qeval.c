@@ -5,7 +5,8 @@
  * Built on include/qpack.h alone.
  *
  *   qeval --ref DIR A.qpk [B.qpk ...] [--prompts FILE] [--text FILE]
- *         [--positions N] [--seed S] [--backend bpf|emu] [--json | --csv]
+ *         [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8]
+ *         [--json | --csv]
  *         [--trace-layers] [--ref-cache DIR] [--force] [--quiet]
  *
  * Cheap checks come first: the options, the reference folder's config and
@@ -36,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_kv.h"
 #include "cli_num.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
@@ -96,6 +98,8 @@ static void usage(FILE *out)
             "                      reference and containers (the first token is context; at most\n"
             "                      %u tokens or the model's positions are scored)\n"
             "  --backend B         bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
+            "  --kv-cache T        the containers' KV cache: int16 (default) or int8 (the\n"
+            "                      reference keeps float64)\n"
             "  --json              print one JSON object instead of the table\n"
             "  --csv               print CSV instead: a header line, then one line per model\n"
             "                      (the reference first), the keys of --json (not the trace)\n"
@@ -131,7 +135,7 @@ static void usage(FILE *out)
 static int parse_options(struct options *o, int argc, char **argv)
 {
     enum { O_REF = 256, O_PROMPTS, O_TEXT, O_POSITIONS, O_SEED, O_BACKEND, O_JSON, O_CSV, O_TRACE, O_CACHE, O_FORCE,
-           O_VERSION, O_PLOT };
+           O_VERSION, O_PLOT, O_KV_CACHE };
     static const struct option longs[] = {
         {"ref", required_argument, 0, O_REF}, {"prompts", required_argument, 0, O_PROMPTS},
         {"text", required_argument, 0, O_TEXT}, {"positions", required_argument, 0, O_POSITIONS},
@@ -140,7 +144,7 @@ static int parse_options(struct options *o, int argc, char **argv)
         {"trace-layers", no_argument, 0, O_TRACE}, {"ref-cache", required_argument, 0, O_CACHE},
         {"force", no_argument, 0, O_FORCE}, {"quiet", no_argument, 0, 'q'},
         {"version", no_argument, 0, O_VERSION}, {"plot", required_argument, 0, O_PLOT},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"kv-cache", required_argument, 0, O_KV_CACHE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct options){.positions = 32, .seed = 1, .backend = QPACK_BACKEND_BPF};
     o->models = calloc((size_t)argc, sizeof *o->models);
@@ -172,6 +176,10 @@ static int parse_options(struct options *o, int argc, char **argv)
                 fprintf(stderr, "%s: unknown backend '%s' (bpf, emu)\n", prog, optarg);
                 return -1;
             }
+            break;
+        case O_KV_CACHE:
+            if (cli_kv_cache(prog, optarg, &o->kv_cache))
+                return -1;
             break;
         case O_JSON: o->json = true; break;
         case O_CSV: o->csv = true; break;
@@ -659,6 +667,7 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     qpack_model_params mp = qpack_model_default_params();
     struct load_line line = {x, r, index};
     mp.backend = index ? x->o->backend : QPACK_BACKEND_REF;
+    mp.kv_cache = index ? x->o->kv_cache : QPACK_KV_INT16;
     mp.ctx = x->ctx;
     mp.skip_tokenizer = true;
     mp.progress = on_load_progress;
@@ -672,6 +681,7 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     r->load_ms = qp_now_ms() - t0;
     const qpack_model_info *i = qpack_model_get_info(*m);
     r->map_bytes = i->map_bytes;
+    r->info.kv_cache = i->kv_cache;
     r->info.kv_bytes_per_position = i->kv_bytes_per_position;
     return 0;
 }

@@ -55,6 +55,7 @@ struct options {
     uint32_t positions;
     uint64_t seed;
     qpack_backend backend;
+    qpack_kv_cache kv_cache;      /* the containers'; the reference keeps float64 */
     bool json, csv, trace, force, quiet;
 };
 

@@ -61,7 +61,8 @@ CELL_FN(c_backend, snprintf(out, CELL, "%s", r->backend))
 CELL_FN(c_file, fmt_bytes(out, CELL, (double)r->info.file_bytes))
 CELL_FN(c_maps, if (strcmp(r->backend, "bpf")) snprintf(out, CELL, "-"); else fmt_bytes(out, CELL, (double)r->map_bytes))
 CELL_FN(c_bits, snprintf(out, CELL, "%.2f", r->info.bits_per_weight))
-CELL_FN(c_kv, fmt_bytes(out, CELL, (double)r->info.kv_bytes_per_position))
+CELL_FN(c_kv, char b[24]; fmt_bytes(b, sizeof b, (double)r->info.kv_bytes_per_position);
+        snprintf(out, CELL, "%s %s", r->info.kv_cache ? r->info.kv_cache : "?", b))
 TIMED_CELL_FN(c_rss, fmt_bytes(out, CELL, (double)r->peak_rss))
 TIMED_CELL_FN(c_load, snprintf(out, CELL, "%.1f", r->load_ms))
 TIMED_CELL_FN(c_prompt_ms, snprintf(out, CELL, "%.3f", per(r->prompt_ms, r->prompt_tokens)))
@@ -200,6 +201,7 @@ static cJSON *result_json(const struct ctx *x, const struct result *r, bool is_r
     if (!is_ref)
         cJSON_AddNumberToObject(j, "map_bytes", (double)r->map_bytes);
     cJSON_AddNumberToObject(j, "bits_per_weight", r->info.bits_per_weight);
+    cJSON_AddStringToObject(j, "kv_cache", r->info.kv_cache ? r->info.kv_cache : "");
     cJSON_AddNumberToObject(j, "kv_bytes_per_pos", (double)r->info.kv_bytes_per_position);
     if (is_ref)
         cJSON_AddBoolToObject(j, "cached", r->cached);

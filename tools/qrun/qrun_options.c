@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_kv.h"
 #include "cli_num.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
@@ -73,6 +74,7 @@ void qrun_usage(FILE *out)
             "                         q24 Qwen3-0.6B), not process memory (the file's pages are\n"
             "                         read through the page cache); slower. If the file is\n"
             "                         truncated meanwhile qrun stops with an error\n"
+            CLI_KV_CACHE_HELP
             "      --temp T           sampling temperature, 0 to 100 (default 0: greedy). When\n"
             "                         none of --temp, --top-k, --top-p, --min-p and\n"
             "                         --repeat-penalty is given and the model carries its\n"
@@ -195,7 +197,7 @@ static int set_repeat_last_n(struct options *o, const char *arg)
 enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
-    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION,
+    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE,
 };
 
 static const struct option longs[] = {
@@ -213,7 +215,7 @@ static const struct option longs[] = {
     {"stats", no_argument, 0, O_STATS}, {"chat", no_argument, 0, O_CHAT},
     {"system", required_argument, 0, O_SYSTEM}, {"think", no_argument, 0, O_THINK},
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
-    {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
+    {"logit-bias", required_argument, 0, O_LOGIT_BIAS}, {"kv-cache", required_argument, 0, O_KV_CACHE},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -272,6 +274,7 @@ static int take(struct options *o, int c, const char *arg)
     case O_NO_VERIFY: o->mp.no_verify = true; return 0;
     case O_STREAM: o->mp.stream = true; return 0;
     case O_RESIDENT: o->mp.stream = false; return 0;
+    case O_KV_CACHE: return cli_kv_cache("qrun", arg, &o->mp.kv_cache);
     case O_TEMP: o->sampling_given = true; return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
     case O_TOPK:
         o->sampling_given = true;

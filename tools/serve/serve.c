@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "cli_kv.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "serve.h"
@@ -29,6 +30,7 @@ struct serve_opts {
     unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip, lookup;
     uint32_t ctx;
     qpack_backend backend;
+    qpack_kv_cache kv_cache;
     bool no_verify, quiet, strict_model;
 };
 
@@ -81,6 +83,7 @@ static const char usage_text[] =
     "      --strict-model     a request naming another model gets 404\n"
     "  -c, --ctx N            positions per session (default min(4096, model's)); a longer\n"
     "                         prompt gets 400 context_length_exceeded, a reply stops there\n"
+    CLI_KV_CACHE_HELP
     "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
     "      --threads N        1 or 2 threads computing each step (default 2)\n"
     "      --no-verify        skip the container's checksums at start-up (your own files only)\n"
@@ -132,7 +135,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP };
+       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -193,6 +196,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"strict-model", no_argument, 0, O_STRICT_MODEL},
         {"max-connections", required_argument, 0, O_MAX_CONNECTIONS},
         {"max-per-ip", required_argument, 0, O_MAX_PER_IP}, {"lookup", required_argument, 0, O_LOOKUP},
+        {"kv-cache", required_argument, 0, O_KV_CACHE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
@@ -217,6 +221,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
                 o->backend = QPACK_BACKEND_EMU;
             else
                 return bad_usage("--backend must be bpf or emu, not '%s'", optarg);
+            break;
+        case O_KV_CACHE:
+            if (cli_kv_cache("qrun serve", optarg, &o->kv_cache))
+                return 2;
             break;
         case O_VERSION: exit(qp_print_version("qrun"));
         case 'h': exit(print_usage());
@@ -286,6 +294,7 @@ static int open_model(const struct serve_opts *o, qpack_model **m)
     p.max_sessions = o->parallel;
     p.threads = o->threads;
     p.no_verify = o->no_verify;
+    p.kv_cache = o->kv_cache;
     qpack_error e;
     if (qpack_model_open(m, o->model, &p, &e)) {
         fprintf(stderr, "qrun serve: %s\n", e.message);
@@ -321,8 +330,9 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
     }
     const qpack_model_info *i = qpack_model_get_info(m);
     bool v6 = strchr(o->host, ':') != NULL;
-    fprintf(stderr, "qrun serve: %s (%s, %s, context %u) on http://%s%s%s:%u/ with %u session%s and a queue of %u\n",
-            name, i->format, i->backend, i->ctx, v6 ? "[" : "", o->host, v6 ? "]" : "", serve_http_port(http),
+    fprintf(stderr, "qrun serve: %s (%s, %s, context %u, KV cache %s) on http://%s%s%s:%u/ with %u session%s and a "
+            "queue of %u\n",
+            name, i->format, i->backend, i->ctx, i->kv_cache, v6 ? "[" : "", o->host, v6 ? "]" : "", serve_http_port(http),
             o->parallel, o->parallel == 1 ? "" : "s", o->queue);
     int sig = 0;
     sigwait(stop, &sig);

@@ -148,6 +148,10 @@ char *serve_metrics_text(const qpack_model *model)
     metric(&t, "qpack_kv_cache_bytes", "gauge", "Bytes of the KV caches (context x bytes per position x caches).",
            (double)i->ctx * (double)i->kv_bytes_per_position * qpack_model_kv_caches(model));
     metric(&t, "qpack_context_positions", "gauge", "Positions per session.", i->ctx);
+    put(&t, "# HELP qpack_kv_cache_bytes_per_position Bytes of K and V of one position, all layers, one session; "
+            "type: the cache's entries (--kv-cache).\n# TYPE qpack_kv_cache_bytes_per_position gauge\n"
+            "qpack_kv_cache_bytes_per_position{type=\"%s\"} %llu\n",
+        i->kv_cache, (unsigned long long)i->kv_bytes_per_position);
     if (t.failed) {
         free(t.s);
         return NULL;
