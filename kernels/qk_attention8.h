@@ -12,9 +12,8 @@
 #include "qk_rope8.h"
 
 /* the scores at position j of the task's head and, for a head pair, the
- * next one:
- * two code words of K (head_dim is a multiple of 16) and the query's
- * packed words per step */
+ * next one: two code words of K (head_dim is a multiple of 16) and the
+ * query's packed words per step */
 QM_INLINE long qk_attn_score8(struct qk_attn_ctx *cx, u64 i, u32 pair)
 {
     u32 j = cx->first + (u32)i, head = cx->head, head2 = head + pair, kv_head = cx->kv_head;
