@@ -36,7 +36,7 @@ struct qp_engine {
 /* Opens path (a .qpk for bpf and emu, a checkpoint folder for ref) as
  * qpack_model_open documents p's fields: backend, ctx (0: the default
  * rule, memory.h; ref: not lowered), max_sessions (the KV cache slots; 0:
- * 1), threads, stream, no_verify and progress. block: positions per forward
+ * 1), threads, kv_cache, stream, no_verify and progress. block: positions per forward
  * block (0: QP_BLOCK_DEFAULT, or QP_BLOCK from the environment). */
 int qp_engine_open(struct qp_engine *e, const char *path, const qpack_model_params *p, uint32_t block,
                    qp_err *err);

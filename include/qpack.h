@@ -111,9 +111,9 @@ typedef enum qpack_load_phase {
 typedef enum qpack_kv_cache {
     QPACK_KV_INT16 = 0,         /* 16-bit entries per layer exponent and head vector shift: the
                                    exact-first default (Qwen3-0.6B: 112 KiB per position) */
-    QPACK_KV_INT8 = 1,          /* 8-bit codes with a shift per head vector: half the memory
-                                   (56.4 KiB) and faster attention at long contexts, at a small
-                                   accuracy cost (docs/BENCHMARKS.md) */
+    QPACK_KV_INT8 = 1,          /* 8-bit codes with a shift per head vector: about half the
+                                   memory (59.5 KiB) and faster attention at long contexts, at a
+                                   small accuracy cost (docs/BENCHMARKS.md) */
 } qpack_kv_cache;
 
 typedef struct qpack_model_params {
@@ -190,7 +190,7 @@ typedef struct qpack_model_info {
     uint64_t map_bytes;         /* bytes of every BPF map (0 for emu, ref) */
     const char *kv_cache;       /* "int16", "int8"; "float64" for ref */
     uint64_t kv_bytes_per_position;  /* K and V of one position, all layers, one session
-                                        (Qwen3-0.6B: 114,688 int16, 57,792 int8; 448 MiB per
+                                        (Qwen3-0.6B: 114,688 int16, 60,928 int8; 448 MiB per
                                         session at ctx 4096 with int16; ref: float64) */
     double load_ms, checksum_ms, maps_ms, copy_ms;   /* start-up and its parts (ref: the
                                    config only; each session loads its own weights) */

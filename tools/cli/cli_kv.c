@@ -16,8 +16,3 @@ int cli_kv_cache(const char *prog, const char *arg, qpack_kv_cache *out)
     }
     return 0;
 }
-
-const char *cli_kv_cache_name(qpack_kv_cache kv)
-{
-    return kv == QPACK_KV_INT8 ? "int8" : "int16";
-}
