@@ -1,15 +1,15 @@
 /* qk_kv8.h - the 8-bit KV cache (C.kv8, qrun --kv-cache int8): the format
  * and the lane arithmetic its attention reads it with.
  *
- * A row (one position of one layer of a slot) holds kv_dim bytes, K or V
- * head vectors one after the other, then one byte per KV head: the
- * vector's shift sh (0..QM_CACHE_SH_MAX). Entry d of a vector is stored as
+ * A map value holds one K or V head vector (QK_KV8_VEC_BYTES, keys by
+ * qk_kv8_vec): head_dim bytes, then the vector's shift sh
+ * (0..QM_CACHE_SH_MAX) in 8 bytes of its own. Entry d is stored as
  * u = c + QK_KV8_BIAS for a code c in -127..127, the value being
  * c * 2^(layer exponent + 8 - sh): the layer's int16 exponent (k_exp,
  * v_exp) 8 bits coarser, then the vector's own shift, so each head vector
  * keeps 7 bits below its largest entry.
  *
- * Lane packing. A 64-bit word of a row holds the bytes of 8 entries; shifted
+ * Lane packing. A 64-bit word of a vector holds 8 entries' bytes; shifted
  * right by 8 t (t = 0..3) and masked with QK_KV8_LANES it is
  * u_t + u_(t+4) * 2^32. Scores: the query, quantised to qb bits
  * (qk_kv8_query_bits), is packed per 8 entries into words
