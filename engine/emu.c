@@ -22,9 +22,10 @@ struct qk_host_maps {
 #undef QK_HOST_MAP
 };
 
-/* the model the kernels run on; one emu model per process at a time */
-static struct qk_host_maps *qk_host;
-static const struct qk_config *qk_host_cfg;
+/* The model the kernels run on, set by every call: per thread, so that two
+ * models stepped from two threads each see their own maps. */
+static _Thread_local struct qk_host_maps *qk_host;
+static _Thread_local const struct qk_config *qk_host_cfg;
 #define QK_CFG (*qk_host_cfg)
 
 static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)

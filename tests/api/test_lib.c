@@ -13,7 +13,8 @@
  *     at any temperature, the repeat penalty as llama.cpp defines it;
  *   - text: tokenize/detokenize against known ids, the streaming decoder
  *     never cuts a character, the chat template's exact text;
- *   - an interrupt stops a feed from another thread;
+ *   - an interrupt stops a feed from another thread; two emu models stepped
+ *     from two threads at once give the bits of each alone;
  *   - what qrun and qeval need: lookup decoding gives greedy decoding's
  *     tokens and logits (plain greedy steps are the expectation), every
  *     row of qpack_feed_each equals qpack_feed_all_logits's, progress after
@@ -872,6 +873,57 @@ START_TEST(interrupt_stops_a_feed_from_another_thread)
 }
 END_TEST
 
+/* Two emu models, each stepped by a thread of its own at the same time, give
+ * the bits each gives alone: the host twin keeps no model in process state. */
+#define CONCURRENT_STEPS 24
+
+struct model_run {
+    const char *path;
+    uint32_t vocab;
+    double *logits;     /* CONCURRENT_STEPS rows of vocab */
+};
+
+static void *greedy_run(void *arg)
+{
+    struct model_run *r = arg;
+    qpack_model *m = open_model_at(r->path, QPACK_BACKEND_EMU, 64, 1, false);
+    qpack_session *s = new_session(m);
+    feed(s, hello, 4);
+    for (int i = 0; i < CONCURRENT_STEPS; i++)
+        greedy_logits(s, i, r->vocab, r->logits);
+    qpack_session_free(s);
+    qpack_model_free(m);
+    return NULL;
+}
+
+START_TEST(two_emu_models_on_two_threads_give_their_solo_bits)
+{
+    const char *paths[2] = {model_path, path_of("stress-int8.qpk")};
+    struct model_run solo[2], both[2];
+    for (int i = 0; i < 2; i++) {
+        qpack_model *m = open_model_at(paths[i], QPACK_BACKEND_EMU, 64, 1, false);
+        uint32_t vocab = qpack_model_get_info(m)->vocab;
+        qpack_model_free(m);
+        size_t bytes = (size_t)CONCURRENT_STEPS * vocab * sizeof(double);
+        solo[i] = (struct model_run){.path = paths[i], .vocab = vocab, .logits = malloc(bytes)};
+        both[i] = (struct model_run){.path = paths[i], .vocab = vocab, .logits = malloc(bytes)};
+        greedy_run(&solo[i]);
+    }
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, greedy_run, &both[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        size_t bytes = (size_t)CONCURRENT_STEPS * solo[i].vocab * sizeof(double);
+        ck_assert_msg(memcmp(solo[i].logits, both[i].logits, bytes) == 0, "%s: logits differ beside another model",
+                      paths[i]);
+        free(solo[i].logits);
+        free(both[i].logits);
+    }
+}
+END_TEST
+
 /* ---- what qrun and qeval need beyond generating -------------------------- */
 
 /* plain greedy decoding: gen tokens after prompt, and the logits each was
@@ -1454,6 +1506,7 @@ int main(void)
     tcase_add_test(tc, text_round_trips_and_the_decoder_never_cuts_a_character);
     tcase_add_test(tc, chat_render_is_qwen3s_template);
     tcase_add_test(tc, interrupt_stops_a_feed_from_another_thread);
+    tcase_add_test(tc, two_emu_models_on_two_threads_give_their_solo_bits);
     tcase_add_test(tc, version_names_the_release);
     tcase_add_test(tc, lookup_step_gives_the_tokens_and_logits_of_greedy_decoding);
     tcase_add_test(tc, lookup_steps_in_batches_give_what_each_gives_alone);
