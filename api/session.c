@@ -282,9 +282,12 @@ void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *befo
     qpack_session_stats *st = &s->stats;
     st->calls += after->calls - before->calls;
     st->slow_calls += after->slow_calls - before->slow_calls;
+    st->paused_calls += after->paused_calls - before->paused_calls;
     st->slow_runs += after->slow_progs - before->slow_progs;
-    if (after->max_prog_ms > st->max_run_ms && after->max_prog_ms > before->max_prog_ms)
+    if (after->max_prog_ms > st->max_run_ms && after->max_prog_ms > before->max_prog_ms) {
         st->max_run_ms = after->max_prog_ms;
+        memcpy(st->max_run_kernel, after->max_prog_kernel, sizeof st->max_run_kernel);
+    }
     if (after->max_call_ms > st->max_call_ms && after->max_call_ms > before->max_call_ms) {
         st->max_call_ms = after->max_call_ms;
         memcpy(st->max_call_kernel, after->max_call_kernel, sizeof st->max_call_kernel);

@@ -25,7 +25,10 @@ struct qp_backend {
      * itself ran as the kernel clocked it (bpf: bpf_prog_test_run's
      * duration, from the program's start to its end with migration off: a
      * preemption inside the run counts, the system call around it and a
-     * wait before or after it do not; 0 from backends without that clock) */
+     * wait before or after it do not; 0 from backends without that clock).
+     * Returns 0 when done, -1 (err set) when refused or failed, and
+     * QK_RET_PARTIAL + n when the call budget stopped it after n units
+     * (qwen3_abi.h): the caller runs the rest */
     int (*run)(struct qp_backend *b, enum qp_kernel k, const struct qk_args *a, uint64_t *prog_ns, qp_err *err);
     void (*destroy)(struct qp_backend *b);
     /* the memory of a state map, the kernels' own (NULL for weight maps):

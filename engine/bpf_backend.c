@@ -63,10 +63,12 @@ static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args
     LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = data, .data_size_in = sizeof data, .repeat = 1);
     if (bpf_prog_test_run_opts(s->prog_fd[k], &opts) != 0)
         return qp_fail(err, "BPF kernel %s: test run failed: %s", qp_kernel_name(k), strerror(errno));
-    if (opts.retval != 0)
-        return qp_fail(err, "BPF kernel %s rejected its arguments", qp_kernel_name(k));
     if (prog_ns)
         *prog_ns = opts.duration;   /* per repeat; repeat is 1 */
+    if (opts.retval >= QK_RET_PARTIAL && opts.retval - QK_RET_PARTIAL < UINT32_MAX / 4)
+        return (int)opts.retval;
+    if (opts.retval != 0)
+        return qp_fail(err, "BPF kernel %s rejected its arguments", qp_kernel_name(k));
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 
@@ -37,12 +38,21 @@ static void *qk_host_lookup(const struct qk_hmap *m, uint32_t key)
     return (void *)qp_segments_find(m->segs, m->n_segs, m->value_size, key);
 }
 
+/* bpf_loop's count: the iterations run, the one that stopped it included */
 static long qk_host_loop(uint64_t n, long (*cb)(uint64_t, void *), void *ctx)
 {
-    uint64_t i = 0;
-    while (i < n && cb(i, ctx) == 0)
-        i++;
-    return (long)i;
+    for (uint64_t i = 0; i < n; i++)
+        if (cb(i, ctx))
+            return (long)i + 1;
+    return (long)n;
+}
+
+/* bpf_ktime_get_ns's clock */
+static uint64_t qk_host_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
 #include "qk_kernels.h"
@@ -72,6 +82,8 @@ static int emu_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args 
 #undef QP_EMU_CASE
     default: rc = -1;
     }
+    if (rc > 0)
+        return QK_RET_PARTIAL + rc;     /* what the program returns (qwen3.bpf.c) */
     return rc ? qp_fail(err, "emu kernel %s rejected its arguments", qp_kernel_name(k)) : 0;
 }
 

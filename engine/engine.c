@@ -62,6 +62,15 @@ static int size_for_memory(struct qp_engine *e, const qpack_model_params *o, uin
     return qp_mem_check(&e->plan, bpf, avail, err);
 }
 
+/* qpack_model_params.call_us as the kernels' budget (0: unbounded) */
+static uint32_t call_budget_ns(uint32_t call_us)
+{
+    if (call_us == QPACK_CALL_US_NONE)
+        return 0;
+    uint64_t ns = (uint64_t)(call_us ? call_us : QPACK_DEFAULT_CALL_US) * 1000;
+    return ns > INT32_MAX ? INT32_MAX : (uint32_t)ns;     /* qk_past compares 31 bits */
+}
+
 static int open_container(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block,
                           qp_err *err)
 {
@@ -83,6 +92,7 @@ static int open_container(struct qp_engine *e, const char *path, const qpack_mod
     e->n_layers = c->n_layers;
     if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, o->kv_cache == QPACK_KV_INT8, err))
         return -1;
+    e->plan.cfg.call_budget_ns = call_budget_ns(o->call_us);
     report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
     int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
                                           : qp_emu_create(&e->b, &e->plan, err);

@@ -51,28 +51,76 @@ struct qp_forward {
     const atomic_bool *interrupt;       /* when set, every later invocation fails at once */
 };
 
-static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+/* the kernels that stop at the model's call_budget_ns and resume (QK_RET_PARTIAL):
+ * every other kernel's work per entry is small and bounded by its size */
+static bool resumes(enum qp_kernel k)
 {
-    if (fw->interrupt && atomic_load(fw->interrupt))
-        return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
+    switch (k) {
+    case QP_K_MATVEC_Q24: case QP_K_MATVEC_I8: case QP_K_MATVEC_I8_BLOCK: case QP_K_MATVEC_I4:
+    case QP_K_MATVEC_I4_BLOCK: case QP_K_MATVEC_I6: case QP_K_MATVEC_I6_BLOCK:
+    case QP_K_ATTENTION: case QP_K_ATTENTION8:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* a paused invocation's arguments for the rest of its units */
+static void resume_after(struct qk_args *a, enum qp_kernel k, uint32_t units)
+{
+    if (k == QP_K_ATTENTION || k == QP_K_ATTENTION8) {
+        a->begin += units;
+        return;
+    }
+    a->begin += 4 * units;
+    a->work_key += units;       /* --stream: the groups were staged in order */
+    a->resume = 1;
+}
+
+/* one program run; first: the invocation's first (the others are counted
+ * as paused calls only) */
+static int call_once(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, bool first, qp_err *err)
+{
     double t0 = qp_now_ms();
     uint64_t prog_ns = 0;
     int rc = fw->b->run(fw->b, k, a, &prog_ns, err);
     double ms = qp_now_ms() - t0, prog_ms = prog_ns / 1e6;
     pthread_mutex_lock(&fw->stats_mu);
-    fw->stats.calls++;
+    fw->stats.calls += first;
+    fw->stats.paused_calls += rc >= QK_RET_PARTIAL;
     fw->stats.kernel_ms[k] += ms;
-    fw->stats.kernel_calls[k]++;
+    fw->stats.kernel_calls[k] += first;
     fw->stats.slow_calls += ms > QP_SLOW_CALL_MS;
     fw->stats.slow_progs += prog_ms > QP_SLOW_CALL_MS;
-    if (prog_ms > fw->stats.max_prog_ms)
+    if (prog_ms > fw->stats.max_prog_ms) {
         fw->stats.max_prog_ms = prog_ms;
+        snprintf(fw->stats.max_prog_kernel, sizeof fw->stats.max_prog_kernel, "%s", qp_kernel_name(k));
+    }
     if (ms > fw->stats.max_call_ms) {
         fw->stats.max_call_ms = ms;
         snprintf(fw->stats.max_call_kernel, sizeof fw->stats.max_call_kernel, "%s", qp_kernel_name(k));
     }
     pthread_mutex_unlock(&fw->stats_mu);
     return rc;
+}
+
+/* One kernel invocation, in as many calls as its time budget needs: a
+ * product or attention that runs out of the call budget returns to user space,
+ * where the scheduler may give the core to another task, and goes on
+ * from the unit it reached. */
+static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    struct qk_args rest = *a;
+    for (bool first = true;; first = false) {
+        if (fw->interrupt && atomic_load(fw->interrupt))
+            return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
+        int rc = call_once(fw, k, &rest, first, err);
+        if (rc < QK_RET_PARTIAL)
+            return rc;
+        if (!resumes(k))
+            return qp_fail(err, "kernel %s returned %d", qp_kernel_name(k), rc);
+        resume_after(&rest, k, (uint32_t)(rc - QK_RET_PARTIAL));
+    }
 }
 
 /* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the

@@ -15,12 +15,14 @@ struct qp_forward;
 #define QP_SLOW_CALL_MS 10.0    /* the bound on one invocation */
 
 struct qp_forward_stats {
-    uint64_t calls;              /* kernel invocations so far */
+    uint64_t calls;              /* kernel invocations so far (one paused by the call budget counts once) */
     double max_call_ms;          /* longest single invocation */
     uint64_t slow_calls;         /* invocations over QP_SLOW_CALL_MS */
     double max_prog_ms;          /* longest program run as the kernel clocked it (bpf; 0 on emu) */
     uint64_t slow_progs;         /* program runs over QP_SLOW_CALL_MS by that clock */
+    uint64_t paused_calls;       /* program runs that reached the call budget, leaving the rest to another */
     char max_call_kernel[32];
+    char max_prog_kernel[32];    /* the kernel of the longest program run */
     double kernel_ms[QP_K_COUNT];   /* time inside each kernel, summed over threads */
     uint64_t kernel_calls[QP_K_COUNT];
 };

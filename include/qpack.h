@@ -116,6 +116,9 @@ typedef enum qpack_kv_cache {
                                    small accuracy cost (docs/BENCHMARKS.md) */
 } qpack_kv_cache;
 
+#define QPACK_DEFAULT_CALL_US 200   /* chosen by scripts/bench_latency.sh (docs/BENCHMARKS.md) */
+#define QPACK_CALL_US_NONE UINT32_MAX
+
 typedef struct qpack_model_params {
     qpack_backend backend;      /* default QPACK_BACKEND_BPF */
     uint32_t ctx;               /* positions per session; 0: the default rule (qpack_default_ctx) */
@@ -124,6 +127,13 @@ typedef struct qpack_model_params {
                                    (nothing else grows with it); 0: 1 */
     unsigned threads;           /* threads that compute a step: 1 or 2; 0: 2 */
     qpack_kv_cache kv_cache;    /* default QPACK_KV_INT16; the ref backend keeps float64 */
+    uint32_t call_us;           /* the longest one kernel call may hold a core, in microseconds:
+                                   a matrix product or attention call past it returns at its next
+                                   4-row group or attention task and the rest runs in another
+                                   call, the same bits. On a kernel without preemption it bounds
+                                   how long any other task waits for the core. 0: the default,
+                                   QPACK_DEFAULT_CALL_US; QPACK_CALL_US_NONE: bounded by work
+                                   alone (about half a millisecond a call on a quiet core) */
     bool stream;                /* matrices read from the file per step into a 64 MiB work
                                    map instead of copied into BPF maps at load (saves the
                                    weights' map memory; slower) */
@@ -389,8 +399,11 @@ typedef struct qpack_kernel_stats {
 /* Kernel statistics of everything the session ran. */
 typedef struct qpack_session_stats {
     uint64_t calls;             /* kernel invocations (bpf: BPF program runs; emu: calls of
-                                   their host twin; 0 for ref) */
+                                   their host twin; 0 for ref); one that call_us paused counts
+                                   once, its further runs in paused_calls */
     uint64_t slow_calls;        /* invocations over 10 ms */
+    uint64_t paused_calls;      /* program runs that reached call_us and left the rest of their
+                                   invocation to another run */
     double max_call_ms;         /* the longest one */
     char max_call_kernel[32];   /* and its kernel */
     double feed_ms;             /* time inside qpack_feed*, qpack_lookup_step and qpack_step_batch */
@@ -404,6 +417,7 @@ typedef struct qpack_session_stats {
      * run and any wait for the core before or after it; a preemption
      * inside the run counts in both); 0 for emu and ref */
     double max_run_ms;          /* the longest program run */
+    char max_run_kernel[32];    /* and its kernel */
     uint64_t slow_runs;         /* program runs over 10 ms */
 } qpack_session_stats;
 

@@ -17,6 +17,8 @@ struct qk_attn_ctx {
     u32 has_ext;        /* the layer's K has extension bits (klayout) */
     /* per head of the task (head, head + 1): */
     u32 min_shift[2];   /* smallest V vector shift read (qk_attn_part) */
+    u32 deadline;       /* the invocation's (qk_deadline): its task loop stops after the task that
+                           passes it; in the struct's padding, so the stack does not grow */
     s64 max_score[2];
     u64 sum[2];
     struct qm_lin lin[2];   /* the score's log2-domain argument (qk_attn_weight) */
@@ -332,11 +334,17 @@ QK_SUBPROG int qk_attn_task(const struct qk_attn_ctx *base, u32 i)
     return 0;
 }
 
+/* The end of a task's callback: rc & 1 stops the loop on a failed task,
+ * as does the deadline (qk_attn_result tells which). */
+QM_INLINE long qk_attn_task_end(const struct qk_attn_ctx *cx, int rc)
+{
+    QK_OPAQUE(rc);      /* 0 or 1, which the verifier learns from the mask */
+    return (rc | qk_past(cx->deadline)) & 1;
+}
+
 static long qk_attn_task_cb(u64 i, void *vctx)
 {
-    int rc = qk_attn_task(vctx, (u32)i);
-    QK_OPAQUE(rc);      /* 0 or 1, which the verifier learns from the mask */
-    return rc & 1;
+    return qk_attn_task_end(vctx, qk_attn_task(vctx, (u32)i));
 }
 
 /* chunks of the block's last entry: every entry's tasks are numbered so */
@@ -356,8 +364,18 @@ QM_INLINE int qk_attn_args(const struct qk_args *a, struct qk_attn_ctx *cx)
     if (a->begin >= a->end || a->end > a->nb * (C.n_heads >> (C.attn_heads == 2)) * n_chunks)
         return -1;
     *cx = (struct qk_attn_ctx){.layer = a->layer, .max_pos = a->max_pos, .n_chunks = n_chunks,
-                               .first_task = a->begin, .b0 = a->b0};
+                               .first_task = a->begin, .b0 = a->b0, .deadline = qk_deadline()};
     return 0;
+}
+
+/* an attention invocation's return: 0, or the tasks done (of n) when the
+ * deadline stopped it before the last (QK_RET_PARTIAL). A task that failed
+ * (an entry outside the model, which the engine's check of the seq map
+ * reports) ends it as today, unless the deadline passed too: then the
+ * rest runs in another call, and the failed task is not tried again. */
+QM_INLINE int qk_attn_result(const struct qk_attn_ctx *cx, long done, u32 n)
+{
+    return done < n && qk_past(cx->deadline) ? (int)done : 0;
 }
 
 /* tasks (entry, head, chunk), entries b0.. in order, [begin, end) of them */
@@ -366,8 +384,8 @@ QM_INLINE int qk_attention(const struct qk_args *a)
     struct qk_attn_ctx cx;
     if (qk_attn_args(a, &cx))
         return -1;
-    QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
-    return 0;
+    long done = QK_LOOP(a->end - a->begin, qk_attn_task_cb, &cx);
+    return qk_attn_result(&cx, done, a->end - a->begin);
 }
 
 /* ---- attn_merge: chunks of a head -> its slice of x ----------------- */

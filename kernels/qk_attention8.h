@@ -202,9 +202,7 @@ QK_SUBPROG int qk_attn_task8(const struct qk_attn_ctx *base, u32 i)
 
 static long qk_attn_task8_cb(u64 i, void *vctx)
 {
-    int rc = qk_attn_task8(vctx, (u32)i);
-    QK_OPAQUE(rc);
-    return rc & 1;
+    return qk_attn_task_end(vctx, qk_attn_task8(vctx, (u32)i));
 }
 
 QM_INLINE int qk_attention8(const struct qk_args *a)
@@ -212,8 +210,8 @@ QM_INLINE int qk_attention8(const struct qk_args *a)
     struct qk_attn_ctx cx;
     if (qk_attn_args(a, &cx))
         return -1;
-    QK_LOOP(a->end - a->begin, qk_attn_task8_cb, &cx);
-    return 0;
+    long done = QK_LOOP(a->end - a->begin, qk_attn_task8_cb, &cx);
+    return qk_attn_result(&cx, done, a->end - a->begin);
 }
 
 #endif

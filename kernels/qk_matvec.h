@@ -24,7 +24,7 @@ struct qk_mv_ctx {
     u32 group;          /* the 4-row group the entry loop is on */
     u32 amax_slot;      /* QK_MV_LOGITS: this invocation's argmax slot */
     u32 scratch;        /* i4g blocks: the thread's unpk entry */
-    u32 pad;
+    u32 deadline;       /* qk_deadline: the group loop stops after the group that passes it */
     u64 bad;            /* an output outside the Q32 range (qm_outside) */
     s64 acc[4];         /* the 4 rows' sums of the entry in progress, chunk by chunk */
 };
@@ -159,7 +159,7 @@ QK_UNROLL
         struct qk_mv_ctx *cx = vctx;                                      \
         cx->group = (u32)i;                                               \
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
-        return 0;                                                         \
+        return qk_past(cx->deadline);                                     \
     }
 #define QK_DEFINE_MV_Q24_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, x, qk_rows_q24_chunk, x_exp)
 #define QK_DEFINE_MV_I8_CB(name, map, cols) QK_DEFINE_MV_CB_OF(name, map, cols, xq, qk_rows_i8_chunk, xp_exp)
@@ -191,7 +191,7 @@ QK_UNROLL
         cx->group = (u32)i;                                               \
         QK_LOOP(qk_chunks_of(cols), name##_unpack, cx);                   \
         QK_LOOP(cx->nb * qk_chunks_of(cols), name##_chunk, cx);           \
-        return 0;                                                         \
+        return qk_past(cx->deadline);                                     \
     }
 #define QK_DEFINE_MV_I4_BLOCK_CB(name, map, cols)                           \
     QK_DEFINE_MVB_CB(name, map, cols, qk_unpack_i4_chunk, qk_rows_i4_unpacked, xq_exp)
@@ -231,7 +231,7 @@ QK_UNROLL
         cx->group = (u32)i;                                               \
         QK_LOOP(qk_chunks_of(cols), name##_unpack, cx);                   \
         QK_LOOP(cx->nb * 4 * qk_chunks_of(cols), name##_row, cx);         \
-        return 0;                                                         \
+        return qk_past(cx->deadline);                                     \
     }
 
 QK_DEFINE_MV_Q24_CB(qk_mv_q24_hid_cb, w_hid, C.hidden)
@@ -348,18 +348,20 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
                            .group = (u32)zero, .amax_slot = a->slot, .scratch = a->scratch, .bad = (u64)zero,
                            .acc = {zero, zero, zero, zero}};
     u32 n = (a->end - a->begin) / 4;
-    if (mode == QK_MV_LOGITS)
+    long done = n;      /* groups the loop ran: fewer when the deadline passed */
+    if (mode == QK_MV_LOGITS && !qk_reload(&a->resume))
         QK_LOOP(a->nb, qk_mv_amax_init_cb, &cx);
+    cx.deadline = qk_deadline();
 /* the loop over the groups with the callback of the mode in family fam,
  * from the resident maps or the work map */
 #define QK_MV_RUN(fam)                                                     \
     do {                                                                  \
         if (mode == QK_MV_O)                                              \
-            QK_LOOP(n, fam##_o_cb, &cx);                                  \
+            done = QK_LOOP(n, fam##_o_cb, &cx);                           \
         else if (mode == QK_MV_DOWN)                                      \
-            QK_LOOP(n, fam##_down_cb, &cx);                               \
+            done = QK_LOOP(n, fam##_down_cb, &cx);                        \
         else                                                              \
-            QK_LOOP(n, fam##_hid_cb, &cx);                                \
+            done = QK_LOOP(n, fam##_hid_cb, &cx);                         \
     } while (0)
 #define QK_MV_RUN_FROM(fam)                                                \
     do {                                                                  \
@@ -369,13 +371,13 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
             QK_MV_RUN(fam);                                               \
     } while (0)
     if (enc == QK_ENC_I6L && block && streamed)   /* the vocabulary: w_hid only */
-        QK_LOOP(n, qk_mv_i6b_work_hid_cb, &cx);
+        done = QK_LOOP(n, qk_mv_i6b_work_hid_cb, &cx);
     else if (enc == QK_ENC_I6L && block)
-        QK_LOOP(n, qk_mv_i6b_hid_cb, &cx);
+        done = QK_LOOP(n, qk_mv_i6b_hid_cb, &cx);
     else if (enc == QK_ENC_I6L && streamed)
-        QK_LOOP(n, qk_mv_i6_work_hid_cb, &cx);
+        done = QK_LOOP(n, qk_mv_i6_work_hid_cb, &cx);
     else if (enc == QK_ENC_I6L)
-        QK_LOOP(n, qk_mv_i6_hid_cb, &cx);
+        done = QK_LOOP(n, qk_mv_i6_hid_cb, &cx);
     else if (enc == QK_ENC_I4G && block)
         QK_MV_RUN_FROM(qk_mv_i4b);
     else if (enc == QK_ENC_I4G)
@@ -389,7 +391,7 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
 #undef QK_MV_RUN_FROM
 #undef QK_MV_RUN
     qk_flag_range(sc, cx.bad);
-    return 0;
+    return done < n ? (int)done : 0;
 }
 
 /* the programs (QK_PROGRAMS): q24 reads every block straight; i8g, i4g

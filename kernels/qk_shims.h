@@ -24,6 +24,7 @@
 #define QK_ATOMIC_OR(p, v) __sync_fetch_and_or((p), (v))
 /* a global function: the verifier checks its body once, for any arguments */
 #define QK_SUBPROG __attribute__((noinline))
+#define QK_NOW_NS() bpf_ktime_get_ns()
 #else
 #define QK_LOOKUP(map, key) qk_host_lookup(&qk_host->map, (key))
 #define QK_LOOP(n, cb, ctx) qk_host_loop((n), (cb), (ctx))
@@ -31,6 +32,7 @@
 #define QK_MUL_INTO(w, x) ((w) *= (x))
 #define QK_ATOMIC_OR(p, v) __atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
 #define QK_SUBPROG static
+#define QK_NOW_NS() qk_host_now_ns()
 #endif
 /* Hides a value from clang (QM_OPAQUE). It keeps a pointer's offsets as
  * two additions: clang would otherwise merge a group's offset (low bits
@@ -111,6 +113,23 @@ QM_INLINE void qk_max_abs(u64 *acc, s64 v)
 {
     s64 sign = v >> 63;
     *acc |= (u64)((v ^ sign) - sign);
+}
+
+/* When an invocation with a time budget must stop (CLOCK_MONOTONIC, the
+ * clock of bpf_ktime_get_ns); no budget never stops. On a PREEMPT_NONE
+ * kernel a program holds its core until it returns: the budget bounds
+ * that wait for every other task, whatever the core's speed that day. */
+QM_INLINE u32 qk_deadline(void)
+{
+    return (u32)QK_NOW_NS() + C.call_budget_ns;
+}
+
+/* 1 once the deadline has passed (never without a budget): a loop
+ * callback's return, ending it. The clock's low 32 bits: a budget below
+ * 2^31 ns compares right across their wrap. */
+QM_INLINE long qk_past(u32 deadline)
+{
+    return C.call_budget_ns && (s32)((u32)QK_NOW_NS() - deadline) > 0;
 }
 
 /* block entries [b0, b0 + nb) exist */

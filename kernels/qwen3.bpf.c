@@ -33,7 +33,8 @@ static __always_inline int read_args(struct __sk_buff *skb, struct qk_args *a)
     return bpf_skb_load_bytes(skb, 0, a, sizeof(*a));
 }
 
-/* Each program returns 0 when its arguments were valid, 1 when not. */
+/* Each program returns 0 when done, 1 when its arguments were refused,
+ * QK_RET_PARTIAL + n when it ran out of time after n units. */
 #define QK_PROGRAM(name, kernel)                                       \
     SEC("socket")                                                      \
     int name(struct __sk_buff *skb)                                    \
@@ -41,7 +42,8 @@ static __always_inline int read_args(struct __sk_buff *skb, struct qk_args *a)
         struct qk_args a;                                              \
         if (read_args(skb, &a))                                        \
             return 1;                                                  \
-        return kernel(&a) ? 1 : 0;                                     \
+        int r = kernel(&a);                                            \
+        return r < 0 ? 1 : r == 0 ? 0 : QK_RET_PARTIAL + r;            \
     }
 
 #define QK_PROGRAM_OF(NAME, name, kernel) QK_PROGRAM(name, kernel)

@@ -56,6 +56,8 @@ struct qk_config {
     u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
                                    come in pairs (one read of K and V serves both), else 1 */
     u32 kv8;                    /* the KV cache holds 8-bit codes (qk_kv8.h); 0: int16 */
+    u32 call_budget_ns;         /* a matvec or attention call stops at the first 4-row group or task
+                                   that ends past this long after its start (0: no bound; < 2^31) */
     u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
     u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
@@ -131,7 +133,16 @@ struct qk_args {
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
     u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
+    u32 resume;         /* matvec QK_MV_LOGITS: rows before begin are already in the argmax slot */
 };
+
+/* A program's return value: 0 done, 1 arguments refused, and from
+ * QK_RET_PARTIAL up a matvec or attention that ran out of C.call_budget_ns
+ * after QK_RET_PARTIAL + n units (4-row groups, tasks) from begin; the
+ * host runs the rest in another call. Units are independent and a
+ * resumed argmax keeps the earlier rows' best, so the bits are those of
+ * one call. */
+#define QK_RET_PARTIAL 2
 
 /* Where block entry b runs (map `seq`, one value per block entry, written
  * by the host before each block): the KV cache slot of its sequence and

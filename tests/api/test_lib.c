@@ -14,7 +14,8 @@
  *   - text: tokenize/detokenize against known ids, the streaming decoder
  *     never cuts a character, the chat template's exact text;
  *   - an interrupt stops a feed from another thread; two emu models stepped
- *     from two threads at once give the bits of each alone;
+ *     from two threads at once give the bits of each alone; a call budget
+ *     of 10 us pauses products and attention and changes no bit;
  *   - what qrun and qeval need: lookup decoding gives greedy decoding's
  *     tokens and logits (plain greedy steps are the expectation), every
  *     row of qpack_feed_each equals qpack_feed_all_logits's, progress after
@@ -924,6 +925,85 @@ START_TEST(two_emu_models_on_two_threads_give_their_solo_bits)
 }
 END_TEST
 
+/* A call budget cuts products and attention into more kernel calls and
+ * changes no bit: a prompt in blocks, then lookup steps (whose tokens are
+ * the kernels' fused argmax, a paused vocabulary pass resuming its slot),
+ * with calls of at most 10 us (nearly every product pauses) give the
+ * tokens and logits of calls bounded by work alone, on int4 (i6 vocabulary)
+ * and stress int8, bpf and emu. */
+#define BUDGET_TOKENS 24
+
+struct budget_run {
+    int32_t tokens[BUDGET_TOKENS + 8];
+    double *rows;       /* the prompt's last logits, then each step's */
+    uint64_t paused;
+};
+
+static void budget_run(const char *path, qpack_backend backend, uint32_t call_us, struct budget_run *r)
+{
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = backend;
+    p.ctx = 128;
+    p.call_us = call_us;
+    qpack_model *m;
+    qpack_error e;
+    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
+    uint32_t vocab = qpack_model_get_info(m)->vocab;
+    qpack_session *s = new_session(m);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++)
+        prompt[i] = 1000 + i * 37;
+    r->rows = calloc((size_t)(1 + BUDGET_TOKENS) * vocab, sizeof(double));
+    feed(s, prompt, 40);
+    memcpy(r->rows, qpack_logits(s), vocab * sizeof(double));
+    int made = 0, steps = 0;
+    r->tokens[made++] = qpack_argmax(s);
+    while (made < BUDGET_TOKENS) {
+        uint32_t count;
+        ck_assert_msg(qpack_lookup_step(s, r->tokens[made - 1], 7, r->tokens + made, &count, &e) == QPACK_OK, "%s",
+                      e.message);
+        made += (int)count;
+        memcpy(r->rows + (size_t)++steps * vocab, qpack_logits(s), vocab * sizeof(double));
+    }
+    qpack_session_stats st;
+    qpack_session_get_stats(s, &st);
+    r->paused = st.paused_calls;
+    qpack_session_free(s);
+    qpack_model_free(m);
+}
+
+static void call_budget_keeps_the_bits_on(const char *path, qpack_backend backend)
+{
+    struct budget_run whole, paused;
+    budget_run(path, backend, QPACK_CALL_US_NONE, &whole);
+    budget_run(path, backend, 10, &paused);
+    uint32_t vocab;
+    {
+        qpack_model *m = open_model_at(path, QPACK_BACKEND_EMU, 64, 1, false);
+        vocab = qpack_model_get_info(m)->vocab;
+        qpack_model_free(m);
+    }
+    ck_assert_msg(!memcmp(whole.tokens, paused.tokens, BUDGET_TOKENS * sizeof(int32_t)),
+                  "%s: tokens differ with calls of 10 us", path);
+    ck_assert_msg(!memcmp(whole.rows, paused.rows, (size_t)(1 + BUDGET_TOKENS) * vocab * sizeof(double)),
+                  "%s: logits differ with calls of 10 us", path);
+    ck_assert_uint_eq(whole.paused, 0);
+    ck_assert_msg(paused.paused > 100, "%s: only %llu runs paused at 10 us", path, (unsigned long long)paused.paused);
+    free(whole.rows);
+    free(paused.rows);
+}
+
+START_TEST(a_call_budget_changes_no_bit)
+{
+    call_budget_keeps_the_bits_on(path_of("int4.qpk"), QPACK_BACKEND_EMU);
+    call_budget_keeps_the_bits_on(path_of("stress-int8.qpk"), QPACK_BACKEND_EMU);
+    if (geteuid() != 0)
+        return;
+    call_budget_keeps_the_bits_on(path_of("int4.qpk"), QPACK_BACKEND_BPF);
+    call_budget_keeps_the_bits_on(path_of("stress-int8.qpk"), QPACK_BACKEND_BPF);
+}
+END_TEST
+
 /* ---- what qrun and qeval need beyond generating -------------------------- */
 
 /* plain greedy decoding: gen tokens after prompt, and the logits each was
@@ -1507,6 +1587,7 @@ int main(void)
     tcase_add_test(tc, chat_render_is_qwen3s_template);
     tcase_add_test(tc, interrupt_stops_a_feed_from_another_thread);
     tcase_add_test(tc, two_emu_models_on_two_threads_give_their_solo_bits);
+    tcase_add_test(tc, a_call_budget_changes_no_bit);
     tcase_add_test(tc, version_names_the_release);
     tcase_add_test(tc, lookup_step_gives_the_tokens_and_logits_of_greedy_decoding);
     tcase_add_test(tc, lookup_steps_in_batches_give_what_each_gives_alone);

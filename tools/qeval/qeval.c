@@ -5,7 +5,7 @@
  * Built on include/qpack.h alone.
  *
  *   qeval --ref DIR A.qpk [B.qpk ...] [--prompts FILE] [--text FILE]
- *         [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8]
+ *         [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8] [--call-us N]
  *         [--json | --csv]
  *         [--trace-layers] [--ref-cache DIR] [--force] [--quiet]
  *
@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_num.h"
 #include "cli_suggest.h"
@@ -100,6 +101,8 @@ static void usage(FILE *out)
             "  --backend B         bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
             "  --kv-cache T        the containers' KV cache: int16 (default) or int8 (the\n"
             "                      reference keeps float64)\n"
+            "  --call-us N         the longest one kernel call holds a core, in microseconds\n"
+            "                      (default 200; none: bounded by work alone; the same bits)\n"
             "  --json              print one JSON object instead of the table\n"
             "  --csv               print CSV instead: a header line, then one line per model\n"
             "                      (the reference first), the keys of --json (not the trace)\n"
@@ -135,7 +138,7 @@ static void usage(FILE *out)
 static int parse_options(struct options *o, int argc, char **argv)
 {
     enum { O_REF = 256, O_PROMPTS, O_TEXT, O_POSITIONS, O_SEED, O_BACKEND, O_JSON, O_CSV, O_TRACE, O_CACHE, O_FORCE,
-           O_VERSION, O_PLOT, O_KV_CACHE };
+           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US };
     static const struct option longs[] = {
         {"ref", required_argument, 0, O_REF}, {"prompts", required_argument, 0, O_PROMPTS},
         {"text", required_argument, 0, O_TEXT}, {"positions", required_argument, 0, O_POSITIONS},
@@ -144,7 +147,8 @@ static int parse_options(struct options *o, int argc, char **argv)
         {"trace-layers", no_argument, 0, O_TRACE}, {"ref-cache", required_argument, 0, O_CACHE},
         {"force", no_argument, 0, O_FORCE}, {"quiet", no_argument, 0, 'q'},
         {"version", no_argument, 0, O_VERSION}, {"plot", required_argument, 0, O_PLOT},
-        {"kv-cache", required_argument, 0, O_KV_CACHE}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"kv-cache", required_argument, 0, O_KV_CACHE}, {"call-us", required_argument, 0, O_CALL_US},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct options){.positions = 32, .seed = 1, .backend = QPACK_BACKEND_BPF};
     o->models = calloc((size_t)argc, sizeof *o->models);
@@ -179,6 +183,10 @@ static int parse_options(struct options *o, int argc, char **argv)
             break;
         case O_KV_CACHE:
             if (cli_kv_cache(prog, optarg, &o->kv_cache))
+                return -1;
+            break;
+        case O_CALL_US:
+            if (cli_call_us(prog, optarg, &o->call_us))
                 return -1;
             break;
         case O_JSON: o->json = true; break;
@@ -668,6 +676,7 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     struct load_line line = {x, r, index};
     mp.backend = index ? x->o->backend : QPACK_BACKEND_REF;
     mp.kv_cache = index ? x->o->kv_cache : QPACK_KV_INT16;
+    mp.call_us = x->o->call_us;
     mp.ctx = x->ctx;
     mp.skip_tokenizer = true;
     mp.progress = on_load_progress;

@@ -56,6 +56,7 @@ struct options {
     uint64_t seed;
     qpack_backend backend;
     qpack_kv_cache kv_cache;      /* the containers'; the reference keeps float64 */
+    uint32_t call_us;             /* qpack_model_params.call_us */
     bool json, csv, trace, force, quiet;
 };
 

@@ -725,11 +725,12 @@ static void print_generation(const struct run_state *r, const qpack_session_stat
             fprintf(stderr, ", %.0f %s/prompt token", (double)r->prompt_calls / r->prompt_tokens, calls);
         if (r->decode_steps)
             fprintf(stderr, ", %.0f per decode step", (double)r->decode_calls / r->decode_steps);
-        fprintf(stderr, ", longest call %.2f ms (%s), %" PRIu64 " of %" PRIu64 " calls over 10 ms", st->max_call_ms,
-                st->max_call_kernel, st->slow_calls, st->calls);
+        fprintf(stderr, ", longest call %.2f ms (%s), %" PRIu64 " of %" PRIu64 " calls over 10 ms, %" PRIu64
+                " runs paused at --call-us", st->max_call_ms, st->max_call_kernel, st->slow_calls, st->calls,
+                st->paused_calls);
         if (!strcmp(i->backend, "bpf"))
-            fprintf(stderr, "; the programs alone (kernel clock): longest %.2f ms, %" PRIu64
-                    " over 10 ms", st->max_run_ms, st->slow_runs);
+            fprintf(stderr, "; the programs alone (kernel clock): longest %.2f ms (%s), %" PRIu64
+                    " over 10 ms", st->max_run_ms, st->max_run_kernel, st->slow_runs);
     }
     fputc('\n', stderr);
 }

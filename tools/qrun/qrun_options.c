@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_num.h"
 #include "cli_suggest.h"
@@ -75,6 +76,7 @@ void qrun_usage(FILE *out)
             "                         read through the page cache); slower. If the file is\n"
             "                         truncated meanwhile qrun stops with an error\n"
             CLI_KV_CACHE_HELP
+            CLI_CALL_US_HELP
             "      --temp T           sampling temperature, 0 to 100 (default 0: greedy). When\n"
             "                         none of --temp, --top-k, --top-p, --min-p and\n"
             "                         --repeat-penalty is given and the model carries its\n"
@@ -197,7 +199,7 @@ static int set_repeat_last_n(struct options *o, const char *arg)
 enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
-    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE,
+    O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE, O_CALL_US,
 };
 
 static const struct option longs[] = {
@@ -216,6 +218,7 @@ static const struct option longs[] = {
     {"system", required_argument, 0, O_SYSTEM}, {"think", no_argument, 0, O_THINK},
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
     {"logit-bias", required_argument, 0, O_LOGIT_BIAS}, {"kv-cache", required_argument, 0, O_KV_CACHE},
+    {"call-us", required_argument, 0, O_CALL_US},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -275,6 +278,7 @@ static int take(struct options *o, int c, const char *arg)
     case O_STREAM: o->mp.stream = true; return 0;
     case O_RESIDENT: o->mp.stream = false; return 0;
     case O_KV_CACHE: return cli_kv_cache("qrun", arg, &o->mp.kv_cache);
+    case O_CALL_US: return cli_call_us("qrun", arg, &o->mp.call_us);
     case O_TEMP: o->sampling_given = true; return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
     case O_TOPK:
         o->sampling_given = true;

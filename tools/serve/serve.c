@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
@@ -31,6 +32,7 @@ struct serve_opts {
     uint32_t ctx;
     qpack_backend backend;
     qpack_kv_cache kv_cache;
+    uint32_t call_us;
     bool no_verify, quiet, strict_model;
 };
 
@@ -84,6 +86,7 @@ static const char usage_text[] =
     "  -c, --ctx N            positions per session (default min(4096, model's)); a longer\n"
     "                         prompt gets 400 context_length_exceeded, a reply stops there\n"
     CLI_KV_CACHE_HELP
+    CLI_CALL_US_HELP
     "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
     "      --threads N        1 or 2 threads computing each step (default 2)\n"
     "      --no-verify        skip the container's checksums at start-up (your own files only)\n"
@@ -135,7 +138,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE };
+       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE, O_CALL_US };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -197,6 +200,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"max-connections", required_argument, 0, O_MAX_CONNECTIONS},
         {"max-per-ip", required_argument, 0, O_MAX_PER_IP}, {"lookup", required_argument, 0, O_LOOKUP},
         {"kv-cache", required_argument, 0, O_KV_CACHE},
+        {"call-us", required_argument, 0, O_CALL_US},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
@@ -224,6 +228,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
             break;
         case O_KV_CACHE:
             if (cli_kv_cache("qrun serve", optarg, &o->kv_cache))
+                return 2;
+            break;
+        case O_CALL_US:
+            if (cli_call_us("qrun serve", optarg, &o->call_us))
                 return 2;
             break;
         case O_VERSION: exit(qp_print_version("qrun"));
@@ -295,6 +303,7 @@ static int open_model(const struct serve_opts *o, qpack_model **m)
     p.threads = o->threads;
     p.no_verify = o->no_verify;
     p.kv_cache = o->kv_cache;
+    p.call_us = o->call_us;
     qpack_error e;
     if (qpack_model_open(m, o->model, &p, &e)) {
         fprintf(stderr, "qrun serve: %s\n", e.message);
