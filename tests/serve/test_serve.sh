@@ -512,6 +512,32 @@ clients)
     exec 3<&-
     [ $waited -lt 15 ] || fail "the slow client's connection was not closed ($waited s)"
     echo "ok a slow client was closed after ${waited} s while others were served"
+
+    # a stream cancelled while the session's decoder holds part of a
+    # character: logit_bias forces token 160, the byte 0xE4 (the first of a
+    # three-byte character), at every step, so each token turns the one
+    # before into U+FFFD and is itself held. Nothing of it may reach the
+    # next request on the session, whose greedy reply is qrun's.
+    cancelled=$(METRIC=qpack_requests_cancelled_total metric)
+    partial='{"prompt": "Hello", "max_tokens": 2000, "temperature": 0, "stream": true, "logit_bias": {"160": 100}}'
+    curl -sSN --max-time 60 -H "$J" -d "$partial" "$URL/v1/completions" >"$T/resp" 2>/dev/null &
+    c=$!
+    for i in $(seq 100); do [ "$(grep -c '^data: {' "$T/resp")" -ge 2 ] && break; sleep 0.1; done
+    kill $c; wait $c 2>/dev/null
+    [[ "$(stream_text)" == *$'\xef\xbf\xbd'* ]] || fail "token 160 did not stream as U+FFFD: $(head -c 300 "$T/resp")"
+    for i in $(seq 50); do
+        [ "$(METRIC=qpack_requests_cancelled_total metric)" = $((cancelled + 1)) ] &&
+            [ "$(METRIC=qpack_sessions_busy metric)" = 0 ] && break
+        sleep 0.1
+    done
+    [ "$(METRIC=qpack_requests_cancelled_total metric)" = $((cancelled + 1)) ] ||
+        fail "the stream of U+FFFD was not cancelled mid-reply"
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0}'
+    expect_ok "after a cancelled stream"
+    qrun_text "Hello" 4 "$T/want"
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$T/want")" ] ||
+        fail "the reply after a cancelled stream: $(jq -c '.choices[0].text' "$T/resp"), qrun: $(jq -Rsc . "$T/want")"
+    echo "ok a stream cancelled mid-character left nothing to the next reply"
     stop_server
 
     # authentication

@@ -456,15 +456,31 @@ static struct slot *free_slot_for(struct serve_sched *s, const struct serve_job 
     return best;
 }
 
-/* the end of the slot's job; finish NULL with err for a failure */
-static void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err)
+/* Whatever a reply left in its slot is dropped: its sampler, its place in
+ * the format, the stop matcher's held text, the decoder's partial
+ * character. A reply that ends normally has flushed the text first; a
+ * cancelled or failed one has not, and nothing of it may reach the next
+ * reply, which may be another client's. */
+static void clear_reply(struct slot *sl)
 {
-    struct serve_job *j = sl->job;
+    size_t n;
+    qpack_decoder_finish(sl->decoder, false, &n);
     qpack_sampler_free(sl->sampler);
     sl->sampler = NULL;
     serve_format_end(sl->format);
     sl->format = NULL;
     stop_text_free(&sl->stops);
+    stop_text_init(&sl->stops, NULL, 0);
+    sl->decoding = false;
+    sl->looked = false;
+    sl->next = -1;
+}
+
+/* the end of the slot's job; finish NULL with err for a failure */
+static void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err)
+{
+    struct serve_job *j = sl->job;
+    clear_reply(sl);
     if (!finish && err->code == QPACK_ERR_INTERRUPTED)
         atomic_fetch_add(&serve_metrics.cancelled, 1);
     atomic_fetch_add(&serve_metrics.completion_tokens, j->usage.completion_tokens);
@@ -482,17 +498,17 @@ static void finish(struct serve_sched *s, struct slot *sl, const char *finish, c
     serve_job_unref(j);
 }
 
-/* a job starts on its slot: the session rewound to what it shares with
- * the prompt, a sampler, the stop strings */
+/* a job starts on its slot: every state of the last reply cleared, the
+ * session rewound to what it shares with the prompt, a sampler, the stop
+ * strings */
 static void start(struct serve_sched *s, struct slot *sl)
 {
     struct serve_job *j = sl->job;
     qpack_error err = {0};
+    clear_reply(sl);
     sl->t_start = qp_now_s();
     atomic_fetch_add(&serve_metrics.queue_us, micros(sl->t_start - j->t_submit));
     sl->fed = reusable_prefix(sl->session, j);
-    sl->decoding = false;
-    sl->looked = false;
     atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
     j->usage.prompt_tokens = j->n_prompt;
     j->usage.cached_tokens = sl->fed;
