@@ -931,6 +931,17 @@ hostile)
     stop_server
     echo "ok hostile"
     ;;
+crowded)
+    # a crowd past --max-connections: 500 idle and 500 trickling connections
+    # that come back when closed, against 200 places, while another
+    # client's requests are all answered (tests/serve/crowded.mjs)
+    ulimit -n 4096 2>/dev/null || [ "$(ulimit -n)" -ge 4096 ] || skip "ulimit -n 4096 is not allowed here"
+    start_server crowded --backend emu --timeout 60 --max-connections 200 --quiet
+    cp "$SRC/tests/serve/crowded.mjs" "$NODE_DIR/" || fail "copying the script"
+    timeout 60 node "$NODE_DIR/crowded.mjs" "$URL" 200 || fail "a crowd denied service"
+    stop_server
+    echo "ok crowded"
+    ;;
 load)
     # 8 clients x 20 requests on --parallel 4 --queue 2 (bpf): every request
     # gets qrun's greedy answer or a clean 503, within a time bound, while

@@ -94,7 +94,8 @@ static const char usage_text[] =
     "                         its connection's start or of the previous reply, or the\n"
     "                         connection is closed (1 to 3600, default 60)\n"
     "      --max-connections N  open connections at most (16 to 65536, default 4096; the\n"
-    "                         open-file limit is raised to fit); idle ones cost no thread\n"
+    "                         open-file limit is raised to fit); idle ones cost no thread;\n"
+    "                         past N, a new one closes the one waiting longest for its request\n"
     "      --max-per-ip N     open connections from one address at most (1 to 65536,\n"
     "                         default 256)\n"
     "      --quiet            no line per request on stderr\n"
@@ -273,14 +274,15 @@ static void block_stop_signals(sigset_t *set)
 }
 
 /* Each connection holds a descriptor: the soft open-file limit is raised,
- * up to the hard one, to fit `want` of them beside FD_RESERVE; returns
- * how many fit. */
+ * up to the hard one, to fit `want` of them and the spare ones (closing)
+ * beside FD_RESERVE; returns how many fit. */
 static unsigned fit_connections(unsigned want)
 {
     struct rlimit r;
     if (getrlimit(RLIMIT_NOFILE, &r))
         return want;
-    rlim_t need = (rlim_t)want + FD_RESERVE;
+    const rlim_t reserve = FD_RESERVE + SERVE_SPARE_CONNECTIONS;
+    rlim_t need = (rlim_t)want + reserve;
     if (r.rlim_cur < need) {
         r.rlim_cur = r.rlim_max == RLIM_INFINITY || r.rlim_max >= need ? need : r.rlim_max;
         setrlimit(RLIMIT_NOFILE, &r);
@@ -288,7 +290,7 @@ static unsigned fit_connections(unsigned want)
     }
     if (r.rlim_cur >= need)
         return want;
-    unsigned fit = r.rlim_cur > FD_RESERVE + 16 ? (unsigned)(r.rlim_cur - FD_RESERVE) : 16;
+    unsigned fit = r.rlim_cur > reserve + 16 ? (unsigned)(r.rlim_cur - reserve) : 16;
     fprintf(stderr, "qrun serve: the open-file limit (ulimit -n %llu) fits %u connections, not %u\n",
             (unsigned long long)r.rlim_cur, fit, want);
     return fit;

@@ -434,15 +434,23 @@ struct MHD_Connection;
 struct serve_conns;
 struct serve_conn;
 
+/* Beyond max_connections open, a new connection closes the one that has
+ * waited longest for its request: libmicrohttpd's limit is this many
+ * higher, for connections so closed until it has closed them. */
+#define SERVE_SPARE_CONNECTIONS 64
+
 /* The watcher thread: requests must arrive whole within timeout_s of
- * their connection's start or of its previous response. */
-int serve_conns_start(struct serve_conns **out, unsigned timeout_s, char *msg, size_t msg_len);
+ * their connection's start or of its previous response; past
+ * max_connections, the longest waiting is closed for a new one. */
+int serve_conns_start(struct serve_conns **out, unsigned timeout_s, unsigned max_connections, char *msg,
+                      size_t msg_len);
 
 /* After the daemon has stopped: joins the watcher. */
 void serve_conns_stop(struct serve_conns *cs);
 
-/* A connection accepted (its socket fd), and closed: NULL when out of
- * memory, and every call below takes NULL. */
+/* A connection accepted (its socket fd; past the limit, another is
+ * closed for it), and closed: NULL when out of memory, and every call
+ * below takes NULL. */
 struct serve_conn *serve_conn_open(struct serve_conns *cs, int fd);
 void serve_conn_close(struct serve_conns *cs, struct serve_conn *cn);
 
@@ -486,6 +494,7 @@ struct serve_metrics {
     atomic_ullong first_token_us, first_tokens; /* time to first token: sum and count */
     atomic_ullong cancelled, rejected;          /* clients gone; 503s for a full queue */
     atomic_ullong deadline_closed;              /* connections whose request missed --timeout */
+    atomic_ullong crowded_out;                  /* ... closed past --max-connections for a new one */
     atomic_uint connections;                    /* open HTTP connections */
     atomic_uint busy, waiting;                  /* sessions generating, jobs queued */
     unsigned parallel, queue_max;

@@ -8,6 +8,15 @@
  * whole, head and body, within --timeout of its connection's start or of
  * the previous response, or the watcher thread shuts its socket.
  *
+ * Past --max-connections, a new connection closes the one that has waited
+ * longest for its request (nginx frees its idle keep-alive connections
+ * the same way): idle and slow clients cannot keep the server full and
+ * new clients out. Connections are listed by when their wait for a
+ * request began, the newest first, so that one is the last waiting in the
+ * list. Closing is shutting the socket (libmicrohttpd then closes it), so
+ * libmicrohttpd's own limit is SERVE_SPARE_CONNECTIONS higher, for the
+ * moment until it does.
+ *
  * A request whose job has nothing to send yet is suspended
  * (MHD_suspend_connection) and parked here. The watcher sleeps in poll()
  * on an eventfd, which the scheduler writes when a job releases text or
@@ -31,9 +40,9 @@
 #define PARKED_MAX 2048         /* sockets one poll() watches; more wait their turn */
 
 struct serve_conn {
-    struct serve_conn *prev, *next;
+    struct serve_conn *prev, *next;     /* next: waiting since earlier */
     int fd;
-    double deadline;            /* qp_now_s() by which the request must be in; 0: being answered */
+    double deadline;            /* qp_now_s() by which the request must be in; 0: being answered or closed */
     struct MHD_Connection *parked;  /* suspended, waiting for job */
     struct serve_job *job;
     bool gone;                  /* the client hung up while parked */
@@ -41,8 +50,8 @@ struct serve_conn {
 
 struct serve_conns {
     pthread_mutex_t mu;
-    struct serve_conn *head;
-    unsigned open;
+    struct serve_conn *head, *tail;
+    unsigned open, max;
     double timeout_s;
     int wake;                   /* eventfd */
     bool stopping;
@@ -57,6 +66,44 @@ void serve_conns_wake(void *cls)
     (void)w;                    /* EAGAIN: the counter is already set */
 }
 
+/* under cs->mu */
+static void unlink_conn(struct serve_conns *cs, struct serve_conn *cn)
+{
+    if (cn->prev)
+        cn->prev->next = cn->next;
+    else
+        cs->head = cn->next;
+    if (cn->next)
+        cn->next->prev = cn->prev;
+    else
+        cs->tail = cn->prev;
+    cn->prev = cn->next = NULL;
+}
+
+/* under cs->mu: first in the list, its wait the newest */
+static void push_conn(struct serve_conns *cs, struct serve_conn *cn)
+{
+    cn->next = cs->head;
+    if (cs->head)
+        cs->head->prev = cn;
+    else
+        cs->tail = cn;
+    cs->head = cn;
+}
+
+/* under cs->mu: the connection that has waited longest for its request
+ * (not cn) is closed; none when every other one is being answered */
+static void crowd_out(struct serve_conns *cs, const struct serve_conn *cn)
+{
+    for (struct serve_conn *o = cs->tail; o; o = o->prev)
+        if (o != cn && o->deadline) {
+            o->deadline = 0;
+            shutdown(o->fd, SHUT_RDWR);
+            atomic_fetch_add(&serve_metrics.crowded_out, 1);
+            return;
+        }
+}
+
 struct serve_conn *serve_conn_open(struct serve_conns *cs, int fd)
 {
     struct serve_conn *cn = calloc(1, sizeof *cn);
@@ -65,11 +112,10 @@ struct serve_conn *serve_conn_open(struct serve_conns *cs, int fd)
     cn->fd = fd;
     cn->deadline = qp_now_s() + cs->timeout_s;
     pthread_mutex_lock(&cs->mu);
-    cn->next = cs->head;
-    if (cs->head)
-        cs->head->prev = cn;
-    cs->head = cn;
+    push_conn(cs, cn);
     cs->open++;
+    if (cs->open > cs->max)
+        crowd_out(cs, cn);
     atomic_store(&serve_metrics.connections, cs->open);
     pthread_mutex_unlock(&cs->mu);
     return cn;
@@ -82,12 +128,7 @@ void serve_conn_close(struct serve_conns *cs, struct serve_conn *cn)
     if (!cn)
         return;
     pthread_mutex_lock(&cs->mu);
-    if (cn->prev)
-        cn->prev->next = cn->next;
-    else
-        cs->head = cn->next;
-    if (cn->next)
-        cn->next->prev = cn->prev;
+    unlink_conn(cs, cn);
     cs->open--;
     atomic_store(&serve_metrics.connections, cs->open);
     pthread_mutex_unlock(&cs->mu);
@@ -109,6 +150,8 @@ void serve_conn_answered(struct serve_conns *cs, struct serve_conn *cn)
         return;
     pthread_mutex_lock(&cs->mu);
     cn->deadline = qp_now_s() + cs->timeout_s;
+    unlink_conn(cs, cn);        /* its wait is now the newest */
+    push_conn(cs, cn);
     pthread_mutex_unlock(&cs->mu);
 }
 
@@ -203,13 +246,15 @@ static void *watch(void *arg)
     return NULL;
 }
 
-int serve_conns_start(struct serve_conns **out, unsigned timeout_s, char *msg, size_t msg_len)
+int serve_conns_start(struct serve_conns **out, unsigned timeout_s, unsigned max_connections, char *msg,
+                      size_t msg_len)
 {
     *out = NULL;
     struct serve_conns *cs = calloc(1, sizeof *cs);
     if (!cs)
         return snprintf(msg, msg_len, "out of memory"), -1;
     cs->timeout_s = timeout_s;
+    cs->max = max_connections;
     if ((cs->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
         snprintf(msg, msg_len, "eventfd: %s", strerror(errno));
         free(cs);

@@ -1195,7 +1195,7 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
         free(h);
         return -1;
     }
-    if (serve_conns_start(&h->conns, cfg->timeout_s, msg, msg_len)) {
+    if (serve_conns_start(&h->conns, cfg->timeout_s, cfg->max_connections, msg, msg_len)) {
         freeaddrinfo(ai);
         free(h);
         return -1;
@@ -1206,7 +1206,7 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections + SERVE_SPARE_CONNECTIONS,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_per_ip,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,

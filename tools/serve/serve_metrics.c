@@ -136,6 +136,9 @@ char *serve_metrics_text(const qpack_model *model)
     metric(&t, "qpack_http_deadline_closed_total", "counter",
            "Connections closed because a request's head and body did not arrive within --timeout.",
            (double)atomic_load(&m->deadline_closed));
+    metric(&t, "qpack_http_crowded_out_total", "counter",
+           "Connections waiting for a request closed to make room for a new one past --max-connections.",
+           (double)atomic_load(&m->crowded_out));
     metric(&t, "qpack_http_connections", "gauge", "Open HTTP connections.", atomic_load(&m->connections));
     metric(&t, "qpack_sessions_busy", "gauge", "Sessions running a request.", atomic_load(&m->busy));
     metric(&t, "qpack_sessions", "gauge", "Sessions (--parallel).", m->parallel);
