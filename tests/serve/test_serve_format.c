@@ -117,6 +117,19 @@ START_TEST(schema_objects)
     holds(f, "{\"x\": {\"deep\": [1, \"two\"]}, \"y\": 2}");
     refuses(f, "{\"y\": 1, \"x\": 2}", ", \"x");       /* y is the last */
     serve_format_unref(f);
+    /* required without properties: exactly the required keys, any values */
+    f = schema("{\"type\": \"object\", \"required\": [\"a\", \"b\", \"a\"]}");
+    holds(f, "{\"a\": 1, \"b\": [true]}");
+    holds(f, "{\"a\": {}, \"b\": \"\"}");
+    refuses(f, "{}", "}");
+    refuses(f, "{\"a\": 1}", "}");
+    refuses(f, "{\"b\": 1, \"a\": 2}", "b\"");
+    refuses(f, "{\"c\": 1}", "c\"");
+    serve_format_unref(f);
+    f = schema("{\"properties\": {}, \"additionalProperties\": true, \"required\": [\"x\"]}");
+    holds(f, "{\"x\": null}");
+    refuses(f, "{}", "}");
+    serve_format_unref(f);
 }
 END_TEST
 
@@ -163,6 +176,9 @@ START_TEST(unsupported_schemas_are_refused)
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"date\"}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"properties\": {\"a\": {}}, \"required\": [\"b\"]}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"enum\": []}}}",
+        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"properties\": {}, \"required\": [\"b\"]}}}",
+        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"object\", \"properties\": {},"
+        " \"additionalProperties\": false, \"required\": [\"b\"]}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": 3}}",
         "[]",
     };
@@ -173,6 +189,9 @@ START_TEST(unsupported_schemas_are_refused)
         ck_assert_msg(serve_format_read(j, &f, &e) == -1 && !f, "accepted: %s", bad[i]);
         ck_assert_int_eq(e.http, 400);
         ck_assert_str_eq(e.param, "response_format");
+        /* a required property that cannot be written is named */
+        if (strstr(bad[i], "required"))
+            ck_assert_msg(strstr(e.message, "'b'"), "%s: %s", bad[i], e.message);
         cJSON_Delete(j);
     }
     /* nesting without end */

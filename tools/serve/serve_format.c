@@ -125,6 +125,46 @@ static int compile_enum(struct serve_format *f, const cJSON *values, struct serv
     return id;
 }
 
+/* key as the JSON text a reply writes for it ("\"name\"") */
+static char *key_text(const char *key)
+{
+    cJSON *name = cJSON_CreateString(key);
+    char *text = name ? cJSON_PrintUnformatted(name) : NULL;
+    cJSON_Delete(name);
+    return text;
+}
+
+/* An object that names no properties but requires some: written with
+ * exactly those, of any value (the machine writes keys it knows, so it
+ * holds the requirement by leaving the other keys out). */
+static int compile_required_only(struct serve_format *f, int id, const cJSON *req, struct serve_error *e)
+{
+    int n = cJSON_GetArraySize(req);
+    if (n > MAX_ALTS)
+        return BAD(e, "response_format: 'required' names more than %d properties", MAX_ALTS);
+    struct node *nd = &f->nodes[id];
+    if (!(nd->text = calloc((size_t)n, sizeof *nd->text)) || !(nd->child = calloc((size_t)n, sizeof *nd->child)))
+        return BAD(e, "response_format: out of memory");
+    nd->closed = true;
+    for (const cJSON *r = req->child; r; r = r->next) {
+        char *text = key_text(r->valuestring);
+        if (!text)
+            return BAD(e, "response_format: out of memory");
+        uint32_t k = 0;
+        while (k < nd->n && strcmp(nd->text[k], text))
+            k++;
+        if (k < nd->n) {        /* named twice */
+            free(text);
+            continue;
+        }
+        nd->text[k] = text;
+        nd->child[k] = ANY_NODE;
+        nd->required |= 1ull << k;
+        nd->n++;
+    }
+    return id;
+}
+
 static int compile_object(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e)
 {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties"),
@@ -134,36 +174,41 @@ static int compile_object(struct serve_format *f, const cJSON *s, int depth, str
         return BAD(e, "response_format: 'properties' must be an object of at most %d properties", MAX_ALTS);
     if (req && !cJSON_IsArray(req))
         return BAD(e, "response_format: 'required' must be an array of property names");
+    for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+        if (!cJSON_IsString(r))
+            return BAD(e, "response_format: 'required' must be an array of property names");
     const cJSON *more = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
     int id = new_node(f, K_OBJECT, e);
+    if (id < 0)
+        return -1;
     /* no properties: any object; properties, even none: only those, unless
      * additionalProperties allows more (then, with none listed, any) */
-    if (id >= 0)
-        f->nodes[id].closed = props && !(n == 0 && more && !cJSON_IsFalse(more));
-    if (id < 0 || !n)
-        return id;
-    char **text = calloc((size_t)n, sizeof *text);
-    uint32_t *child = calloc((size_t)n, sizeof *child);
-    f->nodes[id].text = text;
-    f->nodes[id].child = child;
-    if (!text || !child)
-        return BAD(e, "response_format: out of memory");
+    bool open = !props || (n == 0 && more && !cJSON_IsFalse(more));
+    if (open && req && req->child)
+        return compile_required_only(f, id, req, e);
+    f->nodes[id].closed = !open;
+    if (n) {
+        char **text = calloc((size_t)n, sizeof *text);
+        uint32_t *child = calloc((size_t)n, sizeof *child);
+        f->nodes[id].text = text;
+        f->nodes[id].child = child;
+        if (!text || !child)
+            return BAD(e, "response_format: out of memory");
+    }
     uint32_t k = 0;
-    for (const cJSON *p = props->child; p; p = p->next, k++) {
-        cJSON *name = cJSON_CreateString(p->string);
-        text[k] = name ? cJSON_PrintUnformatted(name) : NULL;
-        cJSON_Delete(name);
+    for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
+        char *text = key_text(p->string);
+        f->nodes[id].text[k] = text;
         f->nodes[id].n = k + 1;
-        if (!text[k])
+        if (!text)
             return BAD(e, "response_format: out of memory");
         int c = compile(f, p, depth + 1, e);
         if (c < 0)
             return -1;
         f->nodes[id].child[k] = (uint32_t)c;   /* f->nodes may have moved */
     }
+    /* a closed object holds a required property only when it lists it */
     for (const cJSON *r = req ? req->child : NULL; r; r = r->next) {
-        if (!cJSON_IsString(r))
-            return BAD(e, "response_format: 'required' must be an array of property names");
         uint32_t i = 0;
         const cJSON *p = props->child;
         while (p && strcmp(p->string, r->valuestring))
