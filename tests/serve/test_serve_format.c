@@ -226,10 +226,11 @@ START_TEST(tool_calls)
         strdup("{\"type\": \"function\", \"function\": {\"name\": \"now\", \"parameters\": {\"type\": \"object\", "
                "\"properties\": {}}}}"),
         strdup("{\"type\": \"function\", \"function\": {\"name\": \"odd\", \"parameters\": {\"anyOf\": []}}}"),
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"free\", \"parameters\": {}}}"),
     };
     struct serve_format *f = NULL;
     struct serve_error e = {0};
-    ck_assert_int_eq(serve_format_tool_call(tools, 3, NULL, &f, &e), 0);
+    ck_assert_int_eq(serve_format_tool_call(tools, 4, NULL, &f, &e), 0);
     holds(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
     holds(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>");
     holds(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
@@ -237,6 +238,10 @@ START_TEST(tool_calls)
     refuses(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\": 1}}\n</tool_call>", "\"x");
     refuses(f, "<tool_call>\n{\"name\": \"later\", \"arguments\": {}}\n</tool_call>", "later");
     refuses(f, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 3}}\n</tool_call>", "days");
+    /* the empty schema's arguments are still an object: a call reads back */
+    holds(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": {\"k\": 3}}\n</tool_call>");
+    refuses(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": 3}\n</tool_call>", "3}");
+    refuses(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": \"x\"}\n</tool_call>", "\"x\"}");
     refuses(f, " <tool_call>", " ");
     refuses(f, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}", NULL);
     serve_format_unref(f);
@@ -255,7 +260,7 @@ START_TEST(tool_calls)
     ck_assert(!f && strstr(e.message, "at most 64"));
     ck_assert_int_eq(serve_format_tool_call(many, 65, "now", &f, &e), 0);
     serve_format_unref(f);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         free(tools[i]);
 }
 END_TEST

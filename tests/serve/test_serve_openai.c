@@ -216,6 +216,18 @@ START_TEST(requests_of_the_wrong_shape_are_refused_naming_the_field)
     refused(SERVE_COMPLETION, "{\"prompt\": []}", 400, "prompt");
     refused(SERVE_COMPLETION, "{\"messages\": []}", 400, "messages");
     refused(SERVE_COMPLETION, "{\"prompt\": \"x\", \"echo\": 1}", 400, "echo");
+    /* a tool's arguments are an object: its parameters an object's schema */
+    static const char *const not_object[] = {"{\"type\": \"integer\"}", "[]", "\"x\"", "{\"type\": [\"object\"]}"};
+    for (size_t i = 0; i < sizeof not_object / sizeof *not_object; i++) {
+        snprintf(body, sizeof body, "{%s, \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"ok\"}}, "
+                 "{\"type\": \"function\", \"function\": {\"name\": \"count\", \"parameters\": %s}}]}", msg,
+                 not_object[i]);
+        refused(SERVE_CHAT, body, 400, "tools");
+        struct serve_request q;
+        struct serve_error e;
+        ck_assert_int_eq(parse(SERVE_CHAT, body, &q, &e), -1);
+        ck_assert_msg(strstr(e.message, "tools[1] 'count'"), "%s", e.message);
+    }
 }
 END_TEST
 

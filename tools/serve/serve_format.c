@@ -308,6 +308,19 @@ int serve_format_read(const cJSON *rf, struct serve_format **out, struct serve_e
     return 0;
 }
 
+/* whether every value of node is an object (arguments must be one) */
+static bool object_node(const struct serve_format *f, uint32_t node)
+{
+    const struct node *nd = &f->nodes[node];
+    if (nd->kind == K_ENUM) {
+        for (uint32_t i = 0; i < nd->n; i++)
+            if (nd->text[i][0] != '{')
+                return false;
+        return true;
+    }
+    return nd->kind == K_OBJECT;
+}
+
 /* Qwen3's call of one of the tools, as its chat template asks for it:
  * <tool_call>\n{"name": NAME, "arguments": ARGUMENTS}\n</tool_call>, the
  * arguments a value of that tool's parameters (an object of any keys
@@ -346,7 +359,9 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
             struct serve_error ignored;
             uint32_t first = f->n_nodes;
             int args = params && !cJSON_IsNull(params) ? compile(f, params, 1, &ignored) : -1;
-            if (args < 0) {                 /* not a schema held here: any object */
+            if (args >= 0 && !object_node(f, (uint32_t)args))
+                args = -1;
+            if (args < 0) {                 /* not an object's schema held here: any object */
                 drop_nodes(f, first);
                 args = new_node(f, K_OBJECT, e);
             }

@@ -144,9 +144,14 @@ int serve_read_tools(const cJSON *v, struct serve_request *r, struct serve_error
             return BAD(e, "tools", "tools[%zu] must be an object of type \"function\"", i);
         if (!cJSON_IsObject(fn) || !cJSON_IsString(name) || !*name->valuestring)
             return BAD(e, "tools", "tools[%zu].function must be an object with a name", i);
-        const cJSON *params = field(fn, "parameters");
-        if (params && !cJSON_IsObject(params) && !cJSON_IsNull(params))
-            return BAD(e, "tools", "tools[%zu].function.parameters must be a JSON Schema object", i);
+        /* OpenAI's rule: the arguments are an object, so the parameters are
+         * an object's schema; a forced call of anything else could not
+         * come back as a call */
+        const cJSON *params = field(fn, "parameters"), *ptype = field(params, "type");
+        if (params && !cJSON_IsNull(params) &&
+            (!cJSON_IsObject(params) || (ptype && (!cJSON_IsString(ptype) || strcmp(ptype->valuestring, "object")))))
+            return BAD(e, "tools", "tools[%zu] '%.64s': function.parameters must be an object's schema "
+                       "({\"type\": \"object\", ...})", i, name->valuestring);
         if (!(r->tools[i] = serve_python_json(t)))
             return BAD(e, "tools", "out of memory");
         r->n_tools++;
