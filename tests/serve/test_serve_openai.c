@@ -356,6 +356,33 @@ START_TEST(requests_get_openais_defaults_and_their_fields)
 }
 END_TEST
 
+/* a reply held to a format ends where its value does: its stop strings,
+ * which would cut the value inside, are not used; a text reply keeps them */
+START_TEST(stop_strings_do_not_cut_a_held_reply)
+{
+    static const char *const bodies[] = {
+        "{\"prompt\": \"x\", \"stop\": [\"}\", \"\\\"\", \" \"], \"response_format\": {\"type\": \"json_object\"}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": \"}\", \"response_format\": "
+        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"string\"}}}}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"stop\": [\"</tool_call>\", \"\\n\"], "
+        "\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], \"tool_choice\": \"required\"}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        struct serve_request q;
+        struct serve_error e;
+        ck_assert_msg(parse(i ? SERVE_CHAT : SERVE_COMPLETION, bodies[i], &q, &e) == 0, "%s: %s", bodies[i], e.message);
+        ck_assert_msg(q.format && q.stops.n == 0, "%s: %u stop strings", bodies[i], q.stops.n);
+        serve_request_free(&q);
+    }
+    struct serve_request q;
+    struct serve_error e;
+    ck_assert_int_eq(parse(SERVE_COMPLETION, "{\"prompt\": \"x\", \"stop\": \"}\", \"response_format\": "
+                                             "{\"type\": \"text\"}}", &q, &e), 0);
+    ck_assert(!q.format && q.stops.n == 1);
+    serve_request_free(&q);
+}
+END_TEST
+
 /* ---- responses ----------------------------------------------------------- */
 
 static cJSON *parse_json(char *text)
@@ -681,6 +708,7 @@ int main(void)
     tcase_add_test(tc, tool_calls_are_read_from_replies);
     tcase_add_test(tc, tool_calls_are_held_as_a_reply_streams);
     tcase_add_test(tc, tools_are_written_as_transformers_writes_them);
+    tcase_add_test(tc, stop_strings_do_not_cut_a_held_reply);
     tcase_add_test(tc, error_bodies_are_utf8_json_whatever_they_quote);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

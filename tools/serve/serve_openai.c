@@ -541,6 +541,13 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
         if (serve_format_tool_call(r->tools, r->n_tools, r->tool_name, &r->format, e))
             return -1;
     }
+    /* a held reply ends where its value does: a stop string would cut the
+     * value inside (a '}' in a string, a blank between items) */
+    if (r->format) {
+        for (unsigned i = 0; i < r->stops.n; i++)
+            free(r->stops.s[i]);
+        r->stops = (struct serve_stops){0};
+    }
     if (kind == SERVE_COMPLETION && !r->prompt && !r->prompt_ids)
         return BAD(e, "prompt", "'prompt' is required");
     if (!r->has_max_tokens && kind == SERVE_COMPLETION)
