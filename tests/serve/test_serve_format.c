@@ -265,6 +265,44 @@ START_TEST(tool_calls)
 }
 END_TEST
 
+/* "</tool_call>" in a name, a key or a const is written "<\/tool_call>",
+ * and a string the reply writes cannot hold it as it is: the block ends
+ * only at its end, and the call reads back whole */
+START_TEST(a_call_holds_no_early_end)
+{
+    char *tools[] = {
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"a</tool_call>b\", \"parameters\": {\"type\": "
+               "\"object\", \"properties\": {\"k</tool_call>\": {\"const\": \"x</tool_call>\"}}, \"required\": "
+               "[\"k</tool_call>\"]}}}"),
+        strdup("{\"type\": \"function\", \"function\": {\"name\": \"free\"}}"),
+    };
+    struct serve_format *f = NULL;
+    struct serve_error e = {0};
+    ck_assert_int_eq(serve_format_tool_call(tools, 2, NULL, &f, &e), 0);
+    const char *call = "<tool_call>\n{\"name\": \"a<\\/tool_call>b\", \"arguments\": {\"k<\\/tool_call>\": "
+                       "\"x<\\/tool_call>\"}}\n</tool_call>";
+    holds(f, call);
+    refuses(f, "<tool_call>\n{\"name\": \"a</tool_call>b\"", "/tool_call>b");
+    refuses(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": {\"s\": \"</tool_call>\"}}\n</tool_call>", ">\"}}");
+    refuses(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": {\"</tool_call>\": 1}}\n</tool_call>", ">\": 1");
+    holds(f, "<tool_call>\n{\"name\": \"free\", \"arguments\": {\"s\": \"<\\/tool_call> </tool_call <<\"}}\n</tool_call>");
+    struct serve_tool_calls calls;
+    ck_assert_int_eq(serve_take_tool_calls(call, strlen(call), &calls), 0);
+    ck_assert_uint_eq(calls.n, 1);
+    ck_assert_str_eq(calls.v[0].name, "a</tool_call>b");
+    ck_assert_str_eq(calls.v[0].arguments, "{\"k</tool_call>\":\"x</tool_call>\"}");
+    ck_assert_uint_eq(calls.content_len, 0);
+    serve_tool_calls_clear(&calls);
+    serve_format_unref(f);
+    /* a response_format's texts are JSON's own */
+    f = schema("{\"const\": \"</b>\"}");
+    holds(f, "\"</b>\"");
+    serve_format_unref(f);
+    for (int i = 0; i < 2; i++)
+        free(tools[i]);
+}
+END_TEST
+
 /* ---- random replies from the allowed tokens ----------------------------- */
 
 static const char *const toks[] = {
@@ -461,6 +499,7 @@ int main(void)
     tcase_add_test(tc, random_replies_parse_and_hold_the_schema);
     tcase_add_test(tc, end_only_when_complete);
     tcase_add_test(tc, tool_calls);
+    tcase_add_test(tc, a_call_holds_no_early_end);
     tcase_add_test(tc, no_dead_ends);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);

@@ -51,6 +51,7 @@ struct node {
 
 struct serve_format {
     atomic_int refs;
+    bool call;                  /* a tool call: no string holds "</tool_call>" as it is */
     struct node *nodes;
     uint32_t n_nodes;
     uint32_t root;
@@ -101,6 +102,33 @@ static int new_node(struct serve_format *f, enum kind kind, struct serve_error *
 
 static int compile(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e);
 
+static const char call_close[] = "</tool_call>";
+
+/* v as the JSON text a reply writes for it; in a tool call "</" as "<\/"
+ * (the same string to a JSON reader), so that no value the machine writes
+ * ends the call's block early. Outside strings JSON has no '<'. */
+static char *json_text(const struct serve_format *f, const cJSON *v)
+{
+    char *text = cJSON_PrintUnformatted(v);
+    if (!text || !f->call)
+        return text;
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, "</")); p++)
+        n++;
+    char *out = n ? malloc(strlen(text) + n + 1) : NULL;
+    if (!out)
+        return n ? (free(text), NULL) : text;
+    char *o = out;
+    for (const char *p = text; *p; p++) {
+        *o++ = *p;
+        if (p[0] == '<' && p[1] == '/')
+            *o++ = '\\';
+    }
+    *o = 0;
+    free(text);
+    return out;
+}
+
 static const struct {
     const char *name;
     enum kind kind;
@@ -120,16 +148,16 @@ static int compile_enum(struct serve_format *f, const cJSON *values, struct serv
     if (!(nd->text = calloc((size_t)n, sizeof *nd->text)))
         return BAD(e, "response_format: out of memory");
     for (const cJSON *v = values->child; v; v = v->next)
-        if (!(nd->text[nd->n++] = cJSON_PrintUnformatted(v)))
+        if (!(nd->text[nd->n++] = json_text(f, v)))
             return BAD(e, "response_format: out of memory");
     return id;
 }
 
 /* key as the JSON text a reply writes for it ("\"name\"") */
-static char *key_text(const char *key)
+static char *key_text(const struct serve_format *f, const char *key)
 {
     cJSON *name = cJSON_CreateString(key);
-    char *text = name ? cJSON_PrintUnformatted(name) : NULL;
+    char *text = name ? json_text(f, name) : NULL;
     cJSON_Delete(name);
     return text;
 }
@@ -147,7 +175,7 @@ static int compile_required_only(struct serve_format *f, int id, const cJSON *re
         return BAD(e, "response_format: out of memory");
     nd->closed = true;
     for (const cJSON *r = req->child; r; r = r->next) {
-        char *text = key_text(r->valuestring);
+        char *text = key_text(f, r->valuestring);
         if (!text)
             return BAD(e, "response_format: out of memory");
         uint32_t k = 0;
@@ -197,7 +225,7 @@ static int compile_object(struct serve_format *f, const cJSON *s, int depth, str
     }
     uint32_t k = 0;
     for (const cJSON *p = props ? props->child : NULL; p; p = p->next, k++) {
-        char *text = key_text(p->string);
+        char *text = key_text(f, p->string);
         f->nodes[id].text[k] = text;
         f->nodes[id].n = k + 1;
         if (!text)
@@ -336,6 +364,7 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
     if (!f)
         return BAD(e, "out of memory");
     atomic_init(&f->refs, 1);
+    f->call = true;
     int rc = new_node(f, K_ANY, e) < 0 || new_node(f, K_TOOL_CALL, e) < 0 ? -1 : 0;
     if (!rc && !only && n > MAX_ALTS)
         rc = (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
@@ -350,7 +379,7 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function"),
                     *name = cJSON_GetObjectItemCaseSensitive(fn, "name"),
                     *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-        char *name_json = cJSON_IsString(name) ? cJSON_PrintUnformatted(name) : NULL;
+        char *name_json = cJSON_IsString(name) ? json_text(f, name) : NULL;
         if (name_json && (!only || !strcmp(only, name->valuestring))) {
             size_t len = strlen(name_json) + 48;
             char *prefix = malloc(len);
@@ -405,6 +434,7 @@ struct frame {
     uint16_t ws;                /* whitespace bytes in a row */
     uint32_t node;
     uint32_t pos;               /* literal: bytes matched; number: bytes; string: hex digits left */
+    uint8_t close;              /* string in a tool call: bytes of "</tool_call>" it ends with */
     uint32_t next;              /* schema object: the first property not yet passed */
     uint32_t cur;               /* schema object: the property being written; tool call: the tool */
     uint32_t n_alts;            /* literal: alternatives */
@@ -631,7 +661,12 @@ static bool step_string(struct machine *m, struct frame *t, unsigned c)
         if (c == '"')
             return pop(m), true;
         if (c == '\\')
-            return t->phase = S_ESCAPE, true;
+            return t->phase = S_ESCAPE, t->close = 0, true;
+        if (m->f->call) {       /* "</tool_call>" only as "<\/tool_call>" */
+            t->close = c == (unsigned char)call_close[t->close] ? t->close + 1 : c == '<';
+            if (!call_close[t->close])
+                return false;
+        }
         return c >= 0x20;
     }
 }
