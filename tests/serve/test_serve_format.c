@@ -260,6 +260,28 @@ START_TEST(tool_calls)
     ck_assert(!f && strstr(e.message, "at most 64"));
     ck_assert_int_eq(serve_format_tool_call(many, 65, "now", &f, &e), 0);
     serve_format_unref(f);
+    /* 64 tools of 20 required properties: each tool's schema is within the
+     * bound on a schema's parts, and the last one's is held too */
+    static char big[64][2048];
+    for (int i = 0; i < 64; i++) {
+        int at = snprintf(big[i], sizeof big[i], "{\"type\": \"function\", \"function\": {\"name\": \"t%d\", "
+                          "\"parameters\": {\"type\": \"object\", \"properties\": {", i);
+        for (int k = 0; k < 20; k++)
+            at += snprintf(big[i] + at, sizeof big[i] - (size_t)at, "%s\"p%d\": {\"type\": \"null\"}", k ? ", " : "", k);
+        at += snprintf(big[i] + at, sizeof big[i] - (size_t)at, "}, \"required\": [");
+        for (int k = 0; k < 20; k++)
+            at += snprintf(big[i] + at, sizeof big[i] - (size_t)at, "%s\"p%d\"", k ? ", " : "", k);
+        snprintf(big[i] + at, sizeof big[i] - (size_t)at, "]}}}");
+        many[i] = big[i];
+    }
+    ck_assert_msg(serve_format_tool_call(many, 64, NULL, &f, &e) == 0, "%s: %s", e.param, e.message);
+    char last[1024] = "<tool_call>\n{\"name\": \"t63\", \"arguments\": {";
+    for (int k = 0; k < 20; k++)
+        snprintf(last + strlen(last), sizeof last - strlen(last), "%s\"p%d\": null", k ? ", " : "", k);
+    strcat(last, "}}\n</tool_call>");
+    holds(f, last);
+    refuses(f, "<tool_call>\n{\"name\": \"t63\", \"arguments\": {}}", "}}");
+    serve_format_unref(f);
     for (int i = 0; i < 4; i++)
         free(tools[i]);
 }

@@ -53,7 +53,8 @@ struct serve_format {
     atomic_int refs;
     bool call;                  /* a tool call: no string holds "</tool_call>" as it is */
     struct node *nodes;
-    uint32_t n_nodes;
+    uint32_t n_nodes, cap;
+    uint32_t base;              /* the first node of the schema being compiled */
     uint32_t root;
 };
 
@@ -90,12 +91,16 @@ struct serve_format *serve_format_ref(struct serve_format *f)
 
 static int new_node(struct serve_format *f, enum kind kind, struct serve_error *e)
 {
-    if (f->n_nodes == MAX_NODES)
+    if (f->n_nodes - f->base == MAX_NODES)
         return BAD(e, "response_format: the schema has more than %d parts", MAX_NODES);
-    struct node *nodes = realloc(f->nodes, (f->n_nodes + 1) * sizeof *nodes);
-    if (!nodes)
-        return BAD(e, "response_format: out of memory");
-    f->nodes = nodes;
+    if (f->n_nodes == f->cap) {
+        uint32_t cap = f->cap ? 2 * f->cap : 16;
+        struct node *nodes = realloc(f->nodes, cap * sizeof *nodes);
+        if (!nodes)
+            return BAD(e, "response_format: out of memory");
+        f->nodes = nodes;
+        f->cap = cap;
+    }
     f->nodes[f->n_nodes] = (struct node){.kind = kind};
     return (int)f->n_nodes++;
 }
@@ -356,16 +361,20 @@ static bool object_node(const struct serve_format *f, uint32_t node)
 static const char tool_call_end[] = "}\n</tool_call>";
 static const char *const tool_call_ends[] = {tool_call_end};
 
+#define BAD_TOOLS(e, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, "tools", __VA_ARGS__), -1)
+
 int serve_format_tool_call(char *const *tools, size_t n, const char *only, struct serve_format **out,
                            struct serve_error *e)
 {
     *out = NULL;
     struct serve_format *f = calloc(1, sizeof *f);
     if (!f)
-        return BAD(e, "out of memory");
+        return BAD_TOOLS(e, "out of memory");
     atomic_init(&f->refs, 1);
     f->call = true;
-    int rc = new_node(f, K_ANY, e) < 0 || new_node(f, K_TOOL_CALL, e) < 0 ? -1 : 0;
+    struct serve_error ignored;
+    int rc = new_node(f, K_ANY, &ignored) < 0 || new_node(f, K_TOOL_CALL, &ignored) < 0 ? BAD_TOOLS(e, "out of memory")
+                                                                                          : 0;
     if (!rc && !only && n > MAX_ALTS)
         rc = (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
                               "tool_choice \"required\" holds at most %d tools (name one instead)", MAX_ALTS),
@@ -373,7 +382,7 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
     struct node *call = rc ? NULL : &f->nodes[1];
     if (call && (!(call->text = calloc(n ? n : 1, sizeof *call->text)) ||
                  !(call->child = calloc(n ? n : 1, sizeof *call->child))))
-        rc = BAD(e, "out of memory");
+        rc = BAD_TOOLS(e, "out of memory");
     for (size_t i = 0; !rc && i < n && f->nodes[1].n < MAX_ALTS; i++) {
         cJSON *tool = cJSON_Parse(tools[i]);
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tool, "function"),
@@ -385,19 +394,19 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
             char *prefix = malloc(len);
             if (prefix)
                 snprintf(prefix, len, "<tool_call>\n{\"name\": %s, \"arguments\": ", name_json);
-            struct serve_error ignored;
-            uint32_t first = f->n_nodes;
+            /* each tool's schema within the bound, not all of them together */
+            uint32_t first = f->base = f->n_nodes;
             int args = params && !cJSON_IsNull(params) ? compile(f, params, 1, &ignored) : -1;
             if (args >= 0 && !object_node(f, (uint32_t)args))
                 args = -1;
             if (args < 0) {                 /* not an object's schema held here: any object */
                 drop_nodes(f, first);
-                args = new_node(f, K_OBJECT, e);
+                args = new_node(f, K_OBJECT, &ignored);
             }
             call = &f->nodes[1];
             call->text[call->n] = prefix;
             call->child[call->n] = (uint32_t)args;
-            rc = !prefix || args < 0 ? BAD(e, "out of memory") : 0;
+            rc = !prefix || args < 0 ? BAD_TOOLS(e, "out of memory") : 0;
             call->n += prefix != NULL;
         }
         free(name_json);
