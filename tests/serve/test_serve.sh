@@ -904,6 +904,11 @@ queue_zero)
         code=$(curl -sS --max-time 60 -o "$T/q0.$r" -w '%{http_code}' -H "$J" -d "$body" "$URL/v1/completions")
         [ "$code" = 200 ] || fail "request $r with the session free: status $code: $(head -c 200 "$T/q0.$r")"
     done
+    # two replies where the server never holds more than one: no retry
+    # serves them, so a 400 naming n rather than a 503
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 4, "n": 2}'
+    expect_error 400
+    [ "$(jq -r .error.param "$T/resp")" = n ] || fail "n above --parallel + --queue: $(cat "$T/resp")"
     long='{"prompt": "Hello", "max_tokens": 200, "temperature": 0, "stream": true}'
     curl -sS -N --max-time 60 -H "$J" -d "$long" "$URL/v1/completions" >"$T/q0.long" 2>/dev/null &
     lpid=$!

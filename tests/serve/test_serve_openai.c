@@ -256,6 +256,15 @@ START_TEST(neutral_and_unknown_fields_are_accepted)
     serve_request_free(&q);
     ck_assert_int_eq(parse_strict(SERVE_COMPLETION, "{\"prompt\": \"x\", \"model\": \"M\"}", &q, &e), 0);
     serve_request_free(&q);
+    /* more replies than the server ever holds at once: no retry serves them */
+    static const struct serve_model_ref small = {"M", false, 151936, .max_choices = 3};
+    const char *body = "{\"prompt\": \"x\", \"n\": 4}";
+    ck_assert_int_eq(serve_parse_request(SERVE_COMPLETION, body, strlen(body), &small, &q, &e), -1);
+    ck_assert(e.http == 400 && !strcmp(e.param, "n") && strstr(e.message, "at most 3"));
+    body = "{\"prompt\": \"x\", \"n\": 3}";
+    ck_assert_int_eq(serve_parse_request(SERVE_COMPLETION, body, strlen(body), &small, &q, &e), 0);
+    ck_assert_uint_eq(q.n_choices, 3);
+    serve_request_free(&q);
 }
 END_TEST
 

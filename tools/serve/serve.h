@@ -92,6 +92,9 @@ struct serve_model_ref {
     /* the model's sampling (qpack_model_sampling) without and with
      * thinking, for the fields a request leaves out; NULL: none */
     const qpack_sampler_params *sampling[2];
+    /* the replies the server can ever hold at once (--parallel + --queue):
+     * an n above it is refused; 0: no bound */
+    unsigned max_choices;
 };
 
 /* An error as OpenAI shapes it: {"error": {"message", "type", "param", "code"}}. */

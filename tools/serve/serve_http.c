@@ -941,6 +941,7 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
     if (h->has_sampling)
         model.sampling[0] = &h->sampling[0], model.sampling[1] = &h->sampling[1];
+    model.max_choices = serve_metrics.parallel + serve_metrics.queue_max;
     if (serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
         return send_error(c, r, &e);
     int32_t *ids;

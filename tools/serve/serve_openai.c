@@ -528,6 +528,10 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
+    /* the queue takes a request's replies together or not at all */
+    if (model->max_choices && r->n_choices > model->max_choices)
+        return BAD(e, "n", "'n' is %u, but this server holds at most %u replies at once (--parallel + --queue)",
+                   r->n_choices, model->max_choices);
     if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
         return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r->no_tools) {
