@@ -772,17 +772,22 @@ formats)
     expect_ok "json_schema, completions"
     jq -r '.choices[0].text' "$T/resp" | jq -e "$holds" >/dev/null || fail "completions: $(head -c 300 "$T/resp")"
     echo "ok json_schema from /v1/completions"
-    post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 200,
-                                "response_format": {"type": "json_object"}}'
-    expect_ok "json_object"
-    if [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ]; then
-        jq -r '.choices[0].message.content' "$T/resp" | jq -e 'type == "object"' >/dev/null ||
-            fail "json_object: not an object: $(head -c 300 "$T/resp")"
-    else
-        # the random model's strings run on: what it wrote is an object's start
-        jq -r '.choices[0].message.content' "$T/resp" | grep -q '^[[:space:]]*{' || fail "json_object: $(head -c 300 "$T/resp")"
-    fi
-    echo "ok json_object"
+    # the random model's strings would run on: the budget closes the value
+    # in time, the end token included (3 tokens: "{", "}" and the end);
+    # stop strings that would cut it inside are ignored
+    for mt in 200 40 3; do
+        for stop in '[]' '["}", "\"", " ", "\n"]'; do
+            post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": $mt,
+                                        \"temperature\": 1, \"seed\": $mt, \"stop\": $stop,
+                                        \"response_format\": {\"type\": \"json_object\"}}"
+            expect_ok "json_object, max_tokens $mt, stop $stop"
+            [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] &&
+                [ "$(jq -r .usage.completion_tokens "$T/resp")" -le $mt ] &&
+                jq -r '.choices[0].message.content' "$T/resp" | jq -e 'type == "object"' >/dev/null ||
+                fail "json_object, max_tokens $mt, stop $stop: $(head -c 400 "$T/resp")"
+        done
+    done
+    echo "ok json_object closes within max_tokens, whatever its stop strings"
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}],
                                 "response_format": {"type": "json_schema", "json_schema": {"schema": {"anyOf": [{}]}}}}'
     expect_error 400

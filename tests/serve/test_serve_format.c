@@ -483,6 +483,89 @@ START_TEST(no_dead_ends)
 }
 END_TEST
 
+/* With a budget of tokens, a reply that can close within it does: from
+ * random draws of single-byte tokens (structure, strings, whitespace) it
+ * always ends with the end token, the end included, and parses; with a
+ * budget the size of the shortest value, that value, without the end. */
+START_TEST(replies_close_within_their_budget)
+{
+    static char bytes[128][2];
+    const char *one[128];
+    uint32_t n = 0;
+    one[n++] = "<end>";
+    for (int c = 1; c < 127; c++)
+        if (c == '\t' || c == '\n' || c >= 0x20) {
+            bytes[n][0] = (char)c;
+            one[n] = bytes[n];
+            n++;
+        }
+    struct serve_vocab *v = serve_vocab_of(one, n, 0);
+    char *tools[] = {strdup("{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                            "\"object\", \"properties\": {\"q\": {\"type\": \"string\"}}, \"required\": [\"q\"]}}}"),
+                     strdup("{\"type\": \"function\", \"function\": {\"name\": \"g\"}}")};
+    struct serve_format *call = NULL;
+    struct serve_error e;
+    ck_assert_int_eq(serve_format_tool_call(tools, 2, NULL, &call, &e), 0);
+    struct {
+        struct serve_format *f;
+        const char *shortest;
+    } fs[] = {
+        {format_of("{\"type\": \"json_object\"}"), "{}"},
+        {schema("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"array\","
+                " \"items\": {\"type\": \"integer\"}}, \"c\": {\"type\": \"object\", \"properties\": {}}, \"d\": "
+                "{\"type\": \"object\", \"properties\": {\"e\": {\"enum\": [\"long one\", null]}}, \"required\": [\"e\"]}},"
+                " \"required\": [\"b\", \"d\"]}"), "{\"b\":[],\"d\":{\"e\":null}}"},
+        {schema("{\"type\": \"array\", \"items\": {\"type\": \"string\"}}"), "[]"},
+        {schema("{\"enum\": [\"abcdef\", \"xyz\"]}"), "\"xyz\""},
+        {call, "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>"},
+    };
+    size_t n_fs = sizeof fs / sizeof *fs;
+    for (int it = 0; it < 600; it++) {
+        size_t which = (size_t)it % n_fs;
+        uint32_t shortest = (uint32_t)strlen(fs[which].shortest);
+        /* the shortest value alone, or room for it and the end, and a little more */
+        uint32_t budget = it % 7 == 0 ? shortest : shortest + 1 + draw(40);
+        struct serve_format_state *st = serve_format_start(fs[which].f, v, false);
+        serve_format_budget(st, budget);
+        static char out[4096];
+        size_t len = 0;
+        bool ended = false;
+        for (uint32_t step = 0; step < budget; step++) {
+            uint32_t allowed[128], k = 0;
+            for (uint32_t id = 0; id < n; id++)
+                if (serve_format_allows(st, (int32_t)id))
+                    allowed[k++] = id;
+            out[len] = 0;
+            ck_assert_msg(k > 0, "format %zu, budget %u: no token goes on after '%s'", which, budget, out);
+            uint32_t id = allowed[0] == 0 && draw(3) == 0 ? 0 : allowed[draw(k)];
+            ck_assert_int_eq(serve_format_take(st, (int32_t)id), 0);
+            if (id == 0) {
+                ended = true;
+                break;
+            }
+            out[len++] = one[id][0];
+        }
+        out[len] = 0;
+        if (budget == shortest) {
+            ck_assert_msg(!ended && !strcmp(out, fs[which].shortest), "budget %u: '%s'", budget, out);
+        } else {
+            ck_assert_msg(ended, "format %zu, budget %u: no end in '%s'", which, budget, out);
+            if (which != 4) {
+                cJSON *r = cJSON_Parse(out);
+                ck_assert_msg(r, "does not parse: %s", out);
+                cJSON_Delete(r);
+            }
+        }
+        serve_format_end(st);
+    }
+    for (size_t i = 0; i < n_fs; i++)
+        serve_format_unref(fs[i].f);
+    for (int i = 0; i < 2; i++)
+        free(tools[i]);
+    serve_vocab_free(v);
+}
+END_TEST
+
 /* the end token only where the value is complete; nothing after it */
 START_TEST(end_only_when_complete)
 {
@@ -523,6 +606,7 @@ int main(void)
     tcase_add_test(tc, tool_calls);
     tcase_add_test(tc, a_call_holds_no_early_end);
     tcase_add_test(tc, no_dead_ends);
+    tcase_add_test(tc, replies_close_within_their_budget);
     suite_add_tcase(s, tc);
     SRunner *r = srunner_create(s);
     srunner_run_all(r, CK_NORMAL);

@@ -47,6 +47,11 @@ struct node {
     uint64_t required;          /* object: a bit per required property */
     uint32_t item;              /* array: its items' node */
     bool closed;                /* object: only its properties (none when n is 0) */
+    /* the fewest bytes that write a value of the node, and for a schema
+     * object rest[k]: those that close it once its properties before k
+     * are passed (", KEY: VALUE" per required one left, then "}") */
+    uint32_t min;
+    uint32_t *rest;
 };
 
 struct serve_format {
@@ -55,6 +60,7 @@ struct serve_format {
     struct node *nodes;
     uint32_t n_nodes, cap;
     uint32_t base;              /* the first node of the schema being compiled */
+    uint32_t rise;              /* at most this much more to close after each byte the reply writes */
     uint32_t root;
 };
 
@@ -69,6 +75,7 @@ static void drop_nodes(struct serve_format *f, uint32_t first)
             free(f->nodes[i].text[k]);
         free(f->nodes[i].text);
         free(f->nodes[i].child);
+        free(f->nodes[i].rest);
     }
     f->n_nodes = first;
 }
@@ -306,6 +313,65 @@ static int compile(struct serve_format *f, const cJSON *s, int depth, struct ser
     return id;
 }
 
+/* ---- the fewest bytes that close a value -------------------------------- */
+
+#define MIN_CAP (1u << 24)      /* beyond it a value does not close in any reply */
+
+static uint32_t add_sat(uint32_t a, uint32_t b)
+{
+    return a + b < MIN_CAP ? a + b : MIN_CAP;
+}
+
+static bool schema_object(const struct node *nd)
+{
+    return nd->kind == K_OBJECT && (nd->n > 0 || nd->closed);
+}
+
+static const char tool_call_end[] = "}\n</tool_call>";
+
+/* each node's min (and an object's rest), children before parents: a
+ * node's children come after it, but for node 0 (any value) */
+static int measure(struct serve_format *f, struct serve_error *e)
+{
+    static const uint32_t leaf[] = {[K_ANY] = 1, [K_ARRAY] = 2, [K_STRING] = 2, [K_NUMBER] = 1, [K_INTEGER] = 1,
+                                    [K_BOOLEAN] = 4, [K_NULL] = 4};
+    uint32_t longest = 0, most = 0;
+    f->nodes[ANY_NODE].min = leaf[K_ANY];
+    for (uint32_t i = f->n_nodes; i-- > 0;) {
+        struct node *nd = &f->nodes[i];
+        uint32_t min = MIN_CAP;
+        for (uint32_t k = 0; k < nd->n; k++) {
+            uint32_t len = (uint32_t)strlen(nd->text[k]);
+            longest = len > longest ? len : longest;
+            if (nd->kind == K_ENUM)
+                min = len < min ? len : min;
+            else if (nd->kind == K_TOOL_CALL)
+                min = add_sat(len, f->nodes[nd->child[k]].min) < min ? add_sat(len, f->nodes[nd->child[k]].min) : min;
+        }
+        if (nd->kind == K_TOOL_CALL)
+            min = add_sat(min, (uint32_t)strlen(tool_call_end));
+        else if (nd->kind == K_OBJECT && !schema_object(nd))
+            min = 2;
+        else if (nd->kind == K_OBJECT) {
+            free(nd->rest);
+            if (!(nd->rest = calloc(nd->n + 1, sizeof *nd->rest)))
+                return BAD(e, "out of memory");
+            nd->rest[nd->n] = 1;
+            for (uint32_t k = nd->n; k-- > 0;)
+                nd->rest[k] = nd->required >> k & 1 ? add_sat(nd->rest[k + 1], add_sat((uint32_t)strlen(nd->text[k]) + 2,
+                                                                               f->nodes[nd->child[k]].min))
+                                                     : nd->rest[k + 1];
+            /* "{" and the required properties, a comma fewer than rest counts */
+            min = add_sat(1, nd->rest[0] - (nd->rest[0] > 1));
+        } else if (nd->kind != K_ENUM)
+            min = leaf[nd->kind];
+        nd->min = min;
+        most = min > most ? min : most;
+    }
+    f->rise = add_sat(add_sat(2 * (most < MIN_CAP ? most : MIN_CAP), 2 * longest), 8);
+    return 0;
+}
+
 int serve_format_read(const cJSON *rf, struct serve_format **out, struct serve_error *e)
 {
     *out = NULL;
@@ -332,7 +398,7 @@ int serve_format_read(const cJSON *rf, struct serve_format **out, struct serve_e
     atomic_init(&f->refs, 1);
     int any = new_node(f, K_ANY, e);
     int root = any < 0 ? -1 : schema ? compile(f, schema, 0, e) : new_node(f, K_OBJECT, e);
-    if (root < 0) {
+    if (root < 0 || measure(f, e)) {
         serve_format_unref(f);
         return -1;
     }
@@ -358,7 +424,6 @@ static bool object_node(const struct serve_format *f, uint32_t node)
  * <tool_call>\n{"name": NAME, "arguments": ARGUMENTS}\n</tool_call>, the
  * arguments a value of that tool's parameters (an object of any keys
  * where they are not a schema the machine holds). */
-static const char tool_call_end[] = "}\n</tool_call>";
 static const char *const tool_call_ends[] = {tool_call_end};
 
 #define BAD_TOOLS(e, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, "tools", __VA_ARGS__), -1)
@@ -412,6 +477,8 @@ int serve_format_tool_call(char *const *tools, size_t n, const char *only, struc
         free(name_json);
         cJSON_Delete(tool);
     }
+    if (!rc && f->nodes[1].n && measure(f, &ignored))
+        rc = BAD_TOOLS(e, "out of memory");
     if (!rc && f->nodes[1].n == 0)
         rc = only ? (serve_error_set(e, 400, "invalid_request_error", NULL, "tool_choice",
                                      "tool_choice names '%.64s', which is not among the tools", only), -1)
@@ -787,6 +854,88 @@ static bool complete(const struct machine *m)
     return m->depth == 1 && ((t->kind == F_NUMBER && number_complete(t)) || (t->kind == F_LITERAL && literal_complete(t)));
 }
 
+/* the fewest bytes that close the object t writes, in its phase (for
+ * O_COLON: with its key written) */
+static uint32_t object_cost(const struct serve_format *f, const struct frame *t)
+{
+    const struct node *nd = &f->nodes[t->node];
+    if (!schema_object(nd))     /* "}"; "\"\":0}"; ":0}"; "}" */
+        return t->phase == O_KEY ? 5 : t->phase == O_COLON ? 3 : 1;
+    uint32_t next = t->next < nd->n ? t->next : nd->n, rest = nd->rest[next];
+    switch (t->phase) {
+    case O_OPEN: return rest - (rest > 1);
+    case O_COLON: return add_sat(add_sat(1, f->nodes[nd->child[t->cur]].min), rest);
+    case O_AFTER: return rest;
+    default:                    /* after a comma: a key must come */
+        if (rest > 1)
+            return rest - 1;
+        uint32_t best = MIN_CAP;
+        uint64_t open = keys_open(nd, next);
+        for (uint32_t k = next; k < nd->n; k++)
+            if (open >> k & 1) {
+                uint32_t c = add_sat((uint32_t)strlen(nd->text[k]) + 2, f->nodes[nd->child[k]].min);
+                best = c < best ? c : best;
+            }
+        return best;            /* its "}" is the 1 that rest counts */
+    }
+}
+
+/* a key's literal with the frame that chose it below: the fewest bytes
+ * over the keys still live */
+static uint32_t key_cost(const struct serve_format *f, const struct frame *key, const struct frame *below)
+{
+    const struct node *nd = &f->nodes[below->node];
+    uint32_t best = MIN_CAP;
+    for (uint32_t a = 0; a < key->n_alts; a++) {
+        if (!(key->live >> a & 1))
+            continue;
+        uint32_t c = add_sat((uint32_t)strlen(key->alts[a]) - key->pos, f->nodes[nd->child[a]].min);
+        c = below->kind == F_TOOL_CALL ? add_sat(c, (uint32_t)strlen(tool_call_end))
+                                       : add_sat(c, add_sat(1, nd->rest[a + 1]));
+        best = c < best ? c : best;
+    }
+    return best;
+}
+
+static uint32_t frame_cost(const struct serve_format *f, const struct frame *t)
+{
+    switch (t->kind) {
+    case F_VALUE: return f->nodes[t->node].min;
+    case F_OBJECT: return object_cost(f, t);
+    case F_ARRAY: return t->phase == A_ITEM ? add_sat(f->nodes[f->nodes[t->node].item].min, 1) : 1;
+    case F_STRING: return t->phase == S_ESCAPE ? 2 : t->phase == S_HEX ? t->pos + 1 : 1;
+    case F_NUMBER: return !number_complete(t);
+    case F_TOOL_CALL:           /* the arguments to come, or under way (T_END) */
+        return add_sat(t->phase == T_ARGUMENTS ? f->nodes[f->nodes[t->node].child[t->cur]].min : 0,
+                       (uint32_t)strlen(tool_call_end));
+    default: {
+        uint32_t best = MIN_CAP;
+        for (uint32_t a = 0; a < t->n_alts; a++)
+            if (t->live >> a & 1 && (uint32_t)strlen(t->alts[a]) - t->pos < best)
+                best = (uint32_t)strlen(t->alts[a]) - t->pos;
+        return best;
+    }
+    }
+}
+
+/* The fewest bytes that complete the value from here: each frame's, a
+ * key with the frame that chose it. There is always a byte that brings
+ * it down by one, so with single-byte tokens it is also the fewest tokens. */
+static uint32_t cost(const struct machine *m)
+{
+    uint32_t c = 0;
+    for (uint32_t i = m->depth; i-- > 0;) {
+        const struct frame *t = &m->st[i];
+        if (t->kind == F_LITERAL && t->is_key && i > 0) {
+            c = add_sat(c, key_cost(m->f, t, &m->st[i - 1]));
+            i--;
+        } else {
+            c = add_sat(c, frame_cost(m->f, t));
+        }
+    }
+    return c;
+}
+
 /* ---- the vocabulary, and one reply's state ------------------------------- */
 
 enum { TOKEN_TEXT, TOKEN_END, TOKEN_NEVER };
@@ -858,8 +1007,10 @@ struct serve_format_state {
     struct serve_format *f;
     const struct serve_vocab *v;
     bool waiting;               /* thinking first: the format begins after </think> */
-    bool fresh;                 /* first[] is for the machine as it is */
+    bool fresh;                 /* first[] and cost are for the machine as it is */
     bool first[256];            /* bytes the machine takes next */
+    uint32_t cost;              /* bytes that complete the value from here */
+    uint32_t budget, taken;     /* tokens the reply may have (0: no bound), and has */
     struct machine m, scratch;
 };
 
@@ -892,6 +1043,28 @@ static bool feed(struct machine *m, const char *bytes, uint32_t len)
     return true;
 }
 
+/* Whether the reply, with the token just fed to scratch, can still close
+ * and take the end token within its budget: the value's cost after it at
+ * most the tokens then left but one. Where even the cheapest way cannot
+ * (the budget smaller than the value's shortest completion), only tokens
+ * that bring the cost down, so the reply ends as near to complete as it can. */
+static bool within_budget(struct serve_format_state *st, uint32_t len)
+{
+    if (!st->budget)
+        return true;
+    int64_t left = (int64_t)st->budget - st->taken, limit = left - 2;
+    if (limit < (int64_t)st->cost - 1)
+        limit = (int64_t)st->cost - 1;
+    if (limit >= (int64_t)st->cost + (int64_t)len * st->f->rise)   /* no token's bytes can rise that far */
+        return true;
+    return (int64_t)cost(&st->scratch) <= limit;
+}
+
+void serve_format_budget(struct serve_format_state *st, uint32_t tokens)
+{
+    st->budget = tokens;
+}
+
 bool serve_format_allows(void *state, int32_t token)
 {
     struct serve_format_state *st = state;
@@ -906,13 +1079,14 @@ bool serve_format_allows(void *state, int32_t token)
             memcpy(&st->scratch, &st->m, MACHINE_BYTES(&st->m));
             st->first[c] = step(&st->scratch, c);
         }
+        st->cost = cost(&st->m);
         st->fresh = true;
     }
     const char *b = st->v->bytes[token];
     if (!st->first[(unsigned char)b[0]])
         return false;
     memcpy(&st->scratch, &st->m, MACHINE_BYTES(&st->m));
-    return feed(&st->scratch, b, st->v->len[token]);
+    return feed(&st->scratch, b, st->v->len[token]) && within_budget(st, st->v->len[token]);
 }
 
 int serve_format_take(struct serve_format_state *st, int32_t token)
@@ -921,6 +1095,7 @@ int serve_format_take(struct serve_format_state *st, int32_t token)
         return -1;
     const char *b = st->v->bytes[token];
     uint32_t len = st->v->len[token];
+    st->taken++;
     if (st->waiting) {
         st->waiting = !(len == 8 && !memcmp(b, "</think>", 8));
         return 0;

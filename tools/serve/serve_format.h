@@ -50,6 +50,13 @@ struct serve_format_state *serve_format_start(struct serve_format *format, const
                                               bool think);
 void serve_format_end(struct serve_format_state *state);
 
+/* The reply may have at most `tokens` tokens (its thinking and the end
+ * token included): from then on a token is allowed only when the value
+ * can still close, and the end token come, within them (assuming, as in
+ * byte-level vocabularies, a token for every single byte); where it
+ * cannot, only tokens that bring the value nearer its end. */
+void serve_format_budget(struct serve_format_state *state, uint32_t tokens);
+
 /* qpack_sampler_params.allow: whether token keeps the reply the start of a
  * value of the format (an end token: whether the value is complete). */
 bool serve_format_allows(void *state, int32_t token);

@@ -526,6 +526,9 @@ static void start(struct serve_sched *s, struct slot *sl)
             finish(s, sl, NULL, &err);
             return;
         }
+        /* the tokens the reply may have: max_tokens, or up to the context's end */
+        uint32_t room = j->n_prompt < s->ctx ? s->ctx - j->n_prompt + 1 : 1;
+        serve_format_budget(sl->format, j->max_new < room ? j->max_new : room);
         sp.allow = serve_format_allows;
         sp.allow_user = sl->format;
     }
