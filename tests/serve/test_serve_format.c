@@ -78,6 +78,13 @@ START_TEST(any_object)
     refuses(f, "{\"a\": \"x\ty\"}", "\ty");
     refuses(f, "{\"a\": \"\\q\"}", "q");
     refuses(f, "{\"a\": \"\\u12g4\"}", "g4");
+    /* surrogates only in pairs, as cJSON (which reads tool calls) wants them */
+    holds(f, "{\"a\": \"\\ud83d\\ude00 \\uD7FF\\uE000\"}");
+    refuses(f, "{\"a\": \"\\udc00\"}", "c00");
+    refuses(f, "{\"a\": \"\\ud800x\"}", "x\"");
+    refuses(f, "{\"a\": \"\\ud800\\n\"}", "n\"");
+    refuses(f, "{\"a\": \"\\ud800\\ud800\"}", "800\"");
+    refuses(f, "{\"a\": \"\\ud800\\ue000\"}", "e000");
     refuses(f, "{} ", " ");
     refuses(f, "{}]", "]");
     refuses(f, "{\"a\": 1", NULL);
@@ -558,6 +565,37 @@ START_TEST(replies_close_within_their_budget)
         }
         serve_format_end(st);
     }
+    /* inside a string's escapes: the bytes that close it, by hand (a high
+     * surrogate's low half, then the quote); with as many tokens the
+     * value completes, and with one more the end comes too */
+    struct serve_format *str = schema("{\"type\": \"string\"}");
+    static const struct {
+        const char *prefix;
+        uint32_t close;
+    } esc[] = {{"\"\\u", 5}, {"\"\\ud7", 3}, {"\"\\ud83", 8}, {"\"\\ud83d", 7}, {"\"\\ud83d\\", 6},
+               {"\"\\ud83d\\ud", 4}, {"\"\\", 2}};
+    for (int it = 0; it < 400; it++) {
+        size_t i = (size_t)it % (sizeof esc / sizeof *esc);
+        uint32_t budget = esc[i].close + (uint32_t)(it / 7 % 2);
+        struct serve_format_state *st = serve_format_start(str, v, false);
+        ck_assert_int_eq(serve_format_feed_text(st, esc[i].prefix, strlen(esc[i].prefix)), 0);
+        serve_format_budget(st, budget);
+        bool ended = false;
+        for (uint32_t step = 0; step < budget && !ended; step++) {
+            uint32_t allowed[128], k = 0;
+            for (uint32_t id = 0; id < n; id++)
+                if (serve_format_allows(st, (int32_t)id))
+                    allowed[k++] = id;
+            ck_assert_msg(k > 0, "'%s': no token goes on", esc[i].prefix);
+            uint32_t id = allowed[draw(k)];
+            ck_assert_int_eq(serve_format_take(st, (int32_t)id), 0);
+            ended = id == 0;
+        }
+        ck_assert_msg(serve_format_complete(st) && ended == (budget > esc[i].close), "'%s', budget %u: complete %d, end %d",
+                      esc[i].prefix, budget, serve_format_complete(st), ended);
+        serve_format_end(st);
+    }
+    serve_format_unref(str);
     for (size_t i = 0; i < n_fs; i++)
         serve_format_unref(fs[i].f);
     for (int i = 0; i < 2; i++)

@@ -500,7 +500,7 @@ enum frame_kind { F_VALUE, F_OBJECT, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_T
 enum {
     /* object */ O_OPEN, O_KEY, O_COLON, O_AFTER,
     /* array */ A_OPEN, A_ITEM, A_AFTER,
-    /* string */ S_CHARS, S_ESCAPE, S_HEX,
+    /* string */ S_CHARS, S_ESCAPE, S_HEX, S_LOW_ESCAPE, S_LOW_U,
     /* number */ N_SIGN, N_ZERO, N_INT, N_POINT, N_FRAC, N_EXP, N_EXP_SIGN, N_EXP_DIGITS,
     /* tool call */ T_START, T_ARGUMENTS, T_END,
 };
@@ -511,8 +511,10 @@ struct frame {
     uint32_t node;
     uint32_t pos;               /* literal: bytes matched; number: bytes; string: hex digits left */
     uint8_t close;              /* string in a tool call: bytes of "</tool_call>" it ends with */
-    uint32_t next;              /* schema object: the first property not yet passed */
-    uint32_t cur;               /* schema object: the property being written; tool call: the tool */
+    uint32_t next;              /* schema object: the first property not yet passed; string: in the
+                                   low half of a surrogate pair */
+    uint32_t cur;               /* schema object: the property being written; tool call: the tool;
+                                   string: the \u escape's value so far */
     uint32_t n_alts;            /* literal: alternatives */
     uint64_t live;              /* literal: those still matching */
     const char *const *alts;
@@ -720,19 +722,60 @@ static bool step_number(struct machine *m, struct frame *t, unsigned c)
     return true;
 }
 
+static int hex_value(unsigned c)
+{
+    return is_digit(c) ? (int)c - '0' : c >= 'a' && c <= 'f' ? (int)c - 'a' + 10 : c >= 'A' && c <= 'F' ? (int)c - 'A' + 10 : -1;
+}
+
+/* a \u escape's digits (cur: their value so far; next: the low half of a
+ * pair): a surrogate only in pairs, high then low, as JSON readers such as
+ * cJSON and serde_json require */
+static bool step_hex(struct frame *t, unsigned c)
+{
+    int v = hex_value(c);
+    if (v < 0)
+        return false;
+    t->cur = t->cur * 16 + (uint32_t)v;
+    uint32_t digits = 5 - t->pos--;
+    if (t->next && ((digits == 1 && v != 0xd) || (digits == 2 && v < 0xc)))
+        return false;           /* the low half: DC00 to DFFF */
+    if (!t->next && digits == 2 && t->cur >= 0xdc && t->cur <= 0xdf)
+        return false;           /* a low half alone */
+    if (t->pos == 0)
+        t->phase = !t->next && t->cur >= 0xd800 && t->cur <= 0xdbff ? S_LOW_ESCAPE : S_CHARS;
+    return true;
+}
+
+/* a string's closing bytes: the escape under way (its low half to come,
+ * after a high one), then the quote */
+static uint32_t string_cost(const struct frame *t)
+{
+    switch (t->phase) {
+    case S_ESCAPE: return 2;
+    case S_LOW_ESCAPE: return 7;
+    case S_LOW_U: return 6;
+    case S_HEX: {
+        uint32_t top = t->pos <= 2 ? t->cur >> (4 * (2 - t->pos)) : 0;    /* the first two digits */
+        bool high = !t->next && top >= 0xd8 && top <= 0xdb;
+        return t->pos + 1 + (high ? 6 : 0);
+    }
+    default: return 1;
+    }
+}
+
 static bool step_string(struct machine *m, struct frame *t, unsigned c)
 {
     switch (t->phase) {
     case S_ESCAPE:
         if (c == 'u')
-            return t->phase = S_HEX, t->pos = 4, true;
+            return t->phase = S_HEX, t->pos = 4, t->cur = 0, t->next = 0, true;
         return strchr("\"\\/bfnrt", (int)c) && c ? (t->phase = S_CHARS, true) : false;
+    case S_LOW_ESCAPE:
+        return c == '\\' ? (t->phase = S_LOW_U, true) : false;
+    case S_LOW_U:
+        return c == 'u' ? (t->phase = S_HEX, t->pos = 4, t->cur = 0, t->next = 1, true) : false;
     case S_HEX:
-        if (!(is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-            return false;
-        if (--t->pos == 0)
-            t->phase = S_CHARS;
-        return true;
+        return step_hex(t, c);
     default:
         if (c == '"')
             return pop(m), true;
@@ -903,7 +946,7 @@ static uint32_t frame_cost(const struct serve_format *f, const struct frame *t)
     case F_VALUE: return f->nodes[t->node].min;
     case F_OBJECT: return object_cost(f, t);
     case F_ARRAY: return t->phase == A_ITEM ? add_sat(f->nodes[f->nodes[t->node].item].min, 1) : 1;
-    case F_STRING: return t->phase == S_ESCAPE ? 2 : t->phase == S_HEX ? t->pos + 1 : 1;
+    case F_STRING: return string_cost(t);
     case F_NUMBER: return !number_complete(t);
     case F_TOOL_CALL:           /* the arguments to come, or under way (T_END) */
         return add_sat(t->phase == T_ARGUMENTS ? f->nodes[f->nodes[t->node].child[t->cur]].min : 0,
