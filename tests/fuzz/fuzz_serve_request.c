@@ -5,13 +5,22 @@
  * the body, not NUL-terminated. A refusal must come with a message; a
  * chat request that parses must render through the template; a request
  * with a response_format or a forced tool call feeds its own body to the
- * format's machine. */
+ * format's machine, and then draws a reply from the tokens the machine
+ * allows (every byte a token, and the structure and stop strings clients
+ * send), choices taken from the input, within its max_tokens, through the
+ * request's stop strings as the scheduler runs them: the reply never
+ * stops without a token to go on, a stop string never cuts it, it ends
+ * with the end token whenever max_tokens leaves room for the shortest
+ * value, and what it ends with parses (a call reads back as one call). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "serve.h"
+#include "stop_text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -60,6 +69,97 @@ static void read_reply(const char *text, size_t len)
     serve_tool_calls_clear(&whole);
 }
 
+/* token 0 the end, then every byte but NUL, then longer ones */
+static const char *const longer[] = {"\"}", "}\n", "\",", ", \"", "\": ", "{\"", "}}", "]}", "true", "null", "  ", "\n\n",
+                                     "<tool_call>", "</tool_call>", "\n</tool_call>", "<\\/", "\\u", "\\ud83d\\ude00"};
+#define N_VOCAB (1 + 255 + sizeof longer / sizeof *longer)
+
+static const struct serve_vocab *held_vocab(const char **toks)
+{
+    static struct serve_vocab *v;
+    static char bytes[256][2];
+    if (!v) {
+        toks[0] = "<end>";
+        for (int c = 1; c < 256; c++) {
+            bytes[c][0] = (char)c;
+            toks[c] = bytes[c];
+        }
+        for (size_t i = 0; i < sizeof longer / sizeof *longer; i++)
+            toks[256 + i] = longer[i];
+        if (!(v = serve_vocab_of(toks, N_VOCAB, 0)))
+            abort();
+    }
+    return v;
+}
+
+/* a reply held to r's format, as the scheduler samples and releases it */
+static void hold_reply(const struct serve_request *r, bool call, const uint8_t *choice, size_t n_choice)
+{
+    static const char *toks[N_VOCAB];
+    const struct serve_vocab *v = held_vocab(toks);
+    uint32_t budget = r->has_max_tokens && r->max_tokens < 64 ? r->max_tokens : 64;
+    struct serve_format_state *st = serve_format_start(r->format, v, false);
+    struct stop_text stops;
+    stop_text_init(&stops, (const char *const *)r->stops.s, (int)r->stops.n);
+    if (!st)
+        abort();
+    serve_format_budget(st, budget);
+    char text[64 * 16 + 1];
+    size_t len = 0;
+    bool ended = false;
+    for (uint32_t step = 0; step < budget && !ended; step++) {
+        static uint32_t allowed[N_VOCAB];
+        uint32_t k = 0;
+        for (uint32_t id = 0; id < N_VOCAB; id++)
+            if (serve_format_allows(st, (int32_t)id))
+                allowed[k++] = id;
+        if (!k)
+            abort();            /* a reply with no token to go on */
+        uint8_t c = n_choice ? choice[step % n_choice] : 0;
+        uint32_t id = allowed[0] == 0 && c & 1 ? 0 : allowed[(c >> 1) % k];
+        if (serve_format_take(st, (int32_t)id))
+            abort();
+        if ((ended = id == 0))
+            break;
+        const char *out;
+        size_t n;
+        int hit = stop_text_push(&stops, toks[id], strlen(toks[id]), &out, &n);
+        if (hit < 0) {
+            stop_text_free(&stops);
+            serve_format_end(st);
+            return;
+        }
+        if (hit)
+            abort();            /* a stop string cut a held reply */
+        memcpy(text + len, out, n);
+        len += n;
+    }
+    if (!ended && budget > serve_format_shortest(r->format))
+        abort();                /* room to close, and it did not */
+    if (ended) {
+        const char *out;
+        size_t n;
+        stop_text_finish(&stops, &out, &n);
+        memcpy(text + len, out, n);
+        len += n;
+        if (call) {
+            struct serve_tool_calls calls;
+            if (!serve_take_tool_calls(text, len, &calls)) {
+                if (calls.n != 1 || calls.content_len)
+                    abort();    /* a call that does not read back as one */
+                serve_tool_calls_clear(&calls);
+            }
+        } else {
+            cJSON *j = cJSON_ParseWithLength(text, len);
+            if (!j)
+                abort();        /* a held reply that does not parse */
+            cJSON_Delete(j);
+        }
+    }
+    stop_text_free(&stops);
+    serve_format_end(st);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -92,6 +192,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (st)
                 (void)serve_format_complete(st);
             serve_format_end(st);
+            hold_reply(&r, (r.tool_required || r.tool_name) && !r.no_tools, data, size + 1);
         }
         if (!rc && !pick) {
             char *text;

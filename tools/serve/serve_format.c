@@ -89,6 +89,11 @@ void serve_format_unref(struct serve_format *f)
     free(f);
 }
 
+uint32_t serve_format_shortest(const struct serve_format *f)
+{
+    return f->nodes[f->root].min;
+}
+
 struct serve_format *serve_format_ref(struct serve_format *f)
 {
     if (f)

@@ -30,6 +30,8 @@ int serve_format_read(const struct cJSON *response_format, struct serve_format *
  * hold it). -1 with a 400 naming tool_choice when no tool fits. */
 int serve_format_tool_call(char *const *tools, size_t n, const char *only, struct serve_format **format,
                            struct serve_error *err);
+/* The fewest bytes of a value of the format (at most 2^24). */
+uint32_t serve_format_shortest(const struct serve_format *format);
 struct serve_format *serve_format_ref(struct serve_format *format);
 void serve_format_unref(struct serve_format *format);
 
