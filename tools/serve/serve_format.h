@@ -19,15 +19,17 @@ struct serve_format;
  * "json_object" any object (or llama-server's {"type": "json_object",
  * "schema": {...}}); "json_schema" with {"json_schema": {"schema": ...}}
  * the schema's values: type (one name), properties (written in the
- * schema's order), required, items, enum, const; annotations and bounds
- * are not enforced, combining keywords ($ref, anyOf, ...) refused.
- * Returns 0, or -1 with a 400 naming response_format. */
+ * schema's order), required (without properties: exactly those keys;
+ * with them: one of them, or refused), items, enum, const; annotations
+ * and bounds are not enforced, combining keywords ($ref, anyOf, ...)
+ * refused. Returns 0, or -1 with a 400 naming response_format. */
 int serve_format_read(const struct cJSON *response_format, struct serve_format **format, struct serve_error *err);
 /* tool_choice "required" (only NULL) or naming a function (only its name):
  * the reply is one call, as Qwen3's template writes it, of one of
  * tools[0..n) (the request's, as serve_tools.c keeps them) with arguments
  * that hold its parameters' schema (any object where the machine cannot
- * hold it). -1 with a 400 naming tool_choice when no tool fits. */
+ * hold it), "</tool_call>" inside it written "<\/tool_call>". -1 with a
+ * 400 naming tool_choice when no tool fits. */
 int serve_format_tool_call(char *const *tools, size_t n, const char *only, struct serve_format **format,
                            struct serve_error *err);
 /* The fewest bytes of a value of the format (at most 2^24). */
