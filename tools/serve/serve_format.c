@@ -14,7 +14,12 @@
  * come in the schema's order, a property left out only when it is not
  * required, as llama.cpp's schema grammars do. Whitespace runs and numbers
  * are bounded (as llama.cpp's JSON grammar bounds them) so that a reply
- * cannot run on inside them. */
+ * cannot run on inside them.
+ *
+ * Each node knows its shortest value, so the machine knows from any state
+ * the fewest bytes that complete the value (cost()); with a budget of
+ * tokens, a token is allowed only when the value can still close, and the
+ * end token come, within the tokens left. */
 #include <cjson/cJSON.h>
 #include <stdatomic.h>
 #include <stddef.h>
