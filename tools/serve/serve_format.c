@@ -376,9 +376,17 @@ static int measure(struct serve_format *f, struct serve_error *e)
         } else if (nd->kind != K_ENUM)
             min = leaf[nd->kind];
         nd->min = min;
-        most = min > most ? min : most;
     }
-    f->rise = add_sat(add_sat(2 * (most < MIN_CAP ? most : MIN_CAP), 2 * longest), 8);
+    /* a byte raises the cost by at most a value still to write (a
+     * property's, an item's, a tool's arguments') and a text's length */
+    for (uint32_t i = 0; i < f->n_nodes; i++) {
+        const struct node *nd = &f->nodes[i];
+        uint32_t inner = nd->kind == K_ARRAY ? f->nodes[nd->item].min : 0;
+        for (uint32_t k = 0; nd->child && k < nd->n; k++)
+            inner = f->nodes[nd->child[k]].min > inner ? f->nodes[nd->child[k]].min : inner;
+        most = inner > most ? inner : most;
+    }
+    f->rise = add_sat(add_sat(2 * most, 2 * longest), 16);
     return 0;
 }
 
