@@ -775,17 +775,17 @@ formats)
     # the random model's strings would run on: the budget closes the value
     # in time, the end token included (3 tokens: "{", "}" and the end);
     # stop strings that would cut it inside are ignored
-    for mt in 200 40 3; do
-        for stop in '[]' '["}", "\"", " ", "\n"]'; do
-            post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": $mt,
-                                        \"temperature\": 1, \"seed\": $mt, \"stop\": $stop,
-                                        \"response_format\": {\"type\": \"json_object\"}}"
-            expect_ok "json_object, max_tokens $mt, stop $stop"
-            [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] &&
-                [ "$(jq -r .usage.completion_tokens "$T/resp")" -le $mt ] &&
-                jq -r '.choices[0].message.content' "$T/resp" | jq -e 'type == "object"' >/dev/null ||
-                fail "json_object, max_tokens $mt, stop $stop: $(head -c 400 "$T/resp")"
-        done
+    stops='["}", "\"", " ", "\n"]'
+    for case in "200 []" "40 $stops" "3 []" "3 $stops"; do
+        mt=${case%% *} stop=${case#* }
+        post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": $mt,
+                                    \"temperature\": 1, \"seed\": $mt, \"stop\": $stop,
+                                    \"response_format\": {\"type\": \"json_object\"}}"
+        expect_ok "json_object, max_tokens $mt, stop $stop"
+        [ "$(jq -r '.choices[0].finish_reason' "$T/resp")" = stop ] &&
+            [ "$(jq -r .usage.completion_tokens "$T/resp")" -le $mt ] &&
+            jq -r '.choices[0].message.content' "$T/resp" | jq -e 'type == "object"' >/dev/null ||
+            fail "json_object, max_tokens $mt, stop $stop: $(head -c 400 "$T/resp")"
     done
     echo "ok json_object closes within max_tokens, whatever its stop strings"
     post /v1/chat/completions '{"messages": [{"role": "user", "content": "Hi"}],
