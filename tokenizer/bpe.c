@@ -19,6 +19,8 @@
 
 static int find_merge(const qp_tok *tok, int32_t a, int32_t b, uint32_t *rank, int32_t *new_id)
 {
+    if (!tok->merges) /* "merges": [] is legal: every word stays bytes */
+        return 0;
     uint64_t pair = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint64_t h = pair;
     h ^= h >> 29;

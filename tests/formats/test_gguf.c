@@ -442,6 +442,92 @@ START_TEST(the_rebuilt_tokenizer_gives_the_hugging_face_ids)
 }
 END_TEST
 
+/* GPT-2's byte-level stand-in character of byte b, as UTF-8 */
+static void byte_char(int b, char out[3])
+{
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    int c = b;
+    if (!printable) {
+        c = 256;
+        for (int x = 0; x < b; x++)
+            c += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || x >= 0xAE);
+    }
+    if (c < 0x80) {
+        out[0] = (char)c, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | c >> 6), out[1] = (char)(0x80 | (c & 0x3F)), out[2] = 0;
+    }
+}
+
+/* A small GGUF tokenizer: the 256 byte tokens, then rows 256.. as given
+ * with their llama.cpp token types; merges as given. */
+struct small_vocab {
+    const char *text;
+    int32_t type;
+};
+
+static char *small_tokenizer_json(const struct small_vocab *extra, int n_extra, const char **merges, int n_merges,
+                                  qp_err *err)
+{
+    int rows = 256 + n_extra;
+    const char **tok = calloc((size_t)rows, sizeof *tok);
+    char (*bytes)[3] = calloc(256, 3);
+    struct buf kv = arch_kv();
+    str(&kv, "tokenizer.ggml.model"), u32(&kv, GGUF_V_STRING), str(&kv, "gpt2");
+    str(&kv, "tokenizer.ggml.pre"), u32(&kv, GGUF_V_STRING), str(&kv, "qwen2");
+    for (int b = 0; b < 256; b++) {
+        byte_char(b, bytes[b]);
+        tok[b] = bytes[b];
+    }
+    for (int i = 0; i < n_extra; i++)
+        tok[256 + i] = extra[i].text;
+    str_array(&kv, "tokenizer.ggml.tokens", tok, (uint64_t)rows);
+    str(&kv, "tokenizer.ggml.token_type"), u32(&kv, GGUF_V_ARRAY), u32(&kv, GGUF_V_I32), u64(&kv, (uint64_t)rows);
+    for (int i = 0; i < rows; i++)
+        u32(&kv, i < 256 ? 1 : (uint32_t)extra[i - 256].type);
+    str_array(&kv, "tokenizer.ggml.merges", merges, (uint64_t)n_merges);
+    struct buf b = file_with(&kv, 6, "t", GGUF_F32, 0, 8);
+    struct gguf g;
+    char *json = NULL;
+    size_t len;
+    ck_assert_msg(parse(&b, &g, err) == 0, "%s", err->msg);
+    if (gguf_tokenizer_json(&g, &json, &len, err))
+        json = NULL;
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+    free(bytes);
+    free(tok);
+    return json;
+}
+
+static void expect_ids(qp_tok *t, const char *text, const int32_t *want, size_t n)
+{
+    qp_tok_ids got = {0};
+    qp_err err;
+    ck_assert_int_eq(qp_tok_encode(t, text, strlen(text), &got, &err), 0);
+    ck_assert_msg(got.len == n, "\"%s\": %zu ids, want %zu", text, got.len, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(got.v[i] == want[i], "\"%s\"[%zu]: id %d, want %d", text, i, got.v[i], want[i]);
+    qp_tok_ids_free(&got);
+}
+
+/* No merges: every word is its bytes, special tokens still whole */
+START_TEST(a_tokenizer_without_merges_gives_bytes)
+{
+    static const struct small_vocab extra[] = {{"<|endoftext|>", 3}};
+    qp_err err;
+    char *json = small_tokenizer_json(extra, 1, NULL, 0, &err);
+    ck_assert_msg(json, "%s", err.msg);
+    qp_tok *t;
+    ck_assert_msg(qp_tok_load_buffer(&t, json, strlen(json), "rebuilt", &err) == 0, "%s", err.msg);
+    static const int32_t want[] = {'h', 'i', 256};
+    expect_ids(t, "hi<|endoftext|>", want, 3);
+    qp_tok_free(t);
+    free(json);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("gguf");
@@ -456,6 +542,7 @@ int main(void)
     tc = tcase_create("tokenizer");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, the_rebuilt_tokenizer_gives_the_hugging_face_ids);
+    tcase_add_test(tc, a_tokenizer_without_merges_gives_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

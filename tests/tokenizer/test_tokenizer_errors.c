@@ -214,6 +214,27 @@ START_TEST(legacy_string_merges_load)
 }
 END_TEST
 
+/* A BPE without merges is legal: every word stays its byte tokens, an
+ * added token still matches whole. */
+START_TEST(an_empty_merges_list_leaves_bytes)
+{
+    char *json = variant("[[\"a\", \"b\"], [\"ab\", \"c\"], [\"\\u0120\", \"t\"]]", "[]");
+    qp_tok *tok = NULL;
+    qp_err err = {{0}};
+    ck_assert_msg(qp_tok_load_buffer(&tok, json, strlen(json), "test.json", &err) == 0, "%s", err.msg);
+    qp_tok_ids ids = {0};
+    ck_assert(qp_tok_encode(tok, "abc<|end|>", 10, &ids, &err) == 0);
+    ck_assert_uint_eq(ids.len, 4);
+    ck_assert_int_eq(ids.v[0], 'a');
+    ck_assert_int_eq(ids.v[1], 'b');
+    ck_assert_int_eq(ids.v[2], 'c');
+    ck_assert_int_eq(ids.v[3], 259);
+    qp_tok_ids_free(&ids);
+    qp_tok_free(tok);
+    free(json);
+}
+END_TEST
+
 START_TEST(wrong_types_are_named)
 {
     expect_variant_error("\"vocab\": {", "\"vocab\": [], \"v\": {", "model.vocab");
@@ -678,6 +699,7 @@ static Suite *suite(void)
     tcase_add_test(tc, merge_of_unknown_token_is_named);
     tcase_add_test(tc, malformed_merges_are_named);
     tcase_add_test(tc, legacy_string_merges_load);
+    tcase_add_test(tc, an_empty_merges_list_leaves_bytes);
     tcase_add_test(tc, wrong_types_are_named);
     tcase_add_test(tc, unsupported_components_are_refused_by_name);
     tcase_add_test(tc, bad_regex_is_refused_with_pcre2s_reason);
