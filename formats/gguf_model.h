@@ -29,9 +29,10 @@ int gguf_checkpoint(struct gguf *g, struct st_model *m, qp_err *err);
 
 /* tokenizer.json text (malloc'd) equal in behaviour to the one the GGUF was
  * converted from: tokenizer.ggml.model "gpt2" with the "qwen2"
- * pre-tokenizer; tokens, token types and merges. A CONTROL token becomes a
- * special added token, a USER_DEFINED one a non-special added token, an
- * UNUSED one (padding rows) no token. */
+ * pre-tokenizer; tokens, token types and merges (none is legal). Every
+ * token keeps its row as its id: a CONTROL token becomes a special added
+ * token, a USER_DEFINED one a non-special added token, an UNUSED one
+ * (padding rows) a hole. Two rows of one text are refused. */
 int gguf_tokenizer_json(const struct gguf *g, char **json, size_t *len, qp_err *err);
 
 /* tokenizer.chat_template as a malloc'd string, or NULL when there is none;

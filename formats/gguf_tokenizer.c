@@ -88,7 +88,36 @@ static cJSON *added_token(int64_t id, const char *text, bool special)
     return a;
 }
 
-/* the tokens into the vocab object and the added-token list */
+/* a token's text and its row, to find two rows of one text */
+struct row {
+    const char *s;
+    size_t n;
+    uint64_t i;
+};
+
+static int cmp_row(const void *a, const void *b)
+{
+    const struct row *x = a, *y = b;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    if (c)
+        return c;
+    return x->n != y->n ? (x->n < y->n ? -1 : 1) : (x->i > y->i) - (x->i < y->i);
+}
+
+/* One text, one id: a control token spelled as a normal token would make
+ * the text's id ambiguous (Hugging Face's vocabulary cannot hold both). */
+static int check_unique_tokens(const struct gguf *g, struct row *rows, uint64_t n, qp_err *err)
+{
+    qsort(rows, n, sizeof *rows, cmp_row);
+    for (uint64_t k = 1; k < n; k++)
+        if (rows[k].n == rows[k - 1].n && !memcmp(rows[k].s, rows[k - 1].s, rows[k].n))
+            return qp_fail(err, "%s: tokenizer.ggml.tokens[%" PRIu64 "] and [%" PRIu64 "] are both \"%.*s\"",
+                           g->name, rows[k - 1].i, rows[k].i, (int)(rows[k].n > 64 ? 64 : rows[k].n), rows[k].s);
+    return 0;
+}
+
+/* the tokens into the vocab object and the added-token list, each with its
+ * row as id (UNUSED rows stay holes) */
 static int add_tokens(const struct gguf *g, cJSON *vocab, cJSON *added, qp_err *err)
 {
     const struct gguf_kv *tokens, *types;
@@ -100,26 +129,38 @@ static int add_tokens(const struct gguf *g, cJSON *vocab, cJSON *added, qp_err *
                        types->count, tokens->count);
     if (tokens->count > (1u << 20))
         return qp_fail(err, "%s: %" PRIu64 " tokens (at most 2^20)", g->name, tokens->count);
-    uint64_t at = 0;
-    for (uint64_t i = 0; i < tokens->count; i++) {
+    struct row *rows = malloc((tokens->count + 1) * sizeof *rows);
+    if (!rows)
+        return qp_fail(err, "out of memory");
+    uint64_t at = 0, used = 0;
+    int rc = 0;
+    for (uint64_t i = 0; i < tokens->count && !rc; i++) {
         const char *s;
         size_t n;
         gguf_next_str(tokens, &at, &s, &n);
         int64_t type = gguf_array_int(types, i);
-        if (type < TOKEN_NORMAL || type > TOKEN_BYTE)
-            return qp_fail(err, "%s: tokenizer.ggml.token_type[%" PRIu64 "] is %" PRId64 " (1..6)", g->name, i, type);
+        if (type < TOKEN_NORMAL || type > TOKEN_BYTE) {
+            rc = qp_fail(err, "%s: tokenizer.ggml.token_type[%" PRIu64 "] is %" PRId64 " (1..6)", g->name, i, type);
+            break;
+        }
         if (type == TOKEN_UNUSED)
             continue;
         char *text = token_text(g, "tokenizer.ggml.tokens", i, s, n, err);
-        if (!text)
-            return -1;
+        if (!text) {
+            rc = -1;
+            break;
+        }
+        rows[used++] = (struct row){s, n, i};
         if (type == TOKEN_CONTROL || type == TOKEN_USER_DEFINED)
             cJSON_AddItemToArray(added, added_token((int64_t)i, text, type == TOKEN_CONTROL));
         else
             cJSON_AddNumberToObject(vocab, text, (double)i);
         free(text);
     }
-    return 0;
+    if (!rc)
+        rc = check_unique_tokens(g, rows, used, err);
+    free(rows);
+    return rc;
 }
 
 /* "a b" merges into ["a", "b"] pairs */

@@ -265,11 +265,34 @@ static int added_pattern(qp_tok *tok, added_token *t, const char *content, qp_er
     return r ? qp_fail(err, "%s: out of memory", tok->name) : 0;
 }
 
-/* Reads one added token, giving it the id Hugging Face does: the
- * vocabulary's id when the content is a model token, otherwise the next id
- * after the vocabulary and the added tokens so far (which the "id" field of
- * a consistent file equals; tokenizers only warns when it does not). */
-static int read_added(qp_tok *tok, const cJSON *item, int index, int32_t *next_id, qp_err *err)
+/* The id an added token's content takes: its own "id", which may be the
+ * model token of the same content but never another token's. tokenizers
+ * instead numbers a new token after the vocabulary's count and the added
+ * tokens so far, and warns ("was expected to have ID") when that is not
+ * the file's id: where it does not warn the two agree; where it does, the
+ * file's id is the row the model was trained with (a GGUF's row, which
+ * llama.cpp uses), so that one is kept. */
+static int place_added(qp_tok *tok, const char *where, int32_t id, const char *s, size_t n, qp_err *err)
+{
+    int32_t in_vocab = tok_vocab_find(tok, s, n);
+    if (in_vocab >= 0 && in_vocab != id)
+        return qp_fail(err, "%s: %s.id is %d, but \"%s\" is model.vocab's token %d", tok->name, where, id, s,
+                       in_vocab);
+    tok_use_id(tok, id);
+    tok_entry *e = &tok->entries[id];
+    if (e->flags & TOK_PRESENT) {
+        if (in_vocab == id)
+            return 0;
+        return qp_fail(err, "%s: %s.id %d is already %s \"%s\"", tok->name, where, id,
+                       e->flags & TOK_ADDED ? "the added token" : "model.vocab's", tok->strings.s + e->str_off);
+    }
+    if (tok_store_string(tok, s, n, &e->str_off))
+        return qp_fail(err, "%s: out of memory", tok->name);
+    e->str_len = (uint32_t)n;
+    return 0;
+}
+
+static int read_added(qp_tok *tok, const cJSON *item, int index, qp_err *err)
 {
     char where[48];
     snprintf(where, sizeof(where), "added_tokens[%d]", index);
@@ -303,20 +326,9 @@ static int read_added(qp_tok *tok, const cJSON *item, int index, int32_t *next_i
         if (e->str_len == n && memcmp(tok->strings.s + e->str_off, s, n) == 0)
             return qp_fail(err, "%s: %s: \"%s\" is already an added token", tok->name, where, s);
     }
-    int32_t id = tok_vocab_find(tok, s, n);
-    if (id < 0) {
-        id = (*next_id)++;
-        if (id >= QP_TOK_MAX_ID)
-            return qp_fail(err, "%s: %s: no id available", tok->name, where);
-        tok_use_id(tok, id);
-        tok_entry *e = &tok->entries[id];
-        if (e->flags & TOK_PRESENT)
-            return qp_fail(err, "%s: %s: id %d is already \"%s\"", tok->name, where, id,
-                           tok->strings.s + e->str_off);
-        if (tok_store_string(tok, s, n, &e->str_off))
-            return qp_fail(err, "%s: out of memory", tok->name);
-        e->str_len = (uint32_t)n;
-    }
+    int32_t id = (int32_t)idv->valuedouble;
+    if (place_added(tok, where, id, s, n, err))
+        return -1;
     tok->entries[id].flags |= TOK_PRESENT | TOK_ADDED | (special ? TOK_SPECIAL : 0);
     t.id = id;
     if (added_pattern(tok, &t, s, err))
@@ -335,16 +347,11 @@ int tok_read_added_tokens(qp_tok *tok, const cJSON *list, qp_err *err)
     tok->added = calloc((size_t)n + 1, sizeof(*tok->added));
     if (!tok->added)
         return qp_fail(err, "%s: out of memory", tok->name);
-    /* tokenizers numbers new tokens after the vocabulary's size (its count) */
-    int32_t next_id = (int32_t)tok->n_vocab;
     const cJSON *item;
     int i = 0;
-    cJSON_ArrayForEach(item, list) {
-        if (read_added(tok, item, i++, &next_id, err))
+    cJSON_ArrayForEach(item, list)
+        if (read_added(tok, item, i++, err))
             return -1;
-        if (tok->n_added && tok->added[tok->n_added - 1].id >= next_id)
-            next_id = tok->added[tok->n_added - 1].id + 1;
-    }
     return 0;
 }
 

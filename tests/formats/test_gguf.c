@@ -512,6 +512,50 @@ static void expect_ids(qp_tok *t, const char *text, const int32_t *want, size_t 
     qp_tok_ids_free(&got);
 }
 
+/* Every token keeps its row: a control token amid the vocabulary, an
+ * UNUSED row before the special tokens, a control token spelled like a
+ * word (llama.cpp's ids, which the model's rows follow). */
+START_TEST(special_tokens_keep_their_rows)
+{
+    static const struct small_vocab extra[] = {
+        {"he", 1}, {"<|mid|>", 3}, {"hel", 1}, {"[PAD259]", 5}, {"<|endoftext|>", 3},
+        {"<|im_start|>", 3}, {"<|im_end|>", 3}, {"<think>", 4}, {"hello", 3},
+    };
+    const char *merges[] = {"h e", "he l"};
+    qp_err err;
+    char *json = small_tokenizer_json(extra, 9, merges, 2, &err);
+    ck_assert_msg(json, "%s", err.msg);
+    qp_tok *t;
+    ck_assert_msg(qp_tok_load_buffer(&t, json, strlen(json), "rebuilt", &err) == 0, "%s", err.msg);
+    static const int32_t want[] = {258, 257, 260, 261, 262, 263, 264, 256};
+    expect_ids(t, "hel<|mid|><|endoftext|><|im_start|><|im_end|><think>hellohe", want, 8);
+    ck_assert_int_eq(qp_tok_vocab_size(t), 265);
+    ck_assert_int_eq(qp_tok_is_special(t, 262), 1);
+    ck_assert_int_eq(qp_tok_is_special(t, 263), 0);
+    qp_tok_text out = {0};
+    int32_t eos = 262;
+    ck_assert(qp_tok_decode(t, &eos, 1, 0, &out, &err) == 0);
+    ck_assert(out.len == 10 && !memcmp(out.s, "<|im_end|>", 10));
+    int32_t pad = 259;
+    ck_assert_int_eq(qp_tok_decode(t, &pad, 1, 0, &out, &err), -1);
+    qp_tok_text_free(&out);
+    qp_tok_free(t);
+    free(json);
+}
+END_TEST
+
+/* A control token spelled as a normal one: two ids for one text */
+START_TEST(a_token_text_on_two_rows_is_refused)
+{
+    static const struct small_vocab extra[] = {{"he", 1}, {"he", 3}};
+    const char *merges[] = {"h e"};
+    qp_err err;
+    char *json = small_tokenizer_json(extra, 2, merges, 1, &err);
+    ck_assert_ptr_null(json);
+    ck_assert_msg(strstr(err.msg, "t.gguf: tokenizer.ggml.tokens[256] and [257] are both \"he\""), "%s", err.msg);
+}
+END_TEST
+
 /* No merges: every word is its bytes, special tokens still whole */
 START_TEST(a_tokenizer_without_merges_gives_bytes)
 {
@@ -542,6 +586,8 @@ int main(void)
     tc = tcase_create("tokenizer");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, the_rebuilt_tokenizer_gives_the_hugging_face_ids);
+    tcase_add_test(tc, special_tokens_keep_their_rows);
+    tcase_add_test(tc, a_token_text_on_two_rows_is_refused);
     tcase_add_test(tc, a_tokenizer_without_merges_gives_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -214,6 +214,62 @@ START_TEST(legacy_string_merges_load)
 }
 END_TEST
 
+/* The good file's added tokens replaced by list (JSON text). */
+static char *with_added(const char *list)
+{
+    static const char one[] = "[{\"id\": 259, \"content\": \"<|end|>\", \"single_word\": false,"
+                              " \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}]";
+    return variant(one, list);
+}
+
+#define ADDED(id, content) "{\"id\": " #id ", \"content\": \"" content "\", \"normalized\": false, \"special\": true}"
+
+/* An added token keeps its "id": past a hole, before the model's last
+ * id, out of order, or the model token of the same content (tokenizers
+ * would renumber the first two after the vocabulary's count, warning that
+ * the ids differ from the file's). */
+START_TEST(added_token_ids_are_the_ones_given)
+{
+    char *json = with_added("[" ADDED(300, "<|a|>") ", " ADDED(290, "<|b|>") ", " ADDED(256, "ab") "]");
+    qp_tok *tok = NULL;
+    qp_err err = {{0}};
+    ck_assert_msg(qp_tok_load_buffer(&tok, json, strlen(json), "test.json", &err) == 0, "%s", err.msg);
+    qp_tok_ids ids = {0};
+    ck_assert(qp_tok_encode(tok, "<|b|><|a|>ab", 12, &ids, &err) == 0);
+    ck_assert_uint_eq(ids.len, 3);
+    ck_assert_int_eq(ids.v[0], 290);
+    ck_assert_int_eq(ids.v[1], 300);
+    ck_assert_int_eq(ids.v[2], 256);
+    ck_assert_int_eq(qp_tok_vocab_size(tok), 301);
+    ck_assert_int_eq(qp_tok_is_special(tok, 256), 1);
+    qp_tok_text out = {0};
+    ck_assert(qp_tok_decode(tok, ids.v, 2, 0, &out, &err) == 0);
+    ck_assert(out.len == 10 && !memcmp(out.s, "<|b|><|a|>", 10));
+    int32_t hole = 259;
+    ck_assert_int_eq(qp_tok_decode(tok, &hole, 1, 0, &out, &err), -1);
+    qp_tok_text_free(&out);
+    qp_tok_ids_free(&ids);
+    qp_tok_free(tok);
+    free(json);
+}
+END_TEST
+
+/* An id that holds another token, or content that is another id's model
+ * token, is a contradiction: refused naming the field. */
+START_TEST(contradicting_added_token_ids_are_refused)
+{
+    char *json = with_added("[" ADDED(258, "<|a|>") "]");
+    expect_error(json, strlen(json), "added_tokens[0].id 258 is already model.vocab's \"\u0120t\"", NULL);
+    free(json);
+    json = with_added("[" ADDED(259, "ab") "]");
+    expect_error(json, strlen(json), "added_tokens[0].id is 259, but \"ab\" is model.vocab's token 256", NULL);
+    free(json);
+    json = with_added("[" ADDED(260, "<|a|>") ", " ADDED(260, "<|b|>") "]");
+    expect_error(json, strlen(json), "added_tokens[1].id 260 is already the added token \"<|a|>\"", NULL);
+    free(json);
+}
+END_TEST
+
 /* A BPE without merges is legal: every word stays its byte tokens, an
  * added token still matches whole. */
 START_TEST(an_empty_merges_list_leaves_bytes)
@@ -699,6 +755,8 @@ static Suite *suite(void)
     tcase_add_test(tc, merge_of_unknown_token_is_named);
     tcase_add_test(tc, malformed_merges_are_named);
     tcase_add_test(tc, legacy_string_merges_load);
+    tcase_add_test(tc, added_token_ids_are_the_ones_given);
+    tcase_add_test(tc, contradicting_added_token_ids_are_refused);
     tcase_add_test(tc, an_empty_merges_list_leaves_bytes);
     tcase_add_test(tc, wrong_types_are_named);
     tcase_add_test(tc, unsupported_components_are_refused_by_name);
