@@ -167,7 +167,13 @@ static int parse_tensor_info(struct cursor *c, struct gguf_tensor *t, uint64_t *
     if (t->ne[0] % blk)
         return qp_fail(err, "%s: tensor %s is %s with %" PRIu64 " columns, not a multiple of its %u-element "
                        "blocks", c->name, t->name, gguf_type_name(t->type), t->ne[0], blk);
-    t->nbytes = t->numel / blk * gguf_type_block_bytes(t->type);
+    /* the bytes bounded like the elements: an F32 tensor of 2^62 elements
+     * would be 2^64 bytes, which wraps to 0 */
+    uint64_t blocks = t->numel / blk, block_bytes = gguf_type_block_bytes(t->type);
+    if (blocks > (UINT64_C(1) << 62) / block_bytes)
+        return qp_fail(err, "%s: tensor %s: %" PRIu64 " elements of %s take 2^62 bytes or more", c->name, t->name,
+                       t->numel, gguf_type_name(t->type));
+    t->nbytes = blocks * block_bytes;
     return 0;
 }
 

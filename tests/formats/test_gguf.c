@@ -222,6 +222,51 @@ START_TEST(each_defect_is_refused_by_name)
 }
 END_TEST
 
+/* A GGUF v3 with the given metadata and one tensor "t" of type and
+ * dimensions ne[0..n_dims) at data offset 0, followed by data bytes of
+ * data. */
+static struct buf file_dims(const struct buf *kv, uint64_t n_kv, uint32_t type, const uint64_t *ne, uint32_t n_dims,
+                            size_t data)
+{
+    struct buf b = {0};
+    put(&b, "GGUF", 4);
+    u32(&b, 3);
+    u64(&b, 1);
+    u64(&b, n_kv);
+    if (kv->len)
+        put(&b, kv->p, kv->len);
+    str(&b, "t");
+    u32(&b, n_dims);
+    for (uint32_t d = 0; d < n_dims; d++)
+        u64(&b, ne[d]);
+    u32(&b, type);
+    u64(&b, 0);
+    uint8_t *zero = calloc(1, data + 32);
+    put(&b, zero, (32 - b.len % 32) % 32 + data);
+    free(zero);
+    return b;
+}
+
+/* Sizes that wrap: 2^62 F32 elements are 2^64 bytes, which is 0 in a
+ * u64; the element count alone is below the 2^62 bound. */
+START_TEST(a_tensor_size_past_2_62_bytes_is_refused)
+{
+    struct buf kv = arch_kv();
+    static const uint64_t wraps[][2] = {{UINT64_C(1) << 40, UINT64_C(1) << 22}, {UINT64_C(1) << 39, UINT64_C(1) << 22}};
+    for (int k = 0; k < 2; k++) {
+        struct buf b = file_dims(&kv, 1, GGUF_F32, wraps[k], 2, 64);
+        struct gguf g;
+        qp_err err = {{0}};
+        ck_assert_int_eq(parse(&b, &g, &err), -1);
+        ck_assert_msg(strstr(err.msg, "t.gguf: tensor t:") && strstr(err.msg, "F32 take 2^62 bytes or more"), "%s",
+                      err.msg);
+        gguf_close(&g);
+        free(b.p);
+    }
+    free(kv.p);
+}
+END_TEST
+
 /* ------------------------------------------------------- hand-built blocks */
 
 static uint16_t h(float v) { return qp_f32_to_f16(v); }
@@ -579,6 +624,7 @@ int main(void)
     tcase_add_test(tc, a_minimal_file_reads_back);
     tcase_add_test(tc, every_truncation_is_refused);
     tcase_add_loop_test(tc, each_defect_is_refused_by_name, 0, (int)(sizeof defects / sizeof *defects));
+    tcase_add_test(tc, a_tensor_size_past_2_62_bytes_is_refused);
     tcase_add_test(tc, q8_0_q4_0_q4_1_blocks_give_their_values);
     tcase_add_test(tc, q4_k_and_q5_k_blocks_give_their_values);
     tcase_add_test(tc, q6_k_blocks_give_their_values);
