@@ -180,8 +180,8 @@ int cmd_pack(int argc, char **argv)
     }
     if (!rc)
         rc = (!gguf && (st_open_dir(&p.model, p.opt.src, &err) || pack_load_tokenizer_files(&p, &err))) ||
-             pack_start_hashing(&p, &err) || pack_resolve_tie(&p, &err) || pack_plan_tensors(&p, &err) ||
-             pack_settle_matrices(&p, &err) || calibrate(&p, &err);
+             pack_check_names(&p, &err) || pack_start_hashing(&p, &err) || pack_resolve_tie(&p, &err) ||
+             pack_plan_tensors(&p, &err) || pack_settle_matrices(&p, &err) || calibrate(&p, &err);
     if (!rc) {
         pack_warn_unused(&p);
         pack_settle_norm_exponents(&p);

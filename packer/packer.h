@@ -112,6 +112,10 @@ uint64_t pack_planned_bytes(const struct planned *pl);
 /* --quant's name for opt */
 const char *pack_quantiser_name(qnt_method opt);
 
+/* The names the provenance records (the source, its files, the
+ * calibration text, --keep rules) are UTF-8, or one line says which is
+ * not; checked before any conversion. */
+int pack_check_names(const struct packer *p, qp_err *err);
 /* The source files hashed on a second thread while the tensors convert;
  * pack_join_hashing waits for it (safe to call when none runs). */
 int pack_start_hashing(struct packer *p, qp_err *err);

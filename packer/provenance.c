@@ -15,6 +15,7 @@
 #include "bf16.h"
 #include "json_strict.h"
 #include "pack.h"
+#include "utf8_stream.h"
 
 /* Every file the checkpoint was read from, with its size and XXH3, in a fixed
  * order: one entry per candidate, present false when an optional one is
@@ -49,6 +50,39 @@ static int hash_sources(const struct packer *p, struct source_hash *out, qp_err 
         h->present = true;
     }
     return 0;
+}
+
+/* A name the provenance records must be UTF-8 (JSON text, which verify
+ * checks); refused here, before any work, rather than escaped: a name
+ * the record could not give back byte for byte would not say where the
+ * container came from. */
+static int check_name(const char *name, const char *what, const char *path, qp_err *err)
+{
+    size_t n = strlen(name);
+    if (qp_utf8_check(name, n, NULL) != n)
+        return qp_fail(err, "%s: the %s's name is not UTF-8, which the provenance section records as JSON "
+                       "text (rename it)", path, what);
+    return 0;
+}
+
+int pack_check_names(const struct packer *p, qp_err *err)
+{
+    char *dir = strdup(p->opt.src);
+    int rc = dir ? check_name(basename(dir), p->gguf.name ? "file" : "folder", p->opt.src, err)
+                 : qp_fail(err, "out of memory");
+    free(dir);
+    for (uint32_t i = 0; !rc && i < p->model.n_files; i++)
+        rc = check_name(p->model.files[i].name, "file", p->model.files[i].path, err);
+    if (!rc && p->opt.calib_text) {
+        char *text = strdup(p->opt.calib_text);
+        rc = text ? check_name(basename(text), "file", p->opt.calib_text, err) : qp_fail(err, "out of memory");
+        free(text);
+    }
+    for (unsigned i = 0; !rc && i < p->opt.prec.n_keep; i++)
+        if (qp_utf8_check(p->opt.prec.keep[i].arg, strlen(p->opt.prec.keep[i].arg), NULL) !=
+            strlen(p->opt.prec.keep[i].arg))
+            rc = qp_fail(err, "--keep %s: not UTF-8, which the provenance section records", p->opt.prec.keep[i].arg);
+    return rc;
 }
 
 static void *hasher_main(void *arg)

@@ -5,7 +5,7 @@
 # (Q8_0, Q4_0 also with searched scales, Q4_1, F16 with no error against
 # the GGUF's own values), run close to the float reference computed on
 # those values, a split file packs to the same tensors, and broken files
-# are refused with one line.
+# and names the provenance cannot record are refused with one line.
 set -u
 QPACK=$1 QEVAL=$2 WRITE=$3 GEN=$4 DATA=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -71,3 +71,13 @@ head -c 100000 "$W/Q8_0.gguf" >"$W/cut.gguf"
 "$QPACK" pack "$W/Q4_K.gguf" -o "$W/q24.qpk" --format q24 2>"$W/err" && fail "q24 of Q4_K packed"
 grep -q "is Q4_K: --format q24 is for float checkpoints" "$W/err" || fail "q24: $(cat "$W/err")"
 echo "ok: broken files refused"
+
+# names the provenance cannot record as JSON text: refused before packing
+cp "$W/Q8_0.gguf" "$W/"$'\xff\xfe'.gguf
+"$QPACK" pack "$W/"$'\xff\xfe'.gguf -o "$W/name.qpk" 2>"$W/err" && fail "a non-UTF-8 file name packed"
+[ "$(wc -l <"$W/err")" = 1 ] && grep -q "the file's name is not UTF-8" "$W/err" || fail "file name: $(cat "$W/err")"
+ln -s "$M" "$W/"$'\xff'
+"$QPACK" pack "$W/"$'\xff' -o "$W/name.qpk" 2>"$W/err" && fail "a non-UTF-8 folder name packed"
+grep -q "the folder's name is not UTF-8" "$W/err" || fail "folder name: $(cat "$W/err")"
+[ ! -e "$W/name.qpk" ] || fail "a refused pack left a file"
+echo "ok: non-UTF-8 names refused"
