@@ -548,6 +548,15 @@ int gguf_get_str(const struct gguf *g, const char *key, bool optional, const cha
     return rc;
 }
 
+int gguf_get_name(const struct gguf *g, const char *key, bool optional, const char **s, size_t *len, qp_err *err)
+{
+    int rc = gguf_get_str(g, key, optional, s, len, err);
+    const char *nul = rc ? NULL : memchr(*s, 0, *len);
+    if (nul)
+        return qp_fail(err, "%s: key %s holds a NUL at byte %td of its %zu", name_of(g), key, nul - *s, *len);
+    return rc;
+}
+
 int gguf_get_array(const struct gguf *g, const char *key, uint32_t elem_type, bool optional,
                    const struct gguf_kv **kv, qp_err *err)
 {

@@ -97,6 +97,9 @@ int gguf_get_u32(const struct gguf *g, const char *key, bool optional, uint32_t 
 int gguf_get_f64(const struct gguf *g, const char *key, bool optional, double *out, qp_err *err);
 int gguf_get_bool(const struct gguf *g, const char *key, bool optional, bool *out, qp_err *err);
 int gguf_get_str(const struct gguf *g, const char *key, bool optional, const char **s, size_t *len, qp_err *err);
+/* a string that is a name (an architecture, a tokenizer's, a scaling
+ * type): one holding a NUL fails saying so, not quoting the part before */
+int gguf_get_name(const struct gguf *g, const char *key, bool optional, const char **s, size_t *len, qp_err *err);
 /* an array of the given element type; *kv is its entry */
 int gguf_get_array(const struct gguf *g, const char *key, uint32_t elem_type, bool optional,
                    const struct gguf_kv **kv, qp_err *err);

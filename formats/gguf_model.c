@@ -14,13 +14,13 @@ static int arch_is_qwen3(const struct gguf *g, const char *name, qp_err *err)
 {
     const char *arch;
     size_t n;
-    if (gguf_get_str(g, "general.architecture", false, &arch, &n, err))
+    if (gguf_get_name(g, "general.architecture", false, &arch, &n, err))
         return -1;
     if (n != 5 || memcmp(arch, "qwen3", 5))
         return qp_fail(err, "%s: general.architecture is \"%.*s\"; qpack packs dense Qwen3 (\"qwen3\")", name,
                        (int)(n > 64 ? 64 : n), arch);
     const char *rope;
-    if (gguf_get_str(g, "qwen3.rope.scaling.type", true, &rope, &n, err) < 0)
+    if (gguf_get_name(g, "qwen3.rope.scaling.type", true, &rope, &n, err) < 0)
         return -1;
     if (gguf_find_kv(g, "qwen3.rope.scaling.type") && !(n == 4 && !memcmp(rope, "none", 4)))
         return qp_fail(err, "%s: qwen3.rope.scaling.type is \"%.*s\": qpack runs RoPE unscaled", name,
@@ -28,14 +28,18 @@ static int arch_is_qwen3(const struct gguf *g, const char *name, qp_err *err)
     return 0;
 }
 
-/* a token id key: absent is -1 */
-static int token_id(const struct gguf *g, const char *key, int32_t *id, qp_err *err)
+/* a token id key: absent is -1; refused here with its own value when not
+ * a row of the embedding (an int32 could not carry it to the check) */
+static int token_id(const struct gguf *g, const char *key, uint32_t vocab_size, int32_t *id, qp_err *err)
 {
     uint32_t v = 0;
     int rc = gguf_get_u32(g, key, true, &v, err);
     if (rc < 0)
         return -1;
-    *id = rc ? -1 : v > INT32_MAX ? INT32_MAX : (int32_t)v; /* too big: refused by the validation */
+    if (!rc && (v >= vocab_size || v > INT32_MAX))
+        return qp_fail(err, "%s: %s %u is outside the vocabulary (token_embd.weight has %u rows)", g->name, key, v,
+                       vocab_size);
+    *id = rc ? -1 : (int32_t)v;
     return 0;
 }
 
@@ -59,9 +63,7 @@ int gguf_config(const struct gguf *g, struct qwen3_config *c, qp_err *err)
         gguf_get_u32(g, "qwen3.attention.value_length", true, &value_length, err) < 0 ||
         gguf_get_u32(g, "qwen3.context_length", true, &c->max_position_embeddings, err) < 0 ||
         gguf_get_f64(g, "qwen3.rope.freq_base", true, &c->rope_theta, err) < 0 ||
-        gguf_get_f64(g, "qwen3.attention.layer_norm_rms_epsilon", true, &c->rms_norm_eps, err) < 0 ||
-        token_id(g, "tokenizer.ggml.bos_token_id", &c->bos_token_id, err) ||
-        token_id(g, "tokenizer.ggml.eos_token_id", &c->eos_token_id, err))
+        gguf_get_f64(g, "qwen3.attention.layer_norm_rms_epsilon", true, &c->rms_norm_eps, err) < 0)
         return -1;
     if (value_length && value_length != c->head_dim)
         return qp_fail(err, "%s: qwen3.attention.value_length %u differs from key_length %u", name, value_length,
@@ -72,6 +74,9 @@ int gguf_config(const struct gguf *g, struct qwen3_config *c, qp_err *err)
     if (embed->ne[1] > UINT32_MAX)
         return qp_fail(err, "%s: token_embd.weight has %" PRIu64 " rows", name, embed->ne[1]);
     c->vocab_size = (uint32_t)embed->ne[1];
+    if (token_id(g, "tokenizer.ggml.bos_token_id", c->vocab_size, &c->bos_token_id, err) ||
+        token_id(g, "tokenizer.ggml.eos_token_id", c->vocab_size, &c->eos_token_id, err))
+        return -1;
     c->tie_word_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
     return hf_config_validate(c, name, err);
 }

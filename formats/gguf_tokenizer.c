@@ -50,7 +50,7 @@ static int expect_str(const struct gguf *g, const char *key, const char *want, c
 {
     const char *s;
     size_t n;
-    if (gguf_get_str(g, key, false, &s, &n, err))
+    if (gguf_get_name(g, key, false, &s, &n, err))
         return -1;
     if (n != strlen(want) || memcmp(s, want, n))
         return qp_fail(err, "%s: %s is \"%.*s\"; qpack reads %s \"%s\"", g->name, key, (int)(n > 64 ? 64 : n), s,

@@ -267,6 +267,135 @@ START_TEST(a_tensor_size_past_2_62_bytes_is_refused)
 }
 END_TEST
 
+/* a string value of n bytes (it may hold a NUL) */
+static void kv_str(struct buf *kv, const char *key, const char *v, size_t n)
+{
+    str(kv, key);
+    u32(kv, GGUF_V_STRING);
+    u64(kv, n);
+    put(kv, v, n);
+}
+
+static void kv_u32(struct buf *kv, const char *key, uint32_t v)
+{
+    str(kv, key);
+    u32(kv, GGUF_V_U32);
+    u32(kv, v);
+}
+
+/* A Qwen3's hyperparameters (hidden 64, 4 heads of 16, 1 layer) with the
+ * extra keys of more (n_more of them), and token_embd.weight of
+ * [64, 300] as the one tensor. */
+static struct buf config_file(const struct buf *more, uint64_t n_more)
+{
+    struct buf kv = arch_kv();
+    kv_u32(&kv, "qwen3.embedding_length", 64);
+    kv_u32(&kv, "qwen3.feed_forward_length", 128);
+    kv_u32(&kv, "qwen3.block_count", 1);
+    kv_u32(&kv, "qwen3.attention.head_count", 4);
+    if (more && more->len)
+        put(&kv, more->p, more->len);
+    struct buf b = {0};
+    put(&b, "GGUF", 4);
+    u32(&b, 3);
+    u64(&b, 1);
+    u64(&b, 5 + n_more);
+    put(&b, kv.p, kv.len);
+    str(&b, "token_embd.weight");
+    u32(&b, 2);
+    u64(&b, 64);
+    u64(&b, 300);
+    u32(&b, GGUF_F32);
+    u64(&b, 0);
+    uint8_t *zero = calloc(1, 64 * 300 * 4 + 32);
+    put(&b, zero, (32 - b.len % 32) % 32 + 64 * 300 * 4);
+    free(zero);
+    free(kv.p);
+    return b;
+}
+
+static void expect_config_error(const struct buf *more, uint64_t n_more, const char *message)
+{
+    struct buf b = config_file(more, n_more);
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+    struct qwen3_config c;
+    ck_assert_int_eq(gguf_config(&g, &c, &err), -1);
+    ck_assert_msg(strstr(err.msg, message), "want \"%s\": %s", message, err.msg);
+    gguf_close(&g);
+    free(b.p);
+}
+
+START_TEST(the_config_file_reads)
+{
+    struct buf b = config_file(NULL, 0);
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+    struct qwen3_config c;
+    ck_assert_msg(gguf_config(&g, &c, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(c.vocab_size, 300);
+    ck_assert_uint_eq(c.head_dim, 16);
+    ck_assert_int_eq(c.eos_token_id, -1);
+    gguf_close(&g);
+    free(b.p);
+}
+END_TEST
+
+/* A NUL in a name is said, not the part before it quoted as if it were
+ * the value wanted; a token id is reported as the file gives it. */
+START_TEST(messages_say_what_the_file_holds)
+{
+    struct buf more = {0};
+    kv_str(&more, "qwen3.rope.scaling.type", "none\0yarn", 9);
+    expect_config_error(&more, 1, "t.gguf: key qwen3.rope.scaling.type holds a NUL at byte 4 of its 9");
+    free(more.p);
+    more = (struct buf){0};
+    kv_u32(&more, "tokenizer.ggml.eos_token_id", UINT32_MAX);
+    expect_config_error(&more, 1, "tokenizer.ggml.eos_token_id 4294967295 is outside the vocabulary");
+    free(more.p);
+    more = (struct buf){0};
+    kv_u32(&more, "tokenizer.ggml.bos_token_id", 300);
+    expect_config_error(&more, 1, "tokenizer.ggml.bos_token_id 300 is outside the vocabulary (token_embd.weight "
+                                  "has 300 rows)");
+    free(more.p);
+
+    /* general.architecture "qwen3\0x" */
+    struct buf kv = {0};
+    kv_str(&kv, "general.architecture", "qwen3\0x", 7);
+    struct buf b = file_with(&kv, 1, "t", GGUF_F32, 0, 8);
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_int_eq(parse(&b, &g, &err), 0);
+    struct qwen3_config c;
+    ck_assert_int_eq(gguf_config(&g, &c, &err), -1);
+    ck_assert_msg(strstr(err.msg, "key general.architecture holds a NUL at byte 5 of its 7"), "%s", err.msg);
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+
+    /* tokenizer.ggml.model "gpt2\0", tokenizer.ggml.pre "qwen2\0" */
+    static const char *const keys[] = {"tokenizer.ggml.model", "tokenizer.ggml.pre"};
+    for (int k = 0; k < 2; k++) {
+        kv = (struct buf){0};
+        kv_str(&kv, "tokenizer.ggml.model", k ? "gpt2" : "gpt2\0", k ? 4 : 5);
+        kv_str(&kv, "tokenizer.ggml.pre", k ? "qwen2\0" : "qwen2", k ? 6 : 5);
+        b = file_with(&kv, 2, "t", GGUF_F32, 0, 8);
+        ck_assert_int_eq(parse(&b, &g, &err), 0);
+        char *json;
+        size_t len;
+        ck_assert_int_eq(gguf_tokenizer_json(&g, &json, &len, &err), -1);
+        char want[96];
+        snprintf(want, sizeof want, "key %s holds a NUL at byte %d", keys[k], k ? 5 : 4);
+        ck_assert_msg(strstr(err.msg, want), "want \"%s\": %s", want, err.msg);
+        gguf_close(&g);
+        free(b.p);
+        free(kv.p);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------- hand-built blocks */
 
 static uint16_t h(float v) { return qp_f32_to_f16(v); }
@@ -625,6 +754,8 @@ int main(void)
     tcase_add_test(tc, every_truncation_is_refused);
     tcase_add_loop_test(tc, each_defect_is_refused_by_name, 0, (int)(sizeof defects / sizeof *defects));
     tcase_add_test(tc, a_tensor_size_past_2_62_bytes_is_refused);
+    tcase_add_test(tc, the_config_file_reads);
+    tcase_add_test(tc, messages_say_what_the_file_holds);
     tcase_add_test(tc, q8_0_q4_0_q4_1_blocks_give_their_values);
     tcase_add_test(tc, q4_k_and_q5_k_blocks_give_their_values);
     tcase_add_test(tc, q6_k_blocks_give_their_values);
