@@ -66,20 +66,30 @@ const char *gguf_value_type_name(uint32_t type)
     return type < GGUF_V_COUNT ? names[type] : "unknown type";
 }
 
-/* A key or a tensor name: non-empty, printable ASCII, shorter than cap. */
+/* A key or a tensor name: non-empty, printable ASCII, at most max bytes;
+ * its bytes stay in the buffer. */
+static int get_name_bytes(struct cursor *c, const uint8_t **s, uint64_t *n, uint64_t max, const char *what,
+                          qp_err *err)
+{
+    if (get_str(c, s, n, what, err))
+        return -1;
+    if (*n == 0 || *n > max)
+        return qp_fail(err, "%s: a %s of %" PRIu64 " bytes at byte %zu (1..%" PRIu64 " allowed)", c->name, what,
+                       *n, c->at - *n, max);
+    for (uint64_t i = 0; i < *n; i++)
+        if ((*s)[i] < 0x20 || (*s)[i] > 0x7e)
+            return qp_fail(err, "%s: a %s at byte %zu holds byte 0x%02x (printable ASCII only)", c->name, what,
+                           c->at - *n, (*s)[i]);
+    return 0;
+}
+
+/* a tensor name, into out of cap bytes (the NUL included) */
 static int get_name(struct cursor *c, char *out, size_t cap, const char *what, qp_err *err)
 {
     const uint8_t *s;
     uint64_t n;
-    if (get_str(c, &s, &n, what, err))
+    if (get_name_bytes(c, &s, &n, cap - 1, what, err))
         return -1;
-    if (n == 0 || n >= cap)
-        return qp_fail(err, "%s: a %s of %" PRIu64 " bytes at byte %zu (1..%zu allowed)", c->name, what, n,
-                       c->at - n, cap - 1);
-    for (uint64_t i = 0; i < n; i++)
-        if (s[i] < 0x20 || s[i] > 0x7e)
-            return qp_fail(err, "%s: a %s at byte %zu holds byte 0x%02x (printable ASCII only)", c->name, what,
-                           c->at - n, s[i]);
     memcpy(out, s, n);
     out[n] = 0;
     return 0;
@@ -103,8 +113,16 @@ static int skip_value(struct cursor *c, uint32_t type, const char *key, qp_err *
 
 static int parse_kv(struct cursor *c, struct gguf_kv *kv, qp_err *err)
 {
-    char key[256];
-    if (get_name(c, key, sizeof key, "metadata key", err) || get_u32(c, &kv->type, key, err))
+    const uint8_t *s;
+    uint64_t n;
+    if (get_name_bytes(c, &s, &n, GGUF_MAX_KEY, "metadata key", err))
+        return -1;
+    if (!(kv->key = malloc(n + 1)))
+        return qp_fail(err, "out of memory");
+    memcpy(kv->key, s, n); /* not strndup: the bytes are not NUL-terminated */
+    kv->key[n] = 0;
+    const char *key = kv->key;
+    if (get_u32(c, &kv->type, key, err))
         return -1;
     if (kv->type >= GGUF_V_COUNT)
         return qp_fail(err, "%s: key %s has value type %u (0..12 exist)", c->name, key, kv->type);
@@ -137,8 +155,6 @@ static int parse_kv(struct cursor *c, struct gguf_kv *kv, qp_err *err)
     }
     kv->data = c->buf + start;
     kv->bytes = c->at - start;
-    if (!(kv->key = strdup(key)))
-        return qp_fail(err, "out of memory");
     return 0;
 }
 
@@ -214,7 +230,7 @@ static int read_kvs(struct cursor *c, uint64_t n_kv, struct gguf_kv **out, qp_er
     uint32_t done = 0;
     int rc = 0;
     for (; done < n_kv && !rc; done++)
-        rc = parse_kv(c, &kv[done], err);
+        rc = parse_kv(c, &kv[done], err); /* a failed entry's key is freed with the rest */
     if (!rc) {
         qsort(kv, done, sizeof *kv, cmp_kv);
         for (uint32_t i = 1; i < done && !rc; i++)
@@ -320,14 +336,59 @@ static int check_unique_names(struct gguf *g, const char *name, qp_err *err)
     return rc;
 }
 
-/* a later part of a split file says which it is: split.no, a u16 */
-static int check_part_number(const struct gguf_kv *kv, uint32_t n, const char *name, uint32_t file, qp_err *err)
+/* an integer value; *too_big for a u64 past INT64_MAX */
+static int64_t scalar_int(uint32_t type, const uint8_t *p, bool *too_big)
+{
+    *too_big = false;
+    switch (type) {
+    case GGUF_V_U8: return p[0];
+    case GGUF_V_I8: return (int8_t)p[0];
+    case GGUF_V_U16: return le16(p);
+    case GGUF_V_I16: return (int16_t)le16(p);
+    case GGUF_V_U32: return le32(p);
+    case GGUF_V_I32: return (int32_t)le32(p);
+    case GGUF_V_U64: *too_big = le64(p) > INT64_MAX; return (int64_t)(le64(p) & INT64_MAX);
+    default: return (int64_t)le64(p);
+    }
+}
+
+/* an integer key of one part's metadata: 1 when present, 0 when absent */
+static int part_int(const struct gguf_kv *kv, uint32_t n, const char *key, const char *name, int64_t *v, qp_err *err)
+{
+    const struct gguf_kv *e = find_in(kv, n, key);
+    if (!e)
+        return 0;
+    bool too_big;
+    if (e->type != GGUF_V_U16 && e->type != GGUF_V_I32 && e->type != GGUF_V_U32)
+        return qp_fail(err, "%s: key %s is %s, not u16, u32 or i32", name, key, gguf_value_type_name(e->type));
+    *v = scalar_int(e->type, e->data, &too_big);
+    return 1;
+}
+
+/* A later part of a split file says which it is (split.no, a u16) and
+ * agrees with the first part on the split's counts. */
+static int check_part(const struct gguf *g, const struct gguf_kv *kv, uint32_t n, const char *name, uint32_t file,
+                      qp_err *err)
 {
     const struct gguf_kv *no = find_in(kv, n, "split.no");
     if (!no || no->type != GGUF_V_U16)
         return qp_fail(err, "%s: part %u of a split GGUF has no u16 split.no", name, file + 1);
     if (le16(no->data) != file)
         return qp_fail(err, "%s: split.no is %u where part %u was expected", name, le16(no->data) + 1, file + 1);
+    static const char *const counts[] = {"split.count", "split.tensors.count"};
+    for (int k = 0; k < 2; k++) {
+        int64_t first = 0, here = 0;
+        int in_first = part_int(g->kv, g->n_kv, counts[k], g->name, &first, err);
+        int in_part = part_int(kv, n, counts[k], name, &here, err);
+        if (in_first < 0 || in_part < 0)
+            return -1;
+        if (in_first != in_part)
+            return qp_fail(err, "%s: %s is %s here and %s in the first part", name, counts[k],
+                           in_part ? "present" : "absent", in_first ? "present" : "absent");
+        if (first != here)
+            return qp_fail(err, "%s: %s is %" PRId64 " where the first part's is %" PRId64, name, counts[k], here,
+                           first);
+    }
     return 0;
 }
 
@@ -362,7 +423,7 @@ int gguf_parse(struct gguf *g, const uint8_t *buf, size_t len, const char *name,
     if (!rc)
         rc = check_unique_names(g, name, err);
     if (!rc && file != 0)
-        rc = check_part_number(kv, (uint32_t)n_kv, name, file, err);
+        rc = check_part(g, kv, (uint32_t)n_kv, name, file, err);
     if (rc || file != 0) {
         g->n_tensors = rc ? first : g->n_tensors;
         free_kv(kv, (uint32_t)n_kv);
@@ -439,6 +500,12 @@ int gguf_open(struct gguf *g, const char *path, qp_err *err)
         rc = open_part(g, part, i, err);
     }
     free(part);
+    int64_t tensors = 0;
+    if (!rc && part_int(g->kv, g->n_kv, "split.tensors.count", g->name, &tensors, err) < 0)
+        rc = -1;
+    else if (!rc && gguf_find_kv(g, "split.tensors.count") && tensors != g->n_tensors)
+        rc = qp_fail(err, "%s: split.tensors.count says %" PRId64 " tensors, the parts hold %u", path, tensors,
+                     g->n_tensors);
     if (rc)
         gguf_close(g);
     return rc;
@@ -480,22 +547,6 @@ static int lookup(const struct gguf *g, const char *key, bool optional, unsigned
 
 #define INT_TYPES (1u << GGUF_V_U8 | 1u << GGUF_V_I8 | 1u << GGUF_V_U16 | 1u << GGUF_V_I16 | 1u << GGUF_V_U32 | \
                    1u << GGUF_V_I32 | 1u << GGUF_V_U64 | 1u << GGUF_V_I64)
-
-/* an integer value; *too_big for a u64 past INT64_MAX */
-static int64_t scalar_int(uint32_t type, const uint8_t *p, bool *too_big)
-{
-    *too_big = false;
-    switch (type) {
-    case GGUF_V_U8: return p[0];
-    case GGUF_V_I8: return (int8_t)p[0];
-    case GGUF_V_U16: return le16(p);
-    case GGUF_V_I16: return (int16_t)le16(p);
-    case GGUF_V_U32: return le32(p);
-    case GGUF_V_I32: return (int32_t)le32(p);
-    case GGUF_V_U64: *too_big = le64(p) > INT64_MAX; return (int64_t)(le64(p) & INT64_MAX);
-    default: return (int64_t)le64(p);
-    }
-}
 
 int gguf_get_u32(const struct gguf *g, const char *key, bool optional, uint32_t *out, qp_err *err)
 {

@@ -28,6 +28,7 @@
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_NAME 64            /* ggml's GGML_MAX_NAME, the NUL included */
+#define GGUF_MAX_KEY 65535u         /* a key's bytes: gguf.cpp reads up to 65,535 */
 #define GGUF_MAX_TENSORS 65536u
 #define GGUF_MAX_KV 65536u
 #define GGUF_MAX_SPLITS 256u
@@ -77,7 +78,9 @@ struct gguf {
 };
 
 /* Opens path; a name ending in -00001-of-0000N.gguf opens its N parts (each
- * must exist and say which part it is: split.no, split.count). */
+ * must exist and say which part it is, split.no, and agree with the first
+ * on split.count and split.tensors.count, which must be the tensors of all
+ * the parts). */
 int gguf_open(struct gguf *g, const char *path, qp_err *err);
 void gguf_close(struct gguf *g);
 

@@ -28,6 +28,15 @@ static int arch_is_qwen3(const struct gguf *g, const char *name, qp_err *err)
     return 0;
 }
 
+/* the dimensions without trailing ones: ggml reads [64, 1] as [64] */
+static uint32_t dims_of(const struct gguf_tensor *t)
+{
+    uint32_t n = t->n_dims;
+    while (n > 1 && t->ne[n - 1] == 1)
+        n--;
+    return n;
+}
+
 /* a token id key: absent is -1; refused here with its own value when not
  * a row of the embedding (an int32 could not carry it to the check) */
 static int token_id(const struct gguf *g, const char *key, uint32_t vocab_size, int32_t *id, qp_err *err)
@@ -68,8 +77,14 @@ int gguf_config(const struct gguf *g, struct qwen3_config *c, qp_err *err)
     if (value_length && value_length != c->head_dim)
         return qp_fail(err, "%s: qwen3.attention.value_length %u differs from key_length %u", name, value_length,
                        c->head_dim);
+    uint32_t rope_dims = c->head_dim;
+    if (gguf_get_u32(g, "qwen3.rope.dimension_count", true, &rope_dims, err) < 0)
+        return -1;
+    if (rope_dims != c->head_dim)
+        return qp_fail(err, "%s: qwen3.rope.dimension_count %u is not the head size %u: qpack rotates whole heads "
+                       "(partial RoPE is not implemented)", name, rope_dims, c->head_dim);
     const struct gguf_tensor *embed = gguf_find_tensor(g, "token_embd.weight");
-    if (!embed || embed->n_dims != 2)
+    if (!embed || dims_of(embed) != 2)
         return qp_fail(err, "%s: no 2-dimensional tensor token_embd.weight", name);
     if (embed->ne[1] > UINT32_MAX)
         return qp_fail(err, "%s: token_embd.weight has %" PRIu64 " rows", name, embed->ne[1]);
@@ -96,9 +111,9 @@ static int view_tensor(const struct gguf *g, const struct gguf_tensor *s, struct
         return qp_fail(err, "%s: tensor %s has type %s", g->name, s->name, gguf_type_name(s->type));
     if (!(t->name = strdup(known ? hf : s->name)))
         return qp_fail(err, "out of memory");
-    t->ndim = s->n_dims;
-    for (uint32_t d = 0; d < s->n_dims; d++)
-        t->shape[d] = s->ne[s->n_dims - 1 - d];
+    t->ndim = dims_of(s);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        t->shape[d] = s->ne[t->ndim - 1 - d];
     t->numel = s->numel;
     t->data = s->data;
     t->nbytes = s->nbytes;

@@ -15,14 +15,16 @@
  * "qwen3"): qwen3.embedding_length, feed_forward_length, block_count,
  * attention.head_count are required; attention.head_count_kv, key_length,
  * context_length, rope.freq_base, attention.layer_norm_rms_epsilon take
- * Qwen3Config's defaults; rope scaling is refused; vocab_size is
- * token_embd.weight's rows, bos/eos from tokenizer.ggml.*_token_id, the
- * embeddings tied when there is no output.weight. Checked as config.json is
- * (hf_config_validate). */
+ * Qwen3Config's defaults; rope scaling is refused, and so is a
+ * rope.dimension_count other than the head size (partial RoPE); vocab_size
+ * is token_embd.weight's rows, bos/eos from tokenizer.ggml.*_token_id
+ * (rows of it), the embeddings tied when there is no output.weight.
+ * Checked as config.json is (hf_config_validate). */
 int gguf_config(const struct gguf *g, struct qwen3_config *c, qp_err *err);
 
 /* Every tensor of g as an st_tensor of m: Hugging Face names (llama.cpp's
- * for the Qwen3 ones, the GGUF's own for others), shapes [rows, cols], the
+ * for the Qwen3 ones, the GGUF's own for others), shapes [rows, cols]
+ * without trailing dimensions of 1 (ggml reads [64, 1] as [64]), the
  * ggml block types as the st_dtype block types. The maps move from g to m:
  * close m after g. */
 int gguf_checkpoint(struct gguf *g, struct st_model *m, qp_err *err);
@@ -32,7 +34,9 @@ int gguf_checkpoint(struct gguf *g, struct st_model *m, qp_err *err);
  * pre-tokenizer; tokens, token types and merges (none is legal). Every
  * token keeps its row as its id: a CONTROL token becomes a special added
  * token, a USER_DEFINED one a non-special added token, an UNUSED one
- * (padding rows) a hole. Two rows of one text are refused. */
+ * (padding rows) a hole. Two rows of one text are refused, and so is
+ * tokenizer.ggml.add_bos_token or add_eos_token true (llama.cpp would add
+ * that token to every text; Qwen3's tokenizer adds none). */
 int gguf_tokenizer_json(const struct gguf *g, char **json, size_t *len, qp_err *err);
 
 /* tokenizer.chat_template as a malloc'd string, or NULL when there is none;

@@ -207,11 +207,28 @@ static cJSON *bpe_model(cJSON *vocab, cJSON *merges)
     return m;
 }
 
+/* tokenizer.ggml.add_bos_token / add_eos_token: llama.cpp then adds the
+ * token to every text; Qwen3's tokenizer.json adds none, and neither does
+ * qpack's tokenizer */
+static int refuse_added_ends(const struct gguf *g, qp_err *err)
+{
+    static const char *const keys[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"};
+    for (int k = 0; k < 2; k++) {
+        bool add = false;
+        if (gguf_get_bool(g, keys[k], true, &add, err) < 0)
+            return -1;
+        if (add)
+            return qp_fail(err, "%s: %s is true: qpack's tokenizer adds no token to a text (Qwen3's adds none)",
+                           g->name, keys[k]);
+    }
+    return 0;
+}
+
 int gguf_tokenizer_json(const struct gguf *g, char **json, size_t *len, qp_err *err)
 {
     *json = NULL;
     if (expect_str(g, "tokenizer.ggml.model", "gpt2", "the byte-level BPE tokenizer", err) ||
-        expect_str(g, "tokenizer.ggml.pre", "qwen2", "the pre-tokenizer", err))
+        expect_str(g, "tokenizer.ggml.pre", "qwen2", "the pre-tokenizer", err) || refuse_added_ends(g, err))
         return -1;
     cJSON *root = cJSON_CreateObject(), *vocab = cJSON_CreateObject(), *added = cJSON_CreateArray();
     cJSON *merges = cJSON_CreateArray(), *norm = cJSON_CreateObject();

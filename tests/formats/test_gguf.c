@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bf16.h"
 #include "gguf_model.h"
@@ -396,6 +397,175 @@ START_TEST(messages_say_what_the_file_holds)
 }
 END_TEST
 
+/* llama.cpp reads [64, 1] as [64]: a norm so stored is a vector */
+START_TEST(trailing_dimensions_of_one_are_dropped)
+{
+    struct buf kv = arch_kv();
+    static const uint64_t ne[] = {64, 1, 1};
+    struct buf b = file_dims(&kv, 1, GGUF_F32, ne, 3, 256);
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+    struct st_model m;
+    ck_assert_msg(gguf_checkpoint(&g, &m, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(m.tensors[0].ndim, 1);
+    ck_assert_uint_eq(m.tensors[0].shape[0], 64);
+    st_close(&m);
+    gguf_close(&g);
+    free(b.p);
+    free(kv.p);
+}
+END_TEST
+
+/* gguf.cpp reads keys of up to 65,535 bytes */
+START_TEST(keys_up_to_65535_bytes_are_read)
+{
+    for (size_t n = 300; n <= 65536; n += 65236) {
+        char *key = malloc(n + 1);
+        memset(key, 'k', n);
+        key[n] = 0;
+        struct buf kv = arch_kv();
+        kv_u32(&kv, key, 7);
+        struct buf b = file_with(&kv, 2, "t", GGUF_F32, 0, 8);
+        struct gguf g;
+        qp_err err = {{0}};
+        uint32_t v = 0;
+        if (n < 65536) {
+            ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+            ck_assert_int_eq(gguf_get_u32(&g, key, false, &v, &err), 0);
+            ck_assert_uint_eq(v, 7);
+        } else {
+            ck_assert_int_eq(parse(&b, &g, &err), -1);
+            ck_assert_msg(strstr(err.msg, "a metadata key of 65536 bytes"), "%s", err.msg);
+        }
+        gguf_close(&g);
+        free(b.p);
+        free(kv.p);
+        free(key);
+    }
+}
+END_TEST
+
+/* A RoPE over part of each head is not implemented: refused, not ignored */
+START_TEST(partial_rope_is_refused)
+{
+    struct buf more = {0};
+    kv_u32(&more, "qwen3.rope.dimension_count", 8);
+    expect_config_error(&more, 1, "t.gguf: qwen3.rope.dimension_count 8 is not the head size 16");
+    free(more.p);
+    more = (struct buf){0};
+    kv_u32(&more, "qwen3.rope.dimension_count", 16);
+    struct buf b = config_file(&more, 1);
+    struct gguf g;
+    qp_err err = {{0}};
+    ck_assert_msg(parse(&b, &g, &err) == 0, "%s", err.msg);
+    struct qwen3_config c;
+    ck_assert_msg(gguf_config(&g, &c, &err) == 0, "%s", err.msg);
+    gguf_close(&g);
+    free(b.p);
+    free(more.p);
+}
+END_TEST
+
+/* llama.cpp prepends bos to every text when add_bos_token is true; qpack's
+ * tokenizer adds nothing, so such a file is refused */
+START_TEST(add_bos_token_true_is_refused)
+{
+    static const char *const keys[] = {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"};
+    for (int k = 0; k < 2; k++)
+        for (int add = 0; add < 2; add++) {
+            struct buf kv = {0};
+            kv_str(&kv, "tokenizer.ggml.model", "gpt2", 4);
+            kv_str(&kv, "tokenizer.ggml.pre", "qwen2", 5);
+            str(&kv, keys[k]);
+            u32(&kv, GGUF_V_BOOL);
+            put(&kv, add ? "\1" : "\0", 1);
+            struct buf b = file_with(&kv, 3, "t", GGUF_F32, 0, 8);
+            struct gguf g;
+            qp_err err = {{0}};
+            ck_assert_int_eq(parse(&b, &g, &err), 0);
+            char *json;
+            size_t len;
+            ck_assert_int_eq(gguf_tokenizer_json(&g, &json, &len, &err), -1);
+            char want[96];
+            snprintf(want, sizeof want, "t.gguf: %s is true", keys[k]);
+            if (add)
+                ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+            else /* false goes on to the tokens, which this file lacks */
+                ck_assert_msg(strstr(err.msg, "tokenizer.ggml.tokens is missing"), "%s", err.msg);
+            gguf_close(&g);
+            free(b.p);
+            free(kv.p);
+        }
+}
+END_TEST
+
+/* Part k of 2 with tensor name tname, its split.count and
+ * split.tensors.count (the latter left out when negative), written to dir. */
+static void write_part(const char *dir, int k, const char *tname, uint16_t count, int32_t tensors)
+{
+    struct buf kv = arch_kv();
+    uint64_t n_kv = 3;
+    str(&kv, "split.no"), u32(&kv, GGUF_V_U16), put(&kv, (uint8_t[]){(uint8_t)k, 0}, 2);
+    str(&kv, "split.count"), u32(&kv, GGUF_V_U16), put(&kv, (uint8_t[]){(uint8_t)count, (uint8_t)(count >> 8)}, 2);
+    if (tensors >= 0) {
+        str(&kv, "split.tensors.count"), u32(&kv, GGUF_V_I32), u32(&kv, (uint32_t)tensors);
+        n_kv++;
+    }
+    struct buf b = file_with(&kv, n_kv, tname, GGUF_F32, 0, 8);
+    char path[512];
+    snprintf(path, sizeof path, "%s/m-%05d-of-00002.gguf", dir, k + 1);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert(fwrite(b.p, 1, b.len, f) == b.len);
+    fclose(f);
+    free(b.p);
+    free(kv.p);
+}
+
+/* Every part agrees with the first on split.count and split.tensors.count,
+ * and the latter is the tensors the parts hold. */
+START_TEST(split_parts_that_disagree_are_refused)
+{
+    char dir[] = "/tmp/test_gguf_split_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char first[600];
+    snprintf(first, sizeof first, "%s/m-00001-of-00002.gguf", dir);
+    struct {
+        uint16_t count2;
+        int32_t tensors1, tensors2;
+        const char *message;
+    } cases[] = {
+        {2, 2, 2, NULL},
+        {2, -1, -1, NULL},
+        {3, 2, 2, "m-00002-of-00002.gguf: split.count is 3 where the first part's is 2"},
+        {2, 2, 5, "m-00002-of-00002.gguf: split.tensors.count is 5 where the first part's is 2"},
+        {2, 2, -1, "m-00002-of-00002.gguf: split.tensors.count is absent here and present in the first part"},
+        {2, 5, 5, "m-00001-of-00002.gguf: split.tensors.count says 5 tensors, the parts hold 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_part(dir, 0, "a", 2, cases[i].tensors1);
+        write_part(dir, 1, "b", cases[i].count2, cases[i].tensors2);
+        struct gguf g;
+        qp_err err = {{0}};
+        int rc = gguf_open(&g, first, &err);
+        if (!cases[i].message) {
+            ck_assert_msg(rc == 0, "case %zu: %s", i, err.msg);
+            ck_assert_uint_eq(g.n_tensors, 2);
+            gguf_close(&g);
+        } else {
+            ck_assert_msg(rc == -1 && strstr(err.msg, cases[i].message), "case %zu: %s", i, err.msg);
+        }
+    }
+    char path[600];
+    for (int k = 1; k <= 2; k++) {
+        snprintf(path, sizeof path, "%s/m-%05d-of-00002.gguf", dir, k);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 /* ------------------------------------------------------- hand-built blocks */
 
 static uint16_t h(float v) { return qp_f32_to_f16(v); }
@@ -756,6 +926,11 @@ int main(void)
     tcase_add_test(tc, a_tensor_size_past_2_62_bytes_is_refused);
     tcase_add_test(tc, the_config_file_reads);
     tcase_add_test(tc, messages_say_what_the_file_holds);
+    tcase_add_test(tc, trailing_dimensions_of_one_are_dropped);
+    tcase_add_test(tc, keys_up_to_65535_bytes_are_read);
+    tcase_add_test(tc, partial_rope_is_refused);
+    tcase_add_test(tc, add_bos_token_true_is_refused);
+    tcase_add_test(tc, split_parts_that_disagree_are_refused);
     tcase_add_test(tc, q8_0_q4_0_q4_1_blocks_give_their_values);
     tcase_add_test(tc, q4_k_and_q5_k_blocks_give_their_values);
     tcase_add_test(tc, q6_k_blocks_give_their_values);
