@@ -18,6 +18,6 @@ set(QP_FUZZ_LIBS_fuzz_tokenizer_encode qptok)
 set(QP_FUZZ_LIBS_fuzz_config qpformats)
 set(QP_FUZZ_LIBS_fuzz_serve_request qpserve)
 set(QP_FUZZ_LIBS_fuzz_gen_config qpformats)
-set(QP_FUZZ_LIBS_fuzz_gguf qpformats)
+set(QP_FUZZ_LIBS_fuzz_gguf qpformats qptok)
 set(QP_FUZZ_DEFS
     QP_FUZZ_TOKENIZER_PATH="${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer/tokenizer.json")
