@@ -1,13 +1,15 @@
 #!/bin/bash
-# test_gguf_pack.sh QPACK QEVAL GGUF_WRITE GEN TINY_LEARNED_DIR - `qpack pack
+# test_gguf_pack.sh QPACK QEVAL GGUF_WRITE GEN TINY_LEARNED_DIR QRUN - `qpack pack
 # FILE.gguf` end to end: GGUFs of every type written by qp-gguf-write from
 # the model with learned weights pack into the encodings that hold them
 # (Q8_0, Q4_0 also with searched scales, Q4_1, F16 with no error against
 # the GGUF's own values), run close to the float reference computed on
 # those values, a split file packs to the same tensors, and broken files
-# and names the provenance cannot record are refused with one line.
+# and names the provenance cannot record are refused with one line. A
+# tokenizer with a hole before its special tokens, or with no merges, runs
+# through the HF folder and the GGUF alike with the ids its file gives.
 set -u
-QPACK=$1 QEVAL=$2 WRITE=$3 GEN=$4 DATA=$5
+QPACK=$1 QEVAL=$2 WRITE=$3 GEN=$4 DATA=$5 QRUN=$6
 fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v jq >/dev/null || { echo "SKIP: jq is not installed"; exit 77; }
 W=$(mktemp -d)
@@ -81,3 +83,30 @@ ln -s "$M" "$W/"$'\xff'
 grep -q "the folder's name is not UTF-8" "$W/err" || fail "folder name: $(cat "$W/err")"
 [ ! -e "$W/name.qpk" ] || fail "a refused pack left a file"
 echo "ok: non-UTF-8 names refused"
+
+# a hole before the special tokens (the last merge's token removed): they
+# keep ids 2043.. in the folder and in its GGUF, where the hole is an
+# UNUSED row
+cp -r "$M" "$W/holes"
+jq '(.model.vocab |= with_entries(select(.value != 2042))) | .model.merges |= .[:-1]' "$M/tokenizer.json" \
+    >"$W/holes/tokenizer.json"
+"$WRITE" "$W/holes" "$W/holes.gguf" --type Q8_0 >/dev/null || fail "write holes"
+for src in "$W/holes" "$W/holes.gguf"; do
+    "$QPACK" pack "$src" -o "$W/holes.qpk" --quiet || fail "pack $src"
+    ids=$(printf '<|endoftext|><|im_start|><|im_end|>' | "$QRUN" tokenize -m "$W/holes.qpk")
+    [ "$ids" = "2043 2044 2045" ] || fail "$src: the special tokens are $ids, not 2043 2044 2045"
+    [ "$(echo 2045 | "$QRUN" detokenize -m "$W/holes.qpk")" = "<|im_end|>" ] || fail "$src: 2045 is not <|im_end|>"
+done
+echo "ok: a hole before the special tokens"
+
+# no merges: every word is its bytes
+cp -r "$M" "$W/nomerge"
+jq '.model.merges = []' "$M/tokenizer.json" >"$W/nomerge/tokenizer.json"
+"$WRITE" "$W/nomerge" "$W/nomerge.gguf" --type Q8_0 >/dev/null || fail "write nomerge"
+for src in "$W/nomerge" "$W/nomerge.gguf"; do
+    "$QPACK" pack "$src" -o "$W/nomerge.qpk" --quiet || fail "pack $src"
+    ids=$(printf 'hi<|im_end|>' | "$QRUN" tokenize -m "$W/nomerge.qpk") || fail "$src: qrun tokenize"
+    [ "$ids" = "71 72 2045" ] || fail "$src: hi<|im_end|> is $ids, not 71 72 2045"
+    "$QRUN" -m "$W/nomerge.qpk" -p hi -n 2 --backend emu >/dev/null 2>"$W/err" || fail "$src: qrun -p: $(cat "$W/err")"
+done
+echo "ok: no merges"
