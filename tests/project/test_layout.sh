@@ -13,7 +13,9 @@
 #             errors go back to the caller (a line tagged QP_BPF_LOG, the
 #             developer's switch for libbpf's log, is the one exception);
 #   readme    README.md is a guide: at most 250 lines, no dated runs, and
-#             no reference to a file outside the repository.
+#             no reference to a file outside the repository;
+#   docs      the documents name only files the repository has, and
+#             formats/QPK.md's title the version formats/qpk.h writes.
 set -u
 CASE=$1 SRC=$2
 bad=0
@@ -80,6 +82,22 @@ $outside"
         esac
     done
     [ $bad = 0 ] && echo "ok: README.md is $n lines, undated, and names only files of the repository"
+    ;;
+docs)
+    for d in "$SRC"/docs/*.md "$SRC"/formats/QPK.md "$SRC"/kernels/KERNELS.md "$SRC"/tokenizer/TOKENIZER.md; do
+        for p in $(grep -oE '`(scripts|tools|tests|docs|formats|packer|engine|api|kernels|devtools|common|include|examples)/[A-Za-z0-9_./-]+`' "$d" |
+                   tr -d '`' | sort -u); do
+            [ -e "$SRC/$p" ] || fail "${d#"$SRC"/} names $p, which is not in the repository"
+        done
+    done
+    major=$(sed -n 's/^#define QPK_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$SRC/formats/qpk.h")
+    minor=$(sed -n 's/^#define QPK_VERSION_MINOR *\([0-9]*\).*/\1/p' "$SRC/formats/qpk.h")
+    title=$(head -1 "$SRC/formats/QPK.md")
+    case $title in
+    *"format $major.$minor") ;;
+    *) fail "formats/QPK.md's title is '$title'; formats/qpk.h writes format $major.$minor" ;;
+    esac
+    [ $bad = 0 ] && echo "ok: the documents name files that exist, and QPK.md format $major.$minor as qpk.h"
     ;;
 *)
     echo "test_layout.sh: unknown case $CASE" >&2
