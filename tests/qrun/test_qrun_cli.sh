@@ -868,7 +868,11 @@ stats)
     ! grep -q "BPF maps\|bpf calls\|ms/token (" "$T/emu.err" || fail "emu: $(cat "$T/emu.err")"
     grep -q "no decode step to time" "$T/emu.err" && grep -q "kernel calls (host twin)" "$T/emu.err" ||
         fail "emu -n 1: $(cat "$T/emu.err")"
-    grep -Eq "KV cache int16 [0-9.]+ kB/position, peak RSS [0-9]+ MB" "$T/emu.err" || fail "units: $(cat "$T/emu.err")"
+    # int16 K and V of every layer's key-value heads: KiB as the docs count them
+    kib=$(jq -r '[.num_hidden_layers, .num_key_value_heads, .head_dim // (.hidden_size / .num_attention_heads)] | join(" ")' \
+              "$WORK/ckpt/config.json" | awk '{ printf "%.1f", $1 * $2 * $3 * 2 * 2 / 1024 }')
+    grep -Eq "KV cache int16 $kib KiB/position, peak RSS [0-9]+ MB" "$T/emu.err" ||
+        fail "units: expected $kib KiB/position: $(cat "$T/emu.err")"
     run ref -m "$WORK/ckpt" -p Hello -n 3 --backend ref --stats
     [ "$rc" = 0 ] || fail "ref: $(cat "$T/ref.err")"
     grep -q "the checkpoint mapped: each step reads its BF16 weights into float64" "$T/ref.err" &&

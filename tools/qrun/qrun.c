@@ -759,8 +759,9 @@ static void print_stats(const struct run_state *r)
                 (double)i->weight_bytes / 1e6, r->o->mp.stream ? ": --stream reads them from the file" : "");
     else if (!strcmp(i->backend, "emu"))
         fprintf(stderr, "weights read in place from the mapped container (%.1f MB), ", (double)i->file_bytes / 1e6);
-    fprintf(stderr, "KV cache %s %.1f kB/position, peak RSS %.0f MB\n", i->kv_cache,
-            (double)i->kv_bytes_per_position / 1e3, ru.ru_maxrss * 1024 / 1e6);
+    /* the cache in KiB, as the docs give it: its sizes are whole KiB */
+    fprintf(stderr, "KV cache %s %.1f KiB/position, peak RSS %.0f MB\n", i->kv_cache,
+            (double)i->kv_bytes_per_position / 1024, ru.ru_maxrss * 1024 / 1e6);
 }
 
 /* ---- main ------------------------------------------------------------------------- */
