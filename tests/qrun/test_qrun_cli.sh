@@ -774,6 +774,28 @@ PY
     echo "ok: 8 replies split as python splits them, $seen with reasoning"
     ;;
 
+notes)
+    # a note after a reply starts its own line, with stdout and stderr on
+    # one terminal too (2>&1): the reply's line ends first, one-shot and
+    # interactive alike; a reply the model ends at once says so
+    end="qrun: the reply reached the end of the context (48 positions)"
+    "$QRUN" -m "$M" --backend emu --print-ids --chat -p Hi -c 48 --temp 0 >"$T/one.all" 2>&1 ||
+        fail "one-shot: $(cat "$T/one.all")"
+    [ "$(tail -1 "$T/one.all")" = "$end" ] || fail "one-shot: the note is not a line of its own: $(cat "$T/one.all")"
+    [ "$(grep -c . "$T/one.all")" = 2 ] || fail "one-shot: expected the reply's line, then the note: $(cat "$T/one.all")"
+    printf 'Hi\n' | "$QRUN" -m "$M" --backend emu --print-ids --chat -c 48 --temp 0 >"$T/chat.all" 2>&1 ||
+        fail "interactive: $(cat "$T/chat.all")"
+    [ "$(tail -1 "$T/chat.all")" = "$end" ] || fail "interactive: the note is not a line of its own: $(cat "$T/chat.all")"
+    # <|im_end|> biased first: the reply is empty, and stderr says why
+    for think in "" --think; do
+        run empty$think -m "$M" --backend emu --chat $think -p Hello --logit-bias 151645=100 --temp 0
+        [ "$rc" = 0 ] && [ ! -s "$T/empty$think.out" ] || fail "empty reply $think: exit $rc, $(cat "$T/empty$think.out")"
+        [ "$(cat "$T/empty$think.err")" = "qrun: the reply is empty: the model ended its turn at once" ] ||
+            fail "empty reply $think: stderr: $(cat "$T/empty$think.err")"
+    done
+    echo "ok: $(tail -1 "$T/one.all") / $(cat "$T/empty.err")"
+    ;;
+
 chat_keys)
     # on a terminal (tmux): Ctrl-C stops the reply and returns to the prompt
     # within 0.5 s, the chat goes on; lines are edited (libedit: Up recalls

@@ -379,9 +379,14 @@ void qrun_end_reply(struct run_state *r, bool newline_always)
     if (r->in_reply || newline_always)
         putchar('\n');
     qp_stdout_flush();
-    if (r->cut_by_n)            /* after the reply's line, not inside it */
+    /* the notes after the reply's line, not inside it */
+    if (r->cut_by_n)
         fprintf(stderr, "qrun: the reply was cut at -n %d tokens\n", r->o->n_new);
-    r->cut_by_n = false;
+    if (r->cut_by_ctx)
+        fprintf(stderr, "qrun: the reply reached the end of the context (%u positions)\n", r->ctx);
+    if (r->ended_at_once)
+        fprintf(stderr, "qrun: the reply is empty: the model ended its turn at once\n");
+    r->cut_by_n = r->cut_by_ctx = r->ended_at_once = false;
 }
 
 /* ---- feeding ------------------------------------------------------------------- */
@@ -528,14 +533,16 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
     uint32_t q_len = 0, q_at = 0;
     int rc = 0;
     r->in_reply = 0;
-    r->cut_by_n = false;
+    r->cut_by_n = r->cut_by_ctx = r->ended_at_once = false;
     for (int32_t i = 0; i < o->n_new && !stopping(); i++) {
         /* a queued token but the last is a kept draft, already in the session */
         bool cached = q_at + 1 < q_len;
         int32_t id = q_at < q_len ? queue[q_at++] : qpack_sample(r->sampler, r->s);
         bool stop = false;
-        if (o->chat && qrun_is_end(r, id))
+        if (o->chat && qrun_is_end(r, id)) {
+            r->ended_at_once = i == 0;
             break;
+        }
         rc = emit_token(r, id, &stop, err) || record_reply_token(r, id, err);
         if (rc)
             break;
@@ -550,7 +557,7 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
         if (stop || i + 1 == o->n_new || stopping())
             break;
         if (qpack_session_pos(r->s) + 1 > start + room) {
-            fprintf(stderr, "qrun: the reply reached the end of the context (%u positions)\n", r->ctx);
+            r->cut_by_ctx = true;
             break;
         }
         q_at = q_len = 0;

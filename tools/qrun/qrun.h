@@ -75,6 +75,8 @@ struct run_state {
     uint32_t in_reply;          /* tokens printed in the current reply */
     bool model_sampling;        /* sampling from the model's generation_config.json */
     bool cut_by_n;              /* --chat: -n ended the reply (said after its line) */
+    bool cut_by_ctx;            /* the context ended the reply (said after its line) */
+    bool ended_at_once;         /* --chat: the model ended its turn before any token */
     char *system_text;          /* interactive /system: the prompt o->system points at */
     bool bad_input;             /* an interactive line was refused: exit status 1 at the end */
     struct stop_text stop;
