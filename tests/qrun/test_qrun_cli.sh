@@ -774,6 +774,29 @@ PY
     echo "ok: 8 replies split as python splits them, $seen with reasoning"
     ;;
 
+chat_budget)
+    # a chat reply without -n: at most 1024 tokens when the model carries no
+    # generation config (a random model never ends its turn), said after
+    # its line; with one, until the end of the turn or of the context
+    backend=emu
+    [ "$(id -u)" = 0 ] && backend=bpf
+    run plain -m "$M" --backend $backend --print-ids --chat -p Hi --temp 0
+    [ "$rc" = 0 ] || fail "no generation config: $(cat "$T/plain.err")"
+    [ "$(wc -w <"$T/plain.out")" = 1024 ] || fail "no generation config: $(wc -w <"$T/plain.out") tokens, not 1024"
+    [ "$(cat "$T/plain.err")" = "qrun: the reply was cut at 1024 tokens, a chat's default for a model without a generation_config.json (-n sets another)" ] ||
+        fail "no generation config: stderr: $(cat "$T/plain.err")"
+    G=$T/gc
+    mkdir -p "$G" && cp "$WORK/ckpt"/* "$G/" || fail "copying the checkpoint"
+    printf '{"do_sample": false}' >"$G/generation_config.json"
+    "$QPACK" pack "$G" -o "$T/gc.qpk" --quiet || fail "packing with generation_config.json"
+    run gc -m "$T/gc.qpk" --backend $backend --print-ids --chat -p Hi -c 1100
+    [ "$rc" = 0 ] || fail "generation config: $(cat "$T/gc.err")"
+    [ "$(cat "$T/gc.err")" = "qrun: the reply reached the end of the context (1100 positions)" ] ||
+        fail "generation config: stderr: $(cat "$T/gc.err")"
+    [ "$(wc -w <"$T/gc.out")" -gt 1024 ] || fail "generation config: $(wc -w <"$T/gc.out") tokens"
+    echo "ok: $(wc -w <"$T/plain.out") tokens without a generation config, $(wc -w <"$T/gc.out") with one (-c 1100)"
+    ;;
+
 notes)
     # a note after a reply starts its own line, with stdout and stderr on
     # one terminal too (2>&1): the reply's line ends first, one-shot and

@@ -380,7 +380,10 @@ void qrun_end_reply(struct run_state *r, bool newline_always)
         putchar('\n');
     qp_stdout_flush();
     /* the notes after the reply's line, not inside it */
-    if (r->cut_by_n)
+    if (r->cut_by_n && r->chat_budget)
+        fprintf(stderr, "qrun: the reply was cut at %d tokens, a chat's default for a model without a "
+                "generation_config.json (-n sets another)\n", r->o->n_new);
+    else if (r->cut_by_n)
         fprintf(stderr, "qrun: the reply was cut at -n %d tokens\n", r->o->n_new);
     if (r->cut_by_ctx)
         fprintf(stderr, "qrun: the reply reached the end of the context (%u positions)\n", r->ctx);
@@ -611,6 +614,19 @@ int qrun_new_sampler(struct run_state *r, qpack_error *err)
     return 0;
 }
 
+/* A chat reply without -n runs until the end of its turn when the model's
+ * authors gave it a generation config (an instruct checkpoint, which ends
+ * its turns); without one (a GGUF, a base model, a stand-in of random
+ * weights) it may never end one, and runs QRUN_CHAT_NEW tokens at most. */
+static void set_chat_budget(struct run_state *r)
+{
+    qpack_sampler_params authors = qpack_sampler_default_params();
+    if (!r->o->until_end || qpack_model_sampling(r->m, true, &authors))
+        return;
+    r->o->n_new = QRUN_CHAT_NEW;
+    r->chat_budget = true;
+}
+
 /* ---- loading -------------------------------------------------------------------- */
 
 struct load_progress {
@@ -684,6 +700,7 @@ static int load_model(struct run_state *r, qpack_error *err)
     }
     if (qrun_new_sampler(r, err))
         return -1;
+    set_chat_budget(r);
     if (r->tok && qpack_decoder_new(&r->decoder, r->tok, true, err))
         return -1;
     stop_text_init(&r->stop, o->stops, o->n_stops);

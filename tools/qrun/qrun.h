@@ -26,6 +26,8 @@ enum {
 #define QRUN_LOOKUP_MAX 15      /* a draft and its token fill one block of 16 positions */
 #define QRUN_INPUT_MAX (256u << 20)   /* bytes of -f FILE or -p - read at most */
 #define QRUN_DEFAULT_NEW 32     /* -n without --chat */
+#define QRUN_CHAT_NEW 1024      /* a chat reply's tokens without -n when the model has no
+                                   generation config: it may be one that never ends a turn */
 #define QRUN_CHAT_ROOM 512      /* positions an interactive turn keeps for its reply at least
                                    (a quarter of the context when that is less) */
 
@@ -75,6 +77,7 @@ struct run_state {
     uint32_t in_reply;          /* tokens printed in the current reply */
     bool model_sampling;        /* sampling from the model's generation_config.json */
     bool cut_by_n;              /* --chat: -n ended the reply (said after its line) */
+    bool chat_budget;           /* --chat without -n, no generation config: n_new is QRUN_CHAT_NEW */
     bool cut_by_ctx;            /* the context ended the reply (said after its line) */
     bool ended_at_once;         /* --chat: the model ended its turn before any token */
     char *system_text;          /* interactive /system: the prompt o->system points at */

@@ -33,7 +33,9 @@ void qrun_usage(FILE *out)
             "      --ids \"ID ...\"     prompt as token ids (separated by spaces or commas)\n"
             "  -n, --new N            tokens to generate (default 32; 0: run the prompt only);\n"
             "                         with --chat, per reply, by default until the end of the\n"
-            "                         turn or of the context; a reply cut by -n or the\n"
+            "                         turn or of the context, or at most %d tokens when the\n"
+            "                         model carries no generation_config.json (it may be one\n"
+            "                         that never ends a turn); a reply cut by -n or the\n"
             "                         context, or empty (the model ended its turn at once),\n"
             "                         says so on stderr after its line. The prompt and N must\n"
             "                         fit the context, checked before the model loads\n"
@@ -143,7 +145,7 @@ void qrun_usage(FILE *out)
             "Exit status: 0 done; 1 a runtime failure (a file, the model, BPF privilege, input\n"
             "text, output); 2 bad usage (an option or its value, -c past the model's maximum,\n"
             "a prompt and -n past the context); 130/143 interrupted; 141 closed pipe.\n",
-            QRUN_BIAS_MAX, QRUN_STOPS_MAX, QRUN_LOOKUP_MAX);
+            QRUN_CHAT_NEW, QRUN_BIAS_MAX, QRUN_STOPS_MAX, QRUN_LOOKUP_MAX);
 }
 
 /* --help: the text goes out in one checked write, so a failure names its
