@@ -35,6 +35,13 @@ block=$(awk '/<!-- test_readme: begin -->/ {on = 1; next} /<!-- test_readme: end
 [ "$(printf '%s\n' "$setup" | grep -c .)" = 1 ] || fail "expected one set-up line in README.md, got: $setup"
 [ "$(printf '%s\n' "$block" | grep -c .)" -ge 10 ] || fail "the README's command block is missing or short: $block"
 case $setup in *PATH*) ;; *) fail "the set-up line does not set PATH: $setup" ;; esac
+# the stand-in model never ends a turn: a chat line without -n would run
+# its reply to qrun's budget and look hung in a walkthrough
+while IFS= read -r line; do
+    case " $line " in
+    *" qrun "*" --chat "*) case " $line " in *" -n "[0-9]*) ;; *) fail "a chat line without -n: $line" ;; esac ;;
+    esac
+done <<<"$block"
 
 cd "$W" || fail "cd"
 # nothing of the caller's PATH may hide a missing installation: only the system's
