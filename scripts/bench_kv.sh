@@ -46,7 +46,7 @@ if [ "${QP_REAL:-0}" = 1 ]; then
     ids=$(awk 'BEGIN { srand(5); for (i = 0; i < 4080; i++) printf "%d ", 1000 + int(rand() * 149000) }')
     echo "A real 4,080-token prompt (int4), then 16 tokens:"
     for kv in int16 int8; do
-        "$build/bin/qrun" -m "$work/0.6b-int4.qpk" -c 4096 --no-verify --kv-cache "$kv" --ids "$ids" -n 16 \
+        "$build/bin/qrun" -m "$work/0.6b-int4.qpk" -c 4096 --no-verify --kv-cache "$kv" --ids "$ids" -n 16 --temp 0 \
             --print-ids --stats 2>"$out" >/dev/null
         prompt=$(sed -n 's/.*tokens in [0-9]* ms (\([0-9.]*\) ms\/token.*/\1/p' "$out")
         decode=$(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) ms\/token.*/\1/p' "$out")

@@ -47,11 +47,11 @@ ids() { awk -v n="$1" 'BEGIN { srand(5); for (i = 0; i < n; i++) printf "%d ", 1
 run() {
     which=$1 model=$2 n=$3 new=$4 ctx=$5
     if [ "$which" = before ] && [ -n "${QRUN_BEFORE:-}" ]; then
-        "$QRUN_BEFORE" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --stats 2>&1 >/dev/null
+        "$QRUN_BEFORE" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --temp 0 --stats 2>&1 >/dev/null
     elif [ "$which" = before ]; then
-        QP_BLOCK=1 "$after" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --stats 2>&1 >/dev/null
+        QP_BLOCK=1 "$after" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --temp 0 --stats 2>&1 >/dev/null
     else
-        "$after" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --stats 2>&1 >/dev/null
+        "$after" -m "$model" -c "$ctx" --no-verify --ids "$(ids "$n")" -n "$new" --print-ids --temp 0 --stats 2>&1 >/dev/null
     fi
 }
 

@@ -28,7 +28,7 @@ fi
 i=0
 while [ "$i" -lt "$runs" ]; do
     # shellcheck disable=SC2046
-    "$build/bin/qrun" -m "$model" --ids "$ids" -n "$new" $([ -n "${QP_STREAM:-}" ] && echo --stream) \
+    "$build/bin/qrun" -m "$model" --ids "$ids" -n "$new" --temp 0 $([ -n "${QP_STREAM:-}" ] && echo --stream) \
         --print-ids --stats 2>>"$out" >/dev/null
     i=$((i + 1))
 done

@@ -97,7 +97,7 @@ for size in $sizes; do
         : >"$log"
         reason=
         for _ in $(seq "$runs"); do
-            if ! "$bin/qrun" -m "$qpk" $stream --ids "$(ids 64 "$vocab")" -n 16 -c 256 --print-ids --stats >/dev/null 2>>"$log"; then
+            if ! "$bin/qrun" -m "$qpk" $stream --ids "$(ids 64 "$vocab")" -n 16 --temp 0 -c 256 --print-ids --stats >/dev/null 2>>"$log"; then
                 reason=$(grep -v '^qrun: \(backend\|generated\|kernel\|BPF\)' "$log" | tail -1)
                 break
             fi

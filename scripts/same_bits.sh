@@ -38,7 +38,7 @@ runs() {
         "$bin/qrun" -m "$model" --no-verify -c 256 "$@" --ids "$(ids $n)" -n 0 --dump-logits-all "$tmp/l.f32" >/dev/null
         echo "$(sha256sum <"$tmp/l.f32" | cut -c1-64) $name prompt $n"
     done
-    echo "$("$bin/qrun" -m "$model" --no-verify -c 256 "$@" --ids "$(ids 37)" -n 8 --print-ids | sha256sum | cut -c1-64) $name greedy 8"
+    echo "$("$bin/qrun" -m "$model" --no-verify -c 256 "$@" --ids "$(ids 37)" -n 8 --temp 0 --print-ids | sha256sum | cut -c1-64) $name greedy 8"
     echo "$("$bin/qrun" -m "$model" --no-verify -c 256 "$@" --ids "$(ids 37)" -n 8 --lookup 8 --print-ids | sha256sum | cut -c1-64) $name lookup 8"
 }
 

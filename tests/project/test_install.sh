@@ -4,7 +4,7 @@
 # `cmake --install` into a fresh prefix gives what a user needs: the four
 # commands in PREFIX/bin, and libqpack (shared and static), qpack.h and
 # qpack.pc, with which examples/generate.c builds through pkg-config and
-# prints the same text as the installed qrun. Generation runs on the emu
+# prints the same text as the installed qrun --temp 0. Generation runs on the emu
 # backend (no privilege needed).
 set -u
 BUILD=$1 SRC=$2 TOKDIR=$3
@@ -31,7 +31,7 @@ export PATH="$P/usr/bin:$PATH" PKG_CONFIG_PATH="$lib/pkgconfig"
 cd "$P" || fail "cd"
 qp-gen-checkpoint ck --preset tiny --vocab 151936 --seed 2 --tokenizer-dir "$TOKDIR" >/dev/null || fail "gen"
 qpack pack ck -o m.qpk --quiet || fail "pack"
-want=$(qrun -m m.qpk --backend emu -p "Hello, world!" -n 12) || fail "qrun"
+want=$(qrun -m m.qpk --backend emu -p "Hello, world!" -n 12 --temp 0) || fail "qrun"
 
 # shellcheck disable=SC2046
 $CC -Wall -Werror $SAN "$SRC/examples/generate.c" $(pkg-config --cflags --libs qpack) -o gen_shared ||

@@ -177,7 +177,7 @@ generation_config)
     [ "$(gen -p Hello -n 12)" = "$(gen -p Hello -n 12 --temp 0.6 --top-k 20 --top-p 0.95)" ] ||
         fail "-p: the model's sampling is not temp 0.6, top-k 20, top-p 0.95"
     [ "$(gen -p Hello -n 12)" != "$(gen -p Hello -n 12 --temp 0)" ] || fail "-p: the model's sampling is greedy"
-    [ "$(gen -p Hello -n 12 --temp 0)" = "$("$QRUN" -m "$M" --backend emu --print-ids -p Hello -n 12)" ] ||
+    [ "$(gen -p Hello -n 12 --temp 0)" = "$("$QRUN" -m "$M" --backend emu --print-ids -p Hello -n 12 --temp 0)" ] ||
         fail "--temp 0 is not the greedy reply of the container without a generation config"
     [ "$(gen --chat -p Hi -n 12)" = "$(gen --chat -p Hi -n 12 --temp 0.7 --top-k 20 --top-p 0.8)" ] ||
         fail "--chat: the model's sampling is not Qwen3's non-thinking 0.7, 20, 0.8"
@@ -188,7 +188,7 @@ generation_config)
         fail "--stats does not say where the sampling comes from: $(cat "$T/gen.err")"
     # an eos id of the generation config ends a chat reply: the greedy
     # reply's first token made an end id gives an empty reply
-    first=$("$QRUN" -m "$M" --backend emu --print-ids --chat -p Hi -n 1)
+    first=$("$QRUN" -m "$M" --backend emu --print-ids --chat -p Hi -n 1 --temp 0)
     printf '{"do_sample": false, "eos_token_id": [151645, %s]}' "$first" >"$G/generation_config.json"
     "$QPACK" pack "$G" -o "$T/gc.qpk" --quiet || fail "packing with eos ids"
     [ -z "$(gen --chat -p Hi -n 4)" ] || fail "eos id $first of the generation config did not end the reply"
@@ -310,7 +310,7 @@ chat)
 
 interactive)
     need_root
-    "$QRUN" -m "$M" --chat -n 6 --print-ids >"$T/two.out" 2>"$T/two.err" <<'EOF'
+    "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids >"$T/two.out" 2>"$T/two.err" <<'EOF'
 Hi there
 How are you?
 EOF
@@ -331,20 +331,20 @@ EOF
         "$QRUN" tokenize -m "$M")
     t2=$(printf '<|im_end|>\n<|im_start|>user\nHow are you?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' |
         "$QRUN" tokenize -m "$M")
-    run whole -m "$M" --ids "$t1 $r1 $t2" -n 6 --print-ids
+    run whole -m "$M" --temp 0 --ids "$t1 $r1 $t2" -n 6 --print-ids
     [ "$rc" = 0 ] || fail "--ids of the conversation: exit $rc: $(cat "$T/whole.err")"
     [ "$(cat "$T/whole.out")" = "$r2" ] || fail "turn 2 gave '$r2', the whole conversation '$(cat "$T/whole.out")'"
     echo "ok: reply 1 '$r1', reply 2 '$r2'"
 
-    printf 'Hi there\nHow are you?\n' | "$QRUN" -m "$M" --chat -n 6 >"$T/text.out" 2>"$T/text.err"
+    printf 'Hi there\nHow are you?\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 >"$T/text.out" 2>"$T/text.err"
     rc=$?
     [ "$rc" = 0 ] || fail "text: exit $rc: $(cat "$T/text.err")"
     valid_utf8 "$T/text.out" || fail "text: not valid UTF-8"
-    printf 'Hi there\nHow are you?\n' | "$QRUN" -m "$M" --chat -n 6 --backend emu --print-ids >"$T/emu.out" 2>/dev/null
+    printf 'Hi there\nHow are you?\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 --backend emu --print-ids >"$T/emu.out" 2>/dev/null
     cmp -s "$T/two.out" "$T/emu.out" || fail "emu: $(cat "$T/emu.out") != bpf $(cat "$T/two.out")"
 
     # empty lines are skipped; a bad line is refused with one message, the chat goes on, exit 1
-    printf 'Hi there\n\n\xff\xfe\nx\0y\nHow are you?\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids \
+    printf 'Hi there\n\n\xff\xfe\nx\0y\nHow are you?\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids \
         >"$T/bad.out" 2>"$T/bad.err"
     rc=$?
     [ "$rc" = 1 ] || fail "bad lines: exit $rc, expected 1"
@@ -357,7 +357,7 @@ EOF
     # the conversation filling the context drops its oldest turns, says so,
     # and goes on: the reply after the drop is the one a conversation that
     # began at the kept turn gives
-    printf 'Hi\nAgain\nAnd again\n' | "$QRUN" -m "$M" --chat -n 4 --print-ids -c 40 \
+    printf 'Hi\nAgain\nAnd again\n' | "$QRUN" -m "$M" --temp 0 --chat -n 4 --print-ids -c 40 \
         >"$T/full.out" 2>"$T/full.err"
     rc=$?
     [ "$rc" = 0 ] || fail "full context: exit $rc: $(cat "$T/full.err")"
@@ -369,17 +369,17 @@ EOF
     t2=$(printf '<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' | "$QRUN" tokenize -m "$M")
     t3=$(printf '<|im_end|>\n<|im_start|>user\nAnd again<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' |
         "$QRUN" tokenize -m "$M")
-    run kept -m "$M" --ids "$t2 $r2 $t3" -n 4 --print-ids
+    run kept -m "$M" --temp 0 --ids "$t2 $r2 $t3" -n 4 --print-ids
     [ "$(cat "$T/kept.out")" = "$r3" ] || fail "after the drop: '$r3', the kept turns alone: '$(cat "$T/kept.out")'"
     # a turn that cannot fit even alone is refused; the chat goes on, exit 1
-    printf 'Hi\n%s\nAgain\n' "$(printf 'word %.0s' $(seq 40))" | "$QRUN" -m "$M" --chat -n 4 --print-ids -c 40 \
+    printf 'Hi\n%s\nAgain\n' "$(printf 'word %.0s' $(seq 40))" | "$QRUN" -m "$M" --temp 0 --chat -n 4 --print-ids -c 40 \
         >"$T/huge.out" 2>"$T/huge.err"
     rc=$?
     [ "$rc" = 1 ] && [ "$(lines "$T/huge.out")" = 2 ] && grep -q "input line 2: this turn and -n 4 do not fit" "$T/huge.err" ||
         fail "a turn too long: exit $rc: $(cat "$T/huge.out" "$T/huge.err")"
     echo "ok: $(cat "$T/full.err")"
     # and no input at all is a clean, empty end
-    "$QRUN" -m "$M" --chat -n 4 </dev/null >"$T/eof.out" 2>"$T/eof.err"
+    "$QRUN" -m "$M" --temp 0 --chat -n 4 </dev/null >"$T/eof.out" 2>"$T/eof.err"
     rc=$?
     [ "$rc" = 0 ] && [ ! -s "$T/eof.out" ] && [ ! -s "$T/eof.err" ] || fail "empty stdin: exit $rc"
     ;;
@@ -654,7 +654,7 @@ prompt_sources)
 stop)
     # --stop: the reply ends where its text first holds the string, which
     # is not printed (a string across tokens too); one never met changes nothing
-    args=(-m "$M" -p "Hello" -n 16 --backend emu --temp 0.9 --seed 3)
+    args=(-m "$M" -p "Hello" -n 16 --backend emu --temp 0.9 --top-k 0 --top-p 1 --min-p 0 --seed 3)
     run full "${args[@]}"
     [ "$rc" = 0 ] || fail "exit $rc: $(cat "$T/full.err")"
     full=$(cat "$T/full.out")
@@ -674,19 +674,35 @@ stop)
     ;;
 
 sampling)
+    # without a sampling option or a generation config: llama.cpp's default
+    # (temp 0.8, top-k 40, top-p 0.95, min-p 0.05), as qrun serve's; a field
+    # given changes only itself; --lookup alone is greedy
+    run default -m "$M" -p "Hello" -n 12 --backend emu --print-ids --seed 4
+    run written -m "$M" -p "Hello" -n 12 --backend emu --print-ids --seed 4 --temp 0.8 --top-k 40 --top-p 0.95 --min-p 0.05
+    cmp -s "$T/default.out" "$T/written.out" || fail "the default: $(cat "$T/default.out"), written out $(cat "$T/written.out")"
+    run topk -m "$M" -p "Hello" -n 12 --backend emu --print-ids --seed 4 --top-k 40
+    cmp -s "$T/default.out" "$T/topk.out" || fail "--top-k 40 alone: $(cat "$T/topk.out"), the default $(cat "$T/default.out")"
+    run flat -m "$M" -p "Hello" -n 12 --backend emu --print-ids --seed 4 --temp 0.8 --top-k 0 --top-p 1 --min-p 0
+    ! cmp -s "$T/default.out" "$T/flat.out" || fail "the default is temp 0.8 without its cuts: $(cat "$T/flat.out")"
+    run greedy -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 0
+    ! cmp -s "$T/default.out" "$T/greedy.out" || fail "the default is greedy: $(cat "$T/default.out")"
+    run lookup -m "$M" -p "Hello" -n 12 --backend emu --print-ids --lookup 4
+    cmp -s "$T/greedy.out" "$T/lookup.out" || fail "--lookup alone: $(cat "$T/lookup.out"), greedy $(cat "$T/greedy.out")"
+    run stats -m "$M" -p "Hello" -n 1 --backend emu --stats
+    grep -q "sampling as llama.cpp's default (the model has no generation_config.json): temp 0.8, top-k 40, top-p 0.95, min-p 0.05" \
+        "$T/stats.err" || fail "--stats does not say the default: $(cat "$T/stats.err")"
     # --min-p 1 keeps only the most likely token: greedy at any temperature;
     # --repeat-penalty changes greedy decoding of a looping model, the same
     # way each run, and not at all with --repeat-last-n 0
-    run greedy -m "$M" -p "Hello" -n 12 --backend emu --print-ids
     run minp -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 1.5 --min-p 1 --seed 9
     cmp -s "$T/greedy.out" "$T/minp.out" || fail "--min-p 1: $(cat "$T/minp.out"), greedy $(cat "$T/greedy.out")"
-    run pen -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5
-    run pen2 -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5 --repeat-last-n -1
-    run off -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5 --repeat-last-n 0
+    run pen -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 0 --repeat-penalty 5
+    run pen2 -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 0 --repeat-penalty 5 --repeat-last-n -1
+    run off -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 0 --repeat-penalty 5 --repeat-last-n 0
     [ "$(tr ' ' '\n' <"$T/greedy.out" | sort -u | wc -l)" = 1 ] || fail "greedy does not loop: $(cat "$T/greedy.out")"
     [ "$(tr ' ' '\n' <"$T/pen.out" | sort -u | wc -l)" -gt 6 ] || fail "--repeat-penalty 5 still loops: $(cat "$T/pen.out")"
     cmp -s "$T/greedy.out" "$T/off.out" || fail "--repeat-last-n 0 changed greedy decoding"
-    run again -m "$M" -p "Hello" -n 12 --backend emu --print-ids --repeat-penalty 5
+    run again -m "$M" -p "Hello" -n 12 --backend emu --print-ids --temp 0 --repeat-penalty 5
     cmp -s "$T/pen.out" "$T/again.out" || fail "--repeat-penalty is not repeatable"
     for bad in "--min-p 2" "--min-p -0.1" "--repeat-penalty 0" "--repeat-last-n -2" "--repeat-last-n x"; do
         run bad -m "$M" -p hi $bad
@@ -701,9 +717,9 @@ sampling)
 chat_commands)
     # /clear forgets the conversation: the next turn answers as a fresh chat;
     # a line ending in \ goes on; /bye ends the chat (the rest is not read)
-    printf 'Hi there\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/fresh.out" 2>"$T/fresh.err" ||
+    printf 'Hi there\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids --backend emu >"$T/fresh.out" 2>"$T/fresh.err" ||
         fail "fresh: $(cat "$T/fresh.err")"
-    printf 'How are you?\n/clear\nHi there\n/bye\nAgain\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu \
+    printf 'How are you?\n/clear\nHi there\n/bye\nAgain\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids --backend emu \
         >"$T/clear.out" 2>"$T/clear.err"
     rc=$?
     [ "$rc" = 0 ] && ! grep -v '^qrun: \(the reply was cut at -n 6 tokens\|the conversation is cleared\)$' "$T/clear.err" ||
@@ -711,9 +727,9 @@ chat_commands)
     [ "$(lines "$T/clear.out")" = 2 ] || fail "/bye did not end the chat: $(cat "$T/clear.out")"
     [ "$(sed -n 2p "$T/clear.out")" = "$(cat "$T/fresh.out")" ] ||
         fail "after /clear: '$(sed -n 2p "$T/clear.out")', a fresh chat: '$(cat "$T/fresh.out")'"
-    printf 'one\\\ntwo\n' | "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/cont.out" 2>"$T/cont.err" ||
+    printf 'one\\\ntwo\n' | "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids --backend emu >"$T/cont.out" 2>"$T/cont.err" ||
         fail "continued line: $(cat "$T/cont.out")"
-    run joined -m "$M" --chat -p "one
+    run joined -m "$M" --temp 0 --chat -p "one
 two" -n 6 --print-ids --backend emu
     [ "$(cat "$T/cont.out")" = "$(cat "$T/joined.out")" ] ||
         fail "a line ending in \\ gave '$(cat "$T/cont.out")', the two lines as one turn '$(cat "$T/joined.out")'"
@@ -721,17 +737,17 @@ two" -n 6 --print-ids --backend emu
     # model; /system starts the conversation again under the new prompt,
     # as --system does; // sends the rest
     printf '/help\n/nope\n/think maybe\n/system Be brief.\nHi there\n/clear\n//x\n/clear\n/think on\nHi there\n' |
-        "$QRUN" -m "$M" --chat -n 6 --print-ids --backend emu >"$T/cmd.out" 2>"$T/cmd.err" || fail "commands: $(cat "$T/cmd.err")"
+        "$QRUN" -m "$M" --temp 0 --chat -n 6 --print-ids --backend emu >"$T/cmd.out" 2>"$T/cmd.err" || fail "commands: $(cat "$T/cmd.err")"
     [ "$(lines "$T/cmd.out")" = 3 ] || fail "commands: expected 3 replies: $(cat "$T/cmd.out") / $(cat "$T/cmd.err")"
     for want in "the chat's commands" "  /system TEXT" "unknown command '/nope'" "/think takes on or off, not 'maybe'" \
                 "system prompt set; the conversation starts again" "the conversation is cleared" "thinking on"; do
         grep -qF "$want" "$T/cmd.err" || fail "commands: no '$want' in: $(cat "$T/cmd.err")"
     done
-    run sys -m "$M" --chat --system "Be brief." -p "Hi there" -n 6 --print-ids --backend emu
+    run sys -m "$M" --temp 0 --chat --system "Be brief." -p "Hi there" -n 6 --print-ids --backend emu
     [ "$(sed -n 1p "$T/cmd.out")" = "$(cat "$T/sys.out")" ] || fail "/system: '$(sed -n 1p "$T/cmd.out")', --system: '$(cat "$T/sys.out")'"
-    run slash -m "$M" --chat --system "Be brief." -p "/x" -n 6 --print-ids --backend emu
+    run slash -m "$M" --temp 0 --chat --system "Be brief." -p "/x" -n 6 --print-ids --backend emu
     [ "$(sed -n 2p "$T/cmd.out")" = "$(cat "$T/slash.out")" ] || fail "//x: '$(sed -n 2p "$T/cmd.out")', -p /x: '$(cat "$T/slash.out")'"
-    run think -m "$M" --chat --system "Be brief." --think -p "Hi there" -n 6 --print-ids --backend emu
+    run think -m "$M" --temp 0 --chat --system "Be brief." --think -p "Hi there" -n 6 --print-ids --backend emu
     [ "$(sed -n 3p "$T/cmd.out")" = "$(cat "$T/think.out")" ] || fail "/think on: '$(sed -n 3p "$T/cmd.out")', --think: '$(cat "$T/think.out")'"
     echo "ok: /clear gives the fresh reply '$(cat "$T/fresh.out")'; continued: '$(cat "$T/cont.out")'"
     ;;

@@ -94,8 +94,8 @@ expect_ok() {
 }
 
 # qrun's greedy output (text and a final newline): the expectation
-qrun_chat() { "$QRUN" -m "$M" --backend emu --chat -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun --chat: $(cat "$T/qrun.err")"; }
-qrun_text() { "$QRUN" -m "$M" --backend emu -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun -p: $(cat "$T/qrun.err")"; }
+qrun_chat() { "$QRUN" -m "$M" --temp 0 --backend emu --chat -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun --chat: $(cat "$T/qrun.err")"; }
+qrun_text() { "$QRUN" -m "$M" --temp 0 --backend emu -p "$1" -n "$2" >"$3" 2>"$T/qrun.err" || fail "qrun -p: $(cat "$T/qrun.err")"; }
 
 # the text of a streamed response ($T/resp): its deltas or texts joined, and a newline
 stream_text() {
@@ -191,8 +191,9 @@ endpoints)
     post /apply-template '{"messages": [{"role": "user"}]}'; expect_error 400 >/dev/null
     post /apply-template '{"messages": "Hi"}'; expect_error 400 >/dev/null
     get /props; expect_ok props
-    [ "$(jq -r '[.total_slots, .model_alias, .modalities.vision, (.default_generation_settings.params.temperature | tostring)] | join(" ")' "$T/resp")" = \
-      "1 M false 1" ] || fail "/props: $(cat "$T/resp")"
+    # without a generation config: llama.cpp's sampling, qrun's default too
+    [ "$(jq -r '[.total_slots, .model_alias, .modalities.vision, (.default_generation_settings.params | .temperature, .top_k, .top_p, .min_p | tostring)] | join(" ")' "$T/resp")" = \
+      "1 M false 0.8 40 0.95 0.05" ] || fail "/props: $(cat "$T/resp")"
     get /slots; expect_ok slots
     [ "$(jq -r '[length, .[0].id, .[0].is_processing] | map(tostring) | join(" ")' "$T/resp")" = "1 0 false" ] ||
         fail "/slots while idle: $(cat "$T/resp")"
@@ -250,7 +251,7 @@ endpoints)
     expect_ok "completion stream"
     stream_text >"$T/got"
     cmp -s "$T/got" "$T/want" || fail "streamed completion: '$(cat "$T/got")'"
-    "$QRUN" -m "$M" --backend emu --ids "9707 11 1879 0" -n 8 >"$T/want" || fail "qrun --ids"
+    "$QRUN" -m "$M" --temp 0 --backend emu --ids "9707 11 1879 0" -n 8 >"$T/want" || fail "qrun --ids"
     post /v1/completions '{"prompt": [9707, 11, 1879, 0], "max_tokens": 8, "temperature": 0}'; expect_ok ids
     jq -r '.choices[0].text' "$T/resp" >"$T/got"
     cmp -s "$T/got" "$T/want" || fail "completion of ids: '$(cat "$T/got")', qrun --ids: '$(cat "$T/want")'"
@@ -273,7 +274,7 @@ endpoints)
     # logprobs against the logits qrun dumps for the prompt and the reply
     # fed as one prompt (float32 there: 1e-4), and the most likely ones
     prompt_ids=$(printf 'Hello' | "$QRUN" tokenize -m "$M")
-    reply_ids=$("$QRUN" -m "$M" --backend emu -p Hello -n 4 --print-ids 2>/dev/null)
+    reply_ids=$("$QRUN" -m "$M" --temp 0 --backend emu -p Hello -n 4 --print-ids 2>/dev/null)
     "$QRUN" -m "$M" --backend emu --ids "$prompt_ids $reply_ids" -n 1 --dump-logits-all "$T/logits" >/dev/null 2>&1 ||
         fail "qrun --dump-logits-all"
     post /v1/completions '{"prompt": "Hello", "max_tokens": 4, "temperature": 0, "logprobs": 3}'; expect_ok logprobs
@@ -561,7 +562,7 @@ openai)
     start_server emu --backend emu --api-key k --parallel 2
     cp "$SRC/tests/serve/openai_client.mjs" "$NODE_DIR/" || fail "copying the client"
     timeout 120 node "$NODE_DIR/openai_client.mjs" "$URL" M k "$T" || fail "the OpenAI client"
-    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
+    "$QRUN" -m "$M" --temp 0 --backend emu --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
         fail "qrun --chat --system: $(cat "$T/qrun.err")"
     cp "$SRC/tests/serve/langchain_client.mjs" "$NODE_DIR/" || fail "copying the LangChain client"
     timeout 120 node "$NODE_DIR/langchain_client.mjs" "$URL" M k "$T" || fail "LangChain's ChatOpenAI"
@@ -850,7 +851,7 @@ browser)
     # with the default context and one with 192 positions, for trimming;
     # the screenshots stay in $T
     qrun_chat Hi 24 "$T/want"
-    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 24 >"$T/want_system" 2>"$T/qrun.err" ||
+    "$QRUN" -m "$M" --temp 0 --backend emu --chat --system "Be brief." -p Hi -n 24 >"$T/want_system" 2>"$T/qrun.err" ||
         fail "qrun --chat --system: $(cat "$T/qrun.err")"
     start_server small --backend emu -c 192
     small_url=$URL PID2=$PID
@@ -960,7 +961,7 @@ load)
     command -v bpftool >/dev/null || skip "needs bpftool"
     prompts=("Hi" "Hello there" "What is a dragon?" "Count to ten")
     for k in 0 1 2 3; do
-        "$QRUN" -m "$M" --chat -p "${prompts[$k]}" -n 8 >"$T/want$k" 2>"$T/qrun.err" || fail "qrun: $(cat "$T/qrun.err")"
+        "$QRUN" -m "$M" --temp 0 --chat -p "${prompts[$k]}" -n 8 >"$T/want$k" 2>"$T/qrun.err" || fail "qrun: $(cat "$T/qrun.err")"
     done
     start_server load --parallel 4 --queue 2 --quiet
     ids=$(bpf_ids_of $PID)
@@ -1031,7 +1032,7 @@ lookup)
     prompts=("the cat sat on the mat and the cat sat on the mat and the cat" "one two three four one two three four one"
              "Hello")
     for k in 0 1 2; do
-        "$QRUN" -m "$M" --backend $backend -p "${prompts[$k]}" -n 40 >"$T/want$k" 2>"$T/qrun.err" ||
+        "$QRUN" -m "$M" --temp 0 --backend $backend -p "${prompts[$k]}" -n 40 >"$T/want$k" 2>"$T/qrun.err" ||
             fail "qrun: $(cat "$T/qrun.err")"
     done
     body() { jq -nc --arg p "${prompts[$1]}" --argjson s "$2" '{prompt: $p, max_tokens: 40, temperature: 0, stream: $s}'; }
@@ -1076,7 +1077,7 @@ kv8)
     [ "$(id -u)" = 0 ] && backend=bpf
     prompts=("Hello" "the cat sat on the mat")
     for k in 0 1; do
-        "$QRUN" -m "$M" --backend $backend --kv-cache int8 -p "${prompts[$k]}" -n 24 >"$T/want$k" 2>"$T/qrun.err" ||
+        "$QRUN" -m "$M" --temp 0 --backend $backend --kv-cache int8 -p "${prompts[$k]}" -n 24 >"$T/want$k" 2>"$T/qrun.err" ||
             fail "qrun --kv-cache int8: $(cat "$T/qrun.err")"
     done
     start_server kv8 --backend $backend --parallel 2 --kv-cache int8 --quiet

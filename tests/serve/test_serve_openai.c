@@ -326,7 +326,7 @@ START_TEST(requests_get_openais_defaults_and_their_fields)
     ck_assert_str_eq(q.prompt, "Hi");
     ck_assert(q.has_max_tokens);
     ck_assert_uint_eq(q.max_tokens, 16);        /* OpenAI's default for completions */
-    ck_assert(q.sampling.temperature == 1 && q.sampling.top_p == 1);
+    ck_assert(q.sampling.temperature == 0.8 && q.sampling.top_k == 40 && q.sampling.top_p == 0.95);   /* qrun's */
     ck_assert(!q.stream && !q.has_seed);
     serve_request_free(&q);
 

@@ -592,18 +592,21 @@ static int one_shot(struct run_state *r, qpack_error *err)
     return rc;
 }
 
-/* The sampler of the options, or of the model's generation config when
- * they set none (which depends on --think in a chat) */
+/* The sampler of the options (over the tools' default), or of the model's
+ * generation config when they set none (which depends on --think in a
+ * chat) */
 int qrun_new_sampler(struct run_state *r, qpack_error *err)
 {
     const struct options *o = r->o;
     qpack_sampler_params sp = o->sp;
-    if (!o->sampling_given && !o->lookup)
+    bool by_default = !o->sampling_given && !o->lookup;
+    if (by_default)
         r->model_sampling = qpack_model_sampling(r->m, !o->chat || o->think, &sp);
-    if (o->stats && r->model_sampling)
-        fprintf(stderr, "qrun: sampling as the model's generation_config.json says: temp %g, top-k %u, top-p %g, "
-                "min-p %g, repeat-penalty %g (give --temp 0 for greedy)\n", sp.temperature, sp.top_k, sp.top_p,
-                sp.min_p, sp.repeat_penalty);
+    if (o->stats && by_default)
+        fprintf(stderr, "qrun: sampling as %s: temp %g, top-k %u, top-p %g, min-p %g, repeat-penalty %g (give "
+                "--temp 0 for greedy)\n", r->model_sampling ? "the model's generation_config.json says"
+                : "llama.cpp's default (the model has no generation_config.json)", sp.temperature, sp.top_k,
+                sp.top_p, sp.min_p, sp.repeat_penalty);
     if (o->repeat_last_n_ctx)
         sp.repeat_last_n = r->ctx;
     qpack_sampler *s;

@@ -39,6 +39,7 @@ struct options {
     int32_t n_new;
     bool until_end;             /* --chat without -n: a reply runs until the end of its turn */
     bool sampling_given;        /* --temp, --top-k, --top-p, --min-p or --repeat-penalty */
+    bool temp_given;            /* --temp */
     uint32_t ctx;               /* -c; 0: the model's default */
     bool print_ids, stats, chat, think, interactive, quiet;
     uint32_t lookup;            /* --lookup: tokens drafted per pass at most (0: off) */

@@ -10,6 +10,7 @@
 #include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_num.h"
+#include "cli_sampling.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "fsafe.h"
@@ -80,18 +81,20 @@ void qrun_usage(FILE *out)
             "                         truncated meanwhile qrun stops with an error\n"
             CLI_KV_CACHE_HELP
             CLI_CALL_US_HELP
-            "      --temp T           sampling temperature, 0 to 100 (default 0: greedy). When\n"
-            "                         none of --temp, --top-k, --top-p, --min-p and\n"
-            "                         --repeat-penalty is given and the model carries its\n"
-            "                         authors' generation_config.json, its sampling is the\n"
-            "                         default (Qwen3's: temp 0.6, top-k 20, top-p 0.95; in a\n"
-            "                         chat without --think 0.7, 20, 0.8); --temp 0 for greedy\n"
-            "      --top-k K          keep the K most likely tokens (default 0: all)\n"
+            "      --temp T           sampling temperature, 0 to 100 (0: greedy). When none of\n"
+            "                         --temp, --top-k, --top-p, --min-p and --repeat-penalty\n"
+            "                         is given, the sampling is the one the model's authors\n"
+            "                         give in its generation_config.json (Qwen3's: temp 0.6,\n"
+            "                         top-k 20, top-p 0.95; in a chat without --think 0.7, 20,\n"
+            "                         0.8), and without one, as qrun serve's, " CLI_SAMPLING_DEFAULT ";\n"
+            "                         the options given change that default's fields; --temp 0\n"
+            "                         for greedy (--lookup without --temp is greedy)\n"
+            "      --top-k K          keep the K most likely tokens (0: all; default 40)\n"
             "      --top-p P          keep the smallest set with probability >= P, in (0, 1]\n"
-            "                         (default 1)\n"
+            "                         (default 0.95)\n"
             "      --min-p P          drop tokens less likely than P times the most likely, in\n"
-            "                         [0, 1] (default 0: none; llama.cpp's, applied before the\n"
-            "                         temperature)\n"
+            "                         [0, 1] (0: none; default 0.05; llama.cpp's, applied\n"
+            "                         before the temperature)\n"
             "      --repeat-penalty R divide the logit of each token among the last\n"
             "                         --repeat-last-n by R when positive, multiply it when\n"
             "                         negative (llama.cpp's), in (0, 100] (default 1: none)\n"
@@ -283,7 +286,9 @@ static int take(struct options *o, int c, const char *arg)
     case O_RESIDENT: o->mp.stream = false; return 0;
     case O_KV_CACHE: return cli_kv_cache("qrun", arg, &o->mp.kv_cache);
     case O_CALL_US: return cli_call_us("qrun", arg, &o->mp.call_us);
-    case O_TEMP: o->sampling_given = true; return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
+    case O_TEMP:
+        o->sampling_given = o->temp_given = true;
+        return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
     case O_TOPK:
         o->sampling_given = true;
         if (cli_uint("qrun", "--top-k", arg, 0, UINT32_MAX, &v))
@@ -340,6 +345,8 @@ static int check_combinations(struct options *o)
         return bad("--think works with --chat only");
     if (o->system && !o->chat)
         return bad("--system works with --chat only");
+    if (o->lookup && !o->temp_given)
+        o->sp.temperature = 0;
     if (o->lookup && o->sp.temperature > 0)
         return bad("--lookup needs greedy decoding (--temp 0): a draft is checked against the model's own "
                    "greedy choice");
@@ -364,6 +371,7 @@ int qrun_parse_options(struct options *o, int argc, char **argv)
 {
     *o = (struct options){.mp = qpack_model_default_params(), .sp = qpack_sampler_default_params(), .n_new = -1};
     o->sp.repeat_last_n = 64;
+    cli_default_sampling(&o->sp);
     int c;
     opterr = 0; /* one line of our own per mistake, not getopt's plus the usage */
     while ((c = getopt_long(argc, argv, ":m:p:f:n:c:qh", longs, NULL)) != -1) {

@@ -19,6 +19,7 @@
 
 #include "cli_call.h"
 #include "cli_kv.h"
+#include "cli_sampling.h"
 #include "cli_suggest.h"
 #include "stdout_policy.h"
 #include "serve.h"
@@ -51,7 +52,9 @@ static const char usage_text[] =
     "       tools, tool messages: a reply's <tool_call> blocks come as tool_calls;\n"
     "       tool_choice none, auto, required or a function's name: a forced call\n"
     "       held to the tool's parameters; response_format json_object or\n"
-    "       json_schema: the reply held to it by constrained decoding)\n"
+    "       json_schema: the reply held to it by constrained decoding; a sampling field\n"
+    "       left out takes the model's generation_config.json value, or without one\n"
+    "       " CLI_SAMPLING_DEFAULT ", as qrun)\n"
     "  POST /v1/embeddings         an embedding model's vectors (1_Pooling in its checkpoint):\n"
     "                              input, dimensions, encoding_format float or base64\n"
     "  GET  /v1/models             the model, named by --name, with its context\n"

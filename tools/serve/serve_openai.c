@@ -21,6 +21,7 @@
 #include <sys/random.h>
 #include <utf8proc.h>
 
+#include "cli_sampling.h"
 #include "json_strict.h"
 #include "serve.h"
 
@@ -569,7 +570,7 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
 qpack_sampler_params serve_default_sampling(void)
 {
     qpack_sampler_params p = qpack_sampler_default_params();
-    p.temperature = 1;          /* OpenAI's default */
+    cli_default_sampling(&p);   /* qrun's too */
     p.repeat_last_n = 64;       /* llama-server's window for the penalties */
     return p;
 }
