@@ -88,8 +88,11 @@ static void usage(FILE *out)
             "  --ref DIR           the original checkpoint (config.json + safetensors); required.\n"
             "                      Each container must have been packed from these very files:\n"
             "                      the source files its provenance records (name, size, XXH3)\n"
-            "                      are checked against DIR's before any work\n"
-            "  --force             run even when they differ (a warning instead of an error)\n"
+            "                      are checked against DIR's before any work, and its config\n"
+            "                      against DIR's (rope_theta and rms_norm_eps to float32's\n"
+            "                      precision, as a GGUF stores them)\n"
+            "  --force             run even when the source files differ (a warning instead of\n"
+            "                      an error; a container packed from a GGUF of DIR needs it)\n"
             "  --prompts FILE      one prompt per line (empty lines skipped), tokenized with\n"
             "                      DIR/tokenizer.json, else the first container's tokenizer.\n"
             "                      Default: %u seeded random token sequences of --positions tokens\n"
@@ -264,6 +267,14 @@ static const char *base_name(const char *path)
     return s && s[1] ? s + 1 : path;
 }
 
+/* Two real config values the same as their storage can tell: a GGUF keeps
+ * rope_theta and rms_norm_eps as float32 (1e-6 comes back as
+ * 9.9999999747524271e-07), config.json and a container as double. */
+static bool same_real(double a, double b)
+{
+    return a == b || (float)a == (float)b;
+}
+
 /* A container's header against the reference's config. */
 static int inspect_container(struct ctx *x, struct result *r)
 {
@@ -272,9 +283,10 @@ static int inspect_container(struct ctx *x, struct result *r)
         return die("%s", err.message);
     const qpack_model_info *c = &r->info, *h = x->cfg;
     char what[128] = "";
-#define DIFF(name, a, b)                                                                                            \
-    if (!what[0] && (a) != (b))                                                                                     \
+#define DIFF_WHEN(name, a, b, differ)                                                                               \
+    if (!what[0] && (differ))                                                                                       \
     snprintf(what, sizeof what, "%s %.17g vs %.17g", name, (double)(a), (double)(b))
+#define DIFF(name, a, b) DIFF_WHEN(name, a, b, (a) != (b))
     DIFF("hidden_size", c->hidden, h->hidden);
     DIFF("intermediate_size", c->intermediate, h->intermediate);
     DIFF("num_hidden_layers", c->n_layers, h->n_layers);
@@ -283,10 +295,11 @@ static int inspect_container(struct ctx *x, struct result *r)
     DIFF("head_dim", c->head_dim, h->head_dim);
     DIFF("vocab_size", c->vocab, h->vocab);
     DIFF("max_position_embeddings", c->max_positions, h->max_positions);
-    DIFF("rope_theta", c->rope_theta, h->rope_theta);
-    DIFF("rms_norm_eps", c->rms_eps, h->rms_eps);
+    DIFF_WHEN("rope_theta", c->rope_theta, h->rope_theta, !same_real(c->rope_theta, h->rope_theta));
+    DIFF_WHEN("rms_norm_eps", c->rms_eps, h->rms_eps, !same_real(c->rms_eps, h->rms_eps));
     DIFF("tie_word_embeddings", c->tied, h->tied);
 #undef DIFF
+#undef DIFF_WHEN
     if (what[0])
         return die("%s: config differs from the reference %s: %s (container vs reference)", r->path,
                    x->o->ref_dir, what);
