@@ -451,6 +451,12 @@ bad_args)
     bad far_off -m "$M" -p hi --xyzzy
     ! grep -q "did you mean" "$T/far_off.err" || fail "far_off guesses: $(cat "$T/far_off.err")"
     bad positional_qpk "$M" -p hi
+    # a mistyped subcommand: the closest one, as qpack's
+    bad command_typo srve -m "$M"
+    grep -qF "qrun: unknown command 'srve': did you mean serve? (see qrun --help)" "$T/command_typo.err" ||
+        fail "command_typo: $(cat "$T/command_typo.err")"
+    bad command_typo2 -m "$M" tokenise
+    grep -qF "did you mean tokenize?" "$T/command_typo2.err" || fail "command_typo2: $(cat "$T/command_typo2.err")"
     grep -qF "did you mean -m $M?" "$T/positional_qpk.err" || fail "positional_qpk: $(cat "$T/positional_qpk.err")"
     grep -q "No such file" "$T/missing_model.err" || fail "missing_model: $(cat "$T/missing_model.err")"
     grep -q "UTF-8" "$T/utf8_prompt.err" || fail "utf8_prompt: $(cat "$T/utf8_prompt.err")"

@@ -387,8 +387,12 @@ int qrun_parse_options(struct options *o, int argc, char **argv)
             return -1;
     }
     if (optind < argc) {
+        static const char *const commands[] = {"serve", "tokenize", "detokenize"};
         size_t n = strlen(argv[optind]);
-        if (!o->model && n > 4 && !strcmp(argv[optind] + n - 4, ".qpk"))
+        const char *guess = qp_cli_closest(argv[optind], commands, sizeof commands / sizeof *commands);
+        if (guess)
+            fprintf(stderr, "qrun: unknown command '%s': did you mean %s? (see qrun --help)\n", argv[optind], guess);
+        else if (!o->model && n > 4 && !strcmp(argv[optind] + n - 4, ".qpk"))
             fprintf(stderr, "qrun: unexpected argument '%s': did you mean -m %s? (see qrun --help)\n", argv[optind],
                     argv[optind]);
         else
