@@ -484,7 +484,8 @@ context)
     run past -m "$M" -c 8 --ids "9707 11" -n 8 --print-ids
     expect_one_line_error past
     [ "$rc" = 2 ] || fail "-c 8 -n 8: exit $rc, expected 2"
-    grep -q "need 9 positions, more than the context of 8: raise -c to 9 (at most 2048) or lower -n" "$T/past.err" ||
+    # 2 + 8 - 1: the last token made is printed, not fed, and the message says so
+    grep -q "the prompt (2 tokens) and -n 8 need 9 positions (the last token made is printed, not fed), more than the context of 8: raise -c to 9 (at most 2048) or lower -n" "$T/past.err" ||
         fail "-c 8 -n 8: $(cat "$T/past.err")"
     # at the model's maximum (2048, also the default context here) -c cannot help
     for c in "" "-c 2048"; do

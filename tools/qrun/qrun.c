@@ -153,11 +153,13 @@ static int check_fits(const struct run_state *r, qpack_error *err)
     const char *s = r->n_prompt == 1 ? "" : "s";
     if (need > max)
         return fail(err, QPACK_ERR_ARGUMENT,
-                    "the prompt (%zu token%s) and -n %d need %" PRIu64 " positions, more than this model's "
-                    "maximum of %u: lower -n", r->n_prompt, s, o->n_new, need, max);
+                    "the prompt (%zu token%s) and -n %d need %" PRIu64 " positions (the last token made is "
+                    "printed, not fed), more than this model's maximum of %u: lower -n", r->n_prompt, s, o->n_new,
+                    need, max);
     return fail(err, QPACK_ERR_ARGUMENT,
-                "the prompt (%zu token%s) and -n %d need %" PRIu64 " positions, more than the context of %u: "
-                "raise -c to %" PRIu64 " (at most %u) or lower -n", r->n_prompt, s, o->n_new, need, r->ctx, need, max);
+                "the prompt (%zu token%s) and -n %d need %" PRIu64 " positions (the last token made is printed, "
+                "not fed), more than the context of %u: raise -c to %" PRIu64 " (at most %u) or lower -n",
+                r->n_prompt, s, o->n_new, need, r->ctx, need, max);
 }
 
 /* ---- tokens and text ------------------------------------------------------------ */
