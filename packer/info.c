@@ -177,9 +177,12 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
         params += (uint64_t)f->tensors[i].rows * f->tensors[i].cols;
         tensor_bytes += f->tensors[i].nbytes;
     }
+    char size[32], data[32];
+    show_size(size, sizeof size, (double)f->size);
+    show_size(data, sizeof data, (double)tensor_bytes);
     printf("file        ");
     show_text(stdout, f->path, 0);
-    printf(": %.2f GB, container format %u.%u\n", (double)f->size / 1e9, f->version_major, f->version_minor);
+    printf(": %s, container format %u.%u\n", size, f->version_major, f->version_minor);
     printf("model       Qwen3, %u layers, hidden %u, MLP %u, %u query / %u KV heads of %u, vocab %u\n",
            c->n_layers, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads, c->head_dim, c->vocab);
     char bos[16] = "none", eos[16] = "none";
@@ -189,8 +192,8 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
         snprintf(eos, sizeof eos, "%d", c->eos_id);
     printf("            rope theta %g, rms eps %g, max positions %u, %s embeddings, bos %s, eos %s\n",
            c->rope_theta, c->rms_eps, c->max_positions, c->flags & QPK_CONFIG_TIED ? "tied" : "untied", bos, eos);
-    printf("weights     %.1fM in %u tensors, %.2f GB, %.2f bits per weight\n", (double)params / 1e6,
-           f->n_tensors, (double)tensor_bytes / 1e9, 8.0 * (double)tensor_bytes / (double)params);
+    printf("weights     %.1fM in %u tensors, %s, %.2f bits per weight\n", (double)params / 1e6, f->n_tensors, data,
+           8.0 * (double)tensor_bytes / (double)params);
     print_encodings(f);
     if (prov) {
         printf("packed by   ");
@@ -302,8 +305,10 @@ int cmd_verify(int argc, char **argv)
         qpk_close(&f);
         return 1;
     }
-    printf("%s: ok (%u sections decoded and read, %u tensors, %.2f GB verified)\n", argv[1], f.n_sections,
-           f.n_tensors, (double)f.size / 1e9);
+    char size[32];
+    show_size(size, sizeof size, (double)f.size);
+    printf("%s: ok (%u sections decoded and read, %u tensors, %s verified)\n", argv[1], f.n_sections, f.n_tensors,
+           size);
     qpk_close(&f);
     return 0;
 }

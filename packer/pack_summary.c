@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "fsafe.h"
+#include "show.h"
 
 /* One line per tensor, for the quantised formats: where the error is. */
 static void print_tensor_errors(const struct packer *p)
@@ -52,17 +53,6 @@ static void print_matrix_mix(const struct packer *p)
     fprintf(stderr, "\n");
 }
 
-/* "123.4 kB", "45.6 MB", "0.45 GB" */
-static void format_size(char *out, size_t n, double bytes)
-{
-    if (bytes < 1e6)
-        snprintf(out, n, "%.1f kB", bytes / 1e3);
-    else if (bytes < 1e9)
-        snprintf(out, n, "%.1f MB", bytes / 1e6);
-    else
-        snprintf(out, n, "%.2f GB", bytes / 1e9);
-}
-
 void pack_print_summary(const struct packer *p, double seconds)
 {
     if (p->opt.quiet)
@@ -89,8 +79,8 @@ void pack_print_summary(const struct packer *p, double seconds)
     }
     struct stat st;
     char file_size[32], data_size[32];
-    format_size(file_size, sizeof file_size, stat(p->opt.out, &st) == 0 ? (double)st.st_size : 0);
-    format_size(data_size, sizeof data_size, (double)bytes);
+    show_size(file_size, sizeof file_size, stat(p->opt.out, &st) == 0 ? (double)st.st_size : 0);
+    show_size(data_size, sizeof data_size, (double)bytes);
     fprintf(stderr, "qpack: %s: %s, %u tensors, %.2fM weights, %s of tensor data, %.3f bits per weight, "
                     "in %.1f s\n",
             p->opt.out, file_size, p->n_plan, n_all / 1e6, data_size, 8.0 * (double)bytes / n_all, seconds);

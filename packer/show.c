@@ -1,4 +1,4 @@
-/* show.c - text read from a container, made safe to show (see show.h). */
+/* show.c - text read from a container, made safe to show, and sizes (see show.h). */
 #include "show.h"
 
 #include <stdlib.h>
@@ -63,4 +63,14 @@ char *show_json(const char *json)
     }
     *o = '\0';
     return out;
+}
+
+void show_size(char *out, size_t n, double bytes)
+{
+    if (bytes < 1e6)
+        snprintf(out, n, "%.1f kB", bytes / 1e3);
+    else if (bytes < 1e9)
+        snprintf(out, n, "%.1f MB", bytes / 1e6);
+    else
+        snprintf(out, n, "%.2f GB", bytes / 1e9);
 }

@@ -2,7 +2,7 @@
  * untrusted input: its provenance (the packer's JSON, with the source
  * folder's name in it) may hold terminal escape sequences or bytes that are
  * not UTF-8, and `qpack info` must neither replay the one on a terminal nor
- * print the other into JSON.
+ * print the other into JSON. And sizes in the unit that reads best.
  */
 #ifndef QP_SHOW_H
 #define QP_SHOW_H
@@ -22,5 +22,9 @@ void show_text(FILE *f, const char *s, int width);
  * every change lands inside a string. A new string (free it), or NULL when
  * out of memory. */
 char *show_json(const char *json);
+
+/* bytes in the SI unit that fits its size, three figures or so: "123.4 kB",
+ * "45.6 MB", "2.35 GB" (a 2.2 MB file is not "0.00 GB"). */
+void show_size(char *out, size_t n, double bytes);
 
 #endif

@@ -820,6 +820,17 @@ chat_budget)
     echo "ok: $(wc -w <"$T/plain.out") tokens without a generation config, $(wc -w <"$T/gc.out") with one (-c 1100)"
     ;;
 
+info_units)
+    # qpack info and verify give the file's size in the unit that fits it
+    # (the 41 MB container here is not "0.04 GB"), figured from its bytes
+    mb=$(stat -c %s "$M" | awk '{ printf "%.1f MB", $1 / 1e6 }')
+    "$QPACK" info "$M" >"$T/info.out" || fail "qpack info"
+    grep -qF ": $mb, container format" "$T/info.out" || fail "qpack info: not $mb: $(head -1 "$T/info.out")"
+    "$QPACK" verify "$M" >"$T/verify.out" || fail "qpack verify"
+    grep -qF "tensors, $mb verified)" "$T/verify.out" || fail "qpack verify: not $mb: $(cat "$T/verify.out")"
+    echo "ok: $(head -1 "$T/info.out") / $(cat "$T/verify.out")"
+    ;;
+
 notes)
     # a note after a reply starts its own line, with stdout and stderr on
     # one terminal too (2>&1): the reply's line ends first, one-shot and
