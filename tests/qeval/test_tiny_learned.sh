@@ -12,7 +12,9 @@
 #   - the reference's NLL per token is the one an independent implementation,
 #     the trainer's torch model in float64 on the same BF16 weights, wrote
 #     into expected.json (to 1e-9: both are float64 over the same sums);
-#   - q24's perplexity is within 1 % of the reference's;
+#   - q24's perplexity is within 1 % of the reference's, also over three
+#     windows of the text (--text-windows 3: 765 tokens), whose note counts
+#     the text's windows as the trainer did;
 #   - with the 8-bit KV cache (--kv-cache int8), over the first 20 lines of
 #     eval.txt as prompts: the mean KL it adds to q24's int16 cache is at
 #     most 1e-3 and its top-1 agreement with the reference within 1 % of
@@ -49,6 +51,22 @@ jq -e --argjson want "$want" '(.reference.text_nll - $want) | fabs < 1e-9' "$wor
     fail "reference NLL $(jq '.reference.text_nll' "$work/eval.json") is not torch's $want (expected.json)"
 jq -e '(.models[0].text_ppl / .reference.text_ppl - 1) | fabs < 0.01' "$work/eval.json" >/dev/null ||
     fail "q24 perplexity $q24 is not within 1 % of the reference's $ref"
+# --text-windows 3: three windows of 256 positions one after the other, 765
+# tokens scored; the note counts the text's windows as the trainer did
+# (expected.json scores all of them: the text's tokens less one per window)
+"$QEVAL" --ref "$DATA/model" "$work/q24.qpk" --prompts "$work/prompt.txt" --text "$DATA/eval.txt" --text-windows 3 \
+    --backend "$backend" --json >"$work/windows.json" 2>"$work/windows.err" ||
+    fail "qeval --text-windows 3: $(cat "$work/windows.err")"
+jq -e '.text_windows == 3 and .text_window_positions == 256 and .reference.text_tokens == 765 and
+       .models[0].text_tokens == 765 and (.models[0].text_ppl / .reference.text_ppl - 1 | fabs) < 0.01' \
+    "$work/windows.json" >/dev/null || fail "--text-windows 3: $(jq -c '{text_windows, reference}' "$work/windows.json")"
+tokens=$(jq .text_file_tokens "$work/windows.json")
+windows=$((tokens - $(jq .eval_all_windows.tokens_scored "$DATA/expected.json")))
+grep -qF "eval.txt has $tokens tokens in $windows windows of 256 positions; scoring 765 tokens of the first 3" \
+    "$work/windows.err" || fail "--text-windows 3: the note: $(cat "$work/windows.err")"
+jq -e --argjson one "$(jq .reference.text_nll "$work/eval.json")" '.reference.text_nll * 765 > $one * 255 and
+    .reference.text_nll != $one' "$work/windows.json" >/dev/null || fail "--text-windows 3 scored the first window only"
+echo "3 windows of eval.txt: perplexity reference $(jq .reference.text_ppl "$work/windows.json"), q24 $(jq '.models[0].text_ppl' "$work/windows.json")"
 grep -v '^$' "$DATA/eval.txt" | head -n 20 >"$work/lines.txt"
 for kv in int16 int8; do
     "$QEVAL" --ref "$DATA/model" "$work/q24.qpk" --prompts "$work/lines.txt" --text "$DATA/eval.txt" \

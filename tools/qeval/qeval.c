@@ -99,8 +99,12 @@ static void usage(FILE *out)
             "  --positions N       length of the random prompts (default 32)\n"
             "  --seed S            seed of the random prompts (default 1)\n"
             "  --text FILE         also score FILE teacher-forced: NLL per token and perplexity,\n"
-            "                      reference and containers (the first token is context; at most\n"
-            "                      %u tokens or the model's positions are scored)\n"
+            "                      reference and containers, in windows of the model's positions\n"
+            "                      (at most %u), one after the other, each from its own start\n"
+            "                      (its first token is context); the report says how many\n"
+            "                      tokens and windows were scored\n"
+            "  --text-windows N    score the first N windows of --text (default 1; all: the\n"
+            "                      whole text)\n"
             "  --backend B         bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
             "  --kv-cache T        the containers' KV cache: int16 (default) or int8 (the\n"
             "                      reference keeps float64)\n"
@@ -141,7 +145,7 @@ static void usage(FILE *out)
 static int parse_options(struct options *o, int argc, char **argv)
 {
     enum { O_REF = 256, O_PROMPTS, O_TEXT, O_POSITIONS, O_SEED, O_BACKEND, O_JSON, O_CSV, O_TRACE, O_CACHE, O_FORCE,
-           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US };
+           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US, O_TEXT_WINDOWS };
     static const struct option longs[] = {
         {"ref", required_argument, 0, O_REF}, {"prompts", required_argument, 0, O_PROMPTS},
         {"text", required_argument, 0, O_TEXT}, {"positions", required_argument, 0, O_POSITIONS},
@@ -151,9 +155,10 @@ static int parse_options(struct options *o, int argc, char **argv)
         {"force", no_argument, 0, O_FORCE}, {"quiet", no_argument, 0, 'q'},
         {"version", no_argument, 0, O_VERSION}, {"plot", required_argument, 0, O_PLOT},
         {"kv-cache", required_argument, 0, O_KV_CACHE}, {"call-us", required_argument, 0, O_CALL_US},
+        {"text-windows", required_argument, 0, O_TEXT_WINDOWS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    *o = (struct options){.positions = 32, .seed = 1, .backend = QPACK_BACKEND_BPF};
+    *o = (struct options){.positions = 32, .text_windows = 1, .seed = 1, .backend = QPACK_BACKEND_BPF};
     o->models = calloc((size_t)argc, sizeof *o->models);
     if (!o->models)
         return die("out of memory"), -1;
@@ -165,6 +170,14 @@ static int parse_options(struct options *o, int argc, char **argv)
         case O_REF: o->ref_dir = optarg; break;
         case O_PROMPTS: o->prompts_file = optarg; break;
         case O_TEXT: o->text_file = optarg; break;
+        case O_TEXT_WINDOWS:
+            if (!strcmp(optarg, "all"))
+                o->text_windows = UINT32_MAX;
+            else if (cli_uint(prog, "--text-windows", optarg, 1, UINT32_MAX, &v))
+                return -1;
+            else
+                o->text_windows = (uint32_t)v;
+            break;
         case O_POSITIONS:
             if (cli_uint(prog, "--positions", optarg, 1, 1u << 20, &v))
                 return -1;
@@ -437,6 +450,26 @@ static int random_prompts(struct ctx *x)
     return 0;
 }
 
+/* The windows of the text scored: --text-windows of the model's positions
+ * (TEXT_MAX at most), a last one that would score nothing left out; a
+ * note says what is scored of a text that is not scored whole. */
+static void cut_text(struct ctx *x)
+{
+    uint32_t window = x->cfg->max_positions < TEXT_MAX ? x->cfg->max_positions : TEXT_MAX;
+    uint32_t n = x->n_text, in_file = n / window + (n % window >= 2);
+    uint32_t windows = x->o->text_windows < in_file ? x->o->text_windows : in_file;
+    x->n_text_file = n;
+    x->text_window = window;
+    x->n_text_windows = windows;
+    if ((uint64_t)windows * window < n)
+        x->n_text = windows * window;
+    if (x->n_text == n)
+        return;
+    progress_clear();
+    fprintf(stderr, "%s: note: %s has %u tokens in %u windows of %u positions; scoring %u tokens of the first %u "
+            "(--text-windows N for more)\n", prog, x->o->text_file, n, in_file, window, x->n_text - windows, windows);
+}
+
 static int read_text(struct ctx *x, const qpack_tokenizer *tok)
 {
     char *buf;
@@ -445,14 +478,10 @@ static int read_text(struct ctx *x, const qpack_tokenizer *tok)
         return -1;
     int rc = encode(x, tok, x->o->text_file, buf, len, &x->text, &x->n_text);
     free(buf);
-    uint32_t cap = x->cfg->max_positions < TEXT_MAX ? x->cfg->max_positions : TEXT_MAX;
     if (!rc && x->n_text < 2)
         rc = die("%s: the text has %u token(s); scoring needs at least 2", x->o->text_file, x->n_text);
-    if (!rc && x->n_text > cap) {
-        progress_clear();
-        fprintf(stderr, "%s: note: %s has %u tokens; scoring the first %u\n", prog, x->o->text_file, x->n_text, cap);
-        x->n_text = cap;
-    }
+    if (!rc)
+        cut_text(x);
     return rc;
 }
 
@@ -470,7 +499,7 @@ static int make_inputs(struct ctx *x)
         return -1;
     /* context: every prompt with its continuation, and the text */
     uint32_t max_pos = x->cfg->max_positions;
-    x->ctx = x->n_text;
+    x->ctx = x->n_text < x->text_window ? x->n_text : x->text_window;
     for (uint32_t p = 0; p < x->n_prompts; p++) {
         struct seq *s = &x->prompts[p];
         if (s->n > max_pos)
@@ -565,15 +594,17 @@ static int score_position(void *arg, size_t pos, const double *logits)
 struct text_scorer {
     struct ctx *x;
     struct result *r;
+    uint32_t start;               /* the window's first token in the text */
 };
 
-/* --text: the NLL of the token after position pos */
+/* --text: the NLL of the token after position pos of the window */
 static int score_text(void *arg, size_t pos, const double *logits)
 {
     struct text_scorer *t = arg;
-    t->r->text_nll_sum += qe_nll(logits, t->x->cfg->vocab, (uint32_t)t->x->text[pos + 1]);
+    t->r->text_nll_sum += qe_nll(logits, t->x->cfg->vocab, (uint32_t)t->x->text[t->start + pos + 1]);
     t->r->text_tokens++;
-    progress_show(false, "%s: text, position %zu of %u", t->r->label, pos + 1, t->x->n_text - 1);
+    progress_show(false, "%s: text, token %" PRIu64 " of %u", t->r->label, t->r->text_tokens,
+                  t->x->n_text - t->x->n_text_windows);
     return 0;
 }
 
@@ -658,14 +689,16 @@ static int run_prompts(struct ctx *x, struct result *r, int index, qpack_session
     return rc;
 }
 
-/* teacher-forced text, in blocks */
+/* teacher-forced text, in blocks, window by window */
 static int run_text(struct ctx *x, struct result *r, qpack_session *s)
 {
     qpack_error err;
-    struct text_scorer t = {x, r};
-    if (x->n_text > 1 && (qpack_session_rewind(s, 0, &err) ||
-                          qpack_feed_each(s, x->text, x->n_text - 1, score_text, &t, &err)))
-        return feed_failed(r, NULL, &err);
+    struct text_scorer t = {x, r, 0};
+    for (; t.start + 1 < x->n_text; t.start += x->text_window) {
+        uint32_t n = x->n_text - t.start < x->text_window ? x->n_text - t.start : x->text_window;
+        if (qpack_session_rewind(s, 0, &err) || qpack_feed_each(s, x->text + t.start, n - 1, score_text, &t, &err))
+            return feed_failed(r, NULL, &err);
+    }
     return 0;
 }
 

@@ -45,7 +45,7 @@ double qe_acc_rel_rms(const struct qe_acc *a); /* RMS error / reference SD: comp
 /* ---- a run ------------------------------------------------------------- */
 
 #define GEN_MAX 16          /* greedy continuation length */
-#define TEXT_MAX 4096       /* tokens of --text scored at most */
+#define TEXT_MAX 4096       /* positions of a --text window at most */
 #define N_RANDOM_PROMPTS 4
 
 struct options {
@@ -53,6 +53,7 @@ struct options {
     const char **models;
     int n_models;
     uint32_t positions;
+    uint32_t text_windows;        /* --text-windows: windows of the text scored at most */
     uint64_t seed;
     qpack_backend backend;
     qpack_kv_cache kv_cache;      /* the containers'; the reference keeps float64 */
@@ -97,8 +98,11 @@ struct ctx {
     const qpack_model_info *cfg;      /* the reference's */
     struct seq *prompts;
     uint32_t n_prompts;
-    int32_t *text;
-    uint32_t n_text;
+    int32_t *text;                /* the text's tokens scored: n_text_windows windows of */
+    uint32_t n_text;              /* text_window positions one after the other (the last */
+    uint32_t text_window;         /* may be shorter), each scored from its own start */
+    uint32_t n_text_windows;
+    uint32_t n_text_file;         /* tokens of the whole text */
     uint32_t ctx;
     struct ref_data ref;
     struct result *res;               /* [0] reference, [1..] containers */

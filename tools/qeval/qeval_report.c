@@ -169,7 +169,9 @@ int qe_print_table(const struct ctx *x)
     else
         printf("%u random prompts x %u positions (seed %" PRIu64 ")", x->n_prompts, x->o->positions, x->o->seed);
     if (x->n_text)
-        printf("; text %s: %u tokens", x->o->text_file, x->n_text);
+        printf("; text %s: %" PRIu64 " tokens scored in %u window%s of %u positions (of %u tokens)", x->o->text_file,
+               x->res[0].text_tokens, x->n_text_windows, x->n_text_windows == 1 ? "" : "s", x->text_window,
+               x->n_text_file);
     if (x->res[0].cached)
         printf("; the reference's results from %s", x->o->ref_cache);
     printf("\n\n%-*s", w0, "metric");
@@ -269,8 +271,12 @@ int qe_print_json(const struct ctx *x)
         cJSON_AddNumberToObject(j, "seed", (double)x->o->seed);
     cJSON_AddNumberToObject(j, "positions", (double)x->res[0].prompt_tokens);
     cJSON_AddNumberToObject(j, "greedy_tokens", x->prompts[0].gen);
-    if (x->n_text)
+    if (x->n_text) {
         cJSON_AddStringToObject(j, "text", x->o->text_file);
+        cJSON_AddNumberToObject(j, "text_file_tokens", x->n_text_file);
+        cJSON_AddNumberToObject(j, "text_windows", x->n_text_windows);
+        cJSON_AddNumberToObject(j, "text_window_positions", x->text_window);
+    }
     cJSON_AddItemToObject(j, "reference", result_json(x, &x->res[0], true));
     cJSON *m = cJSON_AddArrayToObject(j, "models");
     for (int i = 1; i <= x->o->n_models; i++) {
