@@ -65,4 +65,11 @@ done <<<"$block"
 for f in Qwen3-0.6B/config.json model.qpk model-int8.qpk model-int4.qpk generate; do
     [ -s "$f" ] || fail "the README's commands made no $f"
 done
+# what they make in a clone is ignored by git there (the walkthrough leaves
+# the checkout clean)
+if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+    for f in Qwen3-0.6B/config.json model.qpk model-int4.qpk generate; do
+        git -C "$SRC" check-ignore -q "$f" || fail "the README's commands leave $f untracked in a clone (.gitignore)"
+    done
+fi
 echo "ok: $n README commands ran as written"
