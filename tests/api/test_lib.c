@@ -108,7 +108,8 @@ static void greedy(qpack_session *s, int n, char *out, size_t cap)
 
 static void generates_qruns_tokens_on(qpack_backend backend, const char *name)
 {
-    int rc = run("%s -m %s --backend %s --ids '9707 11 1879 0' -n 12 --print-ids", QP_QRUN, model_path, name);
+    int rc = run("%s -m %s --backend %s --ids '9707 11 1879 0' -n 12 --temp 0 --print-ids", QP_QRUN, model_path,
+                 name);
     ck_assert_msg(rc == 0, "qrun: %s", out_text);
     char want[512];
     snprintf(want, sizeof want, "%s", out_text);

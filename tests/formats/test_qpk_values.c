@@ -472,7 +472,7 @@ static void patch_tied_embedding(const char *ck, uint64_t first, uint64_t n, uin
 /* the ids qrun prints for --ids '1 2' -n 4 on a backend */
 static char *ids_of(const char *model, const char *backend)
 {
-    int rc = run("%s -m %s --backend %s --ids '1 2' -n 4 --print-ids", QP_QRUN, path_of("%s", model), backend);
+    int rc = run("%s -m %s --backend %s --ids '1 2' -n 4 --temp 0 --print-ids", QP_QRUN, path_of("%s", model), backend);
     ck_assert_msg(rc == 0, "qrun --backend %s %s: %s", backend, model, out_text);
     return strdup(out_text);
 }
