@@ -1,7 +1,8 @@
 /* inspect.c - what a model is before it is loaded: the config and
- * sizes of a container or checkpoint folder (qpack_model_inspect), the
- * tokenizer it carries, whether BPF may be loaded, and the source files a
- * container records against those of a checkpoint folder. */
+ * sizes of a container, a checkpoint folder or a GGUF file
+ * (qpack_model_inspect), the tokenizer it carries, whether BPF may be
+ * loaded, and the source files a container records against those of a
+ * checkpoint. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "gguf_model.h"
 #include "internal.h"
+#include "ref.h"
 #include "safetensors.h"
 
 void qp_lib_info_from_container(const struct qpk_file *f, qpack_model_info *i)
@@ -33,15 +36,47 @@ void qp_lib_info_from_container(const struct qpk_file *f, qpack_model_info *i)
     };
 }
 
+/* A GGUF as a checkpoint: its config and tensors (close g, then m) */
+static int open_gguf(const char *path, struct gguf *g, struct qwen3_config *c, struct st_model *m, qp_err *err)
+{
+    memset(g, 0, sizeof *g);
+    memset(m, 0, sizeof *m);
+    if (gguf_open(g, path, err) || gguf_config(g, c, err) || gguf_checkpoint(g, m, err)) {
+        gguf_close(g);
+        st_close(m);
+        return -1;
+    }
+    return 0;
+}
+
+/* A checkpoint's config and tensors, of a folder or a GGUF file; *tok: it
+ * carries a tokenizer */
+static int open_checkpoint(const char *path, struct gguf *g, struct qwen3_config *c, struct st_model *m, bool *tok,
+                           qp_err *err)
+{
+    if (ref_is_gguf(path)) {
+        if (open_gguf(path, g, c, m, err))
+            return -1;
+        *tok = gguf_find_kv(g, "tokenizer.ggml.tokens") != NULL;
+        return 0;
+    }
+    char file[4096];
+    memset(g, 0, sizeof *g);
+    snprintf(file, sizeof file, "%s/config.json", path);
+    if (hf_config_load(file, c, err) || st_open_dir(m, path, err))
+        return -1;
+    snprintf(file, sizeof file, "%s/tokenizer.json", path);
+    *tok = access(file, F_OK) == 0;
+    return 0;
+}
+
 int qp_lib_info_from_folder(const char *dir, qpack_model_info *i, qp_err *err)
 {
-    char path[4096];
     struct qwen3_config c;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (hf_config_load(path, &c, err))
-        return -1;
     struct st_model m;
-    if (st_open_dir(&m, dir, err))
+    struct gguf g;
+    bool tok;
+    if (open_checkpoint(dir, &g, &c, &m, &tok, err))
         return -1;
     uint64_t files = m.index_size, bytes = 0, params = 0;
     for (uint32_t f = 0; f < m.n_files; f++)
@@ -50,15 +85,15 @@ int qp_lib_info_from_folder(const char *dir, qpack_model_info *i, qp_err *err)
         bytes += m.tensors[t].nbytes;
         params += m.tensors[t].numel;
     }
+    gguf_close(&g);
     st_close(&m);
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     *i = (qpack_model_info){
         .vocab = c.vocab_size, .hidden = c.hidden_size, .intermediate = c.intermediate_size,
         .n_layers = c.num_hidden_layers, .n_heads = c.num_attention_heads, .n_kv_heads = c.num_key_value_heads,
         .head_dim = c.head_dim, .max_positions = c.max_position_embeddings,
         .ctx = qpack_default_ctx(c.max_position_embeddings), .bos_id = c.bos_token_id, .eos_id = c.eos_token_id,
         .rope_theta = c.rope_theta, .rms_eps = c.rms_norm_eps, .tied = c.tie_word_embeddings, .format = "float64",
-        .backend = "ref", .has_tokenizer = access(path, F_OK) == 0, .file_bytes = files,
+        .backend = "ref", .has_tokenizer = tok, .file_bytes = files,
         .bits_per_weight = params ? 8.0 * (double)bytes / (double)params : 0, .block_positions = 1,
         /* the reference caches K and V as float64 */
         .kv_cache = "float64",
@@ -143,12 +178,10 @@ int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_ba
     qp_err e = {{0}};
     qp_tok *tok = NULL;
     if (backend == QPACK_BACKEND_REF) {
-        char file[4096];
-        snprintf(file, sizeof file, "%s/tokenizer.json", path);
-        if (access(file, F_OK) != 0)
-            return QPACK_OK;
-        if (qp_tok_load_file(&tok, file, &e))
+        if (qp_lib_reference_tokenizer(path, &tok, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        if (!tok)
+            return QPACK_OK;
     } else {
         qpack_status folder = qp_lib_refuse_folder(path, err);
         if (folder)
@@ -165,6 +198,29 @@ int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_ba
     }
     *out = qp_lib_tokenizer_wrap(tok);
     return *out ? QPACK_OK : qp_lib_fail(err, QPACK_ERR_MEMORY, "out of memory");
+}
+
+int qp_lib_reference_tokenizer(const char *path, qp_tok **tok, qp_err *err)
+{
+    *tok = NULL;
+    if (!ref_is_gguf(path)) {
+        char file[4096];
+        snprintf(file, sizeof file, "%s/tokenizer.json", path);
+        return access(file, F_OK) ? 0 : qp_tok_load_file(tok, file, err);
+    }
+    struct gguf g = {0};
+    char *json = NULL, name[4200];
+    size_t len;
+    int rc = gguf_open(&g, path, err);
+    bool has = !rc && gguf_find_kv(&g, "tokenizer.ggml.tokens");
+    if (has)
+        rc = gguf_tokenizer_json(&g, &json, &len, err);
+    gguf_close(&g);
+    snprintf(name, sizeof name, "%s: tokenizer", path);
+    if (!rc && has)
+        rc = qp_tok_load_buffer(tok, json, len, name, err);
+    free(json);
+    return rc;
 }
 
 /* ---- provenance ---------------------------------------------------------- */
@@ -188,19 +244,29 @@ int qpack_checkpoint_sources(const char *folder, qpack_source_file **files, size
     *n = 0;
     qp_err e = {{0}};
     struct st_model m;
-    if (st_open_dir(&m, folder, &e))
+    struct gguf g = {0};
+    struct qwen3_config c;
+    bool gguf = ref_is_gguf(folder);
+    if (gguf ? open_gguf(folder, &g, &c, &m, &e) : st_open_dir(&m, folder, &e))
         return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     qpack_source_file *list = calloc(N_EXTRA + m.n_files, sizeof *list);
     size_t k = 0;
     int rc = list ? 0 : qp_fail_code(&e, QP_E_MEMORY, "out of memory");
-    for (size_t i = 0; !rc && i < N_EXTRA + m.n_files; i++) {
+    for (size_t i = gguf ? N_EXTRA : 0; !rc && i < N_EXTRA + m.n_files; i++) {
         const char *name = i < N_EXTRA ? extra_sources[i] : m.files[i - N_EXTRA].name;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", folder, name);
         if (i < N_EXTRA && access(path, R_OK) != 0)
             continue;
+        if (gguf) {     /* a GGUF holds them all: its parts, as qpack pack records them */
+            snprintf(list[k].name, sizeof list[k].name, "%s", name);
+            rc = st_file_xxh3(m.files[i - N_EXTRA].path, &list[k].xxh3, &list[k].size, &e);
+            k++;
+            continue;
+        }
         rc = hash_one(folder, name, &list[k++], &e);
     }
+    gguf_close(&g);
     st_close(&m);
     if (rc) {
         free(list);

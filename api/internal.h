@@ -125,6 +125,9 @@ qpack_status qp_lib_fail(qpack_error *out, qpack_status code, const char *fmt, .
  * folder (inspect.c). */
 void qp_lib_info_from_container(const struct qpk_file *f, qpack_model_info *info);
 int qp_lib_info_from_folder(const char *dir, qpack_model_info *info, qp_err *err);
+/* The tokenizer of a reference checkpoint, a folder's tokenizer.json or a
+ * GGUF's; *tok NULL when it has none. */
+int qp_lib_reference_tokenizer(const char *path, qp_tok **tok, qp_err *err);
 
 /* The tokenizer a container carries; *tok NULL when none. */
 int qp_lib_container_tokenizer(const struct qpk_file *f, const char *path, qp_tok **tok, qp_err *err);

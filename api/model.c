@@ -250,11 +250,11 @@ static int open_reference(qpack_model *m, const qpack_model_params *p, qp_err *e
         return qp_fail_code(err, QP_E_CONTEXT, "context %u is past the model's %u positions", m->info.ctx, max);
     if (!m->info.has_tokenizer || p->skip_tokenizer)
         return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", m->path);
     qp_tok *tok;
-    if (qp_tok_load_file(&tok, path, err))
+    if (qp_lib_reference_tokenizer(m->path, &tok, err))
         return -1;
+    if (!tok)
+        return 0;
     m->tokenizer = qp_lib_tokenizer_wrap(tok);
     return m->tokenizer ? 0 : qp_fail_code(err, QP_E_MEMORY, "out of memory");
 }

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "gguf_model.h"
 #include "safetensors.h"
 
 struct ref_layer {
@@ -21,6 +24,7 @@ struct ref_layer {
 struct ref_model {
     struct qwen3_config cfg;
     struct st_model st;
+    struct gguf gguf;            /* a GGUF's metadata, which points into st's maps */
     uint32_t ctx;
     int k_bits, v_bits;          /* ref_round_kv; 0: exact */
     enum ref_k_scale k_scale;
@@ -46,17 +50,27 @@ static inline double elem(const struct st_tensor *t, uint64_t i)
     return st_get_f32(t, i);
 }
 
-/* out[r] = sum_c W[r, c] x[c] over rows [r0, r1) */
+/* out[r] = sum_c W[r, c] x[c] over rows [r0, r1); a GGUF's block types
+ * are decoded a row at a time (element by element, each would decode its
+ * whole block) */
 static void matvec_rows(const struct st_tensor *w, const double *x, double *out, uint64_t cols, uint64_t r0,
                         uint64_t r1)
 {
+    float *row = st_dtype_block(w->dtype) > 1 ? malloc(cols * sizeof *row) : NULL;
     for (uint64_t r = r0; r < r1; r++) {
         double acc = 0;
         uint64_t base = r * cols;
-        for (uint64_t c = 0; c < cols; c++)
-            acc += elem(w, base + c) * x[c];
+        if (row) {
+            st_read_f32(w, base, cols, row);
+            for (uint64_t c = 0; c < cols; c++)
+                acc += row[c] * x[c];
+        } else {
+            for (uint64_t c = 0; c < cols; c++)
+                acc += elem(w, base + c) * x[c];
+        }
         out[r] = acc;
     }
+    free(row);
 }
 
 struct matvec_job {
@@ -397,17 +411,31 @@ static int alloc_state(struct ref_model *m, qp_err *err)
     return 0;
 }
 
-int ref_open(struct ref_model **out, const char *dir, uint32_t ctx, qp_err *err)
+bool ref_is_gguf(const char *path)
+{
+    struct stat st;
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".gguf") && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The config and the tensors, of a folder or of a GGUF */
+static int open_checkpoint(struct ref_model *m, const char *path, qp_err *err)
+{
+    if (ref_is_gguf(path))
+        return gguf_open(&m->gguf, path, err) || gguf_config(&m->gguf, &m->cfg, err) ||
+                       gguf_checkpoint(&m->gguf, &m->st, err) ? -1 : 0;
+    char config[4096];
+    snprintf(config, sizeof config, "%s/config.json", path);
+    return hf_config_load(config, &m->cfg, err) || st_open_dir(&m->st, path, err) ? -1 : 0;
+}
+
+int ref_open(struct ref_model **out, const char *path, uint32_t ctx, qp_err *err)
 {
     *out = NULL;
     struct ref_model *m = calloc(1, sizeof *m);
     if (!m)
         return qp_fail(err, "out of memory");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = hf_config_load(path, &m->cfg, err);
-    if (!rc)
-        rc = st_open_dir(&m->st, dir, err);
+    int rc = open_checkpoint(m, path, err);
     if (!rc) {
         m->ctx = ctx ? ctx : m->cfg.max_position_embeddings;
         rc = alloc_state(m, err);
@@ -436,6 +464,7 @@ void ref_close(struct ref_model *m)
 {
     if (!m)
         return;
+    gguf_close(&m->gguf);
     st_close(&m->st);
     free(m->x);
     free(m->xn);

@@ -1,9 +1,11 @@
 /* ref.h - the float reference: a float64 Qwen3 forward pass straight from a
- * Hugging Face checkpoint folder (BF16/F16/F32 safetensors), sharing no code
- * with the fixed-point path. It is what accuracy is measured against. */
+ * Hugging Face checkpoint folder (BF16/F16/F32 safetensors) or a Qwen3 GGUF
+ * file (its values as its types decode them), sharing no code with the
+ * fixed-point path. It is what accuracy is measured against. */
 #ifndef QP_REF_H
 #define QP_REF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -11,8 +13,13 @@
 
 struct ref_model;
 
-/* Opens dir (config.json + safetensors) with room for ctx positions. */
-int ref_open(struct ref_model **m, const char *dir, uint32_t ctx, qp_err *err);
+/* Opens path, a folder (config.json + safetensors) or a GGUF file (one, or
+ * the first part of a split), with room for ctx positions. */
+int ref_open(struct ref_model **m, const char *path, uint32_t ctx, qp_err *err);
+
+/* path names a GGUF file rather than a checkpoint folder: a regular file
+ * whose name ends in .gguf */
+bool ref_is_gguf(const char *path);
 void ref_close(struct ref_model *m);
 
 const struct qwen3_config *ref_config(const struct ref_model *m);

@@ -10,8 +10,9 @@
  *
  *   qpack_model      a container loaded once: weights in BPF maps (or in the
  *                    host twin, "emu"; or the float64 reference, "ref", from
- *                    a checkpoint folder), the tokenizer and chat template it
- *                    carries. Read-only once open; shared by its sessions.
+ *                    a checkpoint folder or GGUF), the tokenizer and chat
+ *                    template it carries. Read-only once open; shared by its
+ *                    sessions.
  *   qpack_session    one token sequence with its own KV cache: feed tokens,
  *                    read logits. A model holds up to max_sessions of them,
  *                    each cache a slot of the model's KV maps; a step of one
@@ -97,7 +98,7 @@ typedef struct qpack_model qpack_model;
 typedef enum qpack_backend {
     QPACK_BACKEND_BPF = 0,      /* the kernels in BPF (the product) */
     QPACK_BACKEND_EMU = 1,      /* their host twin, bit-identical, no privilege needed */
-    QPACK_BACKEND_REF = 2,      /* the float64 reference from a Hugging Face folder */
+    QPACK_BACKEND_REF = 2,      /* the float64 reference from a Hugging Face folder or a GGUF file */
 } qpack_backend;
 
 /* Loading phases reported to a progress callback. */
@@ -151,7 +152,7 @@ typedef struct qpack_model_params {
 
 qpack_model_params qpack_model_default_params(void);
 
-/* Opens path (a .qpk; a Hugging Face folder for QPACK_BACKEND_REF),
+/* Opens path (a .qpk; a Hugging Face folder or a .gguf for QPACK_BACKEND_REF),
  * checks it, and loads it. On failure *model is NULL and nothing is left
  * behind (no BPF object, no mapping). A folder for the other backends is
  * QPACK_ERR_ARGUMENT, the message saying how to pack it. */
@@ -211,7 +212,7 @@ typedef struct qpack_model_info {
 const qpack_model_info *qpack_model_get_info(const qpack_model *model);
 
 /* What qpack_model_open would load, read from the container's header (a
- * checkpoint folder's config.json and safetensors headers for
+ * checkpoint folder's config.json and safetensors headers, or a GGUF's, for
  * QPACK_BACKEND_REF) without checking its checksums or loading anything:
  * for checks before the slow part (a context past max_positions, a prompt
  * past the context). Fills the shape, ids, format, has_tokenizer,
@@ -486,8 +487,8 @@ typedef struct qpack_tokenizer qpack_tokenizer;
 const qpack_tokenizer *qpack_model_tokenizer(const qpack_model *model);
 
 /* The tokenizer a model carries, without loading the model: a container's
- * tokenizer section, or a checkpoint folder's tokenizer.json (backend
- * QPACK_BACKEND_REF). QPACK_OK with *tokenizer NULL when it carries none;
+ * tokenizer section, or a checkpoint folder's tokenizer.json or a GGUF's
+ * tokenizer (backend QPACK_BACKEND_REF). QPACK_OK with *tokenizer NULL when it carries none;
  * QPACK_ERR_FORMAT when it carries one that does not load. */
 int qpack_tokenizer_load_model(qpack_tokenizer **tokenizer, const char *path, qpack_backend backend,
                                qpack_error *err);
@@ -588,8 +589,9 @@ typedef struct qpack_source_file {
 
 /* The files `qpack pack` reads from a checkpoint folder (config.json, and
  * tokenizer.json, tokenizer_config.json and model.safetensors.index.json
- * when present, then every safetensors file), each hashed: what a
- * container's provenance records of its source. *files is malloc'd. */
+ * when present, then every safetensors file), or of a GGUF file (its
+ * parts), each hashed: what a container's provenance records of its
+ * source. *files is malloc'd. */
 int qpack_checkpoint_sources(const char *folder, qpack_source_file **files, size_t *n, qpack_error *err);
 
 /* The source files a container's provenance records (*n 0 when it records

@@ -208,7 +208,8 @@ errors)
     expect bad_positions 2 '--positions needs a whole number' --ref ck M.qpk --positions 0
     expect bad_backend 2 "unknown backend 'ref'" --ref ck M.qpk --backend ref
     expect missing_model 1 'nope.qpk: No such file' --ref ck nope.qpk --backend emu
-    expect missing_ref 1 'not a folder' --ref nowhere M.qpk --backend emu
+    expect missing_ref 1 '--ref nowhere: No such file' --ref nowhere M.qpk --backend emu
+    expect file_ref 1 'M.qpk: not a checkpoint folder nor a .gguf file' --ref M.qpk M.qpk --backend emu
     expect missing_prompts 1 'no-such-file' --ref ck M.qpk --prompts no-such-file --backend emu
     echo junk >"$T/junk.qpk"
     expect junk 1 'not a .qpk container' --ref ck "$T/junk.qpk" --backend emu

@@ -80,12 +80,15 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: qeval --ref DIR A.qpk [B.qpk ...] [options]\n"
+            "usage: qeval --ref DIR|FILE.gguf A.qpk [B.qpk ...] [options]\n"
             "\n"
             "Compares each container with the float64 reference computed from the Hugging Face\n"
-            "checkpoint folder DIR, on the same token sequences, and measures its memory and speed.\n"
+            "checkpoint folder DIR (or a GGUF file), on the same token sequences, and measures its\n"
+            "memory and speed.\n"
             "\n"
-            "  --ref DIR           the original checkpoint (config.json + safetensors); required.\n"
+            "  --ref DIR           the original checkpoint (config.json + safetensors), or a GGUF\n"
+            "                      file (one, or the first of a split: its values as its types\n"
+            "                      decode them); required.\n"
             "                      Each container must have been packed from these very files:\n"
             "                      the source files its provenance records (name, size, XXH3)\n"
             "                      are checked against DIR's before any work, and its config\n"
@@ -823,11 +826,15 @@ static int check_inputs(struct ctx *x)
     struct options *o = x->o;
     struct stat st;
     qpack_error err;
-    if (stat(o->ref_dir, &st) || !S_ISDIR(st.st_mode))
-        return die("--ref %s: not a folder", o->ref_dir);
+    size_t len = strlen(o->ref_dir);
+    bool gguf = len > 5 && !strcmp(o->ref_dir + len - 5, ".gguf");
+    if (stat(o->ref_dir, &st))
+        return die("--ref %s: %s", o->ref_dir, strerror(errno));
+    if (gguf ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode))
+        return die("--ref %s: not a checkpoint folder nor a .gguf file", o->ref_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->ref_dir);
-    if (need_file(path, "reference config"))
+    if (!gguf && need_file(path, "reference config"))
         return -1;
     for (int i = 0; i < o->n_models; i++)
         if (need_file(o->models[i], "container"))

@@ -94,9 +94,11 @@ static int check_model_path(const struct options *o)
         fprintf(stderr, "qrun: %s: %s\n", m, strerror(errno));
         return -1;
     }
-    if (ref && !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "qrun: --backend ref takes a Hugging Face checkpoint folder as -m; %s is not a "
-                        "directory\n", m);
+    size_t n = strlen(m);
+    bool gguf = n > 5 && !strcmp(m + n - 5, ".gguf") && S_ISREG(st.st_mode);
+    if (ref && !S_ISDIR(st.st_mode) && !gguf) {
+        fprintf(stderr, "qrun: --backend ref takes a Hugging Face checkpoint folder or a .gguf file as -m; %s is "
+                        "neither\n", m);
         return -1;
     }
     if (!ref && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {   /* a folder: qpack_model_open says what to do */
