@@ -95,10 +95,10 @@ if [ -n "${LLAMA_CPP_DIR:-}" ]; then
     beside "llama.cpp decode" "$LLAMA_CPP_DIR/build/bin/llama-bench" -m "$gguf" -t 2 -p 0 -n 128 -r 1000
 fi
 for b in $budgets; do
-    beside "prompt --call-us $b" "$qrun" -m "$model" -c 2048 --no-verify --call-us "$b" --ids "$(ids 1500)" -n 1 --print-ids
+    beside "prompt --call-us $b" "$qrun" -m "$model" -c 2048 --no-verify --call-us "$b" --temp 0 --ids "$(ids 1500)" -n 1 --print-ids
 done
 for b in $budgets; do
-    beside "decode --call-us $b" "$qrun" -m "$model" -c 2048 --no-verify --call-us "$b" --ids "$(ids 16)" -n 2000 \
+    beside "decode --call-us $b" "$qrun" -m "$model" -c 2048 --no-verify --call-us "$b" --temp 0 --ids "$(ids 16)" -n 2000 \
         --print-ids
 done
 
@@ -106,9 +106,9 @@ done
 i=0
 while [ "$i" -lt "$runs" ]; do
     for b in $budgets; do
-        "$qrun" -m "$model" -c 600 --no-verify --call-us "$b" --ids "$(ids 512)" -n 1 --print-ids --stats 2>&1 \
+        "$qrun" -m "$model" -c 600 --no-verify --call-us "$b" --temp 0 --ids "$(ids 512)" -n 1 --print-ids --stats 2>&1 \
             >/dev/null | sed "s/^/prompt-$b /" >>"$tmp/cost"
-        "$qrun" -m "$model" -c 600 --no-verify --call-us "$b" --ids "$(ids 16)" -n 65 --print-ids --stats 2>&1 \
+        "$qrun" -m "$model" -c 600 --no-verify --call-us "$b" --temp 0 --ids "$(ids 16)" -n 65 --print-ids --stats 2>&1 \
             >/dev/null | sed "s/^/decode-$b /" >>"$tmp/cost"
     done
     i=$((i + 1))
