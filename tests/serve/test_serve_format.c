@@ -184,8 +184,7 @@ START_TEST(unsupported_schemas_are_refused)
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"properties\": {\"a\": {}}, \"required\": [\"b\"]}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"enum\": []}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"properties\": {}, \"required\": [\"b\"]}}}",
-        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"object\", \"properties\": {},"
-        " \"additionalProperties\": false, \"required\": [\"b\"]}}}",
+        "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false, \"required\": [\"b\"]}}}",
         "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": 3}}",
         "[]",
     };
