@@ -569,6 +569,41 @@ openai)
     stop_server
     ;;
 
+responses)
+    # POST /v1/responses: the openai client, then curl's refusals
+    [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
+    [ -d "$NODE_DIR/node_modules/openai" ] || fail "no openai package in $NODE_DIR (serve_setup)"
+    qrun_chat Hi 8 "$T/chat.txt"
+    start_server emu --backend emu --api-key k
+    cp "$SRC/tests/serve/responses_client.mjs" "$NODE_DIR/" || fail "copying the client"
+    timeout 120 node "$NODE_DIR/responses_client.mjs" "$URL" M k "$T" || fail "the OpenAI client's responses"
+    A=(-H 'Authorization: Bearer k')
+    # refused STATUS PARAM [CODE]: OpenAI's error object naming the field
+    refused() {
+        expect_error "$1" "${3:-}"
+        [ "$(jq -r .error.param "$T/resp")" = "$2" ] || fail "param $(jq -r .error.param "$T/resp"), expected $2"
+    }
+    post /v1/responses '{"input": 3}' "${A[@]}"; refused 400 input
+    post /v1/responses '{"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}' "${A[@]}"
+    refused 400 input
+    post /v1/responses '{"input": [{"type": "reasoning", "summary": []}]}' "${A[@]}"; refused 400 input
+    post /v1/responses '{"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}' "${A[@]}"
+    refused 400 input
+    post /v1/responses '{"input": []}' "${A[@]}"; refused 400 input
+    post /v1/responses '{"input": "Hi", "tools": [{"type": "web_search"}]}' "${A[@]}"; refused 400 tools
+    post /v1/responses '{"input": "Hi", "tools": [{"type": "function"}]}' "${A[@]}"; refused 400 tools
+    post /v1/responses '{"input": "Hi", "tool_choice": {"type": "file_search"}}' "${A[@]}"
+    refused 400 tool_choice
+    post /v1/responses '{"input": "Hi", "text": {"format": {"type": "xml"}}}' "${A[@]}"; refused 400 text.format
+    post /v1/responses '{"input": "Hi", "max_output_tokens": 0}' "${A[@]}"; refused 400 max_output_tokens
+    post /v1/responses '{"input": "Hi", "temperature": "hot"}' "${A[@]}"; refused 400 temperature
+    post /v1/responses '{"input": "Hi", "background": true}' "${A[@]}"; refused 400 background
+    post /v1/responses '{"input": "Hi", "store": 1}' "${A[@]}"; refused 400 store
+    post /v1/responses '{"input": "Hi", "max_output_tokens": 2, "some_new_field": {"x": 1}, "include": [], "truncation": "disabled"}' \
+        "${A[@]}"; expect_ok "unknown and neutral fields"
+    stop_server
+    ;;
+
 choices)
     # a prompt another session holds is copied, not fed again: B's prompt
     # is A's, while A still runs on the other session; B's reply is qrun's

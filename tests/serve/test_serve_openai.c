@@ -563,6 +563,62 @@ START_TEST(logprobs_are_the_log_softmax_of_the_logits)
 }
 END_TEST
 
+/* ---- POST /v1/responses -------------------------------------------------- */
+
+/* body parsed as a Responses request, answered with text: 0 and the
+ * response's id in id, or -1 with *e (the request freed either way) */
+static int respond(const char *body, const char *text, char *id, size_t cap, struct serve_request *keep,
+                   struct serve_error *e)
+{
+    static const struct serve_model_ref model = {"M", false, 151936};
+    struct serve_request q;
+    struct serve_resp *r;
+    if (serve_parse_responses(body, strlen(body), &model, &q, &r, e))
+        return -1;
+    struct serve_reply_text t = {.content = text, .content_len = strlen(text)};
+    struct serve_usage u = {.prompt_tokens = 1, .completion_tokens = 1};
+    free(serve_resp_json(r, &t, "stop", &u));
+    snprintf(id, cap, "%s", serve_resp_id(r));
+    serve_resp_free(r);
+    if (keep)
+        *keep = q;
+    else
+        serve_request_free(&q);
+    return 0;
+}
+
+START_TEST(responses_input_items_are_the_chats_messages)
+{
+    struct serve_request q;
+    struct serve_error e;
+    char id[48];
+    ck_assert_int_eq(respond("{\"instructions\": \"Be brief.\", \"input\": [{\"role\": \"user\", \"content\": "
+                             "[{\"type\": \"input_text\", \"text\": \"W\"}, {\"type\": \"input_text\", \"text\": \"?\"}]},"
+                             "{\"type\": \"message\", \"role\": \"assistant\", \"content\": [{\"type\": \"output_text\", "
+                             "\"text\": \"Let me see.\"}]}, {\"type\": \"function_call\", \"call_id\": \"c1\", \"name\": "
+                             "\"f\", \"arguments\": \"{}\"}, {\"type\": \"function_call\", \"call_id\": \"c2\", \"name\": "
+                             "\"g\", \"arguments\": \"{\\\"a\\\": 1}\"}, {\"type\": \"function_call_output\", \"call_id\": "
+                             "\"c1\", \"output\": \"18 C\"}], \"tools\": [{\"type\": \"function\", \"name\": \"f\", "
+                             "\"parameters\": {\"type\": \"object\"}}]}", "Sunny.", id, sizeof id, &q, &e), 0);
+    ck_assert_uint_eq(q.n_msgs, 4);
+    ck_assert_str_eq(q.msgs[0].role, "system");
+    ck_assert_str_eq(q.msgs[0].content, "Be brief.");
+    ck_assert_str_eq(q.msgs[1].content, "W?");
+    ck_assert_str_eq(q.msgs[2].role, "assistant");
+    ck_assert_str_eq(q.msgs[2].content, "Let me see.");
+    ck_assert_uint_eq(q.msgs[2].n_tool_calls, 2);
+    ck_assert_str_eq(q.msgs[2].tool_calls[1].name, "g");
+    ck_assert_str_eq(q.msgs[2].tool_calls[1].arguments, "{\"a\": 1}");
+    ck_assert_str_eq(q.msgs[3].role, "tool");
+    ck_assert_str_eq(q.msgs[3].content, "18 C");
+    /* the flat tool in the chat's shape, as the template writes it */
+    ck_assert_uint_eq(q.n_tools, 1);
+    ck_assert_str_eq(q.tools[0], "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                                 "{\"type\": \"object\"}}}");
+    serve_request_free(&q);
+}
+END_TEST
+
 START_TEST(responses_have_openais_shapes)
 {
     struct serve_reply_meta chat = {.kind = SERVE_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "M"};
@@ -713,6 +769,7 @@ int main(void)
     tcase_add_test(tc, neutral_and_unknown_fields_are_accepted);
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
+    tcase_add_test(tc, responses_input_items_are_the_chats_messages);
     tcase_add_test(tc, logprobs_are_the_log_softmax_of_the_logits);
     tcase_add_test(tc, tool_calls_are_read_from_replies);
     tcase_add_test(tc, tool_calls_are_held_as_a_reply_streams);

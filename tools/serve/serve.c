@@ -55,6 +55,8 @@ static const char usage_text[] =
     "       json_schema: the reply held to it by constrained decoding; a sampling field\n"
     "       left out takes the model's generation_config.json value, or without one\n"
     "       " CLI_SAMPLING_DEFAULT ", as qrun)\n"
+    "  POST /v1/responses          OpenAI's Responses API: input items, instructions,\n"
+    "                              function tools and calls, text.format\n"
     "  POST /v1/embeddings         an embedding model's vectors (1_Pooling in its checkpoint):\n"
     "                              input, dimensions, encoding_format float or base64\n"
     "  GET  /v1/models             the model, named by --name, with its context\n"

@@ -5,6 +5,8 @@
  *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
  *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
+ *   serve_responses.c  POST /v1/responses: read into a chat request; its
+ *                    response object
  *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
@@ -266,6 +268,23 @@ char *serve_final_chunk_json(const struct serve_reply_meta *r, unsigned index, c
 char *serve_models_json(const char *model_id, long long created, bool one, uint32_t ctx, uint32_t ctx_train,
                         uint32_t vocab);
 
+/* ---- POST /v1/responses (serve_responses.c) ----------------------------- */
+
+/* One Responses request's reply: its id, the fields the response
+ * repeats, and its conversation. */
+struct serve_resp;
+
+/* The body read into *req, a chat request of the same conversation,
+ * and *resp; or -1 with *err filled: a 400 naming the field. */
+int serve_parse_responses(const char *body, size_t len, const struct serve_model_ref *model,
+                          struct serve_request *req, struct serve_resp **resp, struct serve_error *err);
+void serve_resp_free(struct serve_resp *r);
+const char *serve_resp_id(const struct serve_resp *r);
+/* The response object of the whole reply t (its content and calls);
+ * malloc'd, NULL when out of memory. */
+char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, const char *finish,
+                      const struct serve_usage *u);
+
 /* ---- log probabilities (serve_logprobs.c) ------------------------------- */
 
 #define SERVE_MAX_TOP_LOGPROBS 20   /* OpenAI's limit */
@@ -481,6 +500,7 @@ void serve_conns_resume_all(struct serve_conns *cs);
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
     SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_EMBEDDINGS,
+    SERVE_EP_RESPONSES,
     SERVE_EP_OTHER,
     SERVE_EP_COUNT
 };

@@ -8,7 +8,8 @@
  * of a client that hangs up, and closes a connection whose request does
  * not arrive whole within --timeout.
  *
- * Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * Routes: POST /v1/chat/completions, POST /v1/completions, POST
+ * /v1/responses (serve_responses.c shapes its replies), GET /v1/models,
  * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page), and
  * llama-server's POST /tokenize, POST /detokenize, GET /props, GET /slots.
  * Every error is OpenAI's JSON error object with its HTTP status. With an
@@ -78,6 +79,7 @@ struct request {
     char id[48];
     struct stream *stream;      /* an SSE response still open */
     struct serve_embed_request embed;   /* /v1/embeddings: its inputs, until it is answered */
+    struct serve_resp *resp;    /* /v1/responses: the response, until it is answered */
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -144,7 +146,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/v1/models", SERVE_EP_MODELS}, {"/health", SERVE_EP_HEALTH}, {"/metrics", SERVE_EP_METRICS},
         {"/", SERVE_EP_PAGE}, {"/tokenize", SERVE_EP_TOKENIZE}, {"/detokenize", SERVE_EP_DETOKENIZE},
         {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS}, {"/apply-template", SERVE_EP_APPLY_TEMPLATE},
-        {"/v1/embeddings", SERVE_EP_EMBEDDINGS},
+        {"/v1/embeddings", SERVE_EP_EMBEDDINGS}, {"/v1/responses", SERVE_EP_RESPONSES},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -157,7 +159,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
 
 static bool is_generation(enum serve_endpoint ep)
 {
-    return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS;
+    return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS || ep == SERVE_EP_RESPONSES;
 }
 
 static bool is_post(enum serve_endpoint ep)
@@ -592,6 +594,8 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
         struct serve_error e;
         job_failure(&out[failed].err, &e);
         sent = send_error(c, r, &e);
+    } else if (r->resp) {
+        sent = send_json(c, r, 200, serve_resp_json(r->resp, &t[0], finish[0], &r->usage));
     } else {
         sent = send_json(c, r, 200, serve_choices_json(&r->meta, t, finish, r->n_ch, &r->usage));
     }
@@ -935,14 +939,15 @@ static int new_jobs(struct serve_http *h, struct request *r, const struct serve_
 
 static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
-    enum serve_kind kind = r->ep == SERVE_EP_CHAT ? SERVE_CHAT : SERVE_COMPLETION;
+    enum serve_kind kind = r->ep != SERVE_EP_COMPLETIONS ? SERVE_CHAT : SERVE_COMPLETION;
     struct serve_request q;
     struct serve_error e;
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
     if (h->has_sampling)
         model.sampling[0] = &h->sampling[0], model.sampling[1] = &h->sampling[1];
     model.max_choices = serve_metrics.parallel + serve_metrics.queue_max;
-    if (serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
+    if (r->ep == SERVE_EP_RESPONSES ? serve_parse_responses(r->body ? r->body : "", r->len, &model, &q, &r->resp, &e)
+                                    : serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
         return send_error(c, r, &e);
     int32_t *ids;
     size_t n;
@@ -953,7 +958,8 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     if (n > h->ctx) {
         free(ids);
         serve_request_free(&q);
-        return fail(c, r, 400, "invalid_request_error", "context_length_exceeded", kind == SERVE_CHAT ? "messages" : "prompt",
+        return fail(c, r, 400, "invalid_request_error", "context_length_exceeded",
+                    r->resp ? "input" : kind == SERVE_CHAT ? "messages" : "prompt",
                     "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
     }
     /* echo: each reply's text starts with the prompt's */
@@ -979,7 +985,10 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
                       : fail(c, r, 503, "server_error", "server_busy", NULL,
                              "The server is busy: %u requests are running and %u waiting; try again later",
                              serve_metrics.parallel, serve_metrics.queue_max);
-    serve_random_id(kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+    if (r->resp)
+        snprintf(r->id, sizeof r->id, "%s", serve_resp_id(r->resp));
+    else
+        serve_random_id(kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
                                         .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
                                         .created = (long long)time(NULL), .model = h->cfg.model_id};
@@ -1126,6 +1135,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     for (unsigned k = 0; k < SERVE_MAX_CHOICES; k++)
         free(r->ch[k].text);
     serve_embed_request_free(&r->embed);
+    serve_resp_free(r->resp);
     free(r);
     atomic_fetch_sub(&h->active, 1);
 }
