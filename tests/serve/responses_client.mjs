@@ -1,7 +1,8 @@
 // responses_client.mjs URL MODEL API_KEY EXPECT_DIR - the official OpenAI
 // client (npm package openai, tests/serve/package.json) against qrun
 // serve's POST /v1/responses: a response, a function call and its
-// output answered, and structured output. EXPECT_DIR/chat.txt holds qrun's
+// output answered, structured output, and a conversation
+// continued with previous_response_id. EXPECT_DIR/chat.txt holds qrun's
 // own greedy reply to the chat "Hi" (qrun --chat -p Hi -n 8, with its
 // final newline), the independent expectation; the other replies are
 // compared with Chat Completions replies to the same conversations.
@@ -70,3 +71,20 @@ const picked = JSON.parse(structured.output_text);
 check(['red', 'green'].includes(picked.color) && typeof picked.ok === 'boolean' && Object.keys(picked).length === 2 &&
       structured.status === 'completed' && structured.text.format.type === 'json_schema',
       `text.format holds its schema: ${JSON.stringify(picked)}`);
+
+// previous_response_id: the stored conversation goes on as the whole history sent again
+const first = await client.responses.create({ model, input: 'Hi', max_output_tokens: 8, temperature: 0,
+                                              instructions: 'Be brief.' });
+const next = await client.responses.create({ model, input: 'And then?', previous_response_id: first.id,
+                                             max_output_tokens: 8, temperature: 0 });
+const whole = await client.responses.create({ model, max_output_tokens: 8, temperature: 0,
+  input: [{ role: 'user', content: 'Hi' }, ...first.output, { role: 'user', content: 'And then?' }] });
+check(next.output_text === whole.output_text && next.previous_response_id === first.id,
+      `previous_response_id continues as the whole history (instructions not carried): ${JSON.stringify(next.output_text)}`);
+const notKept = await client.responses.create({ model, input: 'Hi', max_output_tokens: 2, temperature: 0, store: false });
+try {
+  await client.responses.create({ model, input: 'Hi', previous_response_id: notKept.id, max_output_tokens: 2 });
+  check(false, 'a response with store false is not kept');
+} catch (e) {
+  check(e instanceof OpenAI.NotFoundError && e.message.includes(notKept.id), `store false is not kept: ${e.status}`);
+}

@@ -599,6 +599,9 @@ responses)
     post /v1/responses '{"input": "Hi", "temperature": "hot"}' "${A[@]}"; refused 400 temperature
     post /v1/responses '{"input": "Hi", "background": true}' "${A[@]}"; refused 400 background
     post /v1/responses '{"input": "Hi", "store": 1}' "${A[@]}"; refused 400 store
+    post /v1/responses '{"input": "Hi", "previous_response_id": "resp_nope"}' "${A[@]}"
+    refused 404 previous_response_id previous_response_not_found
+    grep -q resp_nope "$T/resp" || fail "the 404 does not name the id: $(cat "$T/resp")"
     post /v1/responses '{"input": "Hi", "max_output_tokens": 2, "some_new_field": {"x": 1}, "include": [], "truncation": "disabled"}' \
         "${A[@]}"; expect_ok "unknown and neutral fields"
     stop_server

@@ -587,6 +587,13 @@ static int respond(const char *body, const char *text, char *id, size_t cap, str
     return 0;
 }
 
+static char *continuing(const char *id, const char *input)
+{
+    static char body[256];
+    snprintf(body, sizeof body, "{\"previous_response_id\": \"%s\", \"input\": \"%s\"}", id, input);
+    return body;
+}
+
 START_TEST(responses_input_items_are_the_chats_messages)
 {
     struct serve_request q;
@@ -616,6 +623,54 @@ START_TEST(responses_input_items_are_the_chats_messages)
     ck_assert_str_eq(q.tools[0], "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
                                  "{\"type\": \"object\"}}}");
     serve_request_free(&q);
+
+    /* continued: the conversation and the reply, not the instructions */
+    char next[48];
+    ck_assert_int_eq(respond(continuing(id, "Thanks"), "ok", next, sizeof next, &q, &e), 0);
+    ck_assert_uint_eq(q.n_msgs, 5);
+    ck_assert_str_eq(q.msgs[0].role, "user");
+    ck_assert_str_eq(q.msgs[3].role, "assistant");
+    ck_assert_str_eq(q.msgs[3].content, "Sunny.");
+    ck_assert_str_eq(q.msgs[4].content, "Thanks");
+    serve_request_free(&q);
+}
+END_TEST
+
+START_TEST(responses_are_kept_within_the_stores_bounds)
+{
+    struct serve_request q;
+    struct serve_error e;
+    char id[300][48];
+    /* the last 256 */
+    for (int i = 0; i < 257; i++)
+        ck_assert_int_eq(respond("{\"input\": \"Hi\"}", "ok", id[i], sizeof id[i], NULL, &e), 0);
+    ck_assert_int_eq(respond(continuing(id[0], "x"), "ok", id[257], sizeof id[257], NULL, &e), -1);
+    ck_assert_int_eq(e.http, 404);
+    ck_assert_str_eq(e.param, "previous_response_id");
+    ck_assert_ptr_nonnull(strstr(e.message, id[0]));
+    /* one continued is used: the least recently used goes instead */
+    ck_assert_int_eq(respond(continuing(id[1], "x"), "ok", id[257], sizeof id[257], &q, &e), 0);
+    ck_assert_uint_eq(q.n_msgs, 3);
+    serve_request_free(&q);
+    ck_assert_int_eq(respond(continuing(id[2], "x"), "ok", id[258], sizeof id[258], NULL, &e), -1);
+    ck_assert_int_eq(respond(continuing(id[1], "x"), "ok", id[258], sizeof id[258], NULL, &e), 0);
+    /* store false: not kept */
+    ck_assert_int_eq(respond("{\"input\": \"Hi\", \"store\": false}", "ok", id[259], sizeof id[259], NULL, &e), 0);
+    ck_assert_int_eq(respond(continuing(id[259], "x"), "ok", id[260], sizeof id[260], NULL, &e), -1);
+    ck_assert_int_eq(e.http, 404);
+    /* 64 MiB: 65 conversations of 1 MiB leave out the first */
+    size_t big = 1u << 20;
+    char *body = malloc(big + 64);
+    ck_assert_ptr_nonnull(body);
+    int at = sprintf(body, "{\"input\": \"");
+    memset(body + at, 'a', big);
+    strcpy(body + at + big, "\"}");
+    for (int i = 0; i < 65; i++)
+        ck_assert_int_eq(respond(body, "ok", id[i], sizeof id[i], NULL, &e), 0);
+    free(body);
+    ck_assert_int_eq(respond(continuing(id[0], "x"), "ok", id[299], sizeof id[299], NULL, &e), -1);
+    ck_assert_int_eq(e.http, 404);
+    ck_assert_int_eq(respond(continuing(id[64], "x"), "ok", id[299], sizeof id[299], NULL, &e), 0);
 }
 END_TEST
 
@@ -770,6 +825,7 @@ int main(void)
     tcase_add_test(tc, sampling_fields_reach_the_sampler);
     tcase_add_test(tc, responses_have_openais_shapes);
     tcase_add_test(tc, responses_input_items_are_the_chats_messages);
+    tcase_add_test(tc, responses_are_kept_within_the_stores_bounds);
     tcase_add_test(tc, logprobs_are_the_log_softmax_of_the_logits);
     tcase_add_test(tc, tool_calls_are_read_from_replies);
     tcase_add_test(tc, tool_calls_are_held_as_a_reply_streams);

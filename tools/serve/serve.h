@@ -6,7 +6,7 @@
  *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
  *   serve_responses.c  POST /v1/responses: read into a chat request; its
- *                    response object
+ *                    response object and bounded store
  *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
@@ -270,18 +270,21 @@ char *serve_models_json(const char *model_id, long long created, bool one, uint3
 
 /* ---- POST /v1/responses (serve_responses.c) ----------------------------- */
 
-/* One Responses request's reply: its id, the fields the response
- * repeats, and its conversation. */
+/* One Responses request's reply: its id, the fields the response repeats,
+ * and its conversation (kept for previous_response_id unless store is
+ * false). */
 struct serve_resp;
 
-/* The body read into *req, a chat request of the same conversation,
- * and *resp; or -1 with *err filled: a 400 naming the field. */
+/* The body read into *req, a chat request of the same conversation (the
+ * previous response's first when it names one), and *resp; or -1 with
+ * *err filled: a 400 naming the field, a 404 for a previous_response_id
+ * not kept. */
 int serve_parse_responses(const char *body, size_t len, const struct serve_model_ref *model,
                           struct serve_request *req, struct serve_resp **resp, struct serve_error *err);
 void serve_resp_free(struct serve_resp *r);
 const char *serve_resp_id(const struct serve_resp *r);
-/* The response object of the whole reply t (its content and calls);
- * malloc'd, NULL when out of memory. */
+/* The response object of the whole reply t (its content and calls), kept
+ * in the store; malloc'd, NULL when out of memory. */
 char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, const char *finish,
                       const struct serve_usage *u);
 

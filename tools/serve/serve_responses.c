@@ -1,6 +1,6 @@
 /* serve_responses.c - OpenAI's Responses API, POST /v1/responses: the
- * request read into a chat request, and the reply shaped as a response
- * object.
+ * request read into a chat request, the reply shaped as a response object,
+ * and the responses kept for previous_response_id.
  *
  * A request is checked field by field here (the policy of serve_openai.c:
  * a known field of the wrong type or asking for what is not supported is
@@ -11,8 +11,14 @@
  * then goes through serve_parse_request, so the template, the tools, the
  * sampling defaults and the format machine are the chat's own, and a
  * response is the chat completion of the same conversation.
- */
+ *
+ * The store: each stored response keeps its conversation (the input items
+ * of its whole chain, without instructions, which OpenAI does not carry
+ * over, then its output items) as JSON text, so a continuation needs no
+ * other entry. At most STORE_MAX responses and STORE_BYTES bytes of them;
+ * past either, the least recently used goes. store: false keeps nothing. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,15 +28,91 @@
 
 #define BAD(e, param, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__), -1)
 
+#define STORE_MAX 256                   /* responses kept */
+#define STORE_BYTES (64u << 20)         /* bytes of their conversations */
+
 struct serve_resp {
     char id[48];                /* resp_... */
     char msg_id[48];            /* the reply's message item */
     cJSON *head;                /* the response object's fields but status, output and usage */
-    cJSON *items;               /* the conversation, normalized */
+    cJSON *items;               /* the conversation so far, normalized (what the store keeps) */
     bool store;
 };
 
 static const cJSON *field(const cJSON *o, const char *name) { return cJSON_GetObjectItemCaseSensitive(o, name); }
+
+/* ---- the store ----------------------------------------------------------- */
+
+struct stored {
+    char id[48];
+    char *json;                 /* the conversation's items */
+    size_t bytes;
+    struct stored *prev, *next; /* most recently used first */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct stored *first, *last;
+    unsigned n;
+    size_t bytes;
+} store = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0};
+
+static void unlink_entry(struct stored *s)
+{
+    *(s->prev ? &s->prev->next : &store.first) = s->next;
+    *(s->next ? &s->next->prev : &store.last) = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void push_front(struct stored *s)
+{
+    s->next = store.first;
+    if (store.first)
+        store.first->prev = s;
+    store.first = s;
+    if (!store.last)
+        store.last = s;
+}
+
+/* keeps id's conversation (takes json); one too large for the store is dropped */
+static void store_put(const char *id, char *json)
+{
+    size_t bytes = strlen(json);
+    struct stored *s = bytes <= STORE_BYTES ? calloc(1, sizeof *s) : NULL;
+    if (!s) {
+        free(json);
+        return;
+    }
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->json = json, s->bytes = bytes;
+    pthread_mutex_lock(&store.lock);
+    while (store.last && (store.n >= STORE_MAX || store.bytes + bytes > STORE_BYTES)) {
+        struct stored *old = store.last;
+        unlink_entry(old);
+        store.n--, store.bytes -= old->bytes;
+        free(old->json);
+        free(old);
+    }
+    push_front(s);
+    store.n++, store.bytes += bytes;
+    pthread_mutex_unlock(&store.lock);
+}
+
+/* id's conversation as items (a new array), NULL when it is not kept */
+static cJSON *store_get(const char *id)
+{
+    cJSON *items = NULL;
+    pthread_mutex_lock(&store.lock);
+    for (struct stored *s = store.first; s; s = s->next)
+        if (!strcmp(s->id, id)) {
+            unlink_entry(s);
+            push_front(s);
+            items = cJSON_Parse(s->json);
+            break;
+        }
+    pthread_mutex_unlock(&store.lock);
+    return items;
+}
 
 /* ---- input items --------------------------------------------------------- */
 
@@ -337,7 +419,7 @@ static int read_field(const cJSON *f, const struct serve_model_ref *model, cJSON
     if (!strcmp(k, "instructions"))
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'instructions' must be a string");
     if (!strcmp(k, "previous_response_id"))
-        return neutral(f, false, "continuing a stored response", e);
+        return cJSON_IsString(f) ? 0 : BAD(e, k, "'previous_response_id' must be a string");
     /* the chat's reader checks these and names them */
     if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "parallel_tool_calls") ||
         !strcmp(k, "user"))
@@ -401,6 +483,24 @@ static int read_request(const cJSON *root, const struct serve_model_ref *model, 
     for (const cJSON *f = root->child; f && !rc; f = f->next)
         if (!cJSON_IsNull(f))
             rc = read_field(f, model, chat, items, r, e);
+    /* the previous response's conversation before this input */
+    const cJSON *prev = field(root, "previous_response_id");
+    if (!rc && cJSON_IsString(prev)) {
+        cJSON *before = store_get(prev->valuestring);
+        if (!before) {
+            serve_error_set(e, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+                            "Previous response with id '%.100s' not found (this server keeps the last %d responses "
+                            "stored, up to %u MiB)", prev->valuestring, STORE_MAX, STORE_BYTES >> 20);
+            rc = -1;
+        } else {
+            while (items->child) {
+                cJSON *it = cJSON_DetachItemViaPointer(items, items->child);
+                cJSON_AddItemToArray(before, it);
+            }
+            cJSON_Delete(items);
+            items = before;
+        }
+    }
     const cJSON *instructions = field(root, "instructions");
     if (!rc && !((msgs = cJSON_AddArrayToObject(chat, "messages"))))
         rc = BAD(e, NULL, "out of memory");
@@ -546,6 +646,38 @@ static cJSON *response(const struct serve_resp *r, const cJSON *output, const ch
     return ok ? o : (cJSON_Delete(o), NULL);
 }
 
+/* the conversation with the reply's output kept under the response's id */
+static void keep(struct serve_resp *r, const cJSON *output)
+{
+    if (!r->store)
+        return;
+    for (const cJSON *it = output->child; it; it = it->next) {
+        const char *t = field(it, "type")->valuestring;
+        cJSON *n = cJSON_CreateObject();
+        bool ok = n && add_str(n, "type", t);
+        if (!strcmp(t, "message")) {
+            /* the text is raw JSON (serve_json_text): read back, a NUL in it ends it */
+            cJSON *text = cJSON_Parse(field(field(it, "content")->child, "text")->valuestring);
+            ok = ok && add_str(n, "role", "assistant") && cJSON_IsString(text) &&
+                 add_str(n, "content", text->valuestring);
+            cJSON_Delete(text);
+        } else {
+            ok = ok && add_str(n, "call_id", field(it, "call_id")->valuestring) &&
+                 add_str(n, "name", field(it, "name")->valuestring) &&
+                 add_str(n, "arguments", field(it, "arguments")->valuestring);
+        }
+        if (!ok) {
+            cJSON_Delete(n);
+            return;
+        }
+        if (!append(r->items, n))
+            return;
+    }
+    char *json = cJSON_PrintUnformatted(r->items);
+    if (json)
+        store_put(r->id, json);
+}
+
 /* the output items of a whole reply: its text as a message (when it has
  * text or no call), then its calls */
 static cJSON *output_of(const struct serve_resp *r, const struct serve_reply_text *t)
@@ -564,6 +696,8 @@ char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, co
 {
     cJSON *out = output_of(r, t);
     cJSON *o = out ? response(r, out, finish, u) : NULL;
+    if (o)
+        keep(r, out);
     cJSON_Delete(out);
     return serve_json_print(o, o != NULL);
 }
