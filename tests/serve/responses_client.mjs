@@ -1,7 +1,7 @@
 // responses_client.mjs URL MODEL API_KEY EXPECT_DIR - the official OpenAI
 // client (npm package openai, tests/serve/package.json) against qrun
-// serve's POST /v1/responses: a response, a function call and its
-// output answered, structured output, and a conversation
+// serve's POST /v1/responses: a response, the same streamed, a function
+// call and its output answered, structured output, and a conversation
 // continued with previous_response_id. EXPECT_DIR/chat.txt holds qrun's
 // own greedy reply to the chat "Hi" (qrun --chat -p Hi -n 8, with its
 // final newline), the independent expectation; the other replies are
@@ -43,6 +43,25 @@ const withSystem = await client.responses.create({ model, input: 'Hi', instructi
 const systemChat = await chatOf([{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }]);
 check(withSystem.output_text === systemChat.content, 'instructions are the system message');
 
+// streamed: the events in the order OpenAI sends them, the same text
+const stream = client.responses.stream({ model, input: 'Hi', max_output_tokens: 8, temperature: 0 });
+const types = [];
+let deltas = '', seq = -1, ordered = true;
+for await (const event of stream) {
+  types.push(event.type);
+  ordered = ordered && event.sequence_number === seq + 1;
+  seq = event.sequence_number;
+  if (event.type === 'response.output_text.delta') deltas += event.delta;
+}
+const final = await stream.finalResponse();
+const distinct = types.filter((t, i) => t !== types[i - 1]);
+check(JSON.stringify(distinct) === JSON.stringify(['response.created', 'response.in_progress', 'response.output_item.added',
+  'response.content_part.added', 'response.output_text.delta', 'response.output_text.done', 'response.content_part.done',
+  'response.output_item.done', 'response.incomplete']), `the events in order: ${distinct.join(' ')}`);
+check(ordered, 'sequence numbers count from 0 by 1');
+check(deltas === want('chat.txt') && final.output_text === deltas && final.usage.output_tokens === 8,
+      `the streamed text equals the response's (${types.length} events)`);
+
 // a forced function call, then its output answered
 const tools = [{ type: 'function', name: 'get_weather', description: 'The weather of a city', strict: true,
   parameters: { type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Oslo'] } }, required: ['city'],
@@ -62,6 +81,16 @@ const answeredChat = await chatOf([...ask,
   { role: 'tool', tool_call_id: call.call_id, content: '18 C, sunny' }], { tools: chatTools });
 check(answered.output_text === answeredChat.content, `the call's output answered as the chat answers it: ${
   JSON.stringify(answered.output_text)}`);
+// the same call streamed: a function_call item whose argument deltas make its arguments
+const callStream = client.responses.stream({ model, input: ask, tools, max_output_tokens: 600, temperature: 0,
+  tool_choice: 'required' });
+let args = '';
+for await (const event of callStream)
+  if (event.type === 'response.function_call_arguments.delta') args += event.delta;
+const streamedCall = (await callStream.finalResponse()).output.find((o) => o.type === 'function_call');
+check(streamedCall?.name === 'get_weather' && streamedCall.arguments === args &&
+      ['Paris', 'Oslo'].includes(JSON.parse(args).city), `a streamed call: ${args}`);
+
 // structured output: the text parses and holds the schema
 const pick = { type: 'object', properties: { color: { enum: ['red', 'green'] }, ok: { type: 'boolean' } },
   required: ['color', 'ok'], additionalProperties: false };

@@ -604,6 +604,13 @@ responses)
     grep -q resp_nope "$T/resp" || fail "the 404 does not name the id: $(cat "$T/resp")"
     post /v1/responses '{"input": "Hi", "max_output_tokens": 2, "some_new_field": {"x": 1}, "include": [], "truncation": "disabled"}' \
         "${A[@]}"; expect_ok "unknown and neutral fields"
+    post /v1/responses '{"input": "Hi", "stream": "yes"}' "${A[@]}"; refused 400 stream
+    # the stream's framing: each event's line names its data's type; no [DONE]
+    post /v1/responses '{"input": "Hi", "max_output_tokens": 4, "stream": true}' "${A[@]}"; expect_ok "a stream"
+    grep -q '^data: \[DONE\]' "$T/resp" && fail "a Responses stream ends without [DONE]"
+    paste -d' ' <(grep '^event: ' "$T/resp" | cut -d' ' -f2) <(grep '^data: ' "$T/resp" | cut -c7- | jq -r .type) |
+        awk 'NF != 2 || $1 != $2 { bad = 1 } END { exit bad }' || fail "an event: line and its data differ: $(head -c 600 "$T/resp")"
+    echo "ok the stream's event lines name their data's types"
     stop_server
     ;;
 

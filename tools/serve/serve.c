@@ -56,7 +56,7 @@ static const char usage_text[] =
     "       left out takes the model's generation_config.json value, or without one\n"
     "       " CLI_SAMPLING_DEFAULT ", as qrun)\n"
     "  POST /v1/responses          OpenAI's Responses API: input items, instructions,\n"
-    "                              function tools and calls, text.format,\n"
+    "                              function tools and calls, text.format, its stream events,\n"
     "                              previous_response_id (the last 256 responses or 64 MiB kept)\n"
     "  POST /v1/embeddings         an embedding model's vectors (1_Pooling in its checkpoint):\n"
     "                              input, dimensions, encoding_format float or base64\n"

@@ -6,7 +6,7 @@
  *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
  *   serve_responses.c  POST /v1/responses: read into a chat request; its
- *                    response object and bounded store
+ *                    response object, stream events and bounded store
  *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
@@ -271,8 +271,8 @@ char *serve_models_json(const char *model_id, long long created, bool one, uint3
 /* ---- POST /v1/responses (serve_responses.c) ----------------------------- */
 
 /* One Responses request's reply: its id, the fields the response repeats,
- * and its conversation (kept for previous_response_id unless store is
- * false). */
+ * its conversation (kept for previous_response_id unless store is false)
+ * and, streaming, the events sent so far. */
 struct serve_resp;
 
 /* The body read into *req, a chat request of the same conversation (the
@@ -287,6 +287,13 @@ const char *serve_resp_id(const struct serve_resp *r);
  * in the store; malloc'd, NULL when out of memory. */
 char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, const char *finish,
                       const struct serve_usage *u);
+/* Streaming: the events (SSE text, malloc'd; NULL when out of memory) of
+ * the start, of text and calls as they come, of the end (the response
+ * kept), and of a failure. */
+char *serve_resp_stream_start(struct serve_resp *r);
+char *serve_resp_stream_text(struct serve_resp *r, const struct serve_reply_text *t);
+char *serve_resp_stream_end(struct serve_resp *r, const char *finish, const struct serve_usage *u);
+char *serve_resp_stream_failed(struct serve_resp *r, const struct serve_error *e);
 
 /* ---- log probabilities (serve_logprobs.c) ------------------------------- */
 

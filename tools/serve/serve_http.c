@@ -79,7 +79,7 @@ struct request {
     char id[48];
     struct stream *stream;      /* an SSE response still open */
     struct serve_embed_request embed;   /* /v1/embeddings: its inputs, until it is answered */
-    struct serve_resp *resp;    /* /v1/responses: the response, until it is answered */
+    struct serve_resp *resp;    /* /v1/responses: the response, until the reply or its stream takes it */
 };
 
 /* ---- responses ----------------------------------------------------------- */
@@ -635,6 +635,7 @@ struct stream {
     unsigned n_ch;
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
+    struct serve_resp *resp;    /* /v1/responses: its events instead of chunks */
 };
 
 static int add_bytes(struct stream *st, const char *p, size_t n)
@@ -650,10 +651,20 @@ static int add_event(struct stream *st, char *json)
     return rc ? -1 : 0;
 }
 
+/* events (SSE text) of serve_responses.c; takes them */
+static int add_events(struct stream *st, char *events)
+{
+    int rc = !events || add_bytes(st, events, strlen(events));
+    free(events);
+    return rc ? -1 : 0;
+}
+
 /* A chunk of t, with the log probabilities taken since the last (with
  * none, no chunk unless all: the reply's end) */
 static int send_chunk(struct stream *st, struct stream_choice *sc, struct serve_reply_text t, bool all)
 {
+    if (st->resp)
+        return t.content_len || t.n_calls ? add_events(st, serve_resp_stream_text(st->resp, &t)) : 0;
     if (st->meta.logprobs && serve_job_take_logprobs(sc->job, &sc->lps, &sc->n_lps, &sc->lps_cap))
         return -1;
     bool text = t.content_len || t.reasoning_len || t.n_calls;
@@ -718,6 +729,8 @@ static int end_choice(struct stream *st, struct stream_choice *sc)
              (st->meta.tools && send_tool_calls(st, sc));
     else
         rc = send_chunk(st, sc, (struct serve_reply_text){0}, true);  /* log probabilities left */
+    if (st->resp)
+        return rc || add_events(st, serve_resp_stream_end(st->resp, sc->finish, &sc->usage));
     return rc || add_event(st, serve_final_chunk_json(&st->meta, sc->index, sc->finish, &sc->usage));
 }
 
@@ -739,6 +752,13 @@ static int finish_stream(struct stream *st)
     if (st->r)
         st->r->usage = u;
     int rc = 0;
+    if (st->resp) {             /* the Responses stream ends with its last event */
+        struct serve_error e;
+        if (failed)
+            job_failure(&failed->err, &e);
+        st->finished = true;
+        return failed ? add_events(st, serve_resp_stream_failed(st->resp, &e)) : 0;
+    }
     if (failed) {
         struct serve_error e;
         job_failure(&failed->err, &e);
@@ -754,7 +774,10 @@ static int produce_choice(struct stream *st, struct stream_choice *sc)
 {
     if (!sc->role_sent) {
         sc->role_sent = true;
-        if (st->meta.kind == SERVE_CHAT) {
+        if (st->resp) {
+            if (add_events(st, serve_resp_stream_start(st->resp)))
+                return -1;
+        } else if (st->meta.kind == SERVE_CHAT) {
             struct serve_reply_text t = {.index = sc->index};
             if (add_event(st, serve_chunk_json(&st->meta, &t, true, NULL)))
                 return -1;
@@ -848,6 +871,7 @@ static void free_stream(void *cls)
         free(sc->lps);
     }
     free(st->out);
+    serve_resp_free(st->resp);
     free(st);
 }
 
@@ -861,7 +885,7 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
     if (!st)
         return MHD_NO;          /* on_completed cancels the jobs */
     *st = (struct stream){.h = h, .c = c, .conn = r->conn, .r = r, .meta = *meta, .include_usage = include_usage,
-                          .n_ch = r->n_ch};
+                          .n_ch = r->n_ch, .resp = r->resp};
     snprintf(st->id, sizeof st->id, "%s", meta->id);
     st->meta.id = st->id;
     for (unsigned k = 0; k < r->n_ch; k++) {
@@ -880,6 +904,7 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
     for (unsigned k = 0; k < r->n_ch; k++)
         r->ch[k] = (struct choice){0};
     r->n_ch = 0;
+    r->resp = NULL;
     r->stream = st;
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");

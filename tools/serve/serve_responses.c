@@ -1,6 +1,7 @@
 /* serve_responses.c - OpenAI's Responses API, POST /v1/responses: the
- * request read into a chat request, the reply shaped as a response object,
- * and the responses kept for previous_response_id.
+ * request read into a chat request, the reply shaped as a response object
+ * or as the Responses stream's events, and the responses kept for
+ * previous_response_id.
  *
  * A request is checked field by field here (the policy of serve_openai.c:
  * a known field of the wrong type or asking for what is not supported is
@@ -37,6 +38,12 @@ struct serve_resp {
     cJSON *head;                /* the response object's fields but status, output and usage */
     cJSON *items;               /* the conversation so far, normalized (what the store keeps) */
     bool store;
+    /* streaming */
+    unsigned seq;
+    cJSON *output;              /* the output items closed so far */
+    bool msg_open;
+    char *text;                 /* the message item's text so far */
+    size_t text_len, text_cap;
 };
 
 static const cJSON *field(const cJSON *o, const char *name) { return cJSON_GetObjectItemCaseSensitive(o, name); }
@@ -386,6 +393,22 @@ static bool copy_to(cJSON *o, const char *k, const cJSON *v)
     return cJSON_AddItemToObject(o, k, cJSON_Duplicate(v, true));
 }
 
+/* o's fields after the field k (item), where clients read it first: a new
+ * object, o emptied and deleted; NULL when out of memory (both deleted) */
+static cJSON *key_first(cJSON *o, const char *k, cJSON *item)
+{
+    cJSON *n = cJSON_CreateObject();
+    bool ok = o && n && item && cJSON_AddItemToObject(n, k, item);
+    if (!ok)
+        cJSON_Delete(item);
+    while (ok && o->child) {
+        cJSON *f = cJSON_DetachItemViaPointer(o, o->child);
+        cJSON_AddItemToArray(n, f);     /* keeps its key */
+    }
+    cJSON_Delete(o);
+    return ok ? n : (cJSON_Delete(n), NULL);
+}
+
 /* the fields the response object repeats, as the request gave them */
 static bool head_fields(cJSON *h, const cJSON *root)
 {
@@ -422,10 +445,8 @@ static int read_field(const cJSON *f, const struct serve_model_ref *model, cJSON
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'previous_response_id' must be a string");
     /* the chat's reader checks these and names them */
     if (!strcmp(k, "temperature") || !strcmp(k, "top_p") || !strcmp(k, "parallel_tool_calls") ||
-        !strcmp(k, "user"))
+        !strcmp(k, "user") || !strcmp(k, "stream"))
         return copy_to(chat, k, f) ? 0 : BAD(e, k, "out of memory");
-    if (!strcmp(k, "stream"))
-        return want_bool(f, &b, e) ? -1 : neutral(f, !b, "streaming", e);
     if (!strcmp(k, "max_output_tokens"))
         return copy_to(chat, "max_tokens", f) ? 0 : BAD(e, k, "out of memory");
     if (!strcmp(k, "tools"))
@@ -562,7 +583,11 @@ int serve_parse_responses(const char *body, size_t len, const struct serve_model
     }
     int rc = read_request(root, model, req, r, e);
     cJSON_Delete(root);
-    if (rc) {
+    if (rc || !(r->output = cJSON_CreateArray())) {
+        if (!rc) {
+            serve_request_free(req);
+            rc = BAD(e, NULL, "out of memory");
+        }
         serve_resp_free(r);
         return -1;
     }
@@ -576,6 +601,8 @@ void serve_resp_free(struct serve_resp *r)
         return;
     cJSON_Delete(r->head);
     cJSON_Delete(r->items);
+    cJSON_Delete(r->output);
+    free(r->text);
     free(r);
 }
 
@@ -700,4 +727,196 @@ char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, co
         keep(r, out);
     cJSON_Delete(out);
     return serve_json_print(o, o != NULL);
+}
+
+/* ---- streaming ----------------------------------------------------------- */
+
+/* "event: TYPE\ndata: {type, sequence_number, ...}\n\n" appended to *s
+ * (malloc'd, grown); takes ev. false when out of memory */
+struct events {
+    char *s;
+    size_t len;
+    bool failed;
+};
+
+static void emit(struct serve_resp *r, struct events *ev, const char *type, cJSON *o)
+{
+    char *json = NULL;
+    o = ev->failed ? (cJSON_Delete(o), NULL) : key_first(o, "type", cJSON_CreateString(type));
+    if (o && cJSON_AddNumberToObject(o, "sequence_number", r->seq))
+        json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    size_t n = json ? strlen("event: \ndata: \n\n") + strlen(type) + strlen(json) : 0;
+    char *s = json ? realloc(ev->s, ev->len + n + 1) : NULL;
+    if (!s) {
+        free(json);
+        ev->failed = true;
+        return;
+    }
+    ev->s = s;
+    ev->len += (size_t)sprintf(s + ev->len, "event: %s\ndata: %s\n\n", type, json);
+    free(json);
+    r->seq++;
+}
+
+static char *events_done(struct events *ev)
+{
+    if (ev->failed) {
+        free(ev->s);
+        return NULL;
+    }
+    return ev->s ? ev->s : strdup("");
+}
+
+static cJSON *with_response(cJSON *o, cJSON *response_obj)
+{
+    if (o && response_obj && cJSON_AddItemToObject(o, "response", response_obj))
+        return o;
+    cJSON_Delete(response_obj);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* {item_id, output_index, content_index} of the message's text */
+static cJSON *at_text(const struct serve_resp *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && add_str(o, "item_id", r->msg_id) &&
+              cJSON_AddNumberToObject(o, "output_index", cJSON_GetArraySize(r->output)) &&
+              cJSON_AddNumberToObject(o, "content_index", 0);
+    return ok ? o : (cJSON_Delete(o), NULL);
+}
+
+static cJSON *with(cJSON *o, const char *k, cJSON *v)
+{
+    if (o && v && cJSON_AddItemToObject(o, k, v))
+        return o;
+    cJSON_Delete(v);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static cJSON *item_event(unsigned index, cJSON *item)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddNumberToObject(o, "output_index", index))
+        cJSON_Delete(o), o = NULL;
+    return with(o, "item", item);
+}
+
+char *serve_resp_stream_start(struct serve_resp *r)
+{
+    struct events ev = {0};
+    emit(r, &ev, "response.created", with_response(cJSON_CreateObject(), response(r, r->output, NULL, NULL)));
+    emit(r, &ev, "response.in_progress", with_response(cJSON_CreateObject(), response(r, r->output, NULL, NULL)));
+    return events_done(&ev);
+}
+
+static void open_message(struct serve_resp *r, struct events *ev)
+{
+    unsigned index = (unsigned)cJSON_GetArraySize(r->output);
+    emit(r, ev, "response.output_item.added", item_event(index, message_item(r, NULL, 0, false)));
+    emit(r, ev, "response.content_part.added", with(at_text(r), "part", text_part("", 0)));
+    r->msg_open = true;
+}
+
+static void close_message(struct serve_resp *r, struct events *ev)
+{
+    const char *text = r->text ? r->text : "";
+    emit(r, ev, "response.output_text.done",
+         with(with(at_text(r), "text", serve_json_text(text, r->text_len)), "logprobs", cJSON_CreateArray()));
+    emit(r, ev, "response.content_part.done", with(at_text(r), "part", text_part(text, r->text_len)));
+    cJSON *item = message_item(r, text, r->text_len, true);
+    emit(r, ev, "response.output_item.done",
+         item_event((unsigned)cJSON_GetArraySize(r->output), cJSON_Duplicate(item, true)));
+    if (!append(r->output, item))
+        ev->failed = true;
+    r->msg_open = false;
+}
+
+static void send_call(struct serve_resp *r, struct events *ev, const struct serve_tool_call *c)
+{
+    unsigned index = (unsigned)cJSON_GetArraySize(r->output);
+    cJSON *item = call_item(c, true), *o;
+    if (!item) {
+        ev->failed = true;
+        return;
+    }
+    cJSON *open = cJSON_Duplicate(item, true);
+    if (open) {
+        cJSON_ReplaceItemInObjectCaseSensitive(open, "status", cJSON_CreateString("in_progress"));
+        cJSON_ReplaceItemInObjectCaseSensitive(open, "arguments", cJSON_CreateString(""));
+    }
+    emit(r, ev, "response.output_item.added", item_event(index, open));
+    const char *id = field(item, "id")->valuestring;
+    o = cJSON_CreateObject();
+    if (o && !(add_str(o, "item_id", id) && cJSON_AddNumberToObject(o, "output_index", index) &&
+               add_str(o, "delta", c->arguments)))
+        cJSON_Delete(o), o = NULL;
+    emit(r, ev, "response.function_call_arguments.delta", o);
+    o = cJSON_CreateObject();
+    if (o && !(add_str(o, "item_id", id) && add_str(o, "name", c->name) &&
+               cJSON_AddNumberToObject(o, "output_index", index) && add_str(o, "arguments", c->arguments)))
+        cJSON_Delete(o), o = NULL;
+    emit(r, ev, "response.function_call_arguments.done", o);
+    emit(r, ev, "response.output_item.done", item_event(index, cJSON_Duplicate(item, true)));
+    if (!append(r->output, item))
+        ev->failed = true;
+}
+
+char *serve_resp_stream_text(struct serve_resp *r, const struct serve_reply_text *t)
+{
+    struct events ev = {0};
+    if (t->content_len) {
+        if (!r->msg_open)
+            open_message(r, &ev);
+        size_t cap = r->text_cap ? r->text_cap : 256;
+        while (cap < r->text_len + t->content_len + 1)
+            cap *= 2;
+        char *s = cap != r->text_cap ? realloc(r->text, cap) : r->text;
+        if (!s)
+            ev.failed = true;
+        else {
+            r->text = s, r->text_cap = cap;
+            memcpy(r->text + r->text_len, t->content, t->content_len);
+            r->text_len += t->content_len;
+            r->text[r->text_len] = 0;
+        }
+        emit(r, &ev, "response.output_text.delta",
+             with(with(at_text(r), "delta", serve_json_text(t->content, t->content_len)), "logprobs",
+                  cJSON_CreateArray()));
+    }
+    if (t->n_calls && r->msg_open)
+        close_message(r, &ev);
+    for (size_t i = 0; i < t->n_calls; i++)
+        send_call(r, &ev, &t->calls[i]);
+    return events_done(&ev);
+}
+
+char *serve_resp_stream_end(struct serve_resp *r, const char *finish, const struct serve_usage *u)
+{
+    struct events ev = {0};
+    if (!r->msg_open && !cJSON_GetArraySize(r->output))
+        open_message(r, &ev);   /* a reply of no text: an empty message, as the whole response has */
+    if (r->msg_open)
+        close_message(r, &ev);
+    cJSON *o = response(r, r->output, finish, u);
+    if (o)
+        keep(r, r->output);
+    emit(r, &ev, !strcmp(finish, "length") ? "response.incomplete" : "response.completed",
+         with_response(cJSON_CreateObject(), o));
+    return events_done(&ev);
+}
+
+char *serve_resp_stream_failed(struct serve_resp *r, const struct serve_error *e)
+{
+    struct events ev = {0};
+    cJSON *o = response(r, r->output, NULL, NULL), *err = cJSON_CreateObject();
+    bool ok = o && err && add_str(err, "code", e->code ? e->code : e->type) && add_str(err, "message", e->message) &&
+              cJSON_ReplaceItemInObjectCaseSensitive(o, "error", err);
+    if (!ok)
+        cJSON_Delete(err);
+    ok = ok && cJSON_ReplaceItemInObjectCaseSensitive(o, "status", cJSON_CreateString("failed"));
+    emit(r, &ev, "response.failed", with_response(cJSON_CreateObject(), ok ? o : (cJSON_Delete(o), NULL)));
+    return events_done(&ev);
 }
