@@ -1,6 +1,6 @@
 /* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
  * The first byte picks the endpoint (chat, completions, /tokenize,
- * /detokenize, /v1/embeddings, with the Qwen3 tokenizer) or a reply whose
+ * /detokenize, /v1/embeddings, with the Qwen3 tokenizer, /v1/responses) or a reply whose
  * <tool_call> blocks are read, whole and in pieces as it would stream; the rest is
  * the body, not NUL-terminated. A refusal must come with a message; a
  * chat request that parses must render through the template; a request
@@ -11,7 +11,10 @@
  * request's stop strings as the scheduler runs them: the reply never
  * stops without a token to go on, a stop string never cuts it, it ends
  * with the end token whenever max_tokens leaves room for the shortest
- * value, and what it ends with parses (a call reads back as one call). */
+ * value, and what it ends with parses (a call reads back as one call).
+ * A Responses request that parses answers with the body as its reply's
+ * text (its <tool_call> blocks its calls), whole and as the stream's
+ * events, every one of which must be JSON. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,11 +163,65 @@ static void hold_reply(const struct serve_request *r, bool call, const uint8_t *
     serve_format_end(st);
 }
 
+/* every "data: " line of events is JSON */
+static void check_events(char *events)
+{
+    if (!events)
+        return;                 /* out of memory */
+    for (char *line = strstr(events, "data: "); line; line = strstr(line + 1, "\ndata: ")) {
+        line += line[0] == '\n';
+        char *end = strchr(line, '\n');
+        cJSON *j = end ? cJSON_ParseWithLength(line + 6, (size_t)(end - line - 6)) : NULL;
+        if (!j)
+            abort();
+        cJSON_Delete(j);
+    }
+    free(events);
+}
+
+/* the body as a Responses reply: the response object, then the stream of
+ * it in pieces of 7 bytes, its calls held as serve_http.c holds them */
+static void respond(struct serve_resp *resp, const char *text, size_t len, bool cut)
+{
+    struct serve_tool_calls calls;
+    if (serve_take_tool_calls(text, len, &calls))
+        return;
+    struct serve_reply_text t = {.content = calls.content, .content_len = calls.content_len, .calls = calls.v,
+                                 .n_calls = calls.n};
+    struct serve_usage u = {3, 4, 1, 0, 0};
+    const char *finish = cut ? "length" : "stop";
+    char *whole = serve_resp_json(resp, &t, finish, &u);
+    cJSON *j = whole ? cJSON_Parse(whole) : NULL;
+    if (whole && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "output")))
+        abort();
+    cJSON_Delete(j);
+    free(whole);
+    serve_tool_calls_clear(&calls);
+    check_events(serve_resp_stream_start(resp));
+    struct serve_tool_text held = {0};
+    for (size_t at = 0; at < len; at += 7) {
+        char *shown;
+        size_t n;
+        if (serve_tool_text_push(&held, text + at, len - at < 7 ? len - at : 7, &shown, &n))
+            break;
+        struct serve_reply_text piece = {.content = shown, .content_len = n};
+        check_events(serve_resp_stream_text(resp, &piece));
+        free(shown);
+    }
+    if (!serve_tool_text_finish(&held, &calls)) {
+        t = (struct serve_reply_text){.content = calls.content, .content_len = calls.content_len, .calls = calls.v,
+                                      .n_calls = calls.n};
+        check_events(serve_resp_stream_text(resp, &t));
+        serve_tool_calls_clear(&calls);
+    }
+    check_events(serve_resp_stream_end(resp, finish, &u));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 6;
+    unsigned pick = data[0] % 7;
     size--;
     char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
     if (!body)
@@ -179,9 +236,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(body);
         return 0;
     }
-    if (pick < 2) {
+    if (pick < 2 || pick == 6) {
         struct serve_request r;
-        rc = serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
+        struct serve_resp *resp = NULL;
+        rc = pick == 6 ? serve_parse_responses(body, size, &model, &r, &resp, &e)
+                       : serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
         if (!rc && r.format) {
             /* the body as a reply held to its own format: a byte at a time
              * until the machine refuses one */
@@ -194,7 +253,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             serve_format_end(st);
             hold_reply(&r, (r.tool_required || r.tool_name) && !r.no_tools, data, size + 1);
         }
-        if (!rc && !pick) {
+        if (!rc && pick != 1) {
             char *text;
             size_t len;
             qpack_error err;
@@ -203,6 +262,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             free(text);
         }
+        if (!rc && resp)
+            respond(resp, body, size, data[0] & 8);
+        serve_resp_free(resp);
         if (!rc)
             serve_request_free(&r);
     } else if (pick == 5) {
@@ -218,7 +280,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         rc = serve_detokenize_reply(tokenizer(), 151936, body, size, &out, &e);
     }
-    if (rc && (e.http != 400 || !e.message[0]))
+    /* a previous_response_id not kept is a 404 */
+    if (rc && ((e.http != 400 && !(pick == 6 && e.http == 404)) || !e.message[0]))
         abort();
     if (rc) {
         char *json = serve_error_json(&e);     /* the error body must build */
