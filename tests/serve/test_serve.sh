@@ -595,6 +595,8 @@ responses)
     post /v1/responses '{"input": "Hi", "tool_choice": {"type": "file_search"}}' "${A[@]}"
     refused 400 tool_choice
     post /v1/responses '{"input": "Hi", "text": {"format": {"type": "xml"}}}' "${A[@]}"; refused 400 text.format
+    post /v1/responses '{"input": "Hi", "text": {"format": {"type": "json_schema", "name": "x"}}}' "${A[@]}"
+    refused 400 text.format
     post /v1/responses '{"input": "Hi", "max_output_tokens": 0}' "${A[@]}"; refused 400 max_output_tokens
     post /v1/responses '{"input": "Hi", "temperature": "hot"}' "${A[@]}"; refused 400 temperature
     post /v1/responses '{"input": "Hi", "background": true}' "${A[@]}"; refused 400 background

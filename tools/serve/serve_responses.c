@@ -367,6 +367,8 @@ static int read_text_field(const cJSON *v, cJSON *chat, struct serve_error *e)
         return BAD(e, "text.format", "out of memory");
     if (strcmp(type->valuestring, "json_schema"))
         return 0;               /* text and json_object as they are; another type refused by the chat's reader */
+    if (!cJSON_IsObject(field(f, "schema")))
+        return BAD(e, "text.format", "'text.format' of type json_schema needs a \"schema\" object");
     cJSON *js = cJSON_AddObjectToObject(rf, "json_schema");
     for (const cJSON *k = f->child; js && k; k = k->next)
         if (strcmp(k->string, "type") && !cJSON_AddItemToObject(js, k->string, cJSON_Duplicate(k, true)))
