@@ -107,6 +107,9 @@ START_TEST(stop_strings_release_exactly_the_text_before_the_first_stop)
         }
         stop_text_free(&m);
         ck_assert_msg(hit == want_hit, "text %s: hit %d, expected %d", text, hit, want_hit);
+        /* the stop string named is the one at the cut */
+        ck_assert_msg(!hit || !strncmp(text + want, st.s[m.hit], st.len[m.hit]), "text %s: stop %s named at %zu",
+                      text, st.s[m.hit], want);
         ck_assert_msg(got_len == want && !memcmp(got, text, want), "text %s: released %.*s, expected %.*s", text,
                       (int)got_len, got, (int)want, text);
     }

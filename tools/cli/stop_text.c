@@ -16,14 +16,15 @@ void stop_text_free(struct stop_text *st)
     st->len = st->cap = 0;
 }
 
-/* the earliest index where a stop string starts in buf, or len */
-static size_t first_stop(const struct stop_text *st)
+/* the earliest index where a stop string starts in buf, or len; *which
+ * the stop string found there (the first listed of those starting there) */
+static size_t first_stop(const struct stop_text *st, int *which)
 {
     size_t best = st->len;
     for (int i = 0; i < st->n; i++) {
         const char *hit = memmem(st->buf, st->len, st->stops[i], strlen(st->stops[i]));
         if (hit && (size_t)(hit - st->buf) < best)
-            best = (size_t)(hit - st->buf);
+            best = (size_t)(hit - st->buf), *which = i;
     }
     return best;
 }
@@ -70,7 +71,7 @@ int stop_text_push(struct stop_text *st, const char *text, size_t len, const cha
     }
     memcpy(st->buf + st->len, text, len);
     st->len += len;
-    size_t at = first_stop(st);
+    size_t at = first_stop(st, &st->hit);
     *out = st->buf;
     if (at < st->len) {
         *out_len = at;

@@ -19,6 +19,7 @@ struct stop_text {
     size_t len, cap;
     size_t handed;              /* bytes at buf's start handed out by the last call */
     bool stopped;
+    int hit;                    /* once stopped: the stop string that ended the text */
 };
 
 void stop_text_init(struct stop_text *st, const char *const *stops, int n);
