@@ -3,6 +3,11 @@
 qp_add_check_test(test_serve_openai SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve_openai.c
                   LIBS qpserve PkgConfig::CJSON LABELS serve TIMEOUT 120)
 
+# test_serve_anthropic: Anthropic's Messages API, its requests, replies,
+# events and errors, no model.
+qp_add_check_test(test_serve_anthropic SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve_anthropic.c
+                  LIBS qpserve PkgConfig::CJSON LABELS serve TIMEOUT 120)
+
 # test_serve_format: response_format's machine on documents and on random
 # replies from a small vocabulary, no model.
 qp_add_check_test(test_serve_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve_format.c
@@ -10,7 +15,7 @@ qp_add_check_test(test_serve_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_serve
 
 # test_serve.sh: the server end to end with real clients, one ctest test per
 # case. serve_setup packs a tiny model and installs the JavaScript clients
-# (npm ci: the openai package, @langchain/openai and playwright-core) into the build folder.
+# (npm ci: the openai package, @anthropic-ai/sdk, @langchain/openai and playwright-core) into the build folder.
 # Cases on bpf need root (skipped otherwise) and run alone: the load test
 # and the signals test count the BPF objects the server held.
 set(_serve_work ${CMAKE_BINARY_DIR}/serve)
@@ -19,7 +24,7 @@ set(_serve_args $<TARGET_FILE:qrun> $<TARGET_FILE:qpack> $<TARGET_FILE:qp-gen-ch
 add_test(NAME serve_setup COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_serve.sh setup ${_serve_args})
 set_tests_properties(serve_setup PROPERTIES FIXTURES_SETUP serve_model SKIP_RETURN_CODE 77 TIMEOUT 360
                      LABELS serve)
-foreach(_case endpoints errors clients choices openai responses reasoning tools formats embeddings browser signals queue_zero hostile crowded load lookup
+foreach(_case endpoints errors clients choices openai responses anthropic reasoning tools formats embeddings browser signals queue_zero hostile crowded load lookup
               kv8)
   add_test(NAME serve_${_case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_serve.sh ${_case} ${_serve_args})
   set_tests_properties(serve_${_case} PROPERTIES FIXTURES_REQUIRED serve_model SKIP_RETURN_CODE 77 TIMEOUT 300

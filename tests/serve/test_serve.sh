@@ -4,8 +4,8 @@
 # qrun serve with real clients, one CASE per ctest test (tests/serve/serve.cmake).
 # "setup" packs a tiny random model with the real Qwen3 tokenizer into
 # WORK_DIR/M.qpk and installs the JavaScript clients (tests/serve/
-# package.json: the official openai package, LangChain's @langchain/openai
-# and playwright-core) into WORK_DIR/node with npm ci. The expectation for every greedy reply is
+# package.json: the official openai package, Anthropic's @anthropic-ai/sdk,
+# LangChain's @langchain/openai and playwright-core) into WORK_DIR/node with npm ci. The expectation for every greedy reply is
 # qrun's own output for the same prompt. Cases on the bpf backend need root
 # (skipped otherwise); the others run the server on emu, the kernels' host
 # twin, bit-identical.
@@ -138,7 +138,7 @@ setup)
     mkdir -p "$NODE_DIR"
     if ! cmp -s "$SRC/tests/serve/package-lock.json" "$NODE_DIR/package-lock.json" ||
         [ ! -d "$NODE_DIR/node_modules/openai" ] || [ ! -d "$NODE_DIR/node_modules/playwright-core" ] ||
-        [ ! -d "$NODE_DIR/node_modules/@langchain/openai" ]; then
+        [ ! -d "$NODE_DIR/node_modules/@langchain/openai" ] || [ ! -d "$NODE_DIR/node_modules/@anthropic-ai/sdk" ]; then
         rm -f "$NODE_DIR/unreachable"
         cp "$SRC/tests/serve/package.json" "$SRC/tests/serve/package-lock.json" "$NODE_DIR/" || fail "copying"
         if ! (cd "$NODE_DIR" && timeout 300 npm ci --no-audit --no-fund --loglevel=error); then
@@ -152,6 +152,7 @@ setup)
     fi
     echo "ok openai $(jq -r .version "$NODE_DIR/node_modules/openai/package.json")," \
          "@langchain/openai $(jq -r .version "$NODE_DIR/node_modules/@langchain/openai/package.json")," \
+         "@anthropic-ai/sdk $(jq -r .version "$NODE_DIR/node_modules/@anthropic-ai/sdk/package.json")," \
          "playwright-core $(jq -r .version "$NODE_DIR/node_modules/playwright-core/package.json")"
     ;;
 
@@ -613,6 +614,58 @@ responses)
     paste -d' ' <(grep '^event: ' "$T/resp" | cut -d' ' -f2) <(grep '^data: ' "$T/resp" | cut -c7- | jq -r .type) |
         awk 'NF != 2 || $1 != $2 { bad = 1 } END { exit bad }' || fail "an event: line and its data differ: $(head -c 600 "$T/resp")"
     echo "ok the stream's event lines name their data's types"
+    stop_server
+    ;;
+anthropic)
+    # Anthropic's Messages API with Anthropic's client; its refusals in
+    # Anthropic's error shape
+    [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
+    [ -d "$NODE_DIR/node_modules/@anthropic-ai/sdk" ] || fail "no @anthropic-ai/sdk package in $NODE_DIR (serve_setup)"
+    qrun_chat Hi 8 "$T/chat.txt"
+    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
+        fail "qrun --chat --system: $(cat "$T/qrun.err")"
+    start_server emu --backend emu --api-key k
+    cp "$SRC/tests/serve/anthropic_client.mjs" "$NODE_DIR/" || fail "copying the client"
+    timeout 120 node "$NODE_DIR/anthropic_client.mjs" "$URL" M k "$T" || fail "Anthropic's client"
+    # expect_anthropic_error STATUS TYPE WORD: Anthropic's error object,
+    # its message naming WORD
+    expect_anthropic_error() {
+        [ "$code" = "$1" ] || fail "status $code, expected $1: $(head -c 300 "$T/resp")"
+        jq -e --arg t "$2" --arg w "$3" '.type == "error" and .error.type == $t and
+            (.error.message | type == "string" and contains($w))' "$T/resp" >/dev/null ||
+            fail "not Anthropic's $2 naming '$3': $(head -c 300 "$T/resp")"
+        echo "ok $1 $(jq -r .error.message "$T/resp")"
+    }
+    K='x-api-key: k'
+    hi='"messages": [{"role": "user", "content": "Hi"}]'
+    post /v1/messages "{$hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error max_tokens
+    post /v1/messages "{\"max_tokens\": 0, $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error max_tokens
+    post /v1/messages "{\"max_tokens\": \"8\", $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error max_tokens
+    post /v1/messages '{"max_tokens": 8, "messages": [{"role": "system", "content": "Hi"}]}' -H "$K"
+    expect_anthropic_error 400 invalid_request_error 'messages[0].role'
+    post /v1/messages '{"max_tokens": 8, "messages": [{"role": "user", "content": 7}]}' -H "$K"
+    expect_anthropic_error 400 invalid_request_error 'messages[0].content'
+    post /v1/messages '{"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}' -H "$K"
+    expect_anthropic_error 400 invalid_request_error image
+    post /v1/messages "{\"max_tokens\": 8, \"temperature\": 1.5, $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error temperature
+    post /v1/messages "{\"max_tokens\": 8, \"top_k\": 1.5, $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error top_k
+    post /v1/messages "{\"max_tokens\": 8, \"stop_sequences\": \"x\", $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error stop_sequences
+    post /v1/messages "{\"max_tokens\": 8, \"system\": 1, $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error system
+    post /v1/messages "{\"max_tokens\": 8, \"stream\": \"yes\", $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error stream
+    post /v1/messages "{\"max_tokens\": 8, \"tools\": [{\"name\": \"f\"}], $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error input_schema
+    post /v1/messages "{\"max_tokens\": 8, \"tool_choice\": {\"type\": \"required\"}, $hi}" -H "$K"; expect_anthropic_error 400 invalid_request_error tool_choice
+    post /v1/messages "{\"max_tokens\": 8, \"thinking\": {\"type\": \"enabled\", \"budget_tokens\": 2000}, $hi}" -H "$K"
+    expect_anthropic_error 400 invalid_request_error budget_tokens
+    post /v1/messages '{"max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}' -H "$K"
+    expect_anthropic_error 400 invalid_request_error prefill
+    post /v1/messages '{"max_tokens": 8, "messages": [' -H "$K"; expect_anthropic_error 400 invalid_request_error JSON
+    post /v1/messages "{\"max_tokens\": 8, $hi}"; expect_anthropic_error 401 authentication_error 'API key'
+    get /v1/messages -H "$K"; expect_anthropic_error 405 invalid_request_error POST
+    post /v1/messages/count_tokens "{\"max_tokens\": \"ignored\"}" -H "$K"; expect_anthropic_error 400 invalid_request_error messages
+    # unknown fields are ignored, in the body and in a block
+    post /v1/messages "{\"max_tokens\": 2, \"temperature\": 0, \"container\": 1, \"metadata\": {\"user_id\": \"u\"},
+        \"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\", \"citations\": 5}]}]}" -H "$K"
+    expect_ok "unknown fields"
     stop_server
     ;;
 

@@ -7,6 +7,7 @@
  *   serve_openai.c   request bodies parsed strictly, response bodies built
  *   serve_responses.c  POST /v1/responses: read into a chat request; its
  *                    response object, stream events and bounded store
+ *   serve_anthropic.c Anthropic's Messages API: its requests, replies, events and errors
  *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
  *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
  *   serve_metrics.c  counters and their Prometheus text
@@ -120,6 +121,11 @@ int serve_parse_request(enum serve_kind kind, const char *body, size_t len, cons
                         struct serve_request *req, struct serve_error *err);
 void serve_request_free(struct serve_request *req);
 
+/* After a request's fields are read: what they imply together (a forced
+ * call's format, the model's sampling for the fields left out, a seed);
+ * -1 with *err filled. */
+int serve_request_settle(const struct serve_model_ref *model, struct serve_request *req, struct serve_error *err);
+
 /* What a request leaves out: temperature 1, repeat_last_n 64, the rest
  * neutral. */
 qpack_sampler_params serve_default_sampling(void);
@@ -229,6 +235,8 @@ struct serve_reply_meta {
     const char *id;             /* "chatcmpl-..." or "cmpl-..." */
     long long created;          /* unix seconds */
     const char *model;
+    bool anthropic;             /* Anthropic's Messages API: its bodies and events */
+    uint32_t prompt_tokens;     /* the prompt's, known before the reply */
 };
 
 /* A reply's text: a chat's answer and the reasoning told apart from it
@@ -379,6 +387,10 @@ void serve_job_watch(struct serve_job *j, void (*fn)(void *arg), void *arg);
 /* true when serve_job_take would return at once: text to take, or the end */
 bool serve_job_ready(struct serve_job *j);
 
+/* After SERVE_JOB_DONE with "stop": the stop string that ended the
+ * reply, NULL when an end token or the format did. */
+const char *serve_job_stop_string(struct serve_job *j);
+
 /* After SERVE_JOB_DONE: why it ended ("stop" or "length"; NULL for an
  * error, then *err holds it), and the token counts. */
 const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_error *err);
@@ -510,7 +522,7 @@ void serve_conns_resume_all(struct serve_conns *cs);
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
     SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_EMBEDDINGS,
-    SERVE_EP_RESPONSES,
+    SERVE_EP_RESPONSES, SERVE_EP_MESSAGES, SERVE_EP_COUNT_TOKENS,
     SERVE_EP_OTHER,
     SERVE_EP_COUNT
 };

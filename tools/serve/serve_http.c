@@ -11,9 +11,12 @@
  * Routes: POST /v1/chat/completions, POST /v1/completions, POST
  * /v1/responses (serve_responses.c shapes its replies), GET /v1/models,
  * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page), and
- * llama-server's POST /tokenize, POST /detokenize, GET /props, GET /slots.
- * Every error is OpenAI's JSON error object with its HTTP status. With an
- * API key, everything but / and /health needs "Authorization: Bearer KEY".
+ * llama-server's POST /tokenize, POST /detokenize, GET /props, GET /slots,
+ * and Anthropic's POST /v1/messages and /v1/messages/count_tokens (in
+ * serve_anthropic.c's bodies and events). Every error is OpenAI's JSON
+ * error object with its HTTP status (Anthropic's on its routes). With an
+ * API key, everything but / and /health needs "Authorization: Bearer KEY"
+ * or "x-api-key: KEY".
  * Request bodies are JSON whatever their Content-Type says (curl -d sends
  * another); a browser request from another site's page is refused by its
  * Origin header instead (same_origin), and CORS is never granted. */
@@ -109,6 +112,17 @@ static enum MHD_Result send_json(struct MHD_Connection *c, struct request *r, in
     return send_body(c, r, status, body, "application/json", NULL, NULL);
 }
 
+static bool is_anthropic(enum serve_endpoint ep)
+{
+    return ep == SERVE_EP_MESSAGES || ep == SERVE_EP_COUNT_TOKENS;
+}
+
+/* the error body in the shape of the request's API */
+static char *error_json(const struct request *r, const struct serve_error *e)
+{
+    return is_anthropic(r->ep) ? serve_anthropic_error_json(e) : serve_error_json(e);
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e)
 {
     const char *header = NULL, *value = NULL;
@@ -116,7 +130,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, c
         header = "WWW-Authenticate", value = "Bearer";
     else if (e->http == 503)
         header = "Retry-After", value = "1";
-    return send_body(c, r, e->http, serve_error_json(e), "application/json", header, value);
+    return send_body(c, r, e->http, error_json(r, e), "application/json", header, value);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
@@ -147,6 +161,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/", SERVE_EP_PAGE}, {"/tokenize", SERVE_EP_TOKENIZE}, {"/detokenize", SERVE_EP_DETOKENIZE},
         {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS}, {"/apply-template", SERVE_EP_APPLY_TEMPLATE},
         {"/v1/embeddings", SERVE_EP_EMBEDDINGS}, {"/v1/responses", SERVE_EP_RESPONSES},
+        {"/v1/messages", SERVE_EP_MESSAGES}, {"/v1/messages/count_tokens", SERVE_EP_COUNT_TOKENS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -159,24 +174,26 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
 
 static bool is_generation(enum serve_endpoint ep)
 {
-    return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS || ep == SERVE_EP_RESPONSES;
+    return ep == SERVE_EP_CHAT || ep == SERVE_EP_COMPLETIONS || ep == SERVE_EP_RESPONSES || ep == SERVE_EP_MESSAGES;
 }
 
 static bool is_post(enum serve_endpoint ep)
 {
     return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE ||
-           ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS;
+           ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS || ep == SERVE_EP_COUNT_TOKENS;
 }
 
-/* constant time in the key's length */
+/* "Authorization: Bearer KEY", or Anthropic's "x-api-key: KEY"; constant
+ * time in the key's length */
 static bool authorized(const struct serve_http *h, struct MHD_Connection *c, enum serve_endpoint ep)
 {
     if (!h->cfg.api_key || ep == SERVE_EP_PAGE || ep == SERVE_EP_HEALTH)
         return true;
     const char *got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!got || strncasecmp(got, "Bearer ", 7))
+    if (got && !strncasecmp(got, "Bearer ", 7))
+        got += 7;
+    else if (!(got = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key")))
         return false;
-    got += 7;
     size_t n = strlen(h->cfg.api_key);
     if (strlen(got) != n)
         return false;
@@ -238,11 +255,11 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
         struct serve_error e;
         serve_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.200s takes %s, not %.16s",
                         url, want, method);
-        return send_body(c, r, 405, serve_error_json(&e), "application/json", "Allow", want);
+        return send_body(c, r, 405, error_json(r, &e), "application/json", "Allow", want);
     }
     if (!authorized(h, c, r->ep))
         return fail(c, r, 401, "invalid_request_error", "invalid_api_key", NULL,
-                    "Missing or incorrect API key: send the header Authorization: Bearer KEY");
+                    "Missing or incorrect API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)");
     if (!is_post(r->ep))
         return MHD_YES;
     /* a body two parsers could delimit differently (request smuggling, RFC
@@ -253,7 +270,7 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
         serve_error_set(&e, 400, "invalid_request_error", "ambiguous_length", NULL,
                         "A request with %s: where its body ends is ambiguous",
                         lengths > 1 ? "two Content-Length headers" : "both Content-Length and Transfer-Encoding");
-        return send_body(c, r, 400, serve_error_json(&e), "application/json", "Connection", "close");
+        return send_body(c, r, 400, error_json(r, &e), "application/json", "Connection", "close");
     }
     if (!same_origin(c))
         return fail(c, r, 403, "invalid_request_error", "cross_origin", NULL,
@@ -596,6 +613,9 @@ static enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *
         sent = send_error(c, r, &e);
     } else if (r->resp) {
         sent = send_json(c, r, 200, serve_resp_json(r->resp, &t[0], finish[0], &r->usage));
+    } else if (r->meta.anthropic) {
+        sent = send_json(c, r, 200, serve_message_json(&r->meta, &t[0], finish[0], serve_job_stop_string(r->ch[0].job),
+                                                       &r->usage));
     } else {
         sent = send_json(c, r, 200, serve_choices_json(&r->meta, t, finish, r->n_ch, &r->usage));
     }
@@ -633,6 +653,7 @@ struct stream {
     bool include_usage, finished;
     struct stream_choice ch[SERVE_MAX_CHOICES];
     unsigned n_ch;
+    struct serve_message_events anthropic;  /* meta.anthropic: the content blocks sent */
     char *out;                  /* event bytes to send */
     size_t out_len, out_off, out_cap;
     struct serve_resp *resp;    /* /v1/responses: its events instead of chunks */
@@ -651,7 +672,7 @@ static int add_event(struct stream *st, char *json)
     return rc ? -1 : 0;
 }
 
-/* events (SSE text) of serve_responses.c; takes them */
+/* events (SSE text) already made (serve_responses.c's, Anthropic's); takes them */
 static int add_events(struct stream *st, char *events)
 {
     int rc = !events || add_bytes(st, events, strlen(events));
@@ -665,6 +686,8 @@ static int send_chunk(struct stream *st, struct stream_choice *sc, struct serve_
 {
     if (st->resp)
         return t.content_len || t.n_calls ? add_events(st, serve_resp_stream_text(st->resp, &t)) : 0;
+    if (st->meta.anthropic)
+        return add_events(st, serve_message_delta_events(&st->anthropic, &t));
     if (st->meta.logprobs && serve_job_take_logprobs(sc->job, &sc->lps, &sc->n_lps, &sc->lps_cap))
         return -1;
     bool text = t.content_len || t.reasoning_len || t.n_calls;
@@ -731,6 +754,9 @@ static int end_choice(struct stream *st, struct stream_choice *sc)
         rc = send_chunk(st, sc, (struct serve_reply_text){0}, true);  /* log probabilities left */
     if (st->resp)
         return rc || add_events(st, serve_resp_stream_end(st->resp, sc->finish, &sc->usage));
+    if (st->meta.anthropic)
+        return rc || add_events(st, serve_message_end_events(&st->anthropic, sc->finish, serve_job_stop_string(sc->job),
+                                                             &sc->usage));
     return rc || add_event(st, serve_final_chunk_json(&st->meta, sc->index, sc->finish, &sc->usage));
 }
 
@@ -759,6 +785,16 @@ static int finish_stream(struct stream *st)
         st->finished = true;
         return failed ? add_events(st, serve_resp_stream_failed(st->resp, &e)) : 0;
     }
+    if (failed && st->meta.anthropic) {
+        struct serve_error e;
+        job_failure(&failed->err, &e);
+        st->finished = true;
+        return add_events(st, serve_message_error_event(&e));
+    }
+    if (st->meta.anthropic) {
+        st->finished = true;
+        return 0;
+    }
     if (failed) {
         struct serve_error e;
         job_failure(&failed->err, &e);
@@ -776,6 +812,9 @@ static int produce_choice(struct stream *st, struct stream_choice *sc)
         sc->role_sent = true;
         if (st->resp) {
             if (add_events(st, serve_resp_stream_start(st->resp)))
+                return -1;
+        } else if (st->meta.anthropic) {
+            if (add_events(st, serve_message_start_events(&st->meta)))
                 return -1;
         } else if (st->meta.kind == SERVE_CHAT) {
             struct serve_reply_text t = {.index = sc->index};
@@ -971,8 +1010,11 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     if (h->has_sampling)
         model.sampling[0] = &h->sampling[0], model.sampling[1] = &h->sampling[1];
     model.max_choices = serve_metrics.parallel + serve_metrics.queue_max;
-    if (r->ep == SERVE_EP_RESPONSES ? serve_parse_responses(r->body ? r->body : "", r->len, &model, &q, &r->resp, &e)
-                                    : serve_parse_request(kind, r->body ? r->body : "", r->len, &model, &q, &e))
+    bool anthropic = r->ep == SERVE_EP_MESSAGES;
+    const char *body = r->body ? r->body : "";
+    if (r->ep == SERVE_EP_RESPONSES ? serve_parse_responses(body, r->len, &model, &q, &r->resp, &e)
+        : anthropic                 ? serve_parse_messages(body, r->len, false, &model, &q, &e)
+                                    : serve_parse_request(kind, body, r->len, &model, &q, &e))
         return send_error(c, r, &e);
     int32_t *ids;
     size_t n;
@@ -1013,10 +1055,11 @@ static enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connectio
     if (r->resp)
         snprintf(r->id, sizeof r->id, "%s", serve_resp_id(r->resp));
     else
-        serve_random_id(kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
+        serve_random_id(anthropic ? "msg_" : kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
                                         .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
-                                        .created = (long long)time(NULL), .model = h->cfg.model_id};
+                                        .created = (long long)time(NULL), .model = h->cfg.model_id,
+                                        .anthropic = anthropic, .prompt_tokens = (uint32_t)n};
     r->echo_len = echo_len;
     if (stream)
         return reply_stream(h, c, r, include_usage);
@@ -1078,6 +1121,24 @@ static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connect
     return reply_embeddings(h, c, r);
 }
 
+/* Anthropic's POST /v1/messages/count_tokens: the rendered prompt's tokens */
+static enum MHD_Result serve_count_tokens(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    struct serve_request q;
+    struct serve_error e;
+    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    if (serve_parse_messages(r->body ? r->body : "", r->len, true, &model, &q, &e))
+        return send_error(c, r, &e);
+    int32_t *ids;
+    size_t n;
+    int rc = prompt_ids(h, &q, &ids, &n, &e);
+    serve_request_free(&q);
+    if (rc)
+        return send_error(c, r, &e);
+    free(ids);
+    return send_json(c, r, 200, serve_count_tokens_json(n));
+}
+
 /* llama-server's POST /apply-template */
 static enum MHD_Result serve_apply_template(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
@@ -1130,6 +1191,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return serve_apply_template(h, c, r);
     if (r->ep == SERVE_EP_EMBEDDINGS)
         return serve_embeddings(h, c, r);
+    if (r->ep == SERVE_EP_COUNT_TOKENS)
+        return serve_count_tokens(h, c, r);
     return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 

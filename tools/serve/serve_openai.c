@@ -529,12 +529,20 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             return -1;
     if (kind == SERVE_CHAT && !r->msgs)
         return BAD(e, "messages", "'messages' is required");
+    if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
+        return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (kind == SERVE_COMPLETION && !r->prompt && !r->prompt_ids)
+        return BAD(e, "prompt", "'prompt' is required");
+    return serve_request_settle(model, r, e);
+}
+
+int serve_request_settle(const struct serve_model_ref *model, struct serve_request *r, struct serve_error *e)
+{
+    enum serve_kind kind = r->kind;
     /* the queue takes a request's replies together or not at all */
     if (model->max_choices && r->n_choices > model->max_choices)
         return BAD(e, "n", "'n' is %u, but this server holds at most %u replies at once (--parallel + --queue)",
                    r->n_choices, model->max_choices);
-    if (kind == SERVE_CHAT && r->top_logprobs && !r->logprobs)
-        return BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (r->no_tools) {
         for (size_t i = 0; i < r->n_tools; i++)
             free(r->tools[i]);
@@ -553,8 +561,6 @@ static int read_body(const cJSON *root, enum serve_kind kind, const struct serve
             free(r->stops.s[i]);
         r->stops = (struct serve_stops){0};
     }
-    if (kind == SERVE_COMPLETION && !r->prompt && !r->prompt_ids)
-        return BAD(e, "prompt", "'prompt' is required");
     if (!r->has_max_tokens && kind == SERVE_COMPLETION)
         r->max_tokens = COMPLETION_DEFAULT_NEW, r->has_max_tokens = true;
     const qpack_sampler_params *d = model->sampling[kind == SERVE_COMPLETION || r->think];

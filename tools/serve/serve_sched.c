@@ -52,6 +52,7 @@ struct serve_job {
     char *out;                  /* text released and not yet taken */
     size_t out_len, out_cap;
     const char *finish;         /* "stop", "length"; NULL: err */
+    int stop_hit;               /* the stop string that ended the reply; -1: none did */
     qpack_error err;
     struct serve_usage usage;
     void (*watch)(void *);      /* told of new text and of the end */
@@ -121,7 +122,7 @@ struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, c
     if (!j)
         return NULL;
     *j = (struct serve_job){.prompt = prompt, .n_prompt = n, .max_new = max_new, .sp = *sp, .refs = 1,
-                            .logprobs = -1};
+                            .logprobs = -1, .stop_hit = -1};
     if (sp->n_logit_bias) {    /* the request's array goes before the job does */
         qpack_logit_bias *bias = malloc(sp->n_logit_bias * sizeof *bias);
         if (!bias) {
@@ -355,6 +356,14 @@ int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len,
     }
     pthread_mutex_unlock(&j->mu);
     return rc;
+}
+
+const char *serve_job_stop_string(struct serve_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    const char *s = j->state == SERVE_JOB_DONE && j->stop_hit >= 0 ? j->stops.s[j->stop_hit] : NULL;
+    pthread_mutex_unlock(&j->mu);
+    return s;
 }
 
 const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_error *err)
@@ -617,6 +626,8 @@ static void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t
         size_t n;
         const char *piece = qpack_decoder_push(sl->decoder, id, &n);
         int hit = emit(sl, piece, n, &err);
+        if (hit > 0)
+            j->stop_hit = sl->stops.hit;
         if (hit)
             end = hit > 0 ? "stop" : NULL;
         else if (j->usage.completion_tokens >= j->max_new || held >= s->ctx)
