@@ -1,7 +1,9 @@
 /* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
- * The first byte picks the endpoint (chat, completions, /tokenize,
- * /detokenize, /v1/embeddings, with the Qwen3 tokenizer, /v1/responses) or a reply whose
- * <tool_call> blocks are read, whole and in pieces as it would stream; the rest is
+ * The first byte, mod 9, picks the endpoint (0 chat, 1 completions, 2
+ * /tokenize, 3 /detokenize, 5 /v1/embeddings, with the Qwen3 tokenizer, 6
+ * /v1/responses, 7 Anthropic's /v1/messages, 8 its count_tokens) or 4 a
+ * reply whose <tool_call> blocks are read, whole and in pieces as it would
+ * stream; the rest is
  * the body, not NUL-terminated. A refusal must come with a message; a
  * chat request that parses must render through the template; a request
  * with a response_format or a forced tool call feeds its own body to the
@@ -221,7 +223,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 7;
+    unsigned pick = data[0] % 9;
     size--;
     char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
     if (!body)
@@ -236,10 +238,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(body);
         return 0;
     }
-    if (pick < 2 || pick == 6) {
+    bool anthropic = pick >= 7;
+    if (pick < 2 || pick >= 6) {
         struct serve_request r;
         struct serve_resp *resp = NULL;
-        rc = pick == 6 ? serve_parse_responses(body, size, &model, &r, &resp, &e)
+        rc = pick == 6   ? serve_parse_responses(body, size, &model, &r, &resp, &e)
+             : anthropic ? serve_parse_messages(body, size, pick == 8, &model, &r, &e)
                        : serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &model, &r, &e);
         if (!rc && r.format) {
             /* the body as a reply held to its own format: a byte at a time
@@ -263,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(text);
         }
         if (!rc && resp)
-            respond(resp, body, size, data[0] & 8);
+            respond(resp, body, size, data[0] / 9 & 1);
         serve_resp_free(resp);
         if (!rc)
             serve_request_free(&r);
@@ -284,7 +288,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc && ((e.http != 400 && !(pick == 6 && e.http == 404)) || !e.message[0]))
         abort();
     if (rc) {
-        char *json = serve_error_json(&e);     /* the error body must build */
+        char *json = anthropic ? serve_anthropic_error_json(&e) : serve_error_json(&e);    /* the error body must build */
+        if (!json)
+            abort();
         free(json);
     }
     free(out);
