@@ -1,17 +1,21 @@
-/* info.c - `qpack info` and `qpack verify`: what a container holds, and
- * whether every byte of it is still what the packer wrote. Text from the
- * container (its provenance, tensor names, messages quoting them) goes out
- * through show.h: escaped for a terminal, valid in JSON. */
+/* info.c - `qpack info` and `qpack verify`: what a container holds (its
+ * config, the generation defaults and pooling it carries, its sections
+ * and tensors), and whether every byte of it is still what the packer
+ * wrote. Text from the container (its provenance, tensor names, messages
+ * quoting them) goes out through show.h: escaped for a terminal, valid in
+ * JSON. */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "stdout_policy.h"
+#include "gen_config.h"
 #include "pack.h"
+#include "pooling.h"
 #include "qpk.h"
 #include "show.h"
+#include "stdout_policy.h"
 
 /* One error line; the message may quote the container. */
 static void report(const char *msg)
@@ -81,9 +85,32 @@ static cJSON *config_json(const struct qpk_config *c)
     return j;
 }
 
+/* What the container carries beside the weights for running them: the
+ * sampling its authors recommend and an embedding model's pooling. */
+struct carried {
+    bool has_gen;
+    struct qwen3_gen_config gen;
+    enum qp_pooling pooling;
+};
+
+static cJSON *gen_config_json(const struct qwen3_gen_config *g)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "do_sample", g->do_sample);
+    cJSON_AddNumberToObject(j, "temperature", g->temperature);
+    cJSON_AddNumberToObject(j, "top_k", g->top_k);
+    cJSON_AddNumberToObject(j, "top_p", g->top_p);
+    cJSON_AddNumberToObject(j, "min_p", g->min_p);
+    cJSON_AddNumberToObject(j, "repetition_penalty", g->repetition_penalty);
+    cJSON *eos = cJSON_AddArrayToObject(j, "eos_token_id");
+    for (unsigned i = 0; i < g->n_eos; i++)
+        cJSON_AddItemToArray(eos, cJSON_CreateNumber(g->eos[i]));
+    return j;
+}
+
 static void hex64(char out[17], uint64_t v) { snprintf(out, 17, "%016" PRIx64, v); }
 
-static int print_json(const struct qpk_file *f, cJSON *prov)
+static int print_json(const struct qpk_file *f, const struct carried *c, cJSON *prov)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "file", f->path);
@@ -93,6 +120,11 @@ static int print_json(const struct qpk_file *f, cJSON *prov)
     cJSON_AddStringToObject(root, "format_version", ver);
     cJSON_AddStringToObject(root, "weight_format", qpk_format_name(f->cfg.weight_format));
     cJSON_AddItemToObject(root, "config", config_json(&f->cfg));
+    if (c->has_gen)
+        cJSON_AddItemToObject(root, "generation_config", gen_config_json(&c->gen));
+    else
+        cJSON_AddNullToObject(root, "generation_config");
+    cJSON_AddStringToObject(root, "pooling", pooling_name(c->pooling));
     cJSON *secs = cJSON_AddArrayToObject(root, "sections");
     for (uint32_t i = 0; i < f->n_sections; i++) {
         const struct qpk_section *s = &f->sections[i];
@@ -169,7 +201,27 @@ static void print_encodings(const struct qpk_file *f)
     printf("\n");
 }
 
-static void print_text(const struct qpk_file *f, const cJSON *prov)
+/* "sampling temperature 0.6, top-k 20, top-p 0.95, min-p 0, repetition
+ * penalty 1; eos 151645, 151643" */
+static void print_generation(const struct carried *c)
+{
+    const struct qwen3_gen_config *g = &c->gen;
+    printf("generation  ");
+    if (!c->has_gen) {
+        printf("none (no generation_config.json)\n");
+        return;
+    }
+    if (g->do_sample)
+        printf("sampling temperature %g, top-k %u, top-p %g, min-p %g, repetition penalty %g", g->temperature,
+               g->top_k, g->top_p, g->min_p, g->repetition_penalty);
+    else
+        printf("greedy (do_sample false)");
+    for (unsigned i = 0; i < g->n_eos; i++)
+        printf("%s%d", i ? ", " : "; eos ", g->eos[i]);
+    printf("\n");
+}
+
+static void print_text(const struct qpk_file *f, const struct carried *carried, const cJSON *prov)
 {
     const struct qpk_config *c = &f->cfg;
     uint64_t params = 0, tensor_bytes = 0;
@@ -195,6 +247,10 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
     printf("weights     %.1fM in %u tensors, %s, %.2f bits per weight\n", (double)params / 1e6, f->n_tensors, data,
            8.0 * (double)tensor_bytes / (double)params);
     print_encodings(f);
+    print_generation(carried);
+    printf("pooling     %s\n", carried->pooling == QP_POOLING_LAST   ? "last token (an embedding model)"
+                               : carried->pooling == QP_POOLING_MEAN ? "mean of the tokens (an embedding model)"
+                                                                     : "none (a generator)");
     if (prov) {
         printf("packed by   ");
         show_text(stdout, string_of(prov, "packer"), 0);
@@ -238,6 +294,30 @@ static void print_text(const struct qpk_file *f, const cJSON *prov)
     }
 }
 
+/* The generation_config and pooling sections read as the runtime reads
+ * them; a section that does not parse is reported (qpack verify says the
+ * same) and shown as absent. */
+static void read_carried(const struct qpk_file *f, struct carried *c)
+{
+    *c = (struct carried){0};
+    char *text = NULL;
+    size_t len;
+    qp_err err = {{0}};
+    if (qpk_read_section(f, QPK_SEC_GENERATION_CONFIG, &text, &len, &err))
+        report(err.msg);
+    else if (text && gen_config_parse(text, len, "generation_config", f->cfg.vocab, &c->gen, &err))
+        report(err.msg);
+    else
+        c->has_gen = text != NULL;
+    free(text);
+    text = NULL;
+    if (qpk_read_section(f, QPK_SEC_POOLING, &text, &len, &err))
+        report(err.msg);
+    else if (text && pooling_parse(text, len, "pooling", f->cfg.hidden, &c->pooling, &err))
+        report(err.msg), c->pooling = QP_POOLING_NONE;
+    free(text);
+}
+
 int cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
@@ -275,11 +355,13 @@ int cmd_info(int argc, char **argv)
         show_text(stderr, path, 0);
         fputs(": provenance is not valid JSON\n", stderr);
     }
+    struct carried carried;
+    read_carried(&f, &carried);
     int rc = 0;
     if (json)
-        rc = print_json(&f, prov);
+        rc = print_json(&f, &carried, prov);
     else
-        print_text(&f, prov);
+        print_text(&f, &carried, prov);
     cJSON_Delete(prov);
     free(text);
     qpk_close(&f);

@@ -1042,6 +1042,63 @@ START_TEST(info_shows_format_encodings_and_groups)
 }
 END_TEST
 
+/* the generation defaults and the pooling the container carries, as the
+ * checkpoint's generation_config.json and 1_Pooling/config.json say */
+START_TEST(info_shows_generation_defaults_and_pooling)
+{
+    make_dir();
+    gen("ck", "--preset tiny --seed 111");
+    static const char cfg[] = "{\"do_sample\": true, \"temperature\": 0.6, \"top_k\": 20, \"top_p\": 0.95, "
+                              "\"min_p\": 0.05, \"repetition_penalty\": 1.1, \"eos_token_id\": [7, 3]}";
+    spit(path_of("ck/generation_config.json"), cfg, strlen(cfg));
+    pack_with("ck", "gen.qpk", "--quiet");
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("gen.qpk")), 0);
+    assert_out_has("generation  sampling temperature 0.6, top-k 20, top-p 0.95, min-p 0.05, repetition penalty 1.1; "
+                   "eos 7, 3\n");
+    assert_out_has("pooling     none (a generator)\n");
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("gen.qpk")), 0);
+    cJSON *root = cJSON_Parse(out_text);
+    ck_assert_ptr_nonnull(root);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "generation_config");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "do_sample")));
+    ck_assert(number(g, "temperature") == 0.6 && number(g, "top_k") == 20 && number(g, "top_p") == 0.95 &&
+              number(g, "min_p") == 0.05 && number(g, "repetition_penalty") == 1.1);
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(g, "eos_token_id");
+    ck_assert(cJSON_GetArraySize(eos) == 2 && cJSON_GetArrayItem(eos, 0)->valueint == 7 &&
+              cJSON_GetArrayItem(eos, 1)->valueint == 3);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "pooling")->valuestring, "none");
+    cJSON_Delete(root);
+
+    /* greedy: the sampling fields mean nothing; an embedding checkpoint */
+    static const char greedy[] = "{\"do_sample\": false, \"eos_token_id\": 5}";
+    gen("emb", "--preset tiny --seed 112 --pooling mean");
+    spit(path_of("emb/generation_config.json"), greedy, strlen(greedy));
+    pack_with("emb", "emb.qpk", "--quiet");
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("emb.qpk")), 0);
+    assert_out_has("generation  greedy (do_sample false); eos 5\n");
+    assert_out_has("pooling     mean of the tokens (an embedding model)\n");
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("emb.qpk")), 0);
+    root = cJSON_Parse(out_text);
+    ck_assert_ptr_nonnull(root);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "pooling")->valuestring, "mean");
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "generation_config"),
+                                                             "do_sample")));
+    cJSON_Delete(root);
+
+    /* none of either */
+    gen("bare", "--preset tiny --seed 113");
+    pack_with("bare", "bare.qpk", "--quiet");
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("bare.qpk")), 0);
+    assert_out_has("generation  none (no generation_config.json)\n");
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("bare.qpk")), 0);
+    root = cJSON_Parse(out_text);
+    ck_assert_ptr_nonnull(root);
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "generation_config")));
+    cJSON_Delete(root);
+    remove_dir();
+}
+END_TEST
+
 /* ------------------------------------------------------------------ suite */
 
 static Suite *suite(void)
@@ -1091,6 +1148,7 @@ static Suite *suite(void)
 
     tc = tcase_create("info");
     tcase_add_test(tc, info_shows_format_encodings_and_groups);
+    tcase_add_test(tc, info_shows_generation_defaults_and_pooling);
     suite_add_tcase(s, tc);
     return s;
 }
