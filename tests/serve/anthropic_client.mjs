@@ -125,6 +125,23 @@ check(counted.input_tokens === prompt.tokens, `count_tokens with tools: ${counte
 const countedHi = await client.messages.countTokens({ model, messages: hi });
 check(countedHi.input_tokens === hiTokens, `count_tokens: ${countedHi.input_tokens}`);
 
+// thinking on: the prompt and the greedy reply of the OpenAI side's chat
+// with enable_thinking (a <think> block, if the model writes one, as the
+// thinking block and reasoning_content alike)
+const thinking = { type: 'enabled', budget_tokens: 1024 };
+const thinkTokens = (await rendered({ messages: hi, chat_template_kwargs: { enable_thinking: true } })).tokens;
+const countedThink = await client.messages.countTokens({ model, messages: hi, thinking });
+check(countedThink.input_tokens === thinkTokens && thinkTokens !== hiTokens,
+      `count_tokens with thinking: ${thinkTokens} (${hiTokens} without)`);
+const thought = await client.messages.create({ model, max_tokens: 1025, temperature: 0, messages: hi, thinking });
+const openaiThought = await post('/v1/chat/completions', { messages: hi, max_tokens: 1025, temperature: 0,
+  chat_template_kwargs: { enable_thinking: true } });
+const om = openaiThought.choices[0].message;
+const blockText = (type, key) => thought.content.filter((b) => b.type === type).map((b) => b[key]).join('');
+check(blockText('thinking', 'thinking') === (om.reasoning_content ?? '') && blockText('text', 'text') === om.content &&
+      thought.usage.input_tokens === thinkTokens && thought.stop_reason === (openaiThought.choices[0].finish_reason ===
+      'length' ? 'max_tokens' : 'end_turn'), `thinking on: the reply is the OpenAI side's (${thought.stop_reason})`);
+
 // a refusal: Anthropic's error shape, which the client reads as its own
 try {
   await client.messages.create({ model, messages: hi });
