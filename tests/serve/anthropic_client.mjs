@@ -127,20 +127,28 @@ check(countedHi.input_tokens === hiTokens, `count_tokens: ${countedHi.input_toke
 
 // thinking on: the prompt and the greedy reply of the OpenAI side's chat
 // with enable_thinking (a <think> block, if the model writes one, as the
-// thinking block and reasoning_content alike)
+// thinking block and reasoning_content alike). Anthropic wants max_tokens
+// above the budget's 1024: both replies stop at a stop string taken from
+// the prompt's first 8 greedy tokens, within them
 const thinking = { type: 'enabled', budget_tokens: 1024 };
-const thinkTokens = (await rendered({ messages: hi, chat_template_kwargs: { enable_thinking: true } })).tokens;
+const thinkPrompt = (await post('/apply-template', { messages: hi, chat_template_kwargs: { enable_thinking: true } })).prompt;
+const thinkTokens = (await post('/tokenize', { content: thinkPrompt })).tokens.length;
 const countedThink = await client.messages.countTokens({ model, messages: hi, thinking });
 check(countedThink.input_tokens === thinkTokens && thinkTokens !== hiTokens,
       `count_tokens with thinking: ${thinkTokens} (${hiTokens} without)`);
-const thought = await client.messages.create({ model, max_tokens: 1025, temperature: 0, messages: hi, thinking });
-const openaiThought = await post('/v1/chat/completions', { messages: hi, max_tokens: 1025, temperature: 0,
+const raw = (await post('/v1/completions', { prompt: thinkPrompt, max_tokens: 8, temperature: 0 })).choices[0].text;
+const cut = Array.from(raw).slice(-2).join('');
+const thought = await client.messages.create({ model, max_tokens: 1025, temperature: 0, messages: hi, thinking,
+                                               stop_sequences: [cut] });
+const openaiThought = await post('/v1/chat/completions', { messages: hi, max_tokens: 1025, temperature: 0, stop: [cut],
   chat_template_kwargs: { enable_thinking: true } });
 const om = openaiThought.choices[0].message;
 const blockText = (type, key) => thought.content.filter((b) => b.type === type).map((b) => b[key]).join('');
-check(blockText('thinking', 'thinking') === (om.reasoning_content ?? '') && blockText('text', 'text') === om.content &&
-      thought.usage.input_tokens === thinkTokens && thought.stop_reason === (openaiThought.choices[0].finish_reason ===
-      'length' ? 'max_tokens' : 'end_turn'), `thinking on: the reply is the OpenAI side's (${thought.stop_reason})`);
+check(cut.length > 0 && blockText('thinking', 'thinking') === (om.reasoning_content ?? '') &&
+      blockText('text', 'text') === om.content && thought.usage.input_tokens === thinkTokens &&
+      thought.stop_reason === 'stop_sequence' && thought.stop_sequence === cut &&
+      openaiThought.choices[0].finish_reason === 'stop',
+      `thinking on: the reply is the OpenAI side's (stopped at ${JSON.stringify(cut)} after ${thought.usage.output_tokens} tokens)`);
 
 // a refusal: Anthropic's error shape, which the client reads as its own
 try {

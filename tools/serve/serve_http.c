@@ -785,15 +785,12 @@ static int finish_stream(struct stream *st)
         st->finished = true;
         return failed ? add_events(st, serve_resp_stream_failed(st->resp, &e)) : 0;
     }
-    if (failed && st->meta.anthropic) {
+    if (st->meta.anthropic) {   /* its end went out with the reply's: an error, or nothing */
         struct serve_error e;
-        job_failure(&failed->err, &e);
         st->finished = true;
-        return add_events(st, serve_message_error_event(&e));
-    }
-    if (st->meta.anthropic) {
-        st->finished = true;
-        return 0;
+        if (failed)
+            job_failure(&failed->err, &e);
+        return failed ? add_events(st, serve_message_error_event(&e)) : 0;
     }
     if (failed) {
         struct serve_error e;
