@@ -78,7 +78,21 @@ try {
     await page.fill('#input', text);
     await page.press('#input', 'Enter');
   };
-  const done = () => page.waitForSelector('.msg.assistant:last-child[data-done="true"]', { timeout: 60000 });
+  // the turn ends (Send is back), in a finished reply: not in a note or an error
+  const done = async () => {
+    await page.waitForSelector('#stop', { state: 'hidden', timeout: 60000 });
+    const last = await page.evaluate(() => {
+      const m = document.getElementById('messages').lastElementChild;
+      return m && { cls: m.className, done: m.dataset.done, text: m.textContent };
+    });
+    if (!(last && last.cls === 'msg assistant' && last.done === 'true'))
+      check(false, `the turn ends in a finished reply, not in ${JSON.stringify(last)}`);
+  };
+  // the N-th message of the page is a reply that has begun to stream in
+  const streaming = (n) => page.waitForFunction((n) => {
+    const m = document.querySelectorAll('#messages > .msg');
+    return m.length === n && m[n - 1].matches('.assistant') && (m[n - 1].querySelector('.content').dataset.source || '').length > 0;
+  }, n, { timeout: 30000 });
 
   // loads, names the model, shows the model's defaults
   await page.goto(`${url}/`, { timeout: 30000 });
@@ -118,23 +132,26 @@ try {
 
   // Stop: the reply ends where it is, the server's session is freed
   await page.fill('#max-tokens', '');
+  // the prompt is measured late, as on a busy machine: Stop must wait for
+  // this turn's reply, not take the last one's text for it
+  await page.route('**/apply-template', async (route) => {
+    await new Promise((r) => setTimeout(r, 500));
+    await route.continue();
+  });
   await send('Tell me a story');
-  await page.waitForFunction(() => {
-    const c = [...document.querySelectorAll('.msg.assistant .content')].pop();
-    return c && (c.dataset.source || '').length > 0;
-  }, null, { timeout: 30000 });
+  await streaming(4);
   await page.click('#stop');
   await done();
-  check((await page.textContent(`${lastReply} >> .stats`)).endsWith('stopped'), 'Stop ends the reply, marked stopped');
+  await page.unroute('**/apply-template');
+  const kept = (await source()).length;
+  check(kept > 0 && (await page.textContent(`${lastReply} >> .stats`)).endsWith('stopped'),
+        `Stop ends the reply where it is (${kept} characters kept), marked stopped`);
   check(await page.isVisible('#send') && !(await page.isVisible('#stop')), 'Send is back');
   check(await idle(url), "the server's session is free after Stop");
 
   // New chat during a reply: cancelled, and nothing of it leaks
   await send('Another story');
-  await page.waitForFunction(() => {
-    const c = [...document.querySelectorAll('.msg.assistant .content')].pop();
-    return c && (c.dataset.source || '').length > 0 && document.querySelectorAll('.msg').length === 6;
-  }, null, { timeout: 30000 });
+  await streaming(6);
   await page.click('#clear');
   check(await idle(url), 'New chat cancels the running reply on the server');
   await page.waitForTimeout(300);
