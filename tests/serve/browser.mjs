@@ -8,10 +8,12 @@
 // model and shows its defaults; a reply streams in and equals qrun's; Stop
 // ends a reply and the server's session; New chat during a reply cancels it
 // and nothing of it leaks into the next conversation; the system prompt is
-// sent; Markdown and the thinking render (a reply written by hand, served to
+// sent; Stop while the page measures the prompt leaves the turn out, with
+// no error; Markdown and the thinking render (a reply written by hand, served to
 // the page in place of the server's); the conversation is trimmed to fit
 // the small context, the fewest turns left out, with a note.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -173,6 +175,28 @@ try {
         '[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]', 'the system prompt is sent first');
   check(await source() === wantSystem, 'the reply equals qrun --chat --system');
   await page.fill('#system', '');
+
+  // Stop while the page measures the prompt: its /tokenize answers, but the
+  // body stalls (a server of this script's own), so the abort cuts a body
+  // being read; the turn is left out and marked stopped, no error
+  const stall = createServer((req, res) => {
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    res.write('{"tokens": [');
+  });
+  await new Promise((r) => stall.listen(0, '127.0.0.1', r));
+  await page.route('**/tokenize', (route) => route.continue({ url: `http://127.0.0.1:${stall.address().port}/tokenize` }));
+  const measuring = page.waitForEvent('response', (r) => r.url().endsWith('/tokenize'), { timeout: 30000 });
+  await send('A story stopped early');
+  await measuring;
+  await page.click('#stop');
+  await page.waitForSelector('#stop', { state: 'hidden', timeout: 30000 });
+  const tail = await page.evaluate(() => [...document.querySelectorAll('#messages > *')].slice(-2)
+    .map((m) => `${m.className}: ${m.textContent}`));
+  check(JSON.stringify(tail) === '["msg user left-out: A story stopped early","msg note: stopped"]',
+        `Stop while the prompt is measured leaves the turn out, marked stopped: ${JSON.stringify(tail)}`);
+  await page.unroute('**/tokenize');
+  stall.closeAllConnections();
+  stall.close();
 
   // Markdown and thinking, on a reply written by hand
   const answer = '# Title\n\nSome **bold**, *slanted* and `code`.\n\n```c\nint x = 1 < 2;\n```\n\n- one\n- two\n\n' +
