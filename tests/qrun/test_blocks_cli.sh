@@ -17,7 +17,7 @@ trap 'rm -rf "$T"' EXIT
 
 # same IDS: plain and --lookup 8 print the same 60 ids; prints the stats line
 same() {
-    "$QRUN" -m "$T/m.qpk" --ids "$1" -n 60 --print-ids >"$T/plain.out" 2>"$T/plain.err" || fail "plain run: $(cat "$T/plain.err")"
+    "$QRUN" -m "$T/m.qpk" --ids "$1" -n 60 --temp 0 --print-ids >"$T/plain.out" 2>"$T/plain.err" || fail "plain run: $(cat "$T/plain.err")"
     "$QRUN" -m "$T/m.qpk" --ids "$1" -n 60 --print-ids --lookup 8 --stats >"$T/look.out" 2>"$T/look.err" ||
         fail "--lookup run: $(cat "$T/look.err")"
     cmp -s "$T/plain.out" "$T/look.out" || fail "--lookup changed the tokens for '$1': $(cat "$T/plain.out") / $(cat "$T/look.out")"

@@ -303,6 +303,40 @@ char *serve_resp_stream_text(struct serve_resp *r, const struct serve_reply_text
 char *serve_resp_stream_end(struct serve_resp *r, const char *finish, const struct serve_usage *u);
 char *serve_resp_stream_failed(struct serve_resp *r, const struct serve_error *e);
 
+/* ---- Anthropic's Messages API (serve_anthropic.c) ------------------------ */
+
+/* POST /v1/messages (count: /v1/messages/count_tokens, without max_tokens
+ * and the sampling) as a chat request; the field policy is
+ * serve_parse_request's. Returns 0, or -1 with *err filled. */
+int serve_parse_messages(const char *body, size_t len, bool count, const struct serve_model_ref *model,
+                         struct serve_request *req, struct serve_error *err);
+
+/* {"type": "error", "error": {"type", "message"}}, the type from the HTTP status */
+char *serve_anthropic_error_json(const struct serve_error *e);
+
+/* The whole reply: a message of content blocks (thinking, text, tool_use);
+ * stop_string: the stop sequence that ended it (NULL: none) */
+char *serve_message_json(const struct serve_reply_meta *r, const struct serve_reply_text *t, const char *finish,
+                         const char *stop_string, const struct serve_usage *u);
+
+/* {"input_tokens": n} */
+char *serve_count_tokens_json(size_t n);
+
+/* A streamed reply's events (each "event: TYPE\ndata: JSON\n\n"), as
+ * malloc'd text (NULL when out of memory): message_start, the blocks'
+ * starts, deltas and stops as the text comes, then message_delta and
+ * message_stop. */
+struct serve_message_events {
+    int open;                   /* the block open: 0 none, 1 thinking, 2 text */
+    unsigned index;             /* the open block's, or the next one's */
+};
+
+char *serve_message_start_events(const struct serve_reply_meta *r);
+char *serve_message_delta_events(struct serve_message_events *ev, const struct serve_reply_text *t);
+char *serve_message_end_events(struct serve_message_events *ev, const char *finish, const char *stop_string,
+                               const struct serve_usage *u);
+char *serve_message_error_event(const struct serve_error *e);
+
 /* ---- log probabilities (serve_logprobs.c) ------------------------------- */
 
 #define SERVE_MAX_TOP_LOGPROBS 20   /* OpenAI's limit */
