@@ -102,13 +102,47 @@ int qp_lib_info_from_folder(const char *dir, qpack_model_info *i, qp_err *err)
     return 0;
 }
 
+int qp_lib_pinned_container(const char *path, char *container, size_t cap, uint32_t *ctx, uint32_t *slots,
+                            qp_err *err)
+{
+    struct qp_pin *p = malloc(sizeof *p);
+    if (!p)
+        return qp_fail_code(err, QP_E_MEMORY, "out of memory");
+    int rc = qp_pin_open(p, path + strlen(QP_PIN_PREFIX), err);
+    if (!rc) {
+        snprintf(container, cap, "%s", p->man.container);
+        *ctx = p->man.ctx;
+        *slots = p->man.slots;
+    }
+    qp_pin_close(p);
+    free(p);
+    return rc;
+}
+
+bool qp_lib_is_pinned(const char *path)
+{
+    return !strncmp(path, QP_PIN_PREFIX, strlen(QP_PIN_PREFIX));
+}
+
 int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_info *info, qpack_error *err)
 {
     memset(info, 0, sizeof *info);
     if (!path || backend > QPACK_BACKEND_REF)
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "no model path, or an unknown backend %d", (int)backend);
     qp_err e = {{0}};
-    if (backend == QPACK_BACKEND_REF) {
+    if (qp_lib_is_pinned(path)) {
+        char container[4096];
+        uint32_t ctx, slots;
+        struct qpk_file f;
+        if (qp_lib_pinned_container(path, container, sizeof container, &ctx, &slots, &e) ||
+            qpk_open(&f, container, 0, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        qp_lib_info_from_container(&f, info);
+        qpk_close(&f);
+        info->backend = "bpf";
+        info->ctx = ctx;
+        info->max_sessions = slots;
+    } else if (backend == QPACK_BACKEND_REF) {
         if (qp_lib_info_from_folder(path, info, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     } else {
@@ -177,6 +211,14 @@ int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_ba
     *out = NULL;
     qp_err e = {{0}};
     qp_tok *tok = NULL;
+    char container[4096];
+    uint32_t ctx, slots;
+    if (qp_lib_is_pinned(path)) {
+        if (qp_lib_pinned_container(path, container, sizeof container, &ctx, &slots, &e))
+            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        path = container;
+        backend = QPACK_BACKEND_BPF;
+    }
     if (backend == QPACK_BACKEND_REF) {
         if (qp_lib_reference_tokenizer(path, &tok, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);

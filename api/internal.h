@@ -113,6 +113,12 @@ void qp_lib_add_call_stats(qpack_session *s, const struct qp_forward_stats *befo
  * failure the failing code did not (qp_err.code 0). Returns the code. */
 qpack_status qp_lib_error(qpack_error *out, const qp_err *in, qpack_status fallback);
 
+/* Whether path names a loaded model (pin:NAME, engine/resident.h). */
+bool qp_lib_is_pinned(const char *path);
+/* A loaded model's container path, context and slots, from its manifest. */
+int qp_lib_pinned_container(const char *path, char *container, size_t cap, uint32_t *ctx, uint32_t *slots,
+                            qp_err *err);
+
 /* Fills a public error from a format string. */
 /* A folder where a container goes: fails saying what it is and what to do
  * (pack a Hugging Face folder first); QPACK_OK for anything else. */

@@ -228,7 +228,7 @@ static void fill_info_from_engine(qpack_model *m)
 
 static int open_container(qpack_model *m, const qpack_model_params *p, qp_err *err)
 {
-    if (p->backend == QPACK_BACKEND_BPF && !qp_bpf_may_load())
+    if (p->backend == QPACK_BACKEND_BPF && !qp_lib_is_pinned(m->path) && !qp_bpf_may_load())
         return qp_fail_code(err, QP_E_PRIVILEGE, "loading BPF programs needs root or CAP_BPF + CAP_PERFMON "
                             "(the emu backend, the kernels' host twin, runs without)");
     if (qp_engine_open(&m->engine, m->path, p, 0, err))
@@ -272,10 +272,11 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     if (p.backend == QPACK_BACKEND_REF && p.kv_cache != QPACK_KV_INT16)
         return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "the reference backend keeps its KV cache in float64: "
                            "an 8-bit cache is for containers (bpf, emu)");
-    qpack_status folder = p.backend == QPACK_BACKEND_REF ? QPACK_OK : qp_lib_refuse_folder(path, err);
+    qpack_status folder = p.backend == QPACK_BACKEND_REF || qp_lib_is_pinned(path) ? QPACK_OK : qp_lib_refuse_folder(path, err);
     if (folder)
         return folder;
-    p.max_sessions = p.max_sessions ? p.max_sessions : 1;
+    /* a loaded model has the slots it was loaded with (qpack load --sessions) */
+    p.max_sessions = qp_lib_is_pinned(path) ? QP_PIN_MAX_SLOTS : p.max_sessions ? p.max_sessions : 1;
     qpack_model *m = calloc(1, sizeof *m);
     if (!m || !(m->path = strdup(path)) || !(m->slot_taken = calloc(p.max_sessions, sizeof *m->slot_taken))) {
         if (m)
@@ -292,7 +293,8 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
         qpack_model_free(m);
         return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     }
-    m->info.max_sessions = p.max_sessions;
+    m->info.max_sessions = m->engine.pin ? m->engine.pin->man.slots : p.max_sessions;
+    m->params.max_sessions = m->info.max_sessions;
     m->info.path = m->path;
     if (load_generation_config(m, &e) || load_pooling(m, &e)) {
         qpack_model_free(m);

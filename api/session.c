@@ -14,10 +14,24 @@
 #include "clock.h"
 
 /* Takes a free KV cache slot of the model into *slot; false when every
- * one is taken. */
-static bool take_slot(qpack_model *m, uint32_t *slot)
+ * one is taken. A loaded model's slots are claimed in its owner table,
+ * across processes. */
+static bool take_slot(qpack_model *m, uint32_t *slot, qpack_error *err)
 {
     bool found = false;
+    if (m->engine.pin) {
+        qp_err e = {{0}};
+        pthread_mutex_lock(&m->sessions_mu);
+        found = qp_pin_claim(m->engine.pin, slot, &e) == 0;
+        if (found) {
+            m->slot_taken[*slot] = true;
+            m->n_sessions++;
+        }
+        pthread_mutex_unlock(&m->sessions_mu);
+        if (!found)
+            qp_lib_error(err, &e, QPACK_ERR_BUSY);
+        return found;
+    }
     pthread_mutex_lock(&m->sessions_mu);
     for (uint32_t i = 0; i < m->info.max_sessions && !found; i++)
         if (!m->slot_taken[i]) {
@@ -32,6 +46,8 @@ static bool take_slot(qpack_model *m, uint32_t *slot)
 static void give_slot(qpack_model *m, uint32_t slot)
 {
     pthread_mutex_lock(&m->sessions_mu);
+    if (m->engine.pin)
+        qp_pin_release(m->engine.pin, slot);
     m->slot_taken[slot] = false;
     m->n_sessions--;
     pthread_mutex_unlock(&m->sessions_mu);
@@ -41,8 +57,10 @@ int qpack_session_new(qpack_session **out, qpack_model *m, qpack_error *err)
 {
     *out = NULL;
     uint32_t slot;
-    if (!take_slot(m, &slot))
-        return qp_lib_fail(err, QPACK_ERR_BUSY, "all %u sessions of the model are in use", m->info.max_sessions);
+    if (!take_slot(m, &slot, err))
+        return m->engine.pin ? err ? err->code : QPACK_ERR_BUSY
+                             : qp_lib_fail(err, QPACK_ERR_BUSY, "all %u sessions of the model are in use",
+                                           m->info.max_sessions);
     qpack_session *s = calloc(1, sizeof *s);
     if (!s) {
         give_slot(m, slot);

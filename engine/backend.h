@@ -61,6 +61,17 @@ int qp_emu_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err
 /* The BPF backend: creates the maps, copies the weights in, loads and
  * verifies the programs. */
 int qp_bpf_create(struct qp_backend **b, const struct qp_plan *plan, qp_err *err);
+/* Pins b's maps (map_NAME), loaded programs (prog_NAME) and model
+ * constants (rodata) under the bpffs folder dir (engine/resident.c). */
+int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir, qp_err *err);
+/* The BPF backend on objects pinned under dir by qp_bpf_pin for this
+ * plan: no load, no verification, no copy; every map's size and the
+ * programs' constants are checked against the plan (a mismatch fails
+ * QP_E_FORMAT, a refused open QP_E_PRIVILEGE). */
+int qp_bpf_attach(struct qp_backend **b, const struct qp_plan *plan, const char *dir, qp_err *err);
+/* A hash of the kernels' BPF object and the host-kernel ABI's sizes: pinned
+ * objects of another build of qpack are refused. */
+uint64_t qp_bpf_build_id(void);
 /* false when loading a two-instruction socket filter is refused for
  * privilege: tells a missing privilege from a verifier's refusal */
 bool qp_bpf_may_load(void);

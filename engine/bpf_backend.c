@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -24,8 +25,10 @@
 
 struct bpfb {
     struct qp_backend b;
-    struct qwen3 *skel;
-    int prog_fd[QP_K_COUNT];
+    struct qwen3 *skel;                 /* NULL when attached to pinned objects */
+    int prog_fd[QP_K_COUNT];            /* -1: not loaded (the other KV cache's pair) */
+    int map_fd[QP_MAP_COUNT];
+    int rodata_fd;
     const struct qp_plan *plan;
     void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
     size_t mapped_len[QP_MAP_COUNT];
@@ -78,7 +81,18 @@ static void bpfb_destroy(struct qp_backend *b)
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (s->mapped[i])
             munmap(s->mapped[i], s->mapped_len[i]);
-    qwen3__destroy(s->skel);
+    if (s->skel) {
+        qwen3__destroy(s->skel);
+    } else {
+        for (int i = 0; i < QP_MAP_COUNT; i++)
+            if (s->map_fd[i] >= 0)
+                close(s->map_fd[i]);
+        for (int k = 0; k < QP_K_COUNT; k++)
+            if (s->prog_fd[k] >= 0)
+                close(s->prog_fd[k]);
+        if (s->rodata_fd >= 0)
+            close(s->rodata_fd);
+    }
     free(s);
 }
 
@@ -234,7 +248,7 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
             for (uint32_t at = 0; at < seg->n_keys; at += COPY_KEYS, n++) {
                 uint32_t keys = seg->n_keys - at < COPY_KEYS ? seg->n_keys - at : COPY_KEYS;
                 if (out)
-                    out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, i)), seg->first_key + at, keys,
+                    out[n] = (struct copy_batch){s->map_fd[i], seg->first_key + at, keys,
                                                  spec->value_size,
                                                  seg->data + (size_t)at * (seg->packed ? seg->packed->row_stride
                                                                                        : spec->value_size),
@@ -245,7 +259,7 @@ static uint32_t list_batches(struct bpfb *s, const struct qp_plan *plan, const u
     const struct qp_mapspec *work = &plan->maps[QP_MAP_WORK];
     for (uint32_t at = 0; plan->stream && at < work->max_entries; at += COPY_KEYS, n++)
         if (out)
-            out[n] = (struct copy_batch){bpf_map__fd(map_of(s->skel, QP_MAP_WORK)), at,
+            out[n] = (struct copy_batch){s->map_fd[QP_MAP_WORK], at,
                                          work->max_entries - at < COPY_KEYS ? work->max_entries - at : COPY_KEYS,
                                          work->value_size, zeros, NULL, work->name};
     return n;
@@ -293,7 +307,7 @@ static void *map_state(struct bpfb *s, const struct qp_plan *plan, enum qp_map_i
     if (s->mapped[id])
         return s->mapped[id];
     size_t len = map_bytes(&plan->maps[id]);
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(map_of(s->skel, id)), 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, s->map_fd[id], 0);
     if (p == MAP_FAILED) {
         qp_fail(err, "mmap of BPF map %s (%zu bytes): %s", plan->maps[id].name, len, strerror(errno));
         return NULL;
@@ -302,6 +316,8 @@ static void *map_state(struct bpfb *s, const struct qp_plan *plan, enum qp_map_i
     s->mapped_len[id] = len;
     return p;
 }
+
+static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms, double copy_ms);
 
 /* Fills the maps that hold data from the container (segments) and maps the
  * state maps the host reads or writes every token; the others (the KV
@@ -314,6 +330,17 @@ static int fill_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
         if (!map_state(s, plan, host_maps[i], err))
             return -1;
     return copy_segments(s, plan, err);
+}
+
+/* pinned objects: the state maps the host reads or writes every token are
+ * mapped; the weights are already there */
+static int fill_maps_attached(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
+{
+    const enum qp_map_id host_maps[] = {QP_MAP_LOGITS, QP_MAP_SCAL, QP_MAP_H, QP_MAP_WORK, QP_MAP_SEQ};
+    for (size_t i = 0; i < sizeof host_maps / sizeof *host_maps; i++)
+        if (!map_state(s, plan, host_maps[i], err))
+            return -1;
+    return 0;
 }
 
 static void *bpfb_state(struct qp_backend *b, enum qp_map_id id)
@@ -368,6 +395,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
                           hint ? hint : "");
     }
     double t1 = qp_now_ms();
+    for (int i = 0; !rc && i < QP_MAP_COUNT; i++)
+        s->map_fd[i] = bpf_map__fd(map_of(s->skel, i));
     if (!rc)
         rc = fill_maps(s, plan, err);
     double t2 = qp_now_ms();
@@ -385,16 +414,163 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = bpf_program__fd(progs[k]);
+    s->rodata_fd = bpf_map__fd(s->skel->maps.rodata);
+    finish(s, plan, t1 - t0, t2 - t1);
+    *out = &s->b;
+    return 0;
+}
+
+/* the backend's fields once every map and program has its fd */
+static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms, double copy_ms)
+{
     uint64_t bytes = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (!streamed_matrix(plan, i))
             bytes += map_bytes(&plan->maps[i]);
     s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
-                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .seq = s->mapped[QP_MAP_SEQ], .map_bytes = bytes, .verify_ms = t1 - t0,
-                               .copy_ms = t2 - t1};
+                               .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .seq = s->mapped[QP_MAP_SEQ],
+                               .map_bytes = bytes, .verify_ms = verify_ms, .copy_ms = copy_ms};
     for (int k = 0; k < QP_K_COUNT; k++)
-        s->b.verified_insns[k] = verified_insns(s->prog_fd[k]);
+        s->b.verified_insns[k] = s->prog_fd[k] >= 0 ? verified_insns(s->prog_fd[k]) : 0;
+}
+
+/* ---- pinned objects (engine/resident.c) ---- */
+
+static int pin_one(int fd, const char *dir, const char *prefix, const char *name, qp_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", dir, prefix, name);
+    if (bpf_obj_pin(fd, path))
+        return qp_fail(err, "cannot pin %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir, qp_err *err)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    static const char *const progs[QP_K_COUNT] = {
+#define QP_PROG_NAME(NAME, name, kernel) #name,
+        QK_PROGRAMS(QP_PROG_NAME)
+#undef QP_PROG_NAME
+    };
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        if (pin_one(s->map_fd[i], dir, "map_", plan->maps[i].name, err))
+            return -1;
+    for (int k = 0; k < QP_K_COUNT; k++)
+        if (s->prog_fd[k] >= 0 && pin_one(s->prog_fd[k], dir, "prog_", progs[k], err))
+            return -1;
+    return pin_one(s->rodata_fd, dir, "", "rodata", err);
+}
+
+/* an object pinned under dir; -1 with err set (a missing file or a refused
+ * permission named) */
+static int get_pinned(const char *dir, const char *prefix, const char *name, bool optional, qp_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s%s", dir, prefix, name);
+    int fd = bpf_obj_get(path);
+    if (fd >= 0 || (optional && errno == ENOENT))
+        return fd;
+    int e = errno;
+    if (e == EACCES || e == EPERM)
+        return qp_fail_code(err, QP_E_PRIVILEGE, "%s: permission denied (uid %u is not allowed to open the loaded "
+                            "model: ask for its group)", path, (unsigned)geteuid());
+    return qp_fail_code(err, QP_E_FORMAT, "%s: %s (the loaded model is incomplete: unload and load it again)", path,
+                        strerror(e));
+}
+
+/* the pinned model constants (the programs' read-only data) against the
+ * plan's: the same model, context, slots and cache */
+static bool same_config(const struct qk_config *a, const struct qk_config *b)
+{
+    const struct qm_sf *fa[] = {&a->eps, &a->inv_hidden, &a->inv_head_dim, &a->attn_c};
+    const struct qm_sf *fb[] = {&b->eps, &b->inv_hidden, &b->inv_head_dim, &b->attn_c};
+    if (memcmp(a, b, offsetof(struct qk_config, eps)))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (fa[i]->m != fb[i]->m || fa[i]->e != fb[i]->e)
+            return false;
+    return true;
+}
+
+static int check_pinned_map(struct bpfb *s, const struct qp_plan *plan, int i, const char *dir, qp_err *err)
+{
+    struct bpf_map_info info = {0};
+    uint32_t len = sizeof info;
+    uint32_t entries = streamed_matrix(plan, i) ? 1 : plan->maps[i].max_entries;
+    if (bpf_obj_get_info_by_fd(s->map_fd[i], &info, &len))
+        return qp_fail(err, "%s/map_%s: %s", dir, plan->maps[i].name, strerror(errno));
+    if (info.value_size != plan->maps[i].value_size || info.max_entries != entries)
+        return qp_fail_code(err, QP_E_FORMAT, "%s/map_%s: %u entries of %u bytes, the manifest's plan says %u of %u "
+                            "(the manifest does not match the objects)", dir, plan->maps[i].name, info.max_entries,
+                            info.value_size, entries, plan->maps[i].value_size);
+    return 0;
+}
+
+int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const char *dir, qp_err *err)
+{
+    *out = NULL;
+    struct bpfb *s = calloc(1, sizeof *s);
+    if (!s)
+        return qp_fail(err, "out of memory");
+    s->plan = plan;
+    s->rodata_fd = -1;
+    for (int i = 0; i < QP_MAP_COUNT; i++)
+        s->map_fd[i] = -1;
+    static const char *const progs[QP_K_COUNT] = {
+#define QP_PROG_NAME(NAME, name, kernel) #name,
+        QK_PROGRAMS(QP_PROG_NAME)
+#undef QP_PROG_NAME
+    };
+    int rc = 0;
+    for (int k = 0; k < QP_K_COUNT; k++)
+        s->prog_fd[k] = -1;
+    for (int i = 0; !rc && i < QP_MAP_COUNT; i++)
+        rc = (s->map_fd[i] = get_pinned(dir, "map_", plan->maps[i].name, false, err)) < 0 ||
+             check_pinned_map(s, plan, i, dir, err);
+    bool kv8 = plan->cfg.kv8;
+    for (int k = 0; !rc && k < QP_K_COUNT; k++) {
+        bool other_cache = kv8 ? k == QP_K_ROPE_STORE || k == QP_K_ATTENTION : k == QP_K_ROPE_STORE8 || k == QP_K_ATTENTION8;
+        if (!other_cache)
+            rc = (s->prog_fd[k] = get_pinned(dir, "prog_", progs[k], false, err)) < 0;
+    }
+    if (!rc)
+        rc = (s->rodata_fd = get_pinned(dir, "", "rodata", false, err)) < 0;
+    if (!rc) {
+        /* the section may hold more than CFG, which comes first */
+        struct bpf_map_info info = {0};
+        uint32_t len = sizeof info, key = 0;
+        bool sized = bpf_obj_get_info_by_fd(s->rodata_fd, &info, &len) == 0 && info.value_size >= sizeof(struct qk_config);
+        struct qk_config *cfg = sized ? malloc(info.value_size) : NULL;
+        rc = !cfg || bpf_map_lookup_elem(s->rodata_fd, &key, cfg)
+                 ? qp_fail(err, "%s/rodata: cannot read the model constants: %s", dir, strerror(errno))
+             : !same_config(cfg, &plan->cfg)
+                 ? qp_fail_code(err, QP_E_FORMAT, "%s: the pinned programs were built for other model constants "
+                                "than the manifest's plan (the manifest does not match the objects)", dir)
+                 : 0;
+        free(cfg);
+    }
+    if (!rc)
+        rc = fill_maps_attached(s, plan, err);
+    if (rc) {
+        bpfb_destroy(&s->b);
+        return -1;
+    }
+    finish(s, plan, 0, 0);
     *out = &s->b;
     return 0;
+}
+
+uint64_t qp_bpf_build_id(void)
+{
+    size_t n;
+    const uint8_t *p = qwen3__elf_bytes(&n);
+    uint64_t h = 0xcbf29ce484222325ull;     /* FNV-1a over the kernels' object and the ABI's sizes */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    uint64_t sizes[] = {sizeof(struct qk_config), sizeof(struct qk_args), QP_MAP_COUNT, QP_K_COUNT};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        h = (h ^ sizes[i]) * 0x100000001b3ull;
+    return h;
 }

@@ -123,12 +123,46 @@ static int open_reference(struct qp_engine *e, const char *dir, const qpack_mode
     return 0;
 }
 
+/* A model qpack load pinned: the manifest's container and plan, checked
+ * against the pinned objects; nothing verified, loaded or copied. */
+static int open_resident(struct qp_engine *e, const char *name, const qpack_model_params *o, qp_err *err)
+{
+    if (o->backend != QPACK_BACKEND_BPF)
+        return qp_fail_code(err, QP_E_ARGUMENT, "a loaded model (%s%s) runs in BPF: --backend %s does not apply",
+                            QP_PIN_PREFIX, name, qp_backend_name(o->backend));
+    if (!(e->pin = malloc(sizeof *e->pin)))
+        return qp_fail_code(err, QP_E_MEMORY, "out of memory");
+    if (qp_pin_open(e->pin, name, err))
+        return -1;
+    const struct qp_pin_manifest *m = &e->pin->man;
+    if (qpk_open(&e->file, m->container, 0, err))
+        return -1;
+    e->file_open = true;
+    if (qp_pin_check_container(e->pin, &e->file, err))
+        return -1;
+    const struct qpk_config *c = &e->file.cfg;
+    e->ctx = m->ctx;
+    e->vocab = c->vocab;
+    e->hidden = c->hidden;
+    e->n_layers = c->n_layers;
+    if (qp_plan_build(&e->plan, &e->file, m->ctx, m->slots, m->block, false, m->kv8, err))
+        return -1;
+    e->plan.cfg.call_budget_ns = m->call_budget_ns;
+    if (qp_bpf_attach(&e->b, &e->plan, e->pin->dir, err))
+        return -1;
+    madvise(e->file.map, e->file.size, MADV_DONTNEED);
+    return qp_forward_create(&e->fw, e->b, &e->plan, o->threads ? o->threads : 2, err);
+}
+
 int qp_engine_open(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block, qp_err *err)
 {
     memset(e, 0, sizeof *e);
     e->kind = o->backend;
     double t0 = qp_now_ms();
-    int rc = o->backend == QPACK_BACKEND_REF ? open_reference(e, path, o, err) : open_container(e, path, o, block, err);
+    size_t np = strlen(QP_PIN_PREFIX);
+    int rc = !strncmp(path, QP_PIN_PREFIX, np)      ? open_resident(e, path + np, o, err)
+             : o->backend == QPACK_BACKEND_REF ? open_reference(e, path, o, err)
+                                               : open_container(e, path, o, block, err);
     if (!rc) {
         e->logits = malloc((size_t)e->vocab * sizeof *e->logits);
         rc = e->logits ? 0 : qp_fail(err, "out of memory");
@@ -151,6 +185,9 @@ void qp_engine_close(struct qp_engine *e)
         qpk_close(&e->file);
     ref_close(e->ref);
     free(e->logits);
+    if (e->pin)
+        qp_pin_close(e->pin);
+    free(e->pin);
     memset(e, 0, sizeof *e);
 }
 
@@ -190,6 +227,34 @@ static void take_logits(struct qp_engine *e, uint32_t b)
         e->logits[i] = ldexp((double)e->logits_q32[i], -QM_RESID_FRAC);
 }
 
+/* A loaded model's state maps are every process's: one forward block at a
+ * time, from its first kernel to the last read of its logits. */
+static int step_lock(struct qp_engine *e, qp_err *err)
+{
+    return e->pin ? qp_pin_lock(e->pin, err) : 0;
+}
+
+static void step_unlock(struct qp_engine *e)
+{
+    if (e->pin)
+        qp_pin_unlock(e->pin);
+}
+
+static int feed_block(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, uint32_t len, uint32_t pos0,
+                      enum qp_logits mode, qp_engine_logits_fn on_logits, void *arg, qp_err *err)
+{
+    if (qp_forward_block(e->fw, slot, tokens, len, pos0, mode, err))
+        return -1;
+    for (uint32_t b = 0; mode == QP_LOGITS_ALL && b < len; b++) {
+        take_logits(e, b);
+        if (on_logits && on_logits(arg, pos0 + b, err))
+            return -1;
+    }
+    if (mode == QP_LOGITS_LAST)
+        take_logits(e, len - 1);
+    return 0;
+}
+
 int qp_engine_feed(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                          enum qp_logits want, qp_engine_logits_fn on_logits, void *arg, uint32_t *next,
                          qp_err *err)
@@ -204,17 +269,14 @@ int qp_engine_feed(struct qp_engine *e, uint32_t slot, const uint32_t *tokens, u
         bool last_block = at + len == n;
         enum qp_logits mode = want == QP_LOGITS_ALL ? QP_LOGITS_ALL
                               : want == QP_LOGITS_LAST && last_block ? QP_LOGITS_LAST : QP_LOGITS_NONE;
-        if (qp_forward_block(e->fw, slot, tokens + at, len, pos0 + at, mode, err))
+        if (step_lock(e, err))
             return -1;
-        for (uint32_t b = 0; mode == QP_LOGITS_ALL && b < len; b++) {
-            take_logits(e, b);
-            if (on_logits && on_logits(arg, pos0 + at + b, err))
-                return -1;
-        }
-        if (mode == QP_LOGITS_LAST)
-            take_logits(e, len - 1);
-        if (mode != QP_LOGITS_NONE && last_block && next)
+        int rc = feed_block(e, slot, tokens + at, len, pos0 + at, mode, on_logits, arg, err);
+        if (!rc && mode != QP_LOGITS_NONE && last_block && next)
             *next = qp_forward_argmax(e->fw, len - 1);
+        step_unlock(e);
+        if (rc)
+            return -1;
     }
     return 0;
 }
@@ -236,11 +298,14 @@ int qp_engine_feed_batch(struct qp_engine *e, const struct qp_entry *ent, const 
             order[b] = ent[i];
             index[b] = i;
         }
-        if (qp_forward_batch(e->fw, order, len, len - wanted, err))
+        if (step_lock(e, err))
             return -1;
-        for (uint32_t b = len - wanted; b < len; b++)
-            if (on_logits(arg, index[b], qp_forward_logits(e->fw, b), qp_forward_argmax(e->fw, b), err))
-                return -1;
+        int rc = qp_forward_batch(e->fw, order, len, len - wanted, err);
+        for (uint32_t b = len - wanted; !rc && b < len; b++)
+            rc = on_logits(arg, index[b], qp_forward_logits(e->fw, b), qp_forward_argmax(e->fw, b), err);
+        step_unlock(e);
+        if (rc)
+            return -1;
     }
     return 0;
 }

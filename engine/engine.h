@@ -16,6 +16,7 @@
 #include "qpack.h"
 #include "qpk.h"
 #include "ref.h"
+#include "resident.h"
 
 struct qp_engine {
     qpack_backend kind;
@@ -31,9 +32,12 @@ struct qp_engine {
     uint32_t argmax;            /* of those logits (lowest index on ties) */
     double load_ms;
     double checksum_ms;         /* of load_ms: checking the container (0 with --no-verify) */
+    struct qp_pin *pin;         /* a loaded model opened by name (pin:NAME), else NULL */
 };
 
-/* Opens path (a .qpk for bpf and emu, a checkpoint folder for ref) as
+/* Opens path (a .qpk for bpf and emu, a checkpoint folder for ref, or
+ * pin:NAME for a model qpack load pinned: its objects, no load, its own
+ * context, slots and cache; every forward block under its step lock) as
  * qpack_model_open documents p's fields: backend, ctx (0: the default
  * rule, memory.h; ref: not lowered), max_sessions (the KV cache slots; 0:
  * 1), threads, kv_cache, stream, no_verify and progress. block: positions per forward

@@ -10,6 +10,10 @@
 int cmd_pack(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+/* resident_cmd.c: a model pinned in bpffs (docs/RESIDENT.md) */
+int cmd_load(int argc, char **argv);
+int cmd_unload(int argc, char **argv);
+int cmd_ps(int argc, char **argv);
 
 struct qpk_file;
 /* qpack verify's second half (verify_sections.c): every section decoded and

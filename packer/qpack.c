@@ -33,6 +33,15 @@ static void usage(FILE *out)
             "                      objects with no key twice, the chat template as UTF-8\n"
             "                      text); exit 1 naming the first bad part\n"
             "\n"
+            "  load MODEL.qpk [--name NAME] [-c CTX] [--sessions N] [--kv-cache int16|int8]\n"
+            "       [--group GROUP] [--mode MODE]\n"
+            "                      load MODEL.qpk into BPF once and pin it under\n"
+            "                      /sys/fs/bpf/qpack/NAME: qrun, qrun serve, qeval and the library\n"
+            "                      open it as -m pin:NAME in milliseconds, from any process, and\n"
+            "                      members of GROUP without root (docs/RESIDENT.md); needs root\n"
+            "  unload NAME         unpin a loaded model (processes using it keep it until they exit)\n"
+            "  ps                  the loaded models: memory, sessions in use and by which processes\n"
+            "\n"
             "  qpack --version     print the version and the git commit it was built from\n"
             "\n"
             "Exit status: 0 done, 1 error (also when standard output cannot be written),\n"
@@ -61,7 +70,13 @@ int main(int argc, char **argv)
         return qp_stdout_finish("qpack", cmd_info(argc - 1, argv + 1));
     if (!strcmp(cmd, "verify"))
         return qp_stdout_finish("qpack", cmd_verify(argc - 1, argv + 1));
-    static const char *const commands[] = {"pack", "info", "verify"};
+    if (!strcmp(cmd, "load"))
+        return qp_stdout_finish("qpack", cmd_load(argc - 1, argv + 1));
+    if (!strcmp(cmd, "unload"))
+        return qp_stdout_finish("qpack", cmd_unload(argc - 1, argv + 1));
+    if (!strcmp(cmd, "ps"))
+        return qp_stdout_finish("qpack", cmd_ps(argc - 1, argv + 1));
+    static const char *const commands[] = {"pack", "info", "verify", "load", "unload", "ps"};
     const char *guess = qp_cli_closest(cmd, commands, sizeof commands / sizeof *commands);
     if (guess)
         fprintf(stderr, "qpack: unknown command '%s': did you mean %s? (see qpack --help)\n", cmd, guess);

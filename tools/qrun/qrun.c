@@ -137,6 +137,11 @@ static int check_ctx(struct run_state *r, qpack_error *err)
     if (o->ctx > max)
         return fail(err, QPACK_ERR_ARGUMENT, "-c %u is past this model's maximum of %u positions", o->ctx, max);
     r->ctx = o->ctx ? o->ctx : qpack_default_ctx(max);
+    if (!strncmp(o->model, "pin:", 4) && o->ctx && o->ctx != r->info->ctx)
+        return fail(err, QPACK_ERR_ARGUMENT, "%s was loaded with a context of %u positions: -c %u does not apply "
+                    "(qpack load -c sets it)", o->model, r->info->ctx, o->ctx);
+    if (!strncmp(o->model, "pin:", 4))
+        r->ctx = r->info->ctx;
     return 0;
 }
 
@@ -872,9 +877,12 @@ int main(int argc, char **argv)
     if (qrun_parse_options(&o, argc, argv))
         return QRUN_USAGE;
     progress_init("qrun", !o.quiet);
-    if (check_model_path(&o))
+    /* a loaded model (qpack load) is opened, not loaded: no file to check,
+     * no privilege to load BPF programs needed */
+    bool pinned = !strncmp(o.model, "pin:", 4);
+    if (!pinned && check_model_path(&o))
         return QRUN_FAILED;
-    if (o.mp.backend == QPACK_BACKEND_BPF && check_bpf_privilege())
+    if (!pinned && o.mp.backend == QPACK_BACKEND_BPF && check_bpf_privilege())
         return QRUN_FAILED;
     install_signals();
     qp_exit_on_sigbus("qrun: the model file was truncated or changed on disk while qrun was reading it");
