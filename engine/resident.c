@@ -51,6 +51,20 @@ int qp_pin_mount(bool *mounted, qp_err *err)
     return 0;
 }
 
+int qp_pin_reachable(bool *changed, qp_err *err)
+{
+    struct stat st;
+    *changed = false;
+    if (stat(BPFFS, &st))
+        return qp_fail(err, "%s: %s", BPFFS, strerror(errno));
+    if ((st.st_mode & 0011) == 0011)
+        return 0;
+    if (chmod(BPFFS, (st.st_mode & 07777) | 0011))
+        return qp_fail(err, "cannot make %s reachable by a group: %s", BPFFS, strerror(errno));
+    *changed = true;
+    return 0;
+}
+
 static void dir_of(const char *name, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s/%s", QP_PIN_ROOT, name);

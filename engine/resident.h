@@ -65,6 +65,11 @@ int qp_pin_check_name(const char *name, qp_err *err);
  * *mounted says whether it did. */
 int qp_pin_mount(bool *mounted, qp_err *err);
 
+/* Makes /sys/fs/bpf searchable (x) by group and others when it is not
+ * (systemd mounts it 0700): without, no group reaches a model's folder.
+ * Listing it (r) stays root's. *changed says whether it did. */
+int qp_pin_reachable(bool *changed, qp_err *err);
+
 struct qp_pin_access {
     gid_t gid;                  /* (gid_t)-1: root's */
     mode_t mode;                /* of the pinned files, e.g. 0660; the folder gets x where r is */

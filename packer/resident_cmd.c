@@ -86,7 +86,7 @@ struct load_args {
     char name[QP_PIN_NAME_MAX + 8];
     qpack_model_params mp;
     struct qp_pin_access acc;
-    bool mode_set;
+    bool mode_set, name_set;
 };
 
 static int parse_load(int argc, char **argv, struct load_args *a)
@@ -108,6 +108,7 @@ static int parse_load(int argc, char **argv, struct load_args *a)
             return -1;
         } else if (!strcmp(o, "--name")) {
             snprintf(a->name, sizeof a->name, "%s", v);
+            a->name_set = true;
         } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx")) {
             if (cli_uint("qpack load", o, v, 1, UINT32_MAX, &n))
                 return 2;
@@ -145,7 +146,7 @@ static int parse_load(int argc, char **argv, struct load_args *a)
     }
     if (!a->mode_set && a->acc.gid != (gid_t)-1)
         a->acc.mode = 0660;
-    if (!a->name[0])
+    if (!a->name_set)
         default_name(a->path, a->name, sizeof a->name);
     return 0;
 }
@@ -165,6 +166,14 @@ int cmd_load(int argc, char **argv)
     }
     if (mounted)
         fprintf(stderr, "qpack load: mounted bpffs on /sys/fs/bpf (it was not mounted)\n");
+    bool opened = false;
+    if (a.acc.gid != (gid_t)-1 && qp_pin_reachable(&opened, &err)) {
+        fprintf(stderr, "qpack load: %s\n", err.msg);
+        return 1;
+    }
+    if (opened)
+        fprintf(stderr, "qpack load: made /sys/fs/bpf searchable by others (chmod go+x) so that group members "
+                        "reach %s\n", QP_PIN_ROOT);
     char dir[256];
     snprintf(dir, sizeof dir, "%s/%s", QP_PIN_ROOT, a.name);
     if (access(dir, F_OK) == 0) {     /* before the load's seconds; qp_pin_load checks again */
