@@ -193,6 +193,23 @@ unprivileged)
     "$QRUN" -m "$WORK/q24.qpk" -c 256 --chat -p "Hello" -n 6 --temp 0 >"$T/chat.want" 2>/dev/null
     cmp -s "$T/chat.out" "$T/chat.want" || fail "the member's chat differs from root's in-process one"
     echo "ok uid 65534 in group users, no capability: the chat of root's in-process run"
+    # and a server: its reply is the same chat's
+    "${member[@]}" "$QRUN" serve -m "pin:$name" --port 0 --parallel 1 >/dev/null 2>"$T/serve.err" &
+    server=$!
+    for i in $(seq 200); do
+        port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/serve.err")
+        [ -n "$port" ] && break
+        kill -0 $server 2>/dev/null || fail "the member's server ended: $(cat "$T/serve.err")"
+        sleep 0.05
+    done
+    [ -n "$port" ] || fail "the member's server did not listen"
+    curl -sS --max-time 60 "http://127.0.0.1:$port/v1/chat/completions" \
+        -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":6,"temperature":0}' >"$T/reply.json" ||
+        fail "no reply from the member's server"
+    kill $server && wait $server
+    [ "$(jq -r '.choices[0].message.content' "$T/reply.json")" = "$(cat "$T/chat.want")" ] ||
+        fail "the member's server replied $(cat "$T/reply.json"), the chat is $(cat "$T/chat.want")"
+    echo "ok the member's qrun serve -m pin:$name: the same reply"
     refused outsider setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
         "$QRUN" -m "pin:$name" --ids "1 2" -n 2
     grep -q "permission denied" "$T/outsider.err" || fail "outsider: $(cat "$T/outsider.err")"
