@@ -69,6 +69,8 @@ int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir
  * programs' constants are checked against the plan (a mismatch fails
  * QP_E_FORMAT, a refused open QP_E_PRIVILEGE). */
 int qp_bpf_attach(struct qp_backend **b, const struct qp_plan *plan, const char *dir, qp_err *err);
+/* The model constants of the programs pinned under dir. */
+int qp_bpf_pinned_config(const char *dir, struct qk_config *cfg, qp_err *err);
 /* A hash of the kernels' BPF object and the host-kernel ABI's sizes: pinned
  * objects of another build of qpack are refused. */
 uint64_t qp_bpf_build_id(void);

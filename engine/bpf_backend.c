@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "backend.h"
 #include "qwen3.skel.h"
@@ -494,6 +495,34 @@ static bool same_config(const struct qk_config *a, const struct qk_config *b)
     return true;
 }
 
+/* the model constants in a pinned rodata map (the section may hold more
+ * than CFG, which comes first) */
+static int read_config(int fd, struct qk_config *cfg, const char *dir, qp_err *err)
+{
+    struct bpf_map_info info = {0};
+    uint32_t len = sizeof info, key = 0;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) || info.value_size < sizeof *cfg)
+        return qp_fail_code(err, QP_E_FORMAT, "%s/rodata: not the programs' constants", dir);
+    uint8_t *v = malloc(info.value_size);
+    int rc = !v || bpf_map_lookup_elem(fd, &key, v)
+                 ? qp_fail(err, "%s/rodata: cannot read the model constants: %s", dir, strerror(errno))
+                 : 0;
+    if (!rc)
+        memcpy(cfg, v, sizeof *cfg);
+    free(v);
+    return rc;
+}
+
+int qp_bpf_pinned_config(const char *dir, struct qk_config *cfg, qp_err *err)
+{
+    int fd = get_pinned(dir, "", "rodata", false, err);
+    if (fd < 0)
+        return -1;
+    int rc = read_config(fd, cfg, dir, err);
+    close(fd);
+    return rc;
+}
+
 static int check_pinned_map(struct bpfb *s, const struct qp_plan *plan, int i, const char *dir, qp_err *err)
 {
     struct bpf_map_info info = {0};
@@ -537,20 +566,15 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
     }
     if (!rc)
         rc = (s->rodata_fd = get_pinned(dir, "", "rodata", false, err)) < 0;
-    if (!rc) {
-        /* the section may hold more than CFG, which comes first */
-        struct bpf_map_info info = {0};
-        uint32_t len = sizeof info, key = 0;
-        bool sized = bpf_obj_get_info_by_fd(s->rodata_fd, &info, &len) == 0 && info.value_size >= sizeof(struct qk_config);
-        struct qk_config *cfg = sized ? malloc(info.value_size) : NULL;
-        rc = !cfg || bpf_map_lookup_elem(s->rodata_fd, &key, cfg)
-                 ? qp_fail(err, "%s/rodata: cannot read the model constants: %s", dir, strerror(errno))
+    struct qk_config *cfg = rc ? NULL : malloc(sizeof *cfg);
+    if (!rc)
+        rc = !cfg ? qp_fail(err, "out of memory")
+             : read_config(s->rodata_fd, cfg, dir, err) ? -1
              : !same_config(cfg, &plan->cfg)
                  ? qp_fail_code(err, QP_E_FORMAT, "%s: the pinned programs were built for other model constants "
                                 "than the manifest's plan (the manifest does not match the objects)", dir)
                  : 0;
-        free(cfg);
-    }
+    free(cfg);
     if (!rc)
         rc = fill_maps_attached(s, plan, err);
     if (rc) {
@@ -565,12 +589,10 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
 uint64_t qp_bpf_build_id(void)
 {
     size_t n;
-    const uint8_t *p = qwen3__elf_bytes(&n);
-    uint64_t h = 0xcbf29ce484222325ull;     /* FNV-1a over the kernels' object and the ABI's sizes */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    uint64_t sizes[] = {sizeof(struct qk_config), sizeof(struct qk_args), QP_MAP_COUNT, QP_K_COUNT};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-        h = (h ^ sizes[i]) * 0x100000001b3ull;
-    return h;
+    const void *elf = qwen3__elf_bytes(&n);
+    /* the kernels' object and the ABI's sizes (XXH3: a few ms for the
+     * object, which every open of a loaded model hashes) */
+    uint64_t sizes[] = {XXH3_64bits(elf, n), sizeof(struct qk_config), sizeof(struct qk_args), QP_MAP_COUNT,
+                        QP_K_COUNT};
+    return XXH3_64bits(sizes, sizeof sizes);
 }

@@ -145,7 +145,13 @@ static int open_resident(struct qp_engine *e, const char *name, const qpack_mode
     e->vocab = c->vocab;
     e->hidden = c->hidden;
     e->n_layers = c->n_layers;
-    if (qp_plan_build(&e->plan, &e->file, m->ctx, m->slots, m->block, false, m->kv8, err))
+    struct qk_config *pinned = malloc(sizeof *pinned);
+    int rc = !pinned ? qp_fail_code(err, QP_E_MEMORY, "out of memory")
+             : qp_bpf_pinned_config(e->pin->dir, pinned, err)
+                 ? -1
+                 : qp_plan_build_with(&e->plan, &e->file, m->ctx, m->slots, m->block, m->kv8, pinned, err);
+    free(pinned);
+    if (rc)
         return -1;
     e->plan.cfg.call_budget_ns = m->call_budget_ns;
     if (qp_bpf_attach(&e->b, &e->plan, e->pin->dir, err))

@@ -483,13 +483,22 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
     return 0;
 }
 
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
-                  bool stream, bool kv8, qp_err *err)
+/* the KV cache exponents of a plan already built (a loaded model's
+ * programs hold them): computing them reads every V matrix */
+static int take_kv_exponents(struct qp_plan *p, const struct qk_config *from)
+{
+    memcpy(p->cfg.k_exp, from->k_exp, sizeof p->cfg.k_exp);
+    memcpy(p->cfg.v_exp, from->v_exp, sizeof p->cfg.v_exp);
+    return 0;
+}
+
+static int build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                 bool stream, bool kv8, const struct qk_config *exponents, qp_err *err)
 {
     if (qp_plan_layout(p, f, ctx, slots, block, stream, kv8, err))
         return -1;
     const struct qpk_config *q = &f->cfg;
-    if (qp_plan_kv_exponents(p, f, err) || weight_segments(p, f, err) || qp_plan_rope(p, q->rope_theta, err) ||
+    if ((exponents ? take_kv_exponents(p, exponents) : qp_plan_kv_exponents(p, f, err)) || weight_segments(p, f, err) || qp_plan_rope(p, q->rope_theta, err) ||
         qp_plan_klayout(p, f, err)) {
         qp_plan_free(p);
         return -1;
@@ -511,6 +520,18 @@ int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uin
     p->maps[QP_MAP_KLAYOUT].segs = kb;
     p->maps[QP_MAP_KLAYOUT].n_segs = 1;
     return 0;
+}
+
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                  bool stream, bool kv8, qp_err *err)
+{
+    return build(p, f, ctx, slots, block, stream, kv8, NULL, err);
+}
+
+int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                       bool kv8, const struct qk_config *exponents, qp_err *err)
+{
+    return build(p, f, ctx, slots, block, false, kv8, exponents, err);
 }
 
 void qp_plan_free(struct qp_plan *p)

@@ -87,6 +87,12 @@ struct qp_plan {
 int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
                   bool stream, bool kv8, qp_err *err);
 
+/* qp_plan_build (resident) with the KV cache exponents (cfg.k_exp,
+ * cfg.v_exp) of a plan built before, for a loaded model's programs: the
+ * rest is quick, those read every V matrix (most of 1 s on 0.6B). */
+int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+                       bool kv8, const struct qk_config *exponents, qp_err *err);
+
 /* The same checks and map sizes (p->cfg, p->maps, p->bytes) without
  * reading a weight or building a table: what the maps would take, for
  * choosing a context before building (qp_plan_free is not needed). */
