@@ -343,7 +343,11 @@ int qpack_container_sources(const char *path, qpack_source_file **files, size_t 
     *n = 0;
     qp_err e = {{0}};
     struct qpk_file f;
-    if (qpk_open(&f, path, 0, &e))
+    char container[4096];
+    uint32_t ctx, slots;
+    if (qp_lib_is_pinned(path) && qp_lib_pinned_container(path, container, sizeof container, &ctx, &slots, &e))
+        return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+    if (qpk_open(&f, qp_lib_is_pinned(path) ? container : path, 0, &e))
         return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     char *text = NULL;
     size_t len;

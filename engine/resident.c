@@ -402,3 +402,6 @@ int qp_pin_owners(const struct qp_pin *p, struct qp_pin_owner *out, qp_err *err)
             return qp_fail(err, "%s/owners: %s", p->dir, strerror(errno));
     return 0;
 }
+
+_Static_assert(sizeof(struct qp_pin_manifest) == 4288, "docs/RESIDENT.md gives the manifest's size and fields");
+_Static_assert(sizeof(struct qp_pin_owner) == 16, "docs/RESIDENT.md gives the owner table's value");

@@ -155,7 +155,19 @@ qpack_model_params qpack_model_default_params(void);
 /* Opens path (a .qpk; a Hugging Face folder or a .gguf for QPACK_BACKEND_REF),
  * checks it, and loads it. On failure *model is NULL and nothing is left
  * behind (no BPF object, no mapping). A folder for the other backends is
- * QPACK_ERR_ARGUMENT, the message saying how to pack it. */
+ * QPACK_ERR_ARGUMENT, the message saying how to pack it.
+ *
+ * path "pin:NAME" opens a model `qpack load` pinned (docs/RESIDENT.md):
+ * its BPF objects, in milliseconds, with no privilege beyond the pinned
+ * files' group; no checksum pass, no verifier, no copy, the same logits.
+ * The context, sessions and KV cache are the loaded ones (params' ctx,
+ * max_sessions, kv_cache, call_us, stream and no_verify do not apply;
+ * backend must be QPACK_BACKEND_BPF). Each session claims one of the
+ * loaded model's slots across processes (QPACK_ERR_BUSY when all are held
+ * by live processes; a dead owner's slot is reclaimed), and every step of
+ * any process runs under the model's step lock. A manifest from another
+ * build, a container changed since the load (QPACK_ERR_FORMAT) and a
+ * refused permission (QPACK_ERR_PRIVILEGE) fail with one line. */
 int qpack_model_open(qpack_model **model, const char *path, const qpack_model_params *params,
                      qpack_error *err);
 

@@ -836,9 +836,13 @@ static int check_inputs(struct ctx *x)
     snprintf(path, sizeof path, "%s/config.json", o->ref_dir);
     if (!gguf && need_file(path, "reference config"))
         return -1;
-    for (int i = 0; i < o->n_models; i++)
-        if (need_file(o->models[i], "container"))
+    bool all_pinned = true;     /* loaded models (pin:NAME) need no privilege and have no file to check */
+    for (int i = 0; i < o->n_models; i++) {
+        bool pinned = !strncmp(o->models[i], "pin:", 4);
+        all_pinned &= pinned;
+        if (!pinned && need_file(o->models[i], "container"))
             return -1;
+    }
     if ((o->prompts_file && need_file(o->prompts_file, "--prompts")) ||
         (o->text_file && need_file(o->text_file, "--text")) || (o->ref_cache && check_cache_dir(o->ref_cache)) ||
         (o->plot_file && plot(x, true)))
@@ -866,7 +870,7 @@ static int check_inputs(struct ctx *x)
     progress_clear();
     if (make_inputs(x))
         return -1;
-    if (o->backend == QPACK_BACKEND_BPF && !qpack_bpf_permitted())
+    if (o->backend == QPACK_BACKEND_BPF && !all_pinned && !qpack_bpf_permitted())
         return die("loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u; "
                    "--backend emu needs neither)", (unsigned)geteuid());
     return 0;
