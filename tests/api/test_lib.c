@@ -22,7 +22,9 @@
  *     each block, hidden states within 1e-3 of the float64 reference's,
  *     qpack_model_inspect agrees with the opened model, per-kernel calls
  *     add up, the tokenizer of a container read alone, the recorded source
- *     files equal the folder's hashes (and a changed file differs). */
+ *     files equal the folder's hashes (and a changed file differs);
+ *   - (root) a model qpack load pinned opens as pin:NAME with the loaded
+ *     context and sessions and the bits of the container in-process. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -295,6 +297,59 @@ static void batches_give_what_each_gives_alone_on(const char *path, qpack_backen
     qpack_session_free(ref);
     qpack_model_free(m);
 }
+
+/* A model qpack load pinned, opened by the library as pin:NAME: the
+ * loaded context and sessions, each session's logits the bits of the same
+ * container opened in-process, its slots claimed (the third of two is
+ * refused, and taken once one is freed), and the emu backend refused. */
+START_TEST(a_loaded_model_gives_the_bits_of_one_opened_in_process)
+{
+    if (geteuid() != 0)     /* qpack load needs root */
+        return;
+    char name[64], pinned[80];
+    snprintf(name, sizeof name, "tl%d", (int)getpid());
+    snprintf(pinned, sizeof pinned, "pin:%s", name);
+    int rc = run("%s load %s --name %s -c 128 --sessions 2", QP_QPACK, path_of("int4.qpk"), name);
+    ck_assert_msg(rc == 0, "qpack load: %s", out_text);
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++)
+        ids[i] = (int32_t)((i * 7919 + 13) % 5000);
+    qpack_model *in = open_model_at(path_of("int4.qpk"), QPACK_BACKEND_BPF, 128, 2, false);
+    qpack_session *x = new_session(in), *y = new_session(in);
+    feed(x, ids, 20);
+    feed(y, ids + 5, 9);
+    qpack_model *m = open_model_at(pinned, QPACK_BACKEND_BPF, 0, 0, false);
+    ck_assert_uint_eq(qpack_model_get_info(m)->ctx, 128);
+    ck_assert_uint_eq(qpack_model_get_info(m)->max_sessions, 2);
+    size_t bytes = qpack_model_get_info(m)->vocab * sizeof(double);
+    qpack_session *a = new_session(m), *b = new_session(m), *c;
+    feed(b, ids + 5, 9);    /* interleaved with a: each in its own slot */
+    feed(a, ids, 20);
+    ck_assert_msg(!memcmp(qpack_logits(a), qpack_logits(x), bytes), "the loaded model's logits differ");
+    ck_assert_msg(!memcmp(qpack_logits(b), qpack_logits(y), bytes), "the second session's logits differ");
+    qpack_error e;
+    ck_assert_int_eq(qpack_session_new(&c, m, &e), QPACK_ERR_BUSY);
+    ck_assert_msg(strstr(e.message, "all 2 sessions"), "%s", e.message);
+    qpack_session_free(b);
+    c = new_session(m);
+    feed(c, ids + 5, 9);
+    ck_assert_msg(!memcmp(qpack_logits(c), qpack_logits(y), bytes), "a reclaimed slot's logits differ");
+    qpack_session_free(a);
+    qpack_session_free(c);
+    qpack_model_free(m);
+    qpack_session_free(x);
+    qpack_session_free(y);
+    qpack_model_free(in);
+    qpack_model_params p = qpack_model_default_params();
+    p.backend = QPACK_BACKEND_EMU;
+    ck_assert_int_eq(qpack_model_open(&m, pinned, &p, &e), QPACK_ERR_ARGUMENT);
+    ck_assert_ptr_null(m);
+    rc = run("%s unload %s", QP_QPACK, name);
+    ck_assert_msg(rc == 0, "qpack unload: %s", out_text);
+    ck_assert_int_eq(qpack_model_open(&m, pinned, NULL, &e), QPACK_ERR_IO);
+    ck_assert_msg(strstr(e.message, "no model named"), "%s", e.message);
+}
+END_TEST
 
 START_TEST(batches_give_what_each_session_gives_alone)
 {
@@ -1601,6 +1656,7 @@ int main(void)
     tcase_add_test(tc, tokenizer_of_a_model_without_loading_it);
     tcase_add_test(tc, chat_render_next_closes_the_reply_first);
     tcase_add_test(tc, sources_of_a_container_match_its_checkpoint);
+    tcase_add_test(tc, a_loaded_model_gives_the_bits_of_one_opened_in_process);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_set_fork_status(sr, CK_NOFORK);
