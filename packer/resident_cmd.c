@@ -100,7 +100,7 @@ static int parse_load(int argc, char **argv, struct load_args *a)
                      !strcmp(o, "--sessions") || !strcmp(o, "--kv-cache") || !strcmp(o, "--group") ||
                      !strcmp(o, "--mode") || !strcmp(o, "--call-us");
         if (takes && !v) {
-            fprintf(stderr, "qpack load: %s needs a value (" LOAD_USAGE ")\n", o);
+            fprintf(stderr, "qpack load: %s needs a value (see qpack load --help)\n", o);
             return 2;
         }
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
@@ -132,7 +132,7 @@ static int parse_load(int argc, char **argv, struct load_args *a)
                 return 2;
             a->mp.call_us = (uint32_t)n;
         } else if (o[0] == '-' || a->path) {
-            fprintf(stderr, "qpack load: unexpected argument '%s' (" LOAD_USAGE ")\n", o);
+            fprintf(stderr, "qpack load: unexpected argument '%s' (see qpack load --help)\n", o);
             return 2;
         } else {
             a->path = o;
@@ -160,6 +160,12 @@ int cmd_load(int argc, char **argv)
     qp_err err = {{0}};
     bool mounted;
     struct qp_engine e;
+    if (!qp_bpf_may_load()) {
+        fprintf(stderr, "qpack load: loading BPF programs needs root or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN "
+                        "(running as uid %u); opening a loaded model (-m pin:NAME) needs only its group\n",
+                (unsigned)geteuid());
+        return 1;
+    }
     if (qp_pin_check_name(a.name, &err) || qp_pin_mount(&mounted, &err)) {
         fprintf(stderr, "qpack load: %s\n", err.msg);
         return 1;
@@ -212,6 +218,20 @@ int cmd_unload(int argc, char **argv)
     return 0;
 }
 
+/* " (NAME)" of a live pid's command, from /proc/PID/comm; "" when unreadable */
+static void process_name(uint32_t pid, char *out, size_t cap)
+{
+    char path[64], name[24] = "";
+    snprintf(path, sizeof path, "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(name, sizeof name, f))
+        name[strcspn(name, "\n")] = 0;
+    if (f)
+        fclose(f);
+    if (name[0])
+        snprintf(out, cap, " (%s)", name);
+}
+
 /* one loaded model: its manifest and its slots' owners */
 static void show_model(const char *name)
 {
@@ -231,9 +251,14 @@ static void show_model(const char *name)
     printf("%-16s %8.1f MiB  ctx %-6u %-5s sessions %u/%u  %s\n", name, (double)m->map_bytes / (1 << 20), m->ctx,
            m->kv8 ? "int8" : "int16", used, m->slots, m->container);
     for (uint32_t i = 0; o && i < m->slots; i++)
-        if (o[i].pid)
-            printf("  slot %u: pid %u uid %u%s\n", i, o[i].pid, o[i].uid,
-                   qp_pin_owner_alive(&o[i]) ? "" : " (exited; the next claim reclaims it)");
+        if (o[i].pid) {
+            char comm[32] = "";
+            bool alive = qp_pin_owner_alive(&o[i]);
+            if (alive)
+                process_name(o[i].pid, comm, sizeof comm);
+            printf("  slot %u: pid %u uid %u%s%s\n", i, o[i].pid, o[i].uid, comm,
+                   alive ? "" : " (exited; the next claim reclaims it)");
+        }
     free(o);
     qp_pin_close(&p);
 }

@@ -213,6 +213,10 @@ unprivileged)
     refused outsider setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
         "$QRUN" -m "pin:$name" --ids "1 2" -n 2
     grep -q "permission denied" "$T/outsider.err" || fail "outsider: $(cat "$T/outsider.err")"
+    # loading stays root's, said in one line
+    refused member_load "${member[@]}" "$QPACK" load "$WORK/q24.qpk" --name "rt$$-m"
+    grep -q "needs root" "$T/member_load.err" || fail "a member's load: $(cat "$T/member_load.err")"
+    [ ! -e "$PIN/rt$$-m" ] || fail "a refused load left $PIN/rt$$-m"
     ;;
 
 lifecycle)
