@@ -622,7 +622,7 @@ anthropic)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/@anthropic-ai/sdk" ] || fail "no @anthropic-ai/sdk package in $NODE_DIR (serve_setup)"
     qrun_chat Hi 8 "$T/chat.txt"
-    "$QRUN" -m "$M" --backend emu --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
+    "$QRUN" -m "$M" --backend emu --temp 0 --chat --system "Be brief." -p Hi -n 8 >"$T/system.txt" 2>"$T/qrun.err" ||
         fail "qrun --chat --system: $(cat "$T/qrun.err")"
     start_server emu --backend emu --api-key k
     cp "$SRC/tests/serve/anthropic_client.mjs" "$NODE_DIR/" || fail "copying the client"
