@@ -21,6 +21,7 @@ cleanup() {
     local n
     for n in $(jobs -p); do kill -KILL "$n" 2>/dev/null; done
     for n in "$PIN"/rt$$-*; do [ -e "$n" ] && "$QPACK" unload "${n##*/}"; done
+    [ -z "${U:-}" ] || rm -rf "$U"
 }
 trap cleanup EXIT
 
@@ -201,14 +202,19 @@ unprivileged)
     command -v setpriv >/dev/null || skip "no setpriv"
     gid=$(getent group users | cut -d: -f3)
     [ -n "$gid" ] || skip "no group 'users'"
-    chmod 755 "$WORK"
-    load u "$WORK/q24.qpk" -c 256 --group users && name=$L
+    # the member reaches qrun and the container through a folder of its own
+    # under /tmp: the build tree's parents need not be open to others
+    U=$(mktemp -d /tmp/qp-resident-XXXXXX) || fail "mktemp"
+    chmod 755 "$U" && cp "$QRUN" "$U/qrun" && cp "$WORK/q24.qpk" "$U/q24.qpk" && chmod 644 "$U/q24.qpk" ||
+        fail "cannot stage qrun and the container in $U"
+    QRUN=$U/qrun
+    load u "$U/q24.qpk" -c 256 --group users && name=$L
     [ "$(stat -c %a:%G "$PIN/$name")" = 770:users ] || fail "folder: $(stat -c %a:%G "$PIN/$name")"
     [ "$(stat -c %a:%G "$PIN/$name/map_kcache")" = 660:users ] || fail "map: $(stat -c %a:%G "$PIN/$name/map_kcache")"
     member=(setpriv --reuid=65534 --regid="$gid" --clear-groups --inh-caps=-all --bounding-set=-all)
     "${member[@]}" "$QRUN" -m "pin:$name" --chat -p "Hello" -n 6 --temp 0 >"$T/chat.out" 2>"$T/chat.err" ||
         fail "a member of users: $(cat "$T/chat.err")"
-    "$QRUN" -m "$WORK/q24.qpk" -c 256 --chat -p "Hello" -n 6 --temp 0 >"$T/chat.want" 2>/dev/null
+    "$QRUN" -m "$U/q24.qpk" -c 256 --chat -p "Hello" -n 6 --temp 0 >"$T/chat.want" 2>/dev/null
     cmp -s "$T/chat.out" "$T/chat.want" || fail "the member's chat differs from root's in-process one"
     echo "ok uid 65534 in group users, no capability: the chat of root's in-process run"
     # and a server: its reply is the same chat's
