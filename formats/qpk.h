@@ -46,6 +46,77 @@
 #define QPK_SCALE_EXP_MIN    (-128)            /* i8g/i4g scale_exp range: the quantiser's */
 #define QPK_SCALE_EXP_MAX    180               /*   QNT_E_MIN..QNT_E_MAX (packer/quant.h) */
 
+/* Where each field lies, in bytes from the start of its record, in
+ * formats/QPK.md's order: the reader and the writer name the same byte. */
+enum qpk_header_field {
+    QPK_HDR_MAGIC = 0,          /* u8[8] */
+    QPK_HDR_VERSION_MAJOR = 8,  /* u16 */
+    QPK_HDR_VERSION_MINOR = 10, /* u16 */
+    QPK_HDR_HEADER_SIZE = 12,   /* u32 */
+    QPK_HDR_FILE_SIZE = 16,     /* u64 */
+    QPK_HDR_DIR_OFFSET = 24,    /* u64 */
+    QPK_HDR_DIR_SIZE = 32,      /* u64 */
+    QPK_HDR_N_SECTIONS = 40,    /* u32 */
+    QPK_HDR_N_TENSORS = 44,     /* u32 */
+    QPK_HDR_DIR_XXH3 = 48,      /* u64 */
+    QPK_HDR_DATA_OFFSET = 56,   /* u64 */
+    QPK_HDR_DATA_SIZE = 64,     /* u64 */
+    QPK_HDR_RESERVED = 72,      /* u8[48], zero */
+    QPK_HDR_XXH3 = 120,         /* u64, of the bytes before it */
+};
+
+enum qpk_section_entry_field {   /* a directory's section entry */
+    QPK_SE_KIND = 0,            /* u32 */
+    QPK_SE_CODEC = 4,           /* u32 */
+    QPK_SE_OFFSET = 8,          /* u64 */
+    QPK_SE_STORED_SIZE = 16,    /* u64 */
+    QPK_SE_RAW_SIZE = 24,       /* u64 */
+    QPK_SE_XXH3 = 32,           /* u64 */
+    QPK_SE_RESERVED = 40,       /* u8[24], zero */
+};
+
+enum qpk_config_field {          /* the config section */
+    QPK_CFG_HIDDEN = 0,         /* u32 */
+    QPK_CFG_INTERMEDIATE = 4,   /* u32 */
+    QPK_CFG_N_LAYERS = 8,       /* u32 */
+    QPK_CFG_N_HEADS = 12,       /* u32 */
+    QPK_CFG_N_KV_HEADS = 16,    /* u32 */
+    QPK_CFG_HEAD_DIM = 20,      /* u32 */
+    QPK_CFG_VOCAB = 24,         /* u32 */
+    QPK_CFG_MAX_POSITIONS = 28, /* u32 */
+    QPK_CFG_ROPE_THETA = 32,    /* f64 */
+    QPK_CFG_RMS_EPS = 40,       /* f64 */
+    QPK_CFG_FLAGS = 48,         /* u32 */
+    QPK_CFG_BOS_ID = 52,        /* i32 */
+    QPK_CFG_EOS_ID = 56,        /* i32 */
+    QPK_CFG_WEIGHT_FORMAT = 60, /* u32 */
+    QPK_CFG_RESERVED = 64,      /* u8[64], zero */
+};
+
+enum qpk_tensor_entry_field {    /* a directory's tensor entry */
+    QPK_TE_NAME = 0,            /* u8[QPK_NAME_MAX], NUL-padded */
+    QPK_TE_ROLE = 64,           /* u16 */
+    QPK_TE_LAYER = 66,          /* u16 */
+    QPK_TE_ENCODING = 68,       /* u16 */
+    QPK_TE_FLAGS = 70,          /* u16 */
+    QPK_TE_ROWS = 72,           /* u32 */
+    QPK_TE_COLS = 76,           /* u32 */
+    QPK_TE_SCALE_EXP = 80,      /* i32 */
+    QPK_TE_GROUP_SIZE = 84,     /* u32 */
+    QPK_TE_ROW_STRIDE = 88,     /* u64 */
+    QPK_TE_OFFSET = 96,         /* u64 */
+    QPK_TE_NBYTES = 104,        /* u64 */
+    QPK_TE_XXH3 = 112,          /* u64 */
+    QPK_TE_ROWS_PER_BLOCK = 120,/* u32 */
+    QPK_TE_RESERVED = 124,      /* u32, zero */
+};
+
+/* each record's last field ends where the record does */
+_Static_assert(QPK_HDR_XXH3 + 8 == QPK_HEADER_SIZE, "header layout");
+_Static_assert(QPK_SE_RESERVED + 24 == QPK_SECTION_SIZE, "section entry layout");
+_Static_assert(QPK_CFG_RESERVED + 64 == QPK_CONFIG_SIZE, "config layout");
+_Static_assert(QPK_TE_ROLE == QPK_NAME_MAX && QPK_TE_RESERVED + 4 == QPK_TENSOR_SIZE, "tensor entry layout");
+
 enum qpk_section_kind {
     QPK_SEC_CONFIG = 1,            /* struct qpk_config, raw, 128 bytes */
     QPK_SEC_TOKENIZER = 2,         /* tokenizer.json, zstd */

@@ -108,66 +108,66 @@ bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows,
 void qpk_config_encode(const struct qpk_config *cfg, uint8_t out[QPK_CONFIG_SIZE])
 {
     memset(out, 0, QPK_CONFIG_SIZE);
-    put32(out + 0, cfg->hidden);
-    put32(out + 4, cfg->intermediate);
-    put32(out + 8, cfg->n_layers);
-    put32(out + 12, cfg->n_heads);
-    put32(out + 16, cfg->n_kv_heads);
-    put32(out + 20, cfg->head_dim);
-    put32(out + 24, cfg->vocab);
-    put32(out + 28, cfg->max_positions);
-    putf64(out + 32, cfg->rope_theta);
-    putf64(out + 40, cfg->rms_eps);
-    put32(out + 48, cfg->flags);
-    put32(out + 52, (uint32_t)cfg->bos_id);
-    put32(out + 56, (uint32_t)cfg->eos_id);
-    put32(out + 60, cfg->weight_format);
+    put32(out + QPK_CFG_HIDDEN, cfg->hidden);
+    put32(out + QPK_CFG_INTERMEDIATE, cfg->intermediate);
+    put32(out + QPK_CFG_N_LAYERS, cfg->n_layers);
+    put32(out + QPK_CFG_N_HEADS, cfg->n_heads);
+    put32(out + QPK_CFG_N_KV_HEADS, cfg->n_kv_heads);
+    put32(out + QPK_CFG_HEAD_DIM, cfg->head_dim);
+    put32(out + QPK_CFG_VOCAB, cfg->vocab);
+    put32(out + QPK_CFG_MAX_POSITIONS, cfg->max_positions);
+    putf64(out + QPK_CFG_ROPE_THETA, cfg->rope_theta);
+    putf64(out + QPK_CFG_RMS_EPS, cfg->rms_eps);
+    put32(out + QPK_CFG_FLAGS, cfg->flags);
+    put32(out + QPK_CFG_BOS_ID, (uint32_t)cfg->bos_id);
+    put32(out + QPK_CFG_EOS_ID, (uint32_t)cfg->eos_id);
+    put32(out + QPK_CFG_WEIGHT_FORMAT, cfg->weight_format);
 }
 
 void qpk_config_decode(const uint8_t in[QPK_CONFIG_SIZE], struct qpk_config *cfg)
 {
-    cfg->hidden = le32(in + 0);
-    cfg->intermediate = le32(in + 4);
-    cfg->n_layers = le32(in + 8);
-    cfg->n_heads = le32(in + 12);
-    cfg->n_kv_heads = le32(in + 16);
-    cfg->head_dim = le32(in + 20);
-    cfg->vocab = le32(in + 24);
-    cfg->max_positions = le32(in + 28);
-    cfg->rope_theta = lef64(in + 32);
-    cfg->rms_eps = lef64(in + 40);
-    cfg->flags = le32(in + 48);
-    cfg->bos_id = (int32_t)le32(in + 52);
-    cfg->eos_id = (int32_t)le32(in + 56);
-    cfg->weight_format = le32(in + 60);
+    cfg->hidden = le32(in + QPK_CFG_HIDDEN);
+    cfg->intermediate = le32(in + QPK_CFG_INTERMEDIATE);
+    cfg->n_layers = le32(in + QPK_CFG_N_LAYERS);
+    cfg->n_heads = le32(in + QPK_CFG_N_HEADS);
+    cfg->n_kv_heads = le32(in + QPK_CFG_N_KV_HEADS);
+    cfg->head_dim = le32(in + QPK_CFG_HEAD_DIM);
+    cfg->vocab = le32(in + QPK_CFG_VOCAB);
+    cfg->max_positions = le32(in + QPK_CFG_MAX_POSITIONS);
+    cfg->rope_theta = lef64(in + QPK_CFG_ROPE_THETA);
+    cfg->rms_eps = lef64(in + QPK_CFG_RMS_EPS);
+    cfg->flags = le32(in + QPK_CFG_FLAGS);
+    cfg->bos_id = (int32_t)le32(in + QPK_CFG_BOS_ID);
+    cfg->eos_id = (int32_t)le32(in + QPK_CFG_EOS_ID);
+    cfg->weight_format = le32(in + QPK_CFG_WEIGHT_FORMAT);
 }
 
 void qpk_section_encode(const struct qpk_section *s, uint8_t out[QPK_SECTION_SIZE])
 {
     memset(out, 0, QPK_SECTION_SIZE);
-    put32(out + 0, s->kind);
-    put32(out + 4, s->codec);
-    put64(out + 8, s->offset);
-    put64(out + 16, s->stored_size);
-    put64(out + 24, s->raw_size);
-    put64(out + 32, s->xxh3);
+    put32(out + QPK_SE_KIND, s->kind);
+    put32(out + QPK_SE_CODEC, s->codec);
+    put64(out + QPK_SE_OFFSET, s->offset);
+    put64(out + QPK_SE_STORED_SIZE, s->stored_size);
+    put64(out + QPK_SE_RAW_SIZE, s->raw_size);
+    put64(out + QPK_SE_XXH3, s->xxh3);
 }
 
 void qpk_tensor_encode(const struct qpk_tensor *t, uint8_t out[QPK_TENSOR_SIZE])
 {
     memset(out, 0, QPK_TENSOR_SIZE);
-    memcpy(out, t->name, strnlen(t->name, QPK_NAME_MAX - 1));
-    put16(out + 64, t->role);
-    put16(out + 66, t->layer);
-    put16(out + 68, t->encoding);
-    put16(out + 70, t->flags);
-    put32(out + 72, t->rows);
-    put32(out + 76, t->cols);
-    put32(out + 80, (uint32_t)t->scale_exp);
-    put32(out + 84, t->group_size);
-    put64(out + 88, t->row_stride);
-    put64(out + 96, t->offset);
-    put64(out + 104, t->nbytes);
-    put64(out + 112, t->xxh3);
-    put32(out + 120, t->rows_per_block);
+    memcpy(out + QPK_TE_NAME, t->name, strnlen(t->name, QPK_NAME_MAX - 1));
+    put16(out + QPK_TE_ROLE, t->role);
+    put16(out + QPK_TE_LAYER, t->layer);
+    put16(out + QPK_TE_ENCODING, t->encoding);
+    put16(out + QPK_TE_FLAGS, t->flags);
+    put32(out + QPK_TE_ROWS, t->rows);
+    put32(out + QPK_TE_COLS, t->cols);
+    put32(out + QPK_TE_SCALE_EXP, (uint32_t)t->scale_exp);
+    put32(out + QPK_TE_GROUP_SIZE, t->group_size);
+    put64(out + QPK_TE_ROW_STRIDE, t->row_stride);
+    put64(out + QPK_TE_OFFSET, t->offset);
+    put64(out + QPK_TE_NBYTES, t->nbytes);
+    put64(out + QPK_TE_XXH3, t->xxh3);
+    put32(out + QPK_TE_ROWS_PER_BLOCK, t->rows_per_block);
 }

@@ -37,30 +37,31 @@ static int check_header(struct qpk_file *f, const char *name, qp_err *err)
     if (f->size < QPK_HEADER_SIZE)
         return qp_fail(err, "%s: not a .qpk container (%" PRIu64 " bytes, smaller than the %d-byte header)",
                        name, f->size, QPK_HEADER_SIZE);
-    if (memcmp(h, QPK_MAGIC, 8) != 0)
+    if (memcmp(h + QPK_HDR_MAGIC, QPK_MAGIC, 8) != 0)
         return qp_fail(err, "%s: not a .qpk container (bad magic)", name);
-    f->version_major = le16(h + 8);
-    f->version_minor = le16(h + 10);
+    f->version_major = le16(h + QPK_HDR_VERSION_MAJOR);
+    f->version_minor = le16(h + QPK_HDR_VERSION_MINOR);
     if (f->version_major != QPK_VERSION_MAJOR)
         return qp_fail(err, "%s: container format version %u.%u is not supported (this build reads %u.x)%s",
                        name, f->version_major, f->version_minor, QPK_VERSION_MAJOR,
                        f->version_major > QPK_VERSION_MAJOR ? "; it was made by a newer qpack" : "");
-    if (XXH3_64bits(h, 120) != le64(h + 120))
+    if (XXH3_64bits(h, QPK_HDR_XXH3) != le64(h + QPK_HDR_XXH3))
         return qp_fail(err, "%s: header checksum mismatch (header corrupted)", name);
-    if (le32(h + 12) != QPK_HEADER_SIZE)
-        return qp_fail(err, "%s: header_size is %u, expected %d", name, le32(h + 12), QPK_HEADER_SIZE);
-    uint64_t file_size = le64(h + 16);
+    if (le32(h + QPK_HDR_HEADER_SIZE) != QPK_HEADER_SIZE)
+        return qp_fail(err, "%s: header_size is %u, expected %d", name, le32(h + QPK_HDR_HEADER_SIZE),
+                       QPK_HEADER_SIZE);
+    uint64_t file_size = le64(h + QPK_HDR_FILE_SIZE);
     if (file_size != f->size)
         return qp_fail(err, "%s: %s: header says %" PRIu64 " bytes, file has %" PRIu64, name,
                        f->size < file_size ? "truncated" : "trailing bytes", file_size, f->size);
-    f->dir_offset = le64(h + 24);
-    f->dir_size = le64(h + 32);
-    f->n_sections = le32(h + 40);
-    f->n_tensors = le32(h + 44);
-    f->dir_xxh3 = le64(h + 48);
-    f->data_offset = le64(h + 56);
-    f->data_size = le64(h + 64);
-    for (int i = 72; i < 120; i++)
+    f->dir_offset = le64(h + QPK_HDR_DIR_OFFSET);
+    f->dir_size = le64(h + QPK_HDR_DIR_SIZE);
+    f->n_sections = le32(h + QPK_HDR_N_SECTIONS);
+    f->n_tensors = le32(h + QPK_HDR_N_TENSORS);
+    f->dir_xxh3 = le64(h + QPK_HDR_DIR_XXH3);
+    f->data_offset = le64(h + QPK_HDR_DATA_OFFSET);
+    f->data_size = le64(h + QPK_HDR_DATA_SIZE);
+    for (int i = QPK_HDR_RESERVED; i < QPK_HDR_XXH3; i++)
         if (h[i])
             return qp_fail(err, "%s: reserved header byte %d is not zero", name, i);
     if (f->n_sections < 1 || f->n_sections > QPK_MAX_SECTIONS)
@@ -107,18 +108,18 @@ static int parse_sections(struct qpk_file *f, const char *name, qp_err *err)
     unsigned seen = 0;
     for (uint32_t i = 0; i < f->n_sections; i++, p += QPK_SECTION_SIZE) {
         struct qpk_section *s = &f->sections[i];
-        s->kind = le32(p);
-        s->codec = le32(p + 4);
-        s->offset = le64(p + 8);
-        s->stored_size = le64(p + 16);
-        s->raw_size = le64(p + 24);
-        s->xxh3 = le64(p + 32);
+        s->kind = le32(p + QPK_SE_KIND);
+        s->codec = le32(p + QPK_SE_CODEC);
+        s->offset = le64(p + QPK_SE_OFFSET);
+        s->stored_size = le64(p + QPK_SE_STORED_SIZE);
+        s->raw_size = le64(p + QPK_SE_RAW_SIZE);
+        s->xxh3 = le64(p + QPK_SE_XXH3);
         if (s->kind < 1 || s->kind > QPK_SEC_KIND_MAX)
             return qp_fail(err, "%s: section %u has unknown kind %u", name, i, s->kind);
         if (seen & (1u << s->kind))
             return qp_fail(err, "%s: section %s appears twice", name, qpk_section_name(s->kind));
         seen |= 1u << s->kind;
-        for (int b = 40; b < QPK_SECTION_SIZE; b++)
+        for (int b = QPK_SE_RESERVED; b < QPK_SECTION_SIZE; b++)
             if (p[b])
                 return qp_fail(err, "%s: section %s: reserved byte %d is not zero", name,
                                qpk_section_name(s->kind), b);
@@ -149,7 +150,7 @@ static int parse_config(struct qpk_file *f, const char *name, qp_err *err)
         return -1;
     const uint8_t *c = f->map + s->offset;
     qpk_config_decode(c, &f->cfg);
-    for (int b = 64; b < QPK_CONFIG_SIZE; b++)
+    for (int b = QPK_CFG_RESERVED; b < QPK_CONFIG_SIZE; b++)
         if (c[b])
             return qp_fail(err, "%s: config: reserved byte %d is not zero", name, b);
     struct qpk_config *q = &f->cfg;
@@ -256,31 +257,32 @@ static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err
     const uint8_t *p = f->map + f->dir_offset + (uint64_t)f->n_sections * QPK_SECTION_SIZE +
                        (uint64_t)i * QPK_TENSOR_SIZE;
     struct qpk_tensor *t = &f->tensors[i];
-    size_t name_len = strnlen((const char *)p, QPK_NAME_MAX);
+    const uint8_t *tname = p + QPK_TE_NAME;
+    size_t name_len = strnlen((const char *)tname, QPK_NAME_MAX);
     if (name_len == 0 || name_len == QPK_NAME_MAX)
         return qp_fail(err, "%s: tensor entry %u: name is empty or not NUL-terminated", name, i);
-    memcpy(t->name, p, name_len);
+    memcpy(t->name, tname, name_len);
     t->name[name_len] = 0;
     for (size_t b = name_len; b < QPK_NAME_MAX; b++)
-        if (p[b])
+        if (tname[b])
             return qp_fail(err, "%s: tensor %s: name padding is not zero", name, t->name);
     for (size_t b = 0; b < name_len; b++)
-        if (p[b] < 0x20 || p[b] > 0x7e)
+        if (tname[b] < 0x20 || tname[b] > 0x7e)
             return qp_fail(err, "%s: tensor entry %u: name has a non-printable byte", name, i);
-    t->role = le16(p + 64);
-    t->layer = le16(p + 66);
-    t->encoding = le16(p + 68);
-    t->flags = le16(p + 70);
-    t->rows = le32(p + 72);
-    t->cols = le32(p + 76);
-    t->scale_exp = (int32_t)le32(p + 80);
-    t->group_size = le32(p + 84);
-    t->row_stride = le64(p + 88);
-    t->offset = le64(p + 96);
-    t->nbytes = le64(p + 104);
-    t->xxh3 = le64(p + 112);
-    t->rows_per_block = le32(p + 120);
-    if (le32(p + 124) || t->flags)
+    t->role = le16(p + QPK_TE_ROLE);
+    t->layer = le16(p + QPK_TE_LAYER);
+    t->encoding = le16(p + QPK_TE_ENCODING);
+    t->flags = le16(p + QPK_TE_FLAGS);
+    t->rows = le32(p + QPK_TE_ROWS);
+    t->cols = le32(p + QPK_TE_COLS);
+    t->scale_exp = (int32_t)le32(p + QPK_TE_SCALE_EXP);
+    t->group_size = le32(p + QPK_TE_GROUP_SIZE);
+    t->row_stride = le64(p + QPK_TE_ROW_STRIDE);
+    t->offset = le64(p + QPK_TE_OFFSET);
+    t->nbytes = le64(p + QPK_TE_NBYTES);
+    t->xxh3 = le64(p + QPK_TE_XXH3);
+    t->rows_per_block = le32(p + QPK_TE_ROWS_PER_BLOCK);
+    if (le32(p + QPK_TE_RESERVED) || t->flags)
         return qp_fail(err, "%s: tensor %s: reserved fields are not zero", name, t->name);
 
     uint32_t rows, cols;
