@@ -244,13 +244,9 @@ bool qpack_bpf_permitted(void);
 #define QPACK_DEFAULT_CTX 4096
 uint32_t qpack_default_ctx(uint32_t max_positions);
 
-/* KV caches the model keeps for its sessions (1 .. max_sessions; today
- * every backend keeps max_sessions: a cache slot per session). Below
- * max_sessions, sessions would share them: a session whose cache another
- * session's steps have taken recomputes all its tokens (at prompt speed)
- * before its next feed, so a scheduler of several sessions does better to
- * run one sequence to its end than to alternate token by token. At
- * max_sessions every session keeps its own cache and switching is free. */
+/* KV caches the model keeps for its sessions: max_sessions, one per
+ * session (bpf, emu: a slot of the engine's KV cache maps; the reference:
+ * a cache of its own), so switching between sessions recomputes nothing. */
 uint32_t qpack_model_kv_caches(const qpack_model *model);
 
 /* ---- sessions ------------------------------------------------------------ */

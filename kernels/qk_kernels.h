@@ -25,7 +25,8 @@
  * The per-position maps (h, x, xq, qkv, qrot, gu, logits, scal) have one
  * entry per position of the block (C.block); scores, parts and amax one
  * range of entries per block position. A kernel computes block entries
- * [b0, b0 + nb) of args, entry b being position pos + b.
+ * [b0, b0 + nb) of args, entry b at its own position and KV slot (its
+ * struct qk_seq in map `seq`).
  *   h        residual, Q32 [hidden]
  *   x        act vector mantissas (exponent in scal.x_exp) [act_len]
  *   xq       x quantised to 8-bit blocks for i4g products (QK_XQ_*)

@@ -64,7 +64,7 @@ int32_t qnt_i8_code_sum(const int8_t *q, int n)
  * added in a fixed order, so the results are the same bits whatever
  * instructions carry them: the AVX2 clone that x86-64 picks at run time
  * (HOT) and the generic code agree exactly. That needs no FMA contraction:
- * formats/CMakeLists.txt builds this file with -ffp-contract=off. */
+ * packer/CMakeLists.txt builds this file with -ffp-contract=off. */
 typedef double v4d __attribute__((vector_size(32)));
 typedef long long v4l __attribute__((vector_size(32)));
 typedef int v4i __attribute__((vector_size(16)));
