@@ -14,7 +14,9 @@
 #             developer's switch for libbpf's log, is the one exception);
 #   readme    README.md is a guide: at most 250 lines, no dated runs, and
 #             no reference to a file outside the repository;
-#   docs      the documents name only files the repository has, and
+#   docs      the documents name only files the repository has (with or
+#             without their folder) and, as
+#             `struct.field`, only fields the project's structs have, and
 #             formats/QPK.md's title the version formats/qpk.h writes.
 set -u
 CASE=$1 SRC=$2
@@ -26,6 +28,15 @@ includes() { sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".
 
 # headers of the folders given, by file name
 headers_of() { for d in "$@"; do (cd "$SRC/$d" && ls -- *.h 2>/dev/null); done; }
+
+# the lines of struct NAME's definition, from its opening brace to "};"
+struct_body() {
+    local f
+    for f in $(grep -rlE --include='*.[ch]' "^(typedef )?struct $1 \{" "$SRC"/common "$SRC"/formats "$SRC"/kernels \
+               "$SRC"/engine "$SRC"/api "$SRC"/include "$SRC"/packer "$SRC"/tokenizer "$SRC"/tools 2>/dev/null); do
+        sed -nE "/^(typedef )?struct $1 \{/,/^\}/p" "$f"
+    done
+}
 
 # check FILES... against the allowed header names in $allowed
 check_includes() {
@@ -84,10 +95,28 @@ $outside"
     [ $bad = 0 ] && echo "ok: README.md is $n lines, undated, and names only files of the repository"
     ;;
 docs)
-    for d in "$SRC"/docs/*.md "$SRC"/formats/QPK.md "$SRC"/kernels/KERNELS.md "$SRC"/tokenizer/TOKENIZER.md; do
-        for p in $(grep -oE '`(scripts|tools|tests|docs|formats|packer|engine|api|kernels|devtools|common|include|examples)/[A-Za-z0-9_./-]+`' "$d" |
+    for d in "$SRC"/docs/*.md "$SRC"/formats/QPK.md "$SRC"/kernels/KERNELS.md "$SRC"/tokenizer/TOKENIZER.md \
+             "$SRC"/include/qpack.h; do
+        for p in $(grep -oE '`(scripts|tools|tests|docs|formats|packer|engine|api|kernels|devtools|common|include|examples|tokenizer)/[A-Za-z0-9_./-]+`' "$d" |
                    tr -d '`' | sort -u); do
             [ -e "$SRC/$p" ] || fail "${d#"$SRC"/} names $p, which is not in the repository"
+        done
+        # a file named without its folder (`qk_dot.h`): some folder has it
+        for f in $(grep -oE '`[A-Za-z0-9_.-]+\.(c|h|md|sh|cmake)`' "$d" | tr -d '`' | sort -u); do
+            [ -n "$(find "$SRC" -path "$SRC/build*" -prune -o -name "$f" -print -quit)" ] ||
+                fail "${d#"$SRC"/} names $f, which no folder of the repository has"
+        done
+        # `struct.field` of the project's own structs: the struct exists
+        # and has that field
+        for sf in $(grep -oE '`(qk|qp|qpk|qpack)_[a-z0-9_]+\.[a-z_][a-z0-9_]*`' "$d" | tr -d '`' | sort -u); do
+            s=${sf%%.*} field=${sf#*.}
+            case $field in c|h|md|sh|json|qpk|gguf|txt|cmake) continue ;; esac
+            body=$(struct_body "$s")
+            if [ -z "$body" ]; then
+                fail "${d#"$SRC"/} names $sf: no struct $s in the tree"
+            elif ! grep -qw -- "$field" <<<"$body"; then
+                fail "${d#"$SRC"/} names $sf: struct $s has no field $field"
+            fi
         done
     done
     major=$(sed -n 's/^#define QPK_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$SRC/formats/qpk.h")
@@ -97,7 +126,7 @@ docs)
     *"format $major.$minor") ;;
     *) fail "formats/QPK.md's title is '$title'; formats/qpk.h writes format $major.$minor" ;;
     esac
-    [ $bad = 0 ] && echo "ok: the documents name files that exist, and QPK.md format $major.$minor as qpk.h"
+    [ $bad = 0 ] && echo "ok: the documents name files and struct fields that exist, and QPK.md format $major.$minor as qpk.h"
     ;;
 *)
     echo "test_layout.sh: unknown case $CASE" >&2
