@@ -2,7 +2,9 @@
  * include/qpack.h. The parts, one file each:
  *
  *   serve.c          options, start-up, signals, shutdown
- *   serve_http.c     libmicrohttpd: routes, bodies, auth, responses, SSE
+ *   serve_http.c     libmicrohttpd: routes, bodies, auth, origin, error replies
+ *   serve_reply.c    generation: jobs submitted, replies whole or as SSE, text split
+ *   serve_http.h     what those two share (private to them)
  *   serve_conn.c     request deadlines; requests parked while their job runs
  *   serve_openai.c   request bodies parsed strictly, response bodies built
  *   serve_responses.c  POST /v1/responses: read into a chat request; its

@@ -1,0 +1,77 @@
+/* serve_http.h - what the transport (serve_http.c) and the reply module
+ * (serve_reply.c) share: the server, one request, and the calls between
+ * them. Private to those two files. */
+#ifndef QP_SERVE_HTTP_H
+#define QP_SERVE_HTTP_H
+
+#include <microhttpd.h>
+
+#include "serve.h"
+
+#define CLIENT_GONE 499         /* nginx's status for a client that closed its connection */
+
+
+struct serve_http {
+    struct serve_http_config cfg;
+    struct MHD_Daemon *d;
+    struct serve_conns *conns;
+    uint32_t vocab, ctx;
+    int32_t end_of_text;        /* <|endoftext|>, which ends an embedding's input; -1: none */
+    bool has_sampling;
+    qpack_sampler_params sampling[2];   /* the model's, without and with thinking */
+    long long started;          /* unix seconds: the model's "created" */
+    char log_line[512];         /* libmicrohttpd's last message, for a failed start */
+    atomic_bool running;        /* started: messages go to stderr */
+    atomic_uint active;         /* requests between their first call and their end */
+};
+
+struct stream;
+
+/* one request (MHD's con_cls) */
+/* one of a request's n replies: its job and the text taken from it */
+struct choice {
+    struct serve_job *job;
+    char *text;                 /* with echo, the prompt's first */
+    size_t text_len, text_cap;
+};
+
+struct request {
+    enum serve_endpoint ep;
+    bool one_model;             /* GET /v1/models/ID */
+    size_t echo_len;            /* the prompt's text at each reply's start (echo) */
+    char method[16], url[128];  /* for the log line */
+    int status;
+    bool responded;             /* a response is queued: discard the rest of the body */
+    bool too_large;             /* the body passed SERVE_MAX_BODY: dropped */
+    size_t dropped;
+    char *body;
+    size_t len, cap;
+    double t0;
+    struct serve_usage usage;
+    struct serve_conn *conn;    /* its connection's deadline and parking */
+    struct choice ch[SERVE_MAX_CHOICES];    /* a whole reply's (n of them), until it is sent */
+    unsigned n_ch;
+    struct serve_reply_meta meta;
+    char id[48];
+    struct stream *stream;      /* an SSE response still open */
+    struct serve_embed_request embed;   /* /v1/embeddings: its inputs, until it is answered */
+    struct serve_resp *resp;    /* /v1/responses: the response, until the reply or its stream takes it */
+};
+
+/* serve_http.c */
+enum MHD_Result send_json(struct MHD_Connection *c, struct request *r, int status, char *body);
+enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e);
+enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
+                     const char *param, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+int prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+               struct serve_error *e);
+
+/* serve_reply.c */
+void job_failure(const qpack_error *err, struct serve_error *e);
+enum MHD_Result await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done);
+enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r);
+enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r);
+/* the stream no longer points at its request (which is freed) */
+void stream_forget_request(struct stream *st);
+
+#endif
