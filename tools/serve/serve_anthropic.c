@@ -101,8 +101,10 @@ static int text_block(const cJSON *b, const char *param, const char *where, stru
 /* a string, or an array of text blocks (a system prompt, a tool's result) */
 static int read_text(const cJSON *v, const char *param, const char *where, struct text *t, struct serve_error *e)
 {
-    if (cJSON_IsString(v))
-        return text_add(t, v->valuestring), 0;
+    if (cJSON_IsString(v)) {
+        text_add(t, v->valuestring);
+        return 0;
+    }
     if (!cJSON_IsArray(v))
         return BAD(e, param, "%s must be a string or an array of text blocks", where);
     for (const cJSON *b = v->child; b; b = b->next)
@@ -179,8 +181,10 @@ static int user_blocks(struct conv *c, const cJSON *content, struct serve_error 
             return -1;
         }
     }
-    if (results && !t.len && !t.failed)
-        return free(t.s), 0;
+    if (results && !t.len && !t.failed) {
+        free(t.s);
+        return 0;
+    }
     return add_message(c, "user", &t, e) ? 0 : -1;
 }
 
@@ -261,8 +265,10 @@ static int read_messages(const cJSON *system, const cJSON *v, struct serve_reque
     struct conv c = {.r = r};
     if (system) {
         struct text t = {0};
-        if (read_text(system, "system", "system", &t, e))
-            return free(t.s), -1;
+        if (read_text(system, "system", "system", &t, e)) {
+            free(t.s);
+            return -1;
+        }
         if (!add_message(&c, "system", &t, e))
             return -1;
     }
@@ -360,8 +366,10 @@ static int read_tool_choice(const cJSON *v, struct serve_request *r, struct serv
 static int read_thinking(const cJSON *v, bool count, struct serve_request *r, struct serve_error *e)
 {
     const cJSON *type = field(v, "type"), *budget = given(v, "budget_tokens");
-    if (cJSON_IsObject(v) && is_type(v, "disabled"))
-        return r->think = false, 0;
+    if (cJSON_IsObject(v) && is_type(v, "disabled")) {
+        r->think = false;
+        return 0;
+    }
     if (!cJSON_IsObject(v) || !cJSON_IsString(type) || strcmp(type->valuestring, "enabled"))
         return BAD(e, "thinking", "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
                    "{\"type\": \"disabled\"}");

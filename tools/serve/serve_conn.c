@@ -251,8 +251,10 @@ int serve_conns_start(struct serve_conns **out, unsigned timeout_s, unsigned max
 {
     *out = NULL;
     struct serve_conns *cs = calloc(1, sizeof *cs);
-    if (!cs)
-        return snprintf(msg, msg_len, "out of memory"), -1;
+    if (!cs) {
+        snprintf(msg, msg_len, "out of memory");
+        return -1;
+    }
     cs->timeout_s = timeout_s;
     cs->max = max_connections;
     if ((cs->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {

@@ -45,10 +45,11 @@ static int end_input(struct ids *b, uint32_t start, int32_t end_id, uint32_t ctx
         return BAD(e, "input", "input[%u] is empty", b->n_inputs);
     if (end_id >= 0 && b->v[b->n - 1] != end_id && push_id(b, end_id, e))
         return -1;
-    if (b->n - start > ctx)
-        return serve_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "input",
-                               "input[%u] has %u tokens: the context holds %u", b->n_inputs, b->n - start, ctx),
-               -1;
+    if (b->n - start > ctx) {
+        serve_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "input",
+                        "input[%u] has %u tokens: the context holds %u", b->n_inputs, b->n - start, ctx);
+        return -1;
+    }
     b->ends[b->n_inputs++] = b->n;
     return 0;
 }

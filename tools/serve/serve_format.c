@@ -785,8 +785,13 @@ static bool step_string(struct machine *m, struct frame *t, unsigned c)
 {
     switch (t->phase) {
     case S_ESCAPE:
-        if (c == 'u')
-            return t->phase = S_HEX, t->pos = 4, t->cur = 0, t->next = 0, true;
+        if (c == 'u') {
+            t->phase = S_HEX;
+            t->pos = 4;
+            t->cur = 0;
+            t->next = 0;
+            return true;
+        }
         return strchr("\"\\/bfnrt", (int)c) && c ? (t->phase = S_CHARS, true) : false;
     case S_LOW_ESCAPE:
         return c == '\\' ? (t->phase = S_LOW_U, true) : false;
@@ -795,10 +800,15 @@ static bool step_string(struct machine *m, struct frame *t, unsigned c)
     case S_HEX:
         return step_hex(t, c);
     default:
-        if (c == '"')
-            return pop(m), true;
-        if (c == '\\')
-            return t->phase = S_ESCAPE, t->close = 0, true;
+        if (c == '"') {
+            pop(m);
+            return true;
+        }
+        if (c == '\\') {
+            t->phase = S_ESCAPE;
+            t->close = 0;
+            return true;
+        }
         if (m->f->call) {       /* "</tool_call>" only as "<\/tool_call>" */
             t->close = c == (unsigned char)call_close[t->close] ? t->close + 1 : c == '<';
             if (!call_close[t->close])
@@ -818,8 +828,10 @@ static bool step_object(struct machine *m, struct frame *t, unsigned c)
     switch (t->phase) {
     case O_OPEN:
     case O_KEY:
-        if (c == '}' && t->phase == O_OPEN && (!schema || may_close(nd, t->next)))
-            return pop(m), true;
+        if (c == '}' && t->phase == O_OPEN && (!schema || may_close(nd, t->next))) {
+            pop(m);
+            return true;
+        }
         if (c != '"' || (schema && !keys_open(nd, t->next)))
             return false;
         t->phase = O_COLON;
@@ -837,8 +849,10 @@ static bool step_object(struct machine *m, struct frame *t, unsigned c)
         t->phase = O_AFTER;
         return push(m, (struct frame){.kind = F_VALUE, .node = schema ? nd->child[t->cur] : ANY_NODE});
     case O_AFTER:
-        if (c == '}' && (!schema || may_close(nd, t->next)))
-            return pop(m), true;
+        if (c == '}' && (!schema || may_close(nd, t->next))) {
+            pop(m);
+            return true;
+        }
         if (c != ',' || (schema && !keys_open(nd, t->next)))
             return false;
         t->phase = O_KEY;
@@ -852,10 +866,16 @@ static bool step_array(struct machine *m, struct frame *t, unsigned c)
     if (space(t, c))
         return true;
     t->ws = 0;
-    if (t->phase != A_ITEM && c == ']')
-        return pop(m), true;
-    if (t->phase == A_AFTER)
-        return c == ',' ? (t->phase = A_ITEM, true) : false;
+    if (t->phase != A_ITEM && c == ']') {
+        pop(m);
+        return true;
+    }
+    if (t->phase == A_AFTER) {
+        if (c != ',')
+            return false;
+        t->phase = A_ITEM;
+        return true;
+    }
     t->phase = A_AFTER;
     struct frame value = {.kind = F_VALUE, .node = m->f->nodes[t->node].item};
     return push(m, value) && step(m, c);

@@ -574,8 +574,10 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
 {
     *out = NULL;
     struct serve_http *h = calloc(1, sizeof *h);
-    if (!h)
-        return snprintf(msg, msg_len, "out of memory"), -1;
+    if (!h) {
+        snprintf(msg, msg_len, "out of memory");
+        return -1;
+    }
     h->cfg = *cfg;
     h->vocab = qpack_model_get_info(cfg->model)->vocab;
     h->ctx = qpack_model_get_info(cfg->model)->ctx;

@@ -352,10 +352,14 @@ static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab
     const char *k = f->string;
     qpack_sampler_params *sp = &r->sampling;
     double x;
-    if (!strcmp(k, "temperature"))
-        return r->given |= SERVE_GIVEN_TEMPERATURE, want_number(f, k, 0, 2, &sp->temperature, e);
-    if (!strcmp(k, "top_p"))
-        return r->given |= SERVE_GIVEN_TOP_P, want_number(f, k, 0, 1, &sp->top_p, e);
+    if (!strcmp(k, "temperature")) {
+        r->given |= SERVE_GIVEN_TEMPERATURE;
+        return want_number(f, k, 0, 2, &sp->temperature, e);
+    }
+    if (!strcmp(k, "top_p")) {
+        r->given |= SERVE_GIVEN_TOP_P;
+        return want_number(f, k, 0, 1, &sp->top_p, e);
+    }
     if (!strcmp(k, "top_k")) {
         r->given |= SERVE_GIVEN_TOP_K;
         if (want_integer(f, k, -1, INT32_MAX, &x, e))
@@ -363,8 +367,10 @@ static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab
         sp->top_k = x > 0 ? (uint32_t)x : 0;
         return 0;
     }
-    if (!strcmp(k, "min_p"))
-        return r->given |= SERVE_GIVEN_MIN_P, want_number(f, k, 0, 1, &sp->min_p, e);
+    if (!strcmp(k, "min_p")) {
+        r->given |= SERVE_GIVEN_MIN_P;
+        return want_number(f, k, 0, 1, &sp->min_p, e);
+    }
     if (!strcmp(k, "repeat_penalty") || !strcmp(k, "repetition_penalty")) {
         r->given |= SERVE_GIVEN_REPEAT_PENALTY;
         if (want_number(f, k, 0, 100, &x, e))
@@ -401,12 +407,16 @@ static int read_tool_choice(const cJSON *f, struct serve_request *r, struct serv
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "function"),
                 *name = cJSON_GetObjectItemCaseSensitive(fn, "name"),
                 *type = cJSON_GetObjectItemCaseSensitive(f, "type");
-    if (cJSON_IsString(f) && !strcmp(f->valuestring, "none"))
-        return r->no_tools = true, 0;
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "none")) {
+        r->no_tools = true;
+        return 0;
+    }
     if (cJSON_IsString(f) && !strcmp(f->valuestring, "auto"))
         return 0;
-    if (cJSON_IsString(f) && !strcmp(f->valuestring, "required"))
-        return r->tool_required = true, 0;
+    if (cJSON_IsString(f) && !strcmp(f->valuestring, "required")) {
+        r->tool_required = true;
+        return 0;
+    }
     if (cJSON_IsObject(f) && cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name)) {
         free(r->tool_name);
         if (!(r->tool_name = strdup(name->valuestring)))
@@ -489,8 +499,10 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
     if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
         return neutral(f, cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")),
                        "a forced tool call", e);
-    if (!strcmp(k, "response_format"))
-        return serve_format_unref(r->format), serve_format_read(f, &r->format, e);
+    if (!strcmp(k, "response_format")) {
+        serve_format_unref(r->format);
+        return serve_format_read(f, &r->format, e);
+    }
     return 0;
 }
 
@@ -896,8 +908,10 @@ static bool add_choice(cJSON *choices, const struct serve_reply_meta *meta, unsi
             (text && !cJSON_AddItemToObject(m, "content", text)))
             return false;
         if (t && t->reasoning && t->reasoning_len &&
-            (!(r = serve_json_text(t->reasoning, t->reasoning_len)) || !cJSON_AddItemToObject(m, "reasoning_content", r)))
-            return cJSON_Delete(r), false;
+            (!(r = serve_json_text(t->reasoning, t->reasoning_len)) || !cJSON_AddItemToObject(m, "reasoning_content", r))) {
+            cJSON_Delete(r);
+            return false;
+        }
         bool whole = !strcmp(holder, "message");
         if (t && t->n_calls && ((whole && !text && !cJSON_AddNullToObject(m, "content")) ||
                                 !add_tool_calls(m, t, !whole)))

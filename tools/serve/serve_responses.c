@@ -252,8 +252,10 @@ static int items_to_messages(const cJSON *items, const char *instructions, cJSON
 {
     cJSON *m = NULL;
     if (instructions && (!(m = cJSON_CreateObject()) || !add_str(m, "role", "system") ||
-                         !add_str(m, "content", instructions) || !append(msgs, m)))
-        return cJSON_Delete(m), BAD(e, "input", "out of memory");
+                         !add_str(m, "content", instructions) || !append(msgs, m))) {
+        cJSON_Delete(m);
+        return BAD(e, "input", "out of memory");
+    }
     cJSON *last = NULL;         /* the assistant message calls join */
     for (const cJSON *it = items->child; it; it = it->next) {
         const char *t = field(it, "type")->valuestring;
