@@ -125,7 +125,7 @@ int st_name_valid(const char *name, size_t len)
     return len > 0 && utf8_valid(name, len);
 }
 
-const char *show(const char *name, char out[ST_NAME_SHOWN])
+const char *st_show(const char *name, char out[ST_NAME_SHOWN])
 {
     size_t n = 0;
     for (; name[n] && n < ST_NAME_SHOWN - 4; n++)
@@ -137,7 +137,7 @@ const char *show(const char *name, char out[ST_NAME_SHOWN])
 }
 
 /* What a JSON value is, for messages: its number, or its kind. */
-const char *describe(const cJSON *v, char out[48])
+const char *st_describe(const cJSON *v, char out[48])
 {
     if (cJSON_IsNumber(v))
         snprintf(out, 48, "%.17g", v->valuedouble);
@@ -159,7 +159,7 @@ static int json_count(const cJSON *v, uint64_t *out)
     return 1;
 }
 
-char *join_path(const char *dir, const char *name)
+char *st_join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
     char *p = malloc(a + b + 2);
@@ -171,7 +171,7 @@ char *join_path(const char *dir, const char *name)
     return p;
 }
 
-char *dup_str(const char *s)
+char *st_dup_str(const char *s)
 {
     size_t n = strlen(s) + 1;
     char *p = malloc(n);
@@ -202,7 +202,7 @@ static int cmp_tensor_name(const void *a, const void *b)
 }
 
 /* By name, then file: duplicates across shards are reported in file order. */
-int cmp_tensor_name_file(const void *a, const void *b)
+int st_cmp_tensor_name_file(const void *a, const void *b)
 {
     const struct st_tensor *x = a, *y = b;
     int c = strcmp(x->name, y->name);
@@ -275,7 +275,7 @@ static int check_metadata(const cJSON *meta, const char *file, qp_err *err)
     for (const cJSON *kv = meta->child; kv; kv = kv->next)
         if (!cJSON_IsString(kv))
             return qp_fail(err, "%s: __metadata__ value \"%s\" is not a string", file,
-                           show(kv->string, nb));
+                           st_show(kv->string, nb));
     return 0;
 }
 
@@ -287,7 +287,7 @@ static int parse_shape(const cJSON *shape, const char *file, const char *tname,
         return qp_fail(err, "%s: tensor \"%s\" has no shape", file, tname);
     if (!cJSON_IsArray(shape))
         return qp_fail(err, "%s: tensor \"%s\": shape is %s, not an array", file, tname,
-                       describe(shape, vb));
+                       st_describe(shape, vb));
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > ST_MAX_DIMS)
         return qp_fail(err, "%s: tensor \"%s\": shape has %d dimensions, more than %d",
@@ -298,7 +298,7 @@ static int parse_shape(const cJSON *shape, const char *file, const char *tname,
     for (const cJSON *d = shape->child; d; d = d->next, i++) {
         if (!json_count(d, &t->shape[i]))
             return qp_fail(err, "%s: tensor \"%s\": shape[%d] is %s, not a whole number "
-                           "in [0, 2^53]", file, tname, i, describe(d, vb));
+                           "in [0, 2^53]", file, tname, i, st_describe(d, vb));
         if (__builtin_mul_overflow(t->numel, t->shape[i], &t->numel))
             return qp_fail(err, "%s: tensor \"%s\": shape has too many elements "
                            "(the product overflows 64 bits)", file, tname);
@@ -321,10 +321,10 @@ static int parse_offsets(const cJSON *offs, const char *file, const char *tname,
     const cJSON *b = offs->child, *e = b->next;
     if (!json_count(b, &sp->begin))
         return qp_fail(err, "%s: tensor \"%s\": data_offsets begin is %s, not a whole number "
-                       "in [0, 2^53]", file, tname, describe(b, vb));
+                       "in [0, 2^53]", file, tname, st_describe(b, vb));
     if (!json_count(e, &sp->end))
         return qp_fail(err, "%s: tensor \"%s\": data_offsets end is %s, not a whole number "
-                       "in [0, 2^53]", file, tname, describe(e, vb));
+                       "in [0, 2^53]", file, tname, st_describe(e, vb));
     if (sp->begin > sp->end)
         return qp_fail(err, "%s: tensor \"%s\": data_offsets begin %llu is after end %llu",
                        file, tname, (unsigned long long)sp->begin, (unsigned long long)sp->end);
@@ -343,7 +343,7 @@ static int parse_tensor(const cJSON *entry, const char *file, uint64_t data_len,
     const char *key = entry->string;
     if (!st_name_valid(key, strlen(key)))
         return qp_fail(err, "%s: a tensor name is empty or not valid UTF-8", file);
-    const char *tname = show(key, nb);
+    const char *tname = st_show(key, nb);
     if (!cJSON_IsObject(entry))
         return qp_fail(err, "%s: tensor \"%s\": entry is not an object", file, tname);
 
@@ -354,7 +354,7 @@ static int parse_tensor(const cJSON *entry, const char *file, uint64_t data_len,
         return qp_fail(err, "%s: tensor \"%s\": dtype is not a string", file, tname);
     if (!dtype_from_name(dtype->valuestring, &t->dtype))
         return qp_fail(err, "%s: tensor \"%s\" has unsupported dtype %s (BF16, F16 and F32 "
-                       "are read)", file, tname, show(dtype->valuestring, vb));
+                       "are read)", file, tname, st_show(dtype->valuestring, vb));
 
     if (parse_shape(cJSON_GetObjectItemCaseSensitive(entry, "shape"), file, tname, t, err) ||
         parse_offsets(cJSON_GetObjectItemCaseSensitive(entry, "data_offsets"), file, tname,
@@ -365,7 +365,7 @@ static int parse_tensor(const cJSON *entry, const char *file, uint64_t data_len,
                        "data_offsets span %llu", file, tname, (unsigned long long)t->numel,
                        st_dtype_name(t->dtype), (unsigned long long)t->nbytes,
                        (unsigned long long)(sp->end - sp->begin));
-    t->name = dup_str(key);
+    t->name = st_dup_str(key);
     if (!t->name)
         return qp_fail(err, "%s: out of memory", file);
     sp->name = t->name;
@@ -383,14 +383,14 @@ static int check_layout(struct span *sp, uint32_t n, uint64_t data_len, const ch
     for (uint32_t i = 0; i < n; i++) {
         if (sp[i].begin < at)
             return qp_fail(err, "%s: tensors \"%s\" (bytes %llu..%llu) and \"%s\" (bytes "
-                           "%llu..%llu) overlap", file, show(prev->name, a),
+                           "%llu..%llu) overlap", file, st_show(prev->name, a),
                            (unsigned long long)prev->begin, (unsigned long long)prev->end,
-                           show(sp[i].name, b), (unsigned long long)sp[i].begin,
+                           st_show(sp[i].name, b), (unsigned long long)sp[i].begin,
                            (unsigned long long)sp[i].end);
         if (sp[i].begin > at)
             return qp_fail(err, "%s: gap of %llu unused bytes before tensor \"%s\" (data "
                            "bytes %llu..%llu); tensors must be contiguous", file,
-                           (unsigned long long)(sp[i].begin - at), show(sp[i].name, a),
+                           (unsigned long long)(sp[i].begin - at), st_show(sp[i].name, a),
                            (unsigned long long)at, (unsigned long long)sp[i].begin);
         at = sp[i].end;
         prev = &sp[i];
@@ -409,7 +409,7 @@ static int check_unique(const struct st_tensor *t, uint32_t n, const char *file,
     for (uint32_t i = 1; i < n; i++)
         if (strcmp(t[i - 1].name, t[i].name) == 0)
             return qp_fail(err, "%s: tensor \"%s\" appears twice in the header", file,
-                           show(t[i].name, nb));
+                           st_show(t[i].name, nb));
     return 0;
 }
 
@@ -495,7 +495,7 @@ void st_free_tensors(struct st_tensor *tensors, uint32_t n)
 /* --------------------------------------------------------------- one file */
 
 /* Maps f->path whole, read-only; the file must be a regular file. */
-int map_file(struct st_file *f, qp_err *err)
+int st_mmap_path(struct st_file *f, qp_err *err)
 {
     struct stat st;
     int fd = fs_open_input(f->path, &st, err);
@@ -518,8 +518,8 @@ int map_file(struct st_file *f, qp_err *err)
 
 static int init_file(struct st_file *f, const char *path, const char *name, qp_err *err)
 {
-    f->path = dup_str(path);
-    f->name = dup_str(name);
+    f->path = st_dup_str(path);
+    f->name = st_dup_str(name);
     if (!f->path || !f->name)
         return qp_fail(err, "%s: out of memory", path);
     return 0;
@@ -527,7 +527,7 @@ static int init_file(struct st_file *f, const char *path, const char *name, qp_e
 
 int st_file_map(struct st_file *f, const char *path, const char *name, qp_err *err)
 {
-    return init_file(f, path, name, err) || map_file(f, err) ? -1 : 0;
+    return init_file(f, path, name, err) || st_mmap_path(f, err) ? -1 : 0;
 }
 
 int st_open_file(struct st_model *m, const char *path, qp_err *err)
@@ -539,7 +539,7 @@ int st_open_file(struct st_model *m, const char *path, qp_err *err)
         return qp_fail(err, "%s: out of memory", path);
     m->n_files = 1;
     struct st_file *f = &m->files[0];
-    if (init_file(f, path, slash ? slash + 1 : path, err) || map_file(f, err) ||
+    if (init_file(f, path, slash ? slash + 1 : path, err) || st_mmap_path(f, err) ||
         st_parse_buffer(f->map, f->size, f->path, 0, &m->tensors, &m->n_tensors, err)) {
         st_close(m);
         return -1;

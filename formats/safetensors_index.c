@@ -104,17 +104,17 @@ static int index_load(struct index *ix, const char *path, uint64_t *size, qp_err
     if (!wm)
         return qp_fail(err, "%s: has no \"weight_map\"", path);
     if (!cJSON_IsObject(wm))
-        return qp_fail(err, "%s: \"weight_map\" is %s, not an object", path, describe(wm, vb));
+        return qp_fail(err, "%s: \"weight_map\" is %s, not an object", path, st_describe(wm, vb));
     uint32_t n = 0;
     for (const cJSON *kv = wm->child; kv; kv = kv->next, n++) {
         if (!st_name_valid(kv->string, strlen(kv->string)))
             return qp_fail(err, "%s: weight_map has an empty or invalid tensor name", path);
         if (!cJSON_IsString(kv))
             return qp_fail(err, "%s: weight_map[\"%s\"] is %s, not a shard file name", path,
-                           show(kv->string, nb), describe(kv, vb));
+                           st_show(kv->string, nb), st_describe(kv, vb));
         if (!shard_name_ok(kv->valuestring))
             return qp_fail(err, "%s: shard name \"%s\" is not a plain file name in the folder "
-                           "(no '/' or '..')", path, show(kv->valuestring, nb));
+                           "(no '/' or '..')", path, st_show(kv->valuestring, nb));
     }
     if (n == 0)
         return qp_fail(err, "%s: \"weight_map\" is empty", path);
@@ -129,7 +129,7 @@ static int index_load(struct index *ix, const char *path, uint64_t *size, qp_err
     for (uint32_t i = 1; i < n; i++)
         if (strcmp(ix->entries[i - 1].tensor, ix->entries[i].tensor) == 0)
             return qp_fail(err, "%s: weight_map lists tensor \"%s\" twice", path,
-                           show(ix->entries[i].tensor, nb));
+                           st_show(ix->entries[i].tensor, nb));
     return json_refuse_duplicate_keys(ix->root, path, err);
 }
 
@@ -149,18 +149,18 @@ static int open_shards(struct st_model *m, const struct index *ix, const char *d
     for (uint32_t i = 0; i < ix->n_shards && rc == 0; i++) {
         struct st_file *f = &m->files[i];
         struct stat st;
-        f->path = join_path(dir, ix->shards[i]);
-        f->name = dup_str(ix->shards[i]);
+        f->path = st_join_path(dir, ix->shards[i]);
+        f->name = st_dup_str(ix->shards[i]);
         if (!f->path || !f->name)
             rc = qp_fail(err, "%s: out of memory", dir);
         else if (stat(f->path, &st) != 0)
             rc = qp_fail(err, "%s: shard \"%s\" named by the index does not exist (%s)",
-                         m->index_path, show(f->name, nb), strerror(errno));
+                         m->index_path, st_show(f->name, nb), strerror(errno));
         else if (!S_ISREG(st.st_mode))
             rc = qp_fail(err, "%s: shard \"%s\" named by the index is not a regular file",
-                         m->index_path, show(f->name, nb));
+                         m->index_path, st_show(f->name, nb));
         else
-            rc = map_file(f, err) ||
+            rc = st_mmap_path(f, err) ||
                  st_parse_buffer(f->map, f->size, f->path, i, &per[i], &count[i], err);
         total += count[i];
     }
@@ -190,7 +190,7 @@ static int check_against_index(const struct st_model *m, const struct index *ix,
     for (uint32_t i = 1; i < m->n_tensors; i++)
         if (strcmp(t[i - 1].name, t[i].name) == 0)
             return qp_fail(err, "%s: tensor \"%s\" is in two shards, %s and %s",
-                           m->index_path, show(t[i].name, nb), m->files[t[i - 1].file_index].name,
+                           m->index_path, st_show(t[i].name, nb), m->files[t[i - 1].file_index].name,
                            m->files[t[i].file_index].name);
     uint32_t i = 0, j = 0;
     while (i < m->n_tensors || j < ix->n_entries) {
@@ -198,14 +198,14 @@ static int check_against_index(const struct st_model *m, const struct index *ix,
               : strcmp(t[i].name, ix->entries[j].tensor);
         if (c < 0)
             return qp_fail(err, "%s: tensor \"%s\" of shard %s is not listed in the index",
-                           m->index_path, show(t[i].name, nb), m->files[t[i].file_index].name);
+                           m->index_path, st_show(t[i].name, nb), m->files[t[i].file_index].name);
         const char *listed = m->files[ix->entries[j].shard].name;
         if (c > 0)
             return qp_fail(err, "%s: the index puts tensor \"%s\" in shard %s, which does not "
-                           "contain it", m->index_path, show(ix->entries[j].tensor, nb), listed);
+                           "contain it", m->index_path, st_show(ix->entries[j].tensor, nb), listed);
         if (t[i].file_index != ix->entries[j].shard)
             return qp_fail(err, "%s: the index puts tensor \"%s\" in shard %s, but it is in %s",
-                           m->index_path, show(t[i].name, nb), listed,
+                           m->index_path, st_show(t[i].name, nb), listed,
                            m->files[t[i].file_index].name);
         i++, j++;
     }
@@ -219,7 +219,7 @@ static int open_sharded(struct st_model *m, const char *dir, qp_err *err)
     if (rc == 0)
         rc = open_shards(m, &ix, dir, err);
     if (rc == 0) {
-        qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), cmp_tensor_name_file);
+        qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), st_cmp_tensor_name_file);
         rc = check_against_index(m, &ix, err);
     }
     index_free(&ix);
@@ -230,7 +230,7 @@ int st_open_dir(struct st_model *m, const char *dir, qp_err *err)
 {
     struct stat st;
     memset(m, 0, sizeof(*m));
-    char *index = join_path(dir, ST_INDEX_NAME);
+    char *index = st_join_path(dir, ST_INDEX_NAME);
     if (!index)
         return qp_fail(err, "%s: out of memory", dir);
     if (stat(index, &st) == 0) {
@@ -242,7 +242,7 @@ int st_open_dir(struct st_model *m, const char *dir, qp_err *err)
         return 0;
     }
     free(index);
-    char *single = join_path(dir, ST_SINGLE_NAME);
+    char *single = st_join_path(dir, ST_SINGLE_NAME);
     if (!single)
         return qp_fail(err, "%s: out of memory", dir);
     if (stat(single, &st) != 0) {

@@ -17,11 +17,11 @@
  * characters replaced, so that every message stays one short line. */
 #define ST_NAME_SHOWN 96
 
-const char *show(const char *name, char out[ST_NAME_SHOWN]);
-const char *describe(const cJSON *v, char out[48]);
-char *join_path(const char *dir, const char *name);
-char *dup_str(const char *s);
-int cmp_tensor_name_file(const void *a, const void *b);
-int map_file(struct st_file *f, qp_err *err);
+const char *st_show(const char *name, char out[ST_NAME_SHOWN]);
+const char *st_describe(const cJSON *v, char out[48]);
+char *st_join_path(const char *dir, const char *name);
+char *st_dup_str(const char *s);
+int st_cmp_tensor_name_file(const void *a, const void *b);
+int st_mmap_path(struct st_file *f, qp_err *err);
 
 #endif

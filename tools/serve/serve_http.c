@@ -59,7 +59,7 @@ static enum MHD_Result send_body(struct MHD_Connection *c, struct request *r, in
     return ok;
 }
 
-enum MHD_Result send_json(struct MHD_Connection *c, struct request *r, int status, char *body)
+enum MHD_Result http_send_json(struct MHD_Connection *c, struct request *r, int status, char *body)
 {
     return send_body(c, r, status, body, "application/json", NULL, NULL);
 }
@@ -75,7 +75,7 @@ static char *error_json(const struct request *r, const struct serve_error *e)
     return is_anthropic(r->ep) ? serve_anthropic_error_json(e) : serve_error_json(e);
 }
 
-enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e)
+enum MHD_Result http_send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e)
 {
     const char *header = NULL, *value = NULL;
     if (e->http == 401)
@@ -85,8 +85,8 @@ enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const st
     return send_body(c, r, e->http, error_json(r, e), "application/json", header, value);
 }
 
-enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
-                     const char *param, const char *fmt, ...)
+enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
+                          const char *param, const char *fmt, ...)
 {
     struct serve_error e;
     serve_error_set(&e, http, type, code, param, "%s", "");
@@ -94,7 +94,7 @@ enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, cons
     va_start(ap, fmt);
     vsnprintf(e.message, sizeof e.message, fmt, ap);
     va_end(ap);
-    return send_error(c, r, &e);
+    return http_send_error(c, r, &e);
 }
 
 /* ---- routes and checks before the body ----------------------------------- */
@@ -198,7 +198,8 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
                                   const char *url, const char *method)
 {
     if (r->ep == SERVE_EP_OTHER)
-        return fail(c, r, 404, "invalid_request_error", "not_found", NULL, "No route for %.16s %.200s", method, url);
+        return http_fail(c, r, 404, "invalid_request_error", "not_found", NULL, "No route for %.16s %.200s", method,
+                         url);
     const char *want = is_post(r->ep) ? "POST" : "GET";
     if (strcmp(method, want) && !(strcmp(want, "GET") == 0 && strcmp(method, "HEAD") == 0)) {
         struct serve_error e;
@@ -207,8 +208,8 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
         return send_body(c, r, 405, error_json(r, &e), "application/json", "Allow", want);
     }
     if (!authorized(h, c, r->ep))
-        return fail(c, r, 401, "invalid_request_error", "invalid_api_key", NULL,
-                    "Missing or incorrect API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)");
+        return http_fail(c, r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                         "Missing or incorrect API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)");
     if (!is_post(r->ep))
         return MHD_YES;
     /* a body two parsers could delimit differently (request smuggling, RFC
@@ -222,12 +223,12 @@ static enum MHD_Result check_head(struct serve_http *h, struct MHD_Connection *c
         return send_body(c, r, 400, error_json(r, &e), "application/json", "Connection", "close");
     }
     if (!same_origin(c))
-        return fail(c, r, 403, "invalid_request_error", "cross_origin", NULL,
-                    "A request from another site's page (its Origin header names another host) is refused");
+        return http_fail(c, r, 403, "invalid_request_error", "cross_origin", NULL,
+                         "A request from another site's page (its Origin header names another host) is refused");
     const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (length && strtoull(length, NULL, 10) > SERVE_MAX_BODY)
-        return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL,
-                    "The body has %.24s bytes: at most %u", length, SERVE_MAX_BODY);
+        return http_fail(c, r, 413, "invalid_request_error", "request_too_large", NULL,
+                         "The body has %.24s bytes: at most %u", length, SERVE_MAX_BODY);
     return MHD_YES;
 }
 
@@ -267,22 +268,23 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
 {
     switch (r->ep) {
     case SERVE_EP_HEALTH:
-        return send_json(c, r, 200, strdup("{\"status\":\"ok\"}"));
+        return http_send_json(c, r, 200, strdup("{\"status\":\"ok\"}"));
     case SERVE_EP_MODELS:
-        return send_json(c, r, 200, serve_models_json(h->cfg.model_id, h->started, r->one_model, h->ctx,
-                                                      qpack_model_get_info(h->cfg.model)->max_positions, h->vocab));
+        return http_send_json(c, r, 200,
+                              serve_models_json(h->cfg.model_id, h->started, r->one_model, h->ctx,
+                                                qpack_model_get_info(h->cfg.model)->max_positions, h->vocab));
     case SERVE_EP_PROPS: {
         const qpack_model_info *i = qpack_model_get_info(h->cfg.model);
         struct serve_props p = {.model_id = h->cfg.model_id, .model_path = i->path, .format = i->format,
                                 .backend = i->backend, .ctx = h->ctx, .ctx_train = i->max_positions,
                                 .vocab = h->vocab, .parallel = serve_metrics.parallel,
                                 .sampling = h->has_sampling ? &h->sampling[0] : NULL};
-        return send_json(c, r, 200, serve_props_json(&p));
+        return http_send_json(c, r, 200, serve_props_json(&p));
     }
     case SERVE_EP_SLOTS: {
         struct serve_slot_info slots[64];
         unsigned n = serve_sched_slots(h->cfg.sched, slots, 64);
-        return send_json(c, r, 200, serve_slots_json(slots, n, h->ctx));
+        return http_send_json(c, r, 200, serve_slots_json(slots, n, h->ctx));
     }
     case SERVE_EP_METRICS:
         return send_body(c, r, 200, serve_metrics_text(h->cfg.model), "text/plain; version=0.0.4; charset=utf-8",
@@ -306,13 +308,13 @@ static enum MHD_Result serve_tokens(struct serve_http *h, struct MHD_Connection 
 {
     const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
     if (!tok)
-        return fail(c, r, 400, "invalid_request_error", NULL, NULL, "the model carries no tokenizer");
+        return http_fail(c, r, 400, "invalid_request_error", NULL, NULL, "the model carries no tokenizer");
     struct serve_error e;
     char *out;
     const char *body = r->body ? r->body : "";
     int rc = r->ep == SERVE_EP_TOKENIZE ? serve_tokenize_reply(tok, body, r->len, &out, &e)
                                         : serve_detokenize_reply(tok, h->vocab, body, r->len, &out, &e);
-    return rc ? send_error(c, r, &e) : send_json(c, r, 200, out);
+    return rc ? http_send_error(c, r, &e) : http_send_json(c, r, 200, out);
 }
 
 /* ---- generation ---------------------------------------------------------- */
@@ -335,8 +337,8 @@ static int given_ids(const struct serve_http *h, const struct serve_request *q, 
 
 /* the prompt's ids: the messages through Qwen3's chat template, or the
  * text, tokenized; or the ids given */
-int prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
-               struct serve_error *e)
+int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+                    struct serve_error *e)
 {
     *ids = NULL;
     *n = 0;
@@ -370,7 +372,7 @@ int prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_
 static enum MHD_Result reply_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
     bool done;
-    enum MHD_Result waiting = await_jobs(h, c, r, &done);
+    enum MHD_Result waiting = reply_await_jobs(h, c, r, &done);
     if (!done)
         return waiting;
     struct choice *ch = &r->ch[0];
@@ -379,27 +381,27 @@ static enum MHD_Result reply_embeddings(struct serve_http *h, struct MHD_Connect
     qpack_error err = {0};
     if (!serve_job_result(ch->job, &usage, &err) || !emb) {
         struct serve_error e;
-        job_failure(&err, &e);
-        return send_error(c, r, &e);
+        reply_job_failure(&err, &e);
+        return http_send_error(c, r, &e);
     }
     uint32_t dim = qpack_model_get_info(h->cfg.model)->hidden;
     r->usage.prompt_tokens = r->embed.n_inputs ? r->embed.ends[r->embed.n_inputs - 1] : 0;
     char *json = serve_embeddings_json(emb, r->embed.n_inputs, dim, &r->embed, h->cfg.model_id, r->usage.prompt_tokens);
-    return json ? send_json(c, r, 200, json) : fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+    return json ? http_send_json(c, r, 200, json) : http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
     const qpack_model_info *info = qpack_model_get_info(h->cfg.model);
     if (info->pooling == QPACK_POOLING_NONE)
-        return fail(c, r, 400, "invalid_request_error", "model_not_embedding", NULL,
-                    "The model '%s' is not an embedding model (its container has no pooling section: pack an "
-                    "embedding checkpoint such as Qwen3-Embedding)", h->cfg.model_id);
+        return http_fail(c, r, 400, "invalid_request_error", "model_not_embedding", NULL,
+                         "The model '%s' is not an embedding model (its container has no pooling section: pack an "
+                         "embedding checkpoint such as Qwen3-Embedding)", h->cfg.model_id);
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
     struct serve_error e;
     if (serve_parse_embeddings(r->body ? r->body : "", r->len, &model, qpack_model_tokenizer(h->cfg.model),
                                h->end_of_text, h->ctx, info->hidden, &r->embed, &e))
-        return send_error(c, r, &e);
+        return http_send_error(c, r, &e);
     uint32_t total = r->embed.ends[r->embed.n_inputs - 1];
     qpack_sampler_params sp = qpack_sampler_default_params();
     struct serve_job *j = serve_job_new(r->embed.ids, total, 0, &sp, NULL);
@@ -407,16 +409,16 @@ static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connect
         r->embed.ids = NULL;    /* the job's now */
     if (!j || serve_job_want_embeddings(j, r->embed.ends, r->embed.n_inputs, info->hidden)) {
         serve_job_unref(j);
-        return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+        return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
     }
     serve_job_watch(j, serve_conns_wake, h->conns);
     r->ch[0].job = j;
     r->n_ch = 1;
     if (serve_sched_submit(h->cfg.sched, &j, 1)) {
         atomic_fetch_add(&serve_metrics.rejected, 1);
-        return fail(c, r, 503, "server_error", "server_busy", NULL,
-                    "The server is busy: %u requests are running and %u waiting; try again later",
-                    serve_metrics.parallel, serve_metrics.queue_max);
+        return http_fail(c, r, 503, "server_error", "server_busy", NULL,
+                         "The server is busy: %u requests are running and %u waiting; try again later",
+                         serve_metrics.parallel, serve_metrics.queue_max);
     }
     return reply_embeddings(h, c, r);
 }
@@ -428,15 +430,15 @@ static enum MHD_Result serve_count_tokens(struct serve_http *h, struct MHD_Conne
     struct serve_error e;
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
     if (serve_parse_messages(r->body ? r->body : "", r->len, true, &model, &q, &e))
-        return send_error(c, r, &e);
+        return http_send_error(c, r, &e);
     int32_t *ids;
     size_t n;
-    int rc = prompt_ids(h, &q, &ids, &n, &e);
+    int rc = http_prompt_ids(h, &q, &ids, &n, &e);
     serve_request_free(&q);
     if (rc)
-        return send_error(c, r, &e);
+        return http_send_error(c, r, &e);
     free(ids);
-    return send_json(c, r, 200, serve_count_tokens_json(n));
+    return http_send_json(c, r, 200, serve_count_tokens_json(n));
 }
 
 /* llama-server's POST /apply-template */
@@ -446,8 +448,8 @@ static enum MHD_Result serve_apply_template(struct serve_http *h, struct MHD_Con
     struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
     char *out;
     if (serve_apply_template_reply(&model, r->body ? r->body : "", r->len, &out, &e))
-        return send_error(c, r, &e);
-    return send_json(c, r, 200, out);
+        return http_send_error(c, r, &e);
+    return http_send_json(c, r, 200, out);
 }
 
 /* ---- libmicrohttpd's callbacks ------------------------------------------- */
@@ -483,8 +485,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->n_ch)                /* resumed */
         return r->ep == SERVE_EP_EMBEDDINGS ? reply_embeddings(h, c, r) : reply_whole(h, c, r);
     if (r->too_large)
-        return fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
-                    SERVE_MAX_BODY);
+        return http_fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
+                         SERVE_MAX_BODY);
     if (is_generation(r->ep))
         return serve_generate(h, c, r);
     if (r->ep == SERVE_EP_APPLY_TEMPLATE)

@@ -59,16 +59,16 @@ struct request {
 };
 
 /* serve_http.c */
-enum MHD_Result send_json(struct MHD_Connection *c, struct request *r, int status, char *body);
-enum MHD_Result send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e);
-enum MHD_Result fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
-                     const char *param, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-int prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
-               struct serve_error *e);
+enum MHD_Result http_send_json(struct MHD_Connection *c, struct request *r, int status, char *body);
+enum MHD_Result http_send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e);
+enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
+                          const char *param, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+                    struct serve_error *e);
 
 /* serve_reply.c */
-void job_failure(const qpack_error *err, struct serve_error *e);
-enum MHD_Result await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done);
+void reply_job_failure(const qpack_error *err, struct serve_error *e);
+enum MHD_Result reply_await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done);
 enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r);
 enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r);
 /* the stream no longer points at its request (which is freed) */

@@ -34,7 +34,7 @@ static int echo_text(const struct serve_http *h, const struct serve_request *q, 
 }
 
 /* a job that ended without a reply: the server stopping, or a failure */
-void job_failure(const qpack_error *err, struct serve_error *e)
+void reply_job_failure(const qpack_error *err, struct serve_error *e)
 {
     if (err->code == QPACK_ERR_INTERRUPTED)
         serve_error_set(e, 503, "server_error", "server_shutting_down", NULL, "The server is shutting down");
@@ -156,7 +156,7 @@ static void choice_out_free(struct choice_out *o)
  * Otherwise the answer to return now: MHD_NO when the client is gone (it
  * closes the connection; on_completed cancels the jobs) or out of memory,
  * MHD_YES with the connection parked until a job moves. */
-enum MHD_Result await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done)
+enum MHD_Result reply_await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done)
 {
     *done = false;
     if (serve_conn_gone(h->conns, r->conn)) {
@@ -181,7 +181,7 @@ enum MHD_Result await_jobs(struct serve_http *h, struct MHD_Connection *c, struc
 enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
     bool done;
-    enum MHD_Result waiting = await_jobs(h, c, r, &done);
+    enum MHD_Result waiting = reply_await_jobs(h, c, r, &done);
     if (!done)
         return waiting;
     struct choice_out out[SERVE_MAX_CHOICES];
@@ -206,18 +206,18 @@ enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, stru
     }
     enum MHD_Result sent;
     if (rc) {
-        sent = fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+        sent = http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
     } else if (failed >= 0) {
         struct serve_error e;
-        job_failure(&out[failed].err, &e);
-        sent = send_error(c, r, &e);
+        reply_job_failure(&out[failed].err, &e);
+        sent = http_send_error(c, r, &e);
     } else if (r->resp) {
-        sent = send_json(c, r, 200, serve_resp_json(r->resp, &t[0], finish[0], &r->usage));
+        sent = http_send_json(c, r, 200, serve_resp_json(r->resp, &t[0], finish[0], &r->usage));
     } else if (r->meta.anthropic) {
-        sent = send_json(c, r, 200, serve_message_json(&r->meta, &t[0], finish[0], serve_job_stop_string(r->ch[0].job),
-                                                       &r->usage));
+        sent = http_send_json(c, r, 200, serve_message_json(&r->meta, &t[0], finish[0],
+                                                            serve_job_stop_string(r->ch[0].job), &r->usage));
     } else {
-        sent = send_json(c, r, 200, serve_choices_json(&r->meta, t, finish, r->n_ch, &r->usage));
+        sent = http_send_json(c, r, 200, serve_choices_json(&r->meta, t, finish, r->n_ch, &r->usage));
     }
     for (unsigned k = 0; k < made; k++)
         choice_out_free(&out[k]);
@@ -381,7 +381,7 @@ static int finish_stream(struct stream *st)
     if (st->resp) {             /* the Responses stream ends with its last event */
         struct serve_error e;
         if (failed)
-            job_failure(&failed->err, &e);
+            reply_job_failure(&failed->err, &e);
         st->finished = true;
         return failed ? add_events(st, serve_resp_stream_failed(st->resp, &e)) : 0;
     }
@@ -389,12 +389,12 @@ static int finish_stream(struct stream *st)
         struct serve_error e;
         st->finished = true;
         if (failed)
-            job_failure(&failed->err, &e);
+            reply_job_failure(&failed->err, &e);
         return failed ? add_events(st, serve_message_error_event(&e)) : 0;
     }
     if (failed) {
         struct serve_error e;
-        job_failure(&failed->err, &e);
+        reply_job_failure(&failed->err, &e);
         rc = add_event(st, serve_error_json(&e));
     } else if (st->include_usage) {
         rc = add_event(st, serve_usage_chunk_json(&st->meta, &u));
@@ -612,19 +612,19 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
     if (r->ep == SERVE_EP_RESPONSES ? serve_parse_responses(body, r->len, &model, &q, &r->resp, &e)
         : anthropic                 ? serve_parse_messages(body, r->len, false, &model, &q, &e)
                                     : serve_parse_request(kind, body, r->len, &model, &q, &e))
-        return send_error(c, r, &e);
+        return http_send_error(c, r, &e);
     int32_t *ids;
     size_t n;
-    if (prompt_ids(h, &q, &ids, &n, &e)) {
+    if (http_prompt_ids(h, &q, &ids, &n, &e)) {
         serve_request_free(&q);
-        return send_error(c, r, &e);
+        return http_send_error(c, r, &e);
     }
     if (n > h->ctx) {
         free(ids);
         serve_request_free(&q);
-        return fail(c, r, 400, "invalid_request_error", "context_length_exceeded",
-                    r->resp ? "input" : kind == SERVE_CHAT ? "messages" : "prompt",
-                    "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
+        return http_fail(c, r, 400, "invalid_request_error", "context_length_exceeded",
+                         r->resp ? "input" : kind == SERVE_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
     }
     /* echo: each reply's text starts with the prompt's */
     unsigned n_ch = q.n_choices ? q.n_choices : 1;
@@ -634,7 +634,7 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
         if (k ? !ch->text : echo_text(h, &q, ids, n, &ch->text, &ch->text_len)) {
             free(ids);
             serve_request_free(&q);
-            return fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
+            return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
         }
         if (k)      /* the others' copies of the first's */
             memcpy(ch->text, r->ch[0].text, r->ch[0].text_len + 1), ch->text_len = r->ch[0].text_len;
@@ -645,10 +645,10 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
     int rc = new_jobs(h, r, &q, ids, n, n_ch);
     serve_request_free(&q);
     if (rc)
-        return rc < 0 ? fail(c, r, 500, "server_error", NULL, NULL, "out of memory")
-                      : fail(c, r, 503, "server_error", "server_busy", NULL,
-                             "The server is busy: %u requests are running and %u waiting; try again later",
-                             serve_metrics.parallel, serve_metrics.queue_max);
+        return rc < 0 ? http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory")
+                      : http_fail(c, r, 503, "server_error", "server_busy", NULL,
+                                  "The server is busy: %u requests are running and %u waiting; try again later",
+                                  serve_metrics.parallel, serve_metrics.queue_max);
     if (r->resp)
         snprintf(r->id, sizeof r->id, "%s", serve_resp_id(r->resp));
     else
