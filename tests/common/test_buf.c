@@ -1,0 +1,78 @@
+/* test_buf.c - common/buf.h's growing buffer: appends join in order and
+ * stay NUL-terminated as it grows; once an append fails (here one too
+ * large for memory) the flag sticks and later appends change nothing. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+
+START_TEST(appends_join_in_order_past_many_growths)
+{
+    struct qp_buf b = {0};
+    char want[1001];
+    for (int i = 0; i < 1000; i++) {
+        char c = (char)('a' + i % 26);
+        want[i] = c;
+        ck_assert_int_eq(qp_buf_add(&b, &c, 1), 0);
+    }
+    want[1000] = 0;
+    ck_assert_uint_eq(b.len, 1000);
+    ck_assert_uint_ge(b.cap, 1001);
+    ck_assert_str_eq(b.s, want);         /* NUL right after the last byte */
+    ck_assert(!b.oom);
+    qp_buf_free(&b);
+    ck_assert_ptr_null(b.s);
+    ck_assert_uint_eq(b.len, 0);
+}
+END_TEST
+
+START_TEST(an_empty_append_gives_an_empty_string)
+{
+    struct qp_buf b = {0};
+    ck_assert_int_eq(qp_buf_add(&b, "", 0), 0);
+    ck_assert_ptr_nonnull(b.s);
+    ck_assert_str_eq(b.s, "");
+    ck_assert_int_eq(qp_buf_adds(&b, "x, "), 0);
+    ck_assert_int_eq(qp_buf_adds(&b, "y"), 0);
+    ck_assert_str_eq(b.s, "x, y");
+    qp_buf_free(&b);
+}
+END_TEST
+
+START_TEST(a_failed_append_sticks_and_changes_nothing)
+{
+    struct qp_buf b = {0};
+    ck_assert_int_eq(qp_buf_adds(&b, "kept"), 0);
+    char *s = b.s;
+    ck_assert_int_eq(qp_buf_add(&b, "z", SIZE_MAX - 2), -1);     /* cannot be allocated */
+    ck_assert(b.oom);
+    ck_assert_int_eq(qp_buf_adds(&b, "lost"), -1);               /* sticky: nothing appended */
+    ck_assert_ptr_eq(b.s, s);
+    ck_assert_uint_eq(b.len, 4);
+    ck_assert_str_eq(b.s, "kept");
+    qp_buf_free(&b);
+    ck_assert(!b.oom);
+}
+END_TEST
+
+static Suite *buf_suite(void)
+{
+    Suite *s = suite_create("buf");
+    TCase *tc = tcase_create("append");
+    tcase_add_test(tc, appends_join_in_order_past_many_growths);
+    tcase_add_test(tc, an_empty_append_gives_an_empty_string);
+    tcase_add_test(tc, a_failed_append_sticks_and_changes_nothing);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(buf_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
