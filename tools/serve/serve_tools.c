@@ -16,64 +16,37 @@
 #include <sys/random.h>
 
 #include "serve.h"
+#include "buf.h"
 
 #define BAD(e, param, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__), -1)
 
-struct out {
-    char *s;
-    size_t len, cap;
-    bool failed;
-};
-
-static void put(struct out *o, const char *p, size_t n)
+static void string(struct qp_buf *o, const char *s)
 {
-    if (o->failed)
-        return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 128;
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        char *s = realloc(o->s, cap);
-        if (!s) {
-            o->failed = true;
-            return;
-        }
-        o->s = s, o->cap = cap;
-    }
-    memcpy(o->s + o->len, p, n);
-    o->len += n;
-    o->s[o->len] = 0;
-}
-
-static void puts_(struct out *o, const char *p) { put(o, p, strlen(p)); }
-
-static void string(struct out *o, const char *s)
-{
-    puts_(o, "\"");
+    qp_buf_adds(o, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         char esc[8];
         switch (c) {
-        case '"': puts_(o, "\\\""); break;
-        case '\\': puts_(o, "\\\\"); break;
-        case '\n': puts_(o, "\\n"); break;
-        case '\r': puts_(o, "\\r"); break;
-        case '\t': puts_(o, "\\t"); break;
-        case '\b': puts_(o, "\\b"); break;
-        case '\f': puts_(o, "\\f"); break;
+        case '"': qp_buf_adds(o, "\\\""); break;
+        case '\\': qp_buf_adds(o, "\\\\"); break;
+        case '\n': qp_buf_adds(o, "\\n"); break;
+        case '\r': qp_buf_adds(o, "\\r"); break;
+        case '\t': qp_buf_adds(o, "\\t"); break;
+        case '\b': qp_buf_adds(o, "\\b"); break;
+        case '\f': qp_buf_adds(o, "\\f"); break;
         default:
             if (c < 0x20) {
                 snprintf(esc, sizeof esc, "\\u%04x", c);
-                puts_(o, esc);
+                qp_buf_adds(o, esc);
             } else {
-                put(o, (const char *)&c, 1);
+                qp_buf_add(o, (const char *)&c, 1);
             }
         }
     }
-    puts_(o, "\"");
+    qp_buf_adds(o, "\"");
 }
 
-static void number(struct out *o, double x)
+static void number(struct qp_buf *o, double x)
 {
     char buf[40];
     if (isinf(x)) {
@@ -88,40 +61,40 @@ static void number(struct out *o, double x)
                 break;
         }
     }
-    puts_(o, buf);
+    qp_buf_adds(o, buf);
 }
 
-static void value(struct out *o, const cJSON *v)
+static void value(struct qp_buf *o, const cJSON *v)
 {
     if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
         bool object = cJSON_IsObject(v);
-        puts_(o, object ? "{" : "[");
+        qp_buf_adds(o, object ? "{" : "[");
         for (const cJSON *c = v->child; c; c = c->next) {
             if (c != v->child)
-                puts_(o, ", ");
+                qp_buf_adds(o, ", ");
             if (object) {
                 string(o, c->string);
-                puts_(o, ": ");
+                qp_buf_adds(o, ": ");
             }
             value(o, c);
         }
-        puts_(o, object ? "}" : "]");
+        qp_buf_adds(o, object ? "}" : "]");
     } else if (cJSON_IsString(v)) {
         string(o, v->valuestring);
     } else if (cJSON_IsNumber(v)) {
         number(o, v->valuedouble);
     } else if (cJSON_IsBool(v)) {
-        puts_(o, cJSON_IsTrue(v) ? "true" : "false");
+        qp_buf_adds(o, cJSON_IsTrue(v) ? "true" : "false");
     } else {
-        puts_(o, "null");
+        qp_buf_adds(o, "null");
     }
 }
 
 char *serve_python_json(const cJSON *v)
 {
-    struct out o = {0};
+    struct qp_buf o = {0};
     value(&o, v);
-    if (o.failed) {
+    if (o.oom) {
         free(o.s);
         return NULL;
     }
@@ -245,7 +218,7 @@ static bool read_call(const char *s, size_t n, struct serve_tool_call *call)
 int serve_take_tool_calls(const char *text, size_t len, struct serve_tool_calls *out)
 {
     *out = (struct serve_tool_calls){0};
-    struct out content = {0};
+    struct qp_buf content = {0};
     const char *at = text, *end = text + len;
     while (at < end) {
         const char *open = find_in(at, (size_t)(end - at), call_open);
@@ -257,7 +230,7 @@ int serve_take_tool_calls(const char *text, size_t len, struct serve_tool_calls 
             free(call.arguments);
             /* text up to the next block, or all that is left */
             const char *upto = close ? close + strlen(call_close) : end;
-            put(&content, at, (size_t)(upto - at));
+            qp_buf_add(&content, at, (size_t)(upto - at));
             at = upto;
             continue;
         }
@@ -265,16 +238,16 @@ int serve_take_tool_calls(const char *text, size_t len, struct serve_tool_calls 
         if (!v) {
             free(call.name);
             free(call.arguments);
-            content.failed = true;
+            content.oom = true;
             break;
         }
         out->v = v;
         out->v[out->n++] = call;
-        put(&content, at, (size_t)(open - at));
+        qp_buf_add(&content, at, (size_t)(open - at));
         at = close + strlen(call_close);
     }
-    put(&content, "", 0);
-    if (content.failed) {
+    qp_buf_add(&content, "", 0);
+    if (content.oom) {
         free(content.s);
         serve_tool_calls_clear(out);
         return -1;
@@ -311,10 +284,10 @@ int serve_tool_text_push(struct serve_tool_text *t, const char *text, size_t n, 
 {
     *emit = NULL;
     *emit_len = 0;
-    struct out o = {.s = t->buf, .len = t->len, .cap = t->cap};
-    put(&o, text, n);
+    struct qp_buf o = {.s = t->buf, .len = t->len, .cap = t->cap};
+    qp_buf_add(&o, text, n);
     t->buf = o.s, t->cap = o.cap;
-    if (o.failed)
+    if (o.oom)
         return -1;
     t->len = o.len;
     if (t->in_call)
