@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "serve_http.h"
+#include "buf.h"
 #include "think_text.h"
 
 #define STREAM_BLOCK 16384
@@ -42,37 +43,17 @@ void reply_job_failure(const qpack_error *err, struct serve_error *e)
         serve_error_set(e, 500, "server_error", qpack_status_name(err->code), NULL, "%s", err->message);
 }
 
-/* Appends p[0..n) to *buf, which holds *len of its *cap bytes, growing it
- * by doubling; -1 when out of memory (the buffer as it was). */
-static int buf_append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
-{
-    if (*len + n > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n)
-            c *= 2;
-        char *t = realloc(*buf, c);
-        if (!t)
-            return -1;
-        *buf = t;
-        *cap = c;
-    }
-    memcpy(*buf + *len, p, n);
-    *len += n;
-    return 0;
-}
-
 /* A chat reply's text as its reasoning and its answer (think_text.h), as
  * it streams: split_push adds text, split_take hands out what has come. */
 struct split_text {
     struct think_text think;
-    char *buf[2];               /* [THINK_REASONING], [THINK_ANSWER] */
-    size_t len[2], cap[2];
+    struct qp_buf buf[2];       /* [THINK_REASONING], [THINK_ANSWER] */
 };
 
 static int collect_part(void *arg, enum think_part part, const char *text, size_t n)
 {
     struct split_text *sp = arg;
-    return buf_append(&sp->buf[part], &sp->len[part], &sp->cap[part], text, n);
+    return qp_buf_add(&sp->buf[part], text, n);
 }
 
 static int split_push(struct split_text *sp, const char *text, size_t n, bool last)
@@ -86,17 +67,17 @@ static int split_push(struct split_text *sp, const char *text, size_t n, bool la
  * buffers are then emptied. */
 static struct serve_reply_text split_take(struct split_text *sp)
 {
-    struct serve_reply_text t = {.content = sp->len[THINK_ANSWER] ? sp->buf[THINK_ANSWER] : NULL,
-                                 .content_len = sp->len[THINK_ANSWER], .reasoning = sp->len[THINK_REASONING] ? sp->buf[THINK_REASONING] : NULL,
-                                 .reasoning_len = sp->len[THINK_REASONING]};
-    sp->len[THINK_ANSWER] = sp->len[THINK_REASONING] = 0;
+    const struct qp_buf *answer = &sp->buf[THINK_ANSWER], *reasoning = &sp->buf[THINK_REASONING];
+    struct serve_reply_text t = {.content = answer->len ? answer->s : NULL, .content_len = answer->len,
+                                 .reasoning = reasoning->len ? reasoning->s : NULL, .reasoning_len = reasoning->len};
+    sp->buf[THINK_ANSWER].len = sp->buf[THINK_REASONING].len = 0;
     return t;
 }
 
 static void split_free(struct split_text *sp)
 {
-    free(sp->buf[0]);
-    free(sp->buf[1]);
+    qp_buf_free(&sp->buf[0]);
+    qp_buf_free(&sp->buf[1]);
 }
 
 /* One whole reply as the response shows it: a chat's text split into
@@ -254,14 +235,14 @@ struct stream {
     struct stream_choice ch[SERVE_MAX_CHOICES];
     unsigned n_ch;
     struct serve_message_events anthropic;  /* meta.anthropic: the content blocks sent */
-    char *out;                  /* event bytes to send */
-    size_t out_len, out_off, out_cap;
+    struct qp_buf out;          /* event bytes to send */
+    size_t out_off;             /* of out.len, the bytes sent */
     struct serve_resp *resp;    /* /v1/responses: its events instead of chunks */
 };
 
 static int add_bytes(struct stream *st, const char *p, size_t n)
 {
-    return buf_append(&st->out, &st->out_len, &st->out_cap, p, n);
+    return qp_buf_add(&st->out, p, n);
 }
 
 /* "data: JSON\n\n"; takes json */
@@ -471,22 +452,22 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
 {
     (void)pos;
     struct stream *st = cls;
-    if (st->out_off == st->out_len) {
+    if (st->out_off == st->out.len) {
         if (st->finished)
             return MHD_CONTENT_READER_END_OF_STREAM;
-        st->out_off = st->out_len = 0;
+        st->out_off = st->out.len = 0;
         if (serve_conn_gone(st->h->conns, st->conn) || produce(st)) {
             cancel_stream(st);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (st->out_len == 0) {
+        if (st->out.len == 0) {
             MHD_suspend_connection(st->c);
             serve_conn_park(st->h->conns, st->conn, st->c, running_job(st));
             return 0;
         }
     }
-    size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
-    memcpy(buf, st->out + st->out_off, n);
+    size_t n = st->out.len - st->out_off < max ? st->out.len - st->out_off : max;
+    memcpy(buf, st->out.s + st->out_off, n);
     st->out_off += n;
     return (ssize_t)n;
 }
@@ -506,7 +487,7 @@ static void free_stream(void *cls)
         serve_tool_text_free(&sc->tools);
         free(sc->lps);
     }
-    free(st->out);
+    qp_buf_free(&st->out);
     serve_resp_free(st->resp);
     free(st);
 }
