@@ -90,7 +90,14 @@ printf '%-22s %8s %8s %8s\n' load p50 p99 worst
 cyclic idle
 if [ -n "${LLAMA_CPP_DIR:-}" ]; then
     gguf=$work/0.6b-q4_0.gguf
-    [ -f "$gguf" ] || "$build/devtools/qp-gguf-write" "$src" "$gguf" --type Q4_0 >/dev/null
+    if [ ! -f "$gguf" ]; then
+        # the GGUF carries a tokenizer: the checkpoint's files beside Qwen3's
+        tok=$work/0.6b-plain-tok
+        mkdir -p "$tok"
+        for f in "$src"/*; do ln -sf "$f" "$tok/"; done
+        ln -sf "$root/assets/qwen3-tokenizer/tokenizer.json" "$root/assets/qwen3-tokenizer/tokenizer_config.json" "$tok/"
+        "$build/devtools/qp-gguf-write" "$tok" "$gguf" --type Q4_0 >/dev/null
+    fi
     beside "llama.cpp prompt" "$LLAMA_CPP_DIR/build/bin/llama-bench" -m "$gguf" -t 2 -p 512 -n 0 -r 1000
     beside "llama.cpp decode" "$LLAMA_CPP_DIR/build/bin/llama-bench" -m "$gguf" -t 2 -p 0 -n 128 -r 1000
 fi
