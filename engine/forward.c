@@ -221,15 +221,27 @@ static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const
 }
 
 #define ENTRY_INSNS_PER_CALL (4u << 20)   /* a few milliseconds at most */
+/* the counts above run at 3.5 to 6 instructions a nanosecond here (qrun
+ * --stats' kernel time over entries): 3 keeps a job inside the call budget */
+#define ENTRY_INSNS_PER_US 3000u
+
+/* Work one job of a per-entry kernel may hold: the call budget's worth, so
+ * that a prompt's per-position kernels yield the core as often as the
+ * products do (they do not pause themselves: an entry is their unit). */
+static uint64_t entry_insns_per_call(const struct qp_forward *fw)
+{
+    uint64_t budget = (uint64_t)fw->cfg->call_budget_ns * ENTRY_INSNS_PER_US / 1000;
+    return budget && budget < ENTRY_INSNS_PER_CALL ? budget : ENTRY_INSNS_PER_CALL;
+}
 
 /* Runs a per-entry kernel over block entries [b0, b0 + nb) in jobs of
- * whole entries, ENTRY_INSNS_PER_CALL of work at most (one entry at least),
- * as many jobs as threads at least. */
+ * whole entries, entry_insns_per_call() of work at most (one entry at
+ * least), as many jobs as threads at least. */
 static int entries(struct qp_forward *fw, enum qp_kernel k, struct qk_args a, uint32_t b0, uint32_t nb, qp_err *err)
 {
     a.b0 = b0;
     a.nb = nb;
-    uint64_t per_entry = entry_insns(fw, k, &a), fit = ENTRY_INSNS_PER_CALL / (per_entry ? per_entry : 1);
+    uint64_t per_entry = entry_insns(fw, k, &a), fit = entry_insns_per_call(fw) / (per_entry ? per_entry : 1);
     uint32_t jobs = (uint32_t)((nb + (fit ? fit : 1) - 1) / (fit ? fit : 1));
     jobs = (jobs + fw->threads - 1) / fw->threads * fw->threads;
     jobs = jobs > nb ? nb : jobs;
@@ -249,7 +261,8 @@ static int entries(struct qp_forward *fw, enum qp_kernel k, struct qk_args a, ui
 
 #define MATVEC_MAX_JOBS (MAX_JOBS < QK_MAX_ARGMAX_SLOTS ? MAX_JOBS : QK_MAX_ARGMAX_SLOTS)
 
-uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t threads, uint32_t stream_fit)
+uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t parts, uint32_t threads,
+                                uint32_t stream_fit)
 {
     uint32_t step = MACS_PER_CALL / cols / nb / 4 * 4;
     /* every thread gets JOBS_PER_THREAD jobs: a thread that lost its core
@@ -259,8 +272,10 @@ uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint3
     step = step < 4 ? 4 : step;
     /* every job has a partial-argmax slot: a whole block's vocabulary
      * projection (151,936 rows x 1,024 x 16 at 0.6B) takes larger jobs
-     * rather than more (a partial job per matrix of a fused product) */
-    uint32_t least = (rows + (MATVEC_MAX_JOBS - QP_MAX_FUSED) - 1) / (MATVEC_MAX_JOBS - QP_MAX_FUSED);
+     * rather than more (a partial job per matrix of a fused product, and
+     * every part of the block's entries its own jobs) */
+    uint32_t room = MATVEC_MAX_JOBS / parts - QP_MAX_FUSED;
+    uint32_t least = (rows + room - 1) / room;
     least = (least + 3) / 4 * 4;
     step = step < least ? least : step;
     if (stream_fit)
@@ -268,32 +283,57 @@ uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint3
     return step;
 }
 
+/* a product's multiply-adds a microsecond in BPF, about (MACS_PER_CALL's
+ * half millisecond) */
+#define MACS_PER_US 4000u
+
+/* Parts a block's entries are cut into for a product. The kernel reads its
+ * clock between 4-row groups, so one group over the whole block is how far
+ * past the call budget a call may run: with a budget, a group holds half of
+ * it at most (an entry's sums do not depend on its neighbours). The
+ * vocabulary projection keeps its block whole (one argmax slot per job),
+ * and so does --stream (a part would stage the weights again). */
+static uint32_t matvec_entry_parts(const struct qp_forward *fw, uint32_t mode, uint32_t cols, uint32_t nb)
+{
+    uint64_t macs = (uint64_t)fw->cfg->call_budget_ns * MACS_PER_US / 1000 / 2;
+    if (!macs || mode == QK_MV_LOGITS || fw->plan->stream)
+        return 1;
+    uint64_t fit = macs / (4ull * cols);
+    fit = fit ? fit : 1;
+    return (uint32_t)((nb + fit - 1) / fit);
+}
+
 /* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work,
- * each for block entries [b0, b0 + nb). */
+ * each for a part of block entries [b0, b0 + nb). */
 static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
                   uint32_t b0, uint32_t nb, uint32_t *slots, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
+    uint32_t parts = matvec_entry_parts(fw, mode, cols, nb), per = (nb + parts - 1) / parts;
     /* --stream: two jobs per batch of the work map at least */
     uint32_t fit = fw->plan->stream ? fw->plan->maps[QP_MAP_WORK].max_entries / 2 * 4 : 0;
-    uint32_t step = qp_matvec_rows_per_job(rows, cols, nb, fw->threads, fit);
+    uint32_t step = qp_matvec_rows_per_job(rows, cols, per, parts, fw->threads, fit);
     if (qp_plan_reads_act_records(fw->plan, layer, mode) &&
         entries(fw, QP_K_QUANT_X, (struct qk_args){.layer = layer, .mode = mode}, b0, nb, err))
         return -1;
     struct qk_args *list = fw->plan->stream ? fw->pending : j->args;
     enum qp_kernel *kernels = fw->plan->stream ? fw->pending_kernel : j->kernel;
     uint32_t n = 0;
-    for (uint32_t first = 0; first < rows;) {   /* a job never spans two matrices */
-        struct qp_matrix_rows m = qp_plan_matrix_of(fw->plan, layer, mode, first);
-        uint32_t end = m.row0 + m.rows;
-        for (uint32_t r = first; r < end; r += step) {
-            if (n == MATVEC_MAX_JOBS)
-                return qp_fail(err, "internal: too many jobs for one matrix");
-            list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                       .end = r + step < end ? r + step : end, .slot = n, .b0 = b0, .nb = nb};
-            kernels[n++] = qp_matvec_kernel(m.enc, nb);
+    for (uint32_t e = 0; e < nb; e += per) {
+        uint32_t ne = nb - e < per ? nb - e : per;
+        for (uint32_t first = 0; first < rows;) {   /* a job never spans two matrices */
+            struct qp_matrix_rows m = qp_plan_matrix_of(fw->plan, layer, mode, first);
+            uint32_t end = m.row0 + m.rows;
+            for (uint32_t r = first; r < end; r += step) {
+                if (n == MATVEC_MAX_JOBS)
+                    return qp_fail(err, "internal: too many jobs for one matrix");
+                list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
+                                           .end = r + step < end ? r + step : end, .slot = n, .b0 = b0 + e,
+                                           .nb = ne};
+                kernels[n++] = qp_matvec_kernel(m.enc, ne);
+            }
+            first = end;
         }
-        first = end;
     }
     if (slots)
         *slots = n;

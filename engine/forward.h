@@ -72,11 +72,13 @@ uint32_t qp_forward_block_size(const struct qp_forward *fw);
 /* Matrices one product reads at most (q, k and v fused). */
 #define QP_MAX_FUSED 3
 
-/* Rows per job of a product of rows x cols over nb block entries on
- * threads threads (stream_fit: --stream's rows per job at most, 0
- * resident): whole 4-row groups of bounded work, and few enough jobs for
- * the job list and the partial-argmax slots (tests/engine/test_forward.c). */
-uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t threads, uint32_t stream_fit);
+/* Rows per job of a product of rows x cols over nb block entries a job,
+ * the block cut in parts such parts, on threads threads (stream_fit:
+ * --stream's rows per job at most, 0 resident): whole 4-row groups of
+ * bounded work, and few enough jobs for the job list and the
+ * partial-argmax slots (tests/engine/test_forward.c). */
+uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t parts, uint32_t threads,
+                                uint32_t stream_fit);
 
 /* Q32 logits [vocab] and the argmax of entry b of the last block */
 const int64_t *qp_forward_logits(const struct qp_forward *fw, uint32_t b);

@@ -128,13 +128,13 @@ typedef struct qpack_model_params {
                                    (nothing else grows with it); 0: 1 */
     unsigned threads;           /* threads that compute a step: 1 or 2; 0: 2 */
     qpack_kv_cache kv_cache;    /* default QPACK_KV_INT16; the ref backend keeps float64 */
-    uint32_t call_us;           /* the longest a matrix product or attention call may hold a
-                                   core, in microseconds: past it the call returns at its next
+    uint32_t call_us;           /* how long a kernel call may hold a core, in microseconds: a
+                                   matrix product or attention call past it returns at its next
                                    4-row group or attention task and the rest runs in another
-                                   call, the same bits. On a kernel without preemption that bounds
-                                   how long those calls keep another task from the core (a
-                                   prompt's per-position kernels are bounded by their work alone,
-                                   up to a few milliseconds). 0: the default,
+                                   call; per-position kernels take the positions that fit (one
+                                   at least); the same bits at any budget. On a kernel without
+                                   preemption that bounds how long a step keeps another task
+                                   from the core. 0: the default,
                                    QPACK_DEFAULT_CALL_US; QPACK_CALL_US_NONE: bounded by work
                                    alone (about half a millisecond a call on a quiet core) */
     bool stream;                /* matrices read from the file per step into a 64 MiB work

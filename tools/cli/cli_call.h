@@ -9,10 +9,10 @@
 
 /* What --call-us says, for the tools' --help. */
 #define CLI_CALL_US_HELP                                                                          \
-    "      --call-us N        the longest a matrix product or attention call holds a core, in\n" \
-    "                         microseconds (default 50; a prompt's per-position kernels are\n"  \
-    "                         bounded by their work alone); the same bits at any N; none:\n"   \
-    "                         bounded by work alone\n"
+    "      --call-us N        how long a kernel call may hold a core, in microseconds (default\n" \
+    "                         50): products and attention stop by the clock, per-position\n"   \
+    "                         kernels take the positions that fit (one at least); the same\n"   \
+    "                         bits at any N; none: bounded by work alone\n"
 
 /* A whole number of microseconds from 10 to 1,000,000 or "none"
  * (QPACK_CALL_US_NONE) into *out; otherwise one line naming --call-us and -1. */
