@@ -13,25 +13,40 @@
 #include "qmath.h"
 #include "clock.h"
 
-/* Takes a free KV cache slot of the model into *slot; false when every
- * one is taken. A loaded model's slots are claimed in its owner table,
- * across processes. */
-static bool take_slot(qpack_model *m, uint32_t *slot, qpack_error *err)
+/* how often a session waiting for a loaded model's slot looks again */
+#define SLOT_POLL_NS 20000000L
+
+/* Claims a slot of a loaded model in its owner table, across processes,
+ * waiting params.session_wait_ms at most for one to be freed. */
+static bool claim_pinned_slot(qpack_model *m, uint32_t *slot, qpack_error *err)
 {
-    bool found = false;
-    if (m->engine.pin) {
-        qp_err e = {{0}};
+    double until = qp_now_ms() + m->params.session_wait_ms;
+    qp_err e = {{0}};
+    for (;;) {
         pthread_mutex_lock(&m->sessions_mu);
-        found = qp_pin_claim(m->engine.pin, slot, &e) == 0;
+        bool found = qp_pin_claim(m->engine.pin, slot, &e) == 0;
         if (found) {
             m->slot_taken[*slot] = true;
             m->n_sessions++;
         }
         pthread_mutex_unlock(&m->sessions_mu);
-        if (!found)
-            qp_lib_error(err, &e, QPACK_ERR_BUSY);
-        return found;
+        if (found)
+            return true;
+        if (e.code != QP_E_BUSY || qp_now_ms() >= until)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = SLOT_POLL_NS}, NULL);
     }
+    qp_lib_error(err, &e, QPACK_ERR_BUSY);
+    return false;
+}
+
+/* Takes a free KV cache slot of the model into *slot; false when every
+ * one is taken. */
+static bool take_slot(qpack_model *m, uint32_t *slot, qpack_error *err)
+{
+    if (m->engine.pin)
+        return claim_pinned_slot(m, slot, err);
+    bool found = false;
     pthread_mutex_lock(&m->sessions_mu);
     for (uint32_t i = 0; i < m->info.max_sessions && !found; i++)
         if (!m->slot_taken[i]) {

@@ -146,6 +146,9 @@ typedef struct qpack_model_params {
                                    has it already: qpack_tokenizer_load_model); then
                                    qpack_model_tokenizer() is NULL and qpack_token_is_end()
                                    knows only the model's eos */
+    uint32_t session_wait_ms;   /* "pin:NAME" whose sessions are all held by live processes: how
+                                   long qpack_session_new waits for one to be freed (0: none,
+                                   QPACK_ERR_BUSY at once) */
     /* Called from qpack_model_open's thread as loading advances (done of
      * total bytes in a phase); may be NULL. */
     void (*progress)(void *user, qpack_load_phase phase, uint64_t done, uint64_t total);
@@ -166,7 +169,7 @@ qpack_model_params qpack_model_default_params(void);
  * max_sessions, kv_cache, call_us, stream and no_verify do not apply;
  * backend must be QPACK_BACKEND_BPF). Each session claims one of the
  * loaded model's slots across processes (QPACK_ERR_BUSY when all are held
- * by live processes; a dead owner's slot is reclaimed), and every step of
+ * by live processes, after session_wait_ms; a dead owner's slot is reclaimed), and every step of
  * any process runs under the model's step lock. A manifest from another
  * build, a container changed since the load (QPACK_ERR_FORMAT) and a
  * refused permission (QPACK_ERR_PRIVILEGE) fail with one line. */

@@ -157,6 +157,21 @@ refusals)
     hold "$name"
     refused all_taken "$QRUN" -m "pin:$name" --ids "1 2" -n 2
     grep -q "all 1 sessions" "$T/all_taken.err" || fail "all taken: $(cat "$T/all_taken.err")"
+    refused waited_out "$QRUN" -m "pin:$name" --session-wait 1 --ids "1 2" -n 2
+    grep -q "all 1 sessions" "$T/waited_out.err" || fail "waited out: $(cat "$T/waited_out.err")"
+    # asked to wait, a session gets the slot once its holder leaves (the
+    # waiter must not hold the holder's fifo open)
+    "$QRUN" -m "pin:$name" --session-wait 60 --ids "1 2" -n 2 --print-ids --temp 0 >"$T/waited.out" \
+        2>"$T/waited.err" {holdfd}>&- &
+    waiter=$!
+    sleep 1
+    kill -0 $waiter 2>/dev/null || fail "--session-wait 60 did not wait: $(cat "$T/waited.err")"
+    exec {holdfd}>&-
+    wait "$pid"
+    wait $waiter || fail "--session-wait 60 after the holder left: $(cat "$T/waited.err")"
+    "$QRUN" -m "pin:$name" --ids "1 2" -n 2 --print-ids --temp 0 >"$T/free.out" 2>/dev/null
+    cmp -s "$T/waited.out" "$T/free.out" || fail "the waiting run printed $(cat "$T/waited.out")"
+    echo "ok --session-wait: waited for the holder, then ran ($(cat "$T/waited.out"))"
     ;;
 
 sessions)

@@ -85,6 +85,8 @@ void qrun_usage(FILE *out)
             "                         truncated meanwhile qrun stops with an error\n"
             CLI_KV_CACHE_HELP
             CLI_CALL_US_HELP
+            "      --session-wait S   -m pin:NAME whose sessions are all held by other processes:\n"
+            "                         wait up to S seconds for one to be freed (default 0: refuse)\n"
             "      --temp T           sampling temperature, 0 to 100 (0: greedy). When none of\n"
             "                         --temp, --top-k, --top-p, --min-p and --repeat-penalty\n"
             "                         is given, the sampling is the one the model's authors\n"
@@ -211,6 +213,7 @@ enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
     O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE, O_CALL_US,
+    O_SESSION_WAIT,
 };
 
 static const struct option longs[] = {
@@ -229,7 +232,7 @@ static const struct option longs[] = {
     {"system", required_argument, 0, O_SYSTEM}, {"think", no_argument, 0, O_THINK},
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
     {"logit-bias", required_argument, 0, O_LOGIT_BIAS}, {"kv-cache", required_argument, 0, O_KV_CACHE},
-    {"call-us", required_argument, 0, O_CALL_US},
+    {"call-us", required_argument, 0, O_CALL_US}, {"session-wait", required_argument, 0, O_SESSION_WAIT},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -290,6 +293,11 @@ static int take(struct options *o, int c, const char *arg)
     case O_RESIDENT: o->mp.stream = false; return 0;
     case O_KV_CACHE: return cli_kv_cache("qrun", arg, &o->mp.kv_cache);
     case O_CALL_US: return cli_call_us("qrun", arg, &o->mp.call_us);
+    case O_SESSION_WAIT:
+        if (cli_uint("qrun", "--session-wait", arg, 0, 3600, &v))
+            return -1;
+        o->mp.session_wait_ms = (uint32_t)v * 1000;
+        return 0;
     case O_TEMP:
         o->sampling_given = o->temp_given = true;
         return cli_real("qrun", "--temp", arg, 0, false, 100, &o->sp.temperature);
