@@ -74,8 +74,9 @@ int qp_bpf_pinned_config(const char *dir, struct qk_config *cfg, qp_err *err);
 /* A hash of the kernels' BPF object and the host-kernel ABI's sizes: pinned
  * objects of another build of qpack are refused. */
 uint64_t qp_bpf_build_id(void);
-/* false when loading a two-instruction socket filter is refused for
- * privilege: tells a missing privilege from a verifier's refusal */
+/* false without CAP_PERFMON (or CAP_SYS_ADMIN) or when loading a
+ * two-instruction socket filter is refused for privilege: tells a missing
+ * privilege from a verifier's refusal */
 bool qp_bpf_may_load(void);
 /* What a failed load's errno e means for this plan, in words (NULL when
  * there is nothing to add): E2BIG names the map whose values pass the

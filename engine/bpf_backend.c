@@ -5,6 +5,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <linux/capability.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -115,8 +117,19 @@ static int size_maps(struct bpfb *s, const struct qp_plan *plan, qp_err *err)
     return 0;
 }
 
+static bool has_capability(unsigned cap)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct d[2] = {{0}};
+    return syscall(SYS_capget, &h, d) == 0 && d[cap / 32].effective & (1u << cap % 32);
+}
+
 bool qp_bpf_may_load(void)
 {
+    /* a socket filter loads with CAP_BPF alone; the kernels' reads of the
+     * clock and their map pointers need CAP_PERFMON as well */
+    if (!has_capability(CAP_PERFMON) && !has_capability(CAP_SYS_ADMIN))
+        return false;
     const struct bpf_insn insns[2] = {
         {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0},
         {.code = BPF_JMP | BPF_EXIT},
@@ -138,7 +151,7 @@ const char *qp_bpf_load_hint(const struct qp_plan *plan, int e, char *buf, size_
     if ((e == EPERM || e == EACCES) && qp_bpf_may_load())
         return "the kernel's verifier refused a kernel for this model's sizes (QP_BPF_LOG=1 prints its log)";
     if (e == EPERM || e == EACCES)
-        return "qrun needs root or the capabilities CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN to load BPF programs";
+        return "loading BPF programs needs root or the capabilities CAP_BPF and CAP_PERFMON";
     if (e == ENOMEM)
         return "the kernel refused the memory for the BPF maps; try --stream or a smaller format";
     if (e != E2BIG)

@@ -161,7 +161,7 @@ int cmd_load(int argc, char **argv)
     bool mounted;
     struct qp_engine e;
     if (!qp_bpf_may_load()) {
-        fprintf(stderr, "qpack load: loading BPF programs needs root or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN "
+        fprintf(stderr, "qpack load: loading BPF programs needs root or CAP_BPF + CAP_PERFMON "
                         "(running as uid %u); opening a loaded model (-m pin:NAME) needs only its group\n",
                 (unsigned)geteuid());
         return 1;

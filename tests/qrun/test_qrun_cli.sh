@@ -551,6 +551,12 @@ unprivileged)
     grep -q "CAP_BPF" "$T/bpf.err" && grep -q "root" "$T/bpf.err" && grep -q "uid 65534" "$T/bpf.err" &&
         grep -q -- "--backend emu" "$T/bpf.err" ||
         fail "message: $(cat "$T/bpf.err")"
+    # root with CAP_BPF alone loads a socket filter but not the kernels:
+    # told what is missing, not that the verifier refused them
+    setpriv --inh-caps=-all --bounding-set=-all,+bpf "$U/qrun" -m "$M" -p "Hello" -n 4 >"$T/bpf.out" 2>"$T/bpf.err"
+    rc=$?
+    expect_one_line_error bpf
+    grep -q "CAP_PERFMON" "$T/bpf.err" || fail "CAP_BPF alone: $(cat "$T/bpf.err")"
     # the same user can read the model: only the privilege was missing
     nobody "$U/qrun" -m "$M" -p "Hello" -n 4 --backend emu >"$T/emu.out" 2>"$T/emu.err"
     rc=$?
