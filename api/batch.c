@@ -122,7 +122,7 @@ static int run_entries(qpack_model *m, struct batch *b, qp_err *err)
         struct part *p = &b->parts[i];
         p->first = (uint32_t)k;
         for (uint32_t t = 0; t < p->n; t++, k++) {
-            ent[k] = (struct qp_entry){.token = (uint32_t)p->tokens[t], .slot = p->s->slot, .pos = p->s->pos + t};
+            ent[k] = (struct qp_entry){.token = (uint32_t)p->tokens[t], .kv_slot = p->s->slot, .pos = p->s->pos + t};
             want[k] = p->lookup || t + 1 == p->n;
             b->part_of[k] = (uint32_t)i;
         }

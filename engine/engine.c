@@ -325,7 +325,7 @@ int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_
 int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_t n, qp_err *err)
 {
     const struct qp_plan *p = &e->plan;
-    if (!e->b || dst >= p->cfg.slots || src >= p->cfg.slots || n > e->ctx)
+    if (!e->b || dst >= p->cfg.kv_slots || src >= p->cfg.kv_slots || n > e->ctx)
         return qp_fail(err, "cannot copy %u positions of KV cache slot %u into slot %u", n, src, dst);
     if (dst == src || n == 0)
         return 0;

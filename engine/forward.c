@@ -189,14 +189,14 @@ static int check_range(const struct qp_forward *fw, const char *where, uint32_t 
                    QM_Q32_LIMIT_BITS - QM_RESID_FRAC, at);
 }
 
-/* The kernels skip a block entry whose slot or position lies outside the
+/* The kernels skip a block entry whose KV slot or position lies outside the
  * model (qk_seq_of) and say so; the schedule never writes one, so it is a
  * bug, and the step fails rather than leave that entry's values stale. */
 static int check_seq(const struct qp_forward *fw, qp_err *err)
 {
     if (!fw->b->scal->seq_error)
         return 0;
-    return qp_fail_code(err, QP_E_INTERNAL, "internal: a block entry's sequence slot or position was outside the "
+    return qp_fail_code(err, QP_E_INTERNAL, "internal: a block entry's KV cache slot or position was outside the "
                         "model (the kernels skipped it)");
 }
 
@@ -215,7 +215,7 @@ static uint64_t entry_insns(const struct qp_forward *fw, enum qp_kernel k, const
     case QP_K_ROPE_STORE:
     case QP_K_ROPE_STORE8: return 60 * (heads + c->n_kv_heads) * d;
     case QP_K_ATTN_MERGE: return heads * (a->max_pos / QK_ATTN_CHUNK + 1) * (8 * d + 50) + 30 * heads * d;
-    case QP_K_ARGMAX_REDUCE: return 20ull * a->n_slots;
+    case QP_K_ARGMAX_REDUCE: return 20ull * a->n_amax_slots;
     default: return 25ull * c->hidden;                   /* rmsnorm: four passes */
     }
 }
@@ -270,7 +270,7 @@ uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint3
     uint32_t share = (rows / (threads * JOBS_PER_THREAD) + 3) / 4 * 4;
     step = step > share ? share : step;
     step = step < 4 ? 4 : step;
-    /* every job has a partial-argmax slot: a whole block's vocabulary
+    /* every job has an amax slot (a partial argmax): a whole block's vocabulary
      * projection (151,936 rows x 1,024 x 16 at 0.6B) takes larger jobs
      * rather than more (a partial job per matrix of a fused product, and
      * every part of the block's entries its own jobs) */
@@ -291,7 +291,7 @@ uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint3
  * clock between 4-row groups, so one group over the whole block is how far
  * past the call budget a call may run: with a budget, a group holds half of
  * it at most (an entry's sums do not depend on its neighbours). The
- * vocabulary projection keeps its block whole (one argmax slot per job),
+ * vocabulary projection keeps its block whole (one amax slot per job),
  * and so does --stream (a part would stage the weights again). */
 static uint32_t matvec_entry_parts(const struct qp_forward *fw, uint32_t mode, uint32_t cols, uint32_t nb)
 {
@@ -306,7 +306,7 @@ static uint32_t matvec_entry_parts(const struct qp_forward *fw, uint32_t mode, u
 /* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work,
  * each for a part of block entries [b0, b0 + nb). */
 static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
-                  uint32_t b0, uint32_t nb, uint32_t *slots, qp_err *err)
+                  uint32_t b0, uint32_t nb, uint32_t *amax_slots, qp_err *err)
 {
     struct job_list *j = &fw->jobs;
     uint32_t parts = matvec_entry_parts(fw, mode, cols, nb), per = (nb + parts - 1) / parts;
@@ -328,15 +328,15 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
                 if (n == MATVEC_MAX_JOBS)
                     return qp_fail(err, "internal: too many jobs for one matrix");
                 list[n] = (struct qk_args){.layer = layer, .mode = mode, .begin = r,
-                                           .end = r + step < end ? r + step : end, .slot = n, .b0 = b0 + e,
+                                           .end = r + step < end ? r + step : end, .amax_slot = n, .b0 = b0 + e,
                                            .nb = ne};
                 kernels[n++] = qp_matvec_kernel(m.enc, ne);
             }
             first = end;
         }
     }
-    if (slots)
-        *slots = n;
+    if (amax_slots)
+        *amax_slots = n;
     int rc;
     if (fw->plan->stream) {
         rc = run_streamed(fw, n, err);
@@ -382,8 +382,8 @@ static int attention(struct qp_forward *fw, uint32_t layer, uint32_t last, uint3
 
 /* layer l of block entries [0, nb), whose largest position is last:
  *   x = rmsnorm(h);  qkv[nb][q_dim + 2 kv_dim] = x W_qkv
- *   q, k = rope(norm(q), norm(k)), k and v into each entry's cache slot
- *   x[nb][q_dim] = attention(q, the slot's cache up to the entry);  h += x W_o
+ *   q, k = rope(norm(q), norm(k)), k and v into each entry's KV slot
+ *   x[nb][q_dim] = attention(q, its KV slot's cache up to the entry);  h += x W_o
  *   x = rmsnorm(h);  gu[nb][2 inter] = x W_gate|up;  x = silu(g) * u;  h += x W_down */
 static int layer(struct qp_forward *fw, uint32_t l, uint32_t last, uint32_t nb, qp_err *err)
 {
@@ -408,11 +408,11 @@ static int layer(struct qp_forward *fw, uint32_t l, uint32_t last, uint32_t nb, 
 static int vocabulary(struct qp_forward *fw, uint32_t b0, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    uint32_t slots;
+    uint32_t amax_slots;
     if (entries(fw, QP_K_RMSNORM, (struct qk_args){.mode = QK_NORM_FINAL}, b0, nb, err) ||
-        matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, b0, nb, &slots, err))
+        matvec(fw, 0, QK_MV_LOGITS, c->vocab, c->hidden, b0, nb, &amax_slots, err))
         return -1;
-    return entries(fw, QP_K_ARGMAX_REDUCE, (struct qk_args){.n_slots = slots}, b0, nb, err);
+    return entries(fw, QP_K_ARGMAX_REDUCE, (struct qk_args){.n_amax_slots = amax_slots}, b0, nb, err);
 }
 
 /* h of entry b = the embedding of token */
@@ -437,8 +437,9 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
         return qp_fail(err, "internal: a block of %u positions (1..%u), logits from %u", n, c->block, first_logits);
     uint32_t last = 0;
     for (uint32_t b = 0; b < n; b++) {
-        if (e[b].slot >= c->slots)
-            return qp_fail_code(err, QP_E_ARGUMENT, "sequence slot %u outside the model's %u", e[b].slot, c->slots);
+        if (e[b].kv_slot >= c->kv_slots)
+            return qp_fail_code(err, QP_E_ARGUMENT, "KV cache slot %u outside the model's %u", e[b].kv_slot,
+                                c->kv_slots);
         if (e[b].pos >= c->ctx)
             return qp_fail_code(err, QP_E_CONTEXT, "position %u is past the context of %u tokens (see -c)", e[b].pos,
                                 c->ctx);
@@ -447,7 +448,7 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
         last = e[b].pos > last ? e[b].pos : last;
     }
     for (uint32_t b = 0; b < n; b++) {
-        fw->b->seq[b] = (struct qk_seq){.pos = e[b].pos, .kv_slot = e[b].slot};
+        fw->b->seq[b] = (struct qk_seq){.pos = e[b].pos, .kv_slot = e[b].kv_slot};
         if (embed(fw, e[b].token, b, err))
             return -1;
     }
@@ -460,7 +461,7 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
     return first_logits < n ? vocabulary(fw, first_logits, n - first_logits, err) : 0;
 }
 
-int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+int qp_forward_block(struct qp_forward *fw, uint32_t kv_slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                      enum qp_logits logits, qp_err *err)
 {
     struct qp_entry e[QK_MAX_BLOCK];
@@ -469,7 +470,7 @@ int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *token
     if (pos0 > UINT32_MAX - n)
         return qp_fail_code(err, QP_E_CONTEXT, "position %u is past the context (see -c)", pos0);
     for (uint32_t b = 0; b < n; b++)
-        e[b] = (struct qp_entry){.token = tokens[b], .slot = slot, .pos = pos0 + b};
+        e[b] = (struct qp_entry){.token = tokens[b], .kv_slot = kv_slot, .pos = pos0 + b};
     uint32_t first = logits == QP_LOGITS_ALL ? 0 : logits == QP_LOGITS_LAST ? n - 1 : n;
     return qp_forward_batch(fw, e, n, first, err);
 }

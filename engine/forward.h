@@ -33,14 +33,14 @@ int qp_forward_create(struct qp_forward **fw, struct qp_backend *b, const struct
 void qp_forward_destroy(struct qp_forward *fw);
 
 /* One position of a block: a token of the sequence in KV cache slot
- * `slot`, at position pos of that sequence. */
+ * kv_slot, at position pos of that sequence. */
 struct qp_entry {
-    uint32_t token, slot, pos;
+    uint32_t token, kv_slot, pos;
 };
 
 /* Runs entries e[0..n) as one block (1 <= n <= the block size): each
  * entry's token at its own position of its own sequence, every weight
- * block read once for all of them. An entry attends to its own slot's
+ * block read once for all of them. An entry attends to its own KV slot's
  * cache up to its position, so the entries of one sequence in a block
  * must be at consecutive positions right after what its cache holds; the
  * order of the entries in the block does not matter. The vocabulary
@@ -55,15 +55,15 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
 enum qp_logits { QP_LOGITS_NONE, QP_LOGITS_LAST, QP_LOGITS_ALL };
 
 /* Runs tokens[0..n) at positions pos0..pos0 + n - 1 of the sequence in
- * KV cache slot `slot` (below the plan's slots; 1 <= n <= the block size,
+ * KV cache slot kv_slot (below the plan's kv_slots; 1 <= n <= the block size,
  * positions in order, after pos0 - 1): entry b of the block is position
- * pos0 + b. Other slots' caches are neither read nor written, so
- * sequences in different slots interleave freely, one block at a time.
+ * pos0 + b. Other KV slots' caches are neither read nor written, so
+ * sequences in different KV slots interleave freely, one block at a time.
  * Every weight block is read once for the whole block.
  * The logits and argmax of the entries `logits` asks for are then read
  * with qp_forward_logits and qp_forward_argmax. The results are the same
  * bits however a sequence is cut into blocks. */
-int qp_forward_block(struct qp_forward *fw, uint32_t slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
+int qp_forward_block(struct qp_forward *fw, uint32_t kv_slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                      enum qp_logits logits, qp_err *err);
 
 /* positions one block holds at most (the plan's) */
@@ -76,7 +76,7 @@ uint32_t qp_forward_block_size(const struct qp_forward *fw);
  * the block cut in parts such parts, on threads threads (stream_fit:
  * --stream's rows per job at most, 0 resident): whole 4-row groups of
  * bounded work, and few enough jobs for the job list and the
- * partial-argmax slots (tests/engine/test_forward.c). */
+ * amax slots (tests/engine/test_forward.c). */
 uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t parts, uint32_t threads,
                                 uint32_t stream_fit);
 

@@ -113,18 +113,18 @@ static void alternatives(const struct qp_plan *p, bool bpf, uint64_t budget, cha
     size_t at = 0;
     char b[32];
     out[0] = 0;
-    uint64_t streamed = p->stream || !bpf ? 0 : need_at(p->file, c->ctx, c->slots, c->block, true, c->kv8, bpf);
+    uint64_t streamed = p->stream || !bpf ? 0 : need_at(p->file, c->ctx, c->kv_slots, c->block, true, c->kv8, bpf);
     if (streamed)
         at += (size_t)snprintf(out + at, cap - at, "--stream (matrices read from the file per step: %s of maps%s), ",
                                fmt_bytes(b, sizeof b, streamed), streamed <= budget ? "" : ", still too much");
     if (at < cap && bpf && p->file->cfg.weight_format != QPK_FORMAT_INT4)
         at += (size_t)snprintf(out + at, cap - at, "a smaller format (%s), ",
                                p->file->cfg.weight_format == QPK_FORMAT_Q24 ? "int8, int4" : "int4");
-    uint32_t fit = largest_fitting_ctx(p->file, c->ctx, c->slots, c->block, p->stream, c->kv8, bpf, budget);
+    uint32_t fit = largest_fitting_ctx(p->file, c->ctx, c->kv_slots, c->block, p->stream, c->kv8, bpf, budget);
     if (at < cap && fit)
         at += (size_t)snprintf(out + at, cap - at, "-c %u (%s), ", fit,
-                               fmt_bytes(b, sizeof b, need_at(p->file, fit, c->slots, c->block, p->stream, c->kv8, bpf)));
-    else if (at < cap && c->slots > 1)
+                               fmt_bytes(b, sizeof b, need_at(p->file, fit, c->kv_slots, c->block, p->stream, c->kv8, bpf)));
+    else if (at < cap && c->kv_slots > 1)
         at += (size_t)snprintf(out + at, cap - at, "fewer sessions, ");
     if (at >= 2 && at < cap)
         out[at - 2] = 0;
@@ -145,7 +145,7 @@ int qp_mem_check(const struct qp_plan *p, bool bpf, uint64_t avail, qp_err *err)
                         "%s: the %s need %s (%sKV cache %s for %u session%s of %u positions, buffers %s) "
                         "and %s is available (MemAvailable less %llu MiB kept free)%s%s",
                         p->file->path, bpf ? "BPF maps" : "host twin's buffers", fmt_bytes(total, sizeof total, need),
-                        w, fmt_bytes(kv, sizeof kv, b->kv), c->slots, c->slots == 1 ? "" : "s", c->ctx,
+                        w, fmt_bytes(kv, sizeof kv, b->kv), c->kv_slots, c->kv_slots == 1 ? "" : "s", c->ctx,
                         fmt_bytes(st, sizeof st, b->state), fmt_bytes(av, sizeof av, budget), QP_MEM_RESERVE >> 20,
                         alt[0] ? ": try " : "", alt);
 }

@@ -274,7 +274,7 @@ static uint32_t column_chunk(const struct qk_config *c)
     return chunk < QK_COL_CHUNK_MAX ? chunk : QK_COL_CHUNK_MAX;
 }
 
-static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block)
+static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block)
 {
     const struct qpk_config *q = &f->cfg;
     struct qk_config *c = &p->cfg;
@@ -289,7 +289,7 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     c->vocab = q->vocab;
     c->n_layers = q->n_layers;
     c->ctx = ctx;
-    c->slots = slots;
+    c->kv_slots = kv_slots;
     c->block = block;
     c->max_chunks = (ctx + QK_ATTN_CHUNK - 1) / QK_ATTN_CHUNK;
     c->attn_heads = c->n_heads / c->n_kv_heads % 2 == 0 ? 2 : 1;
@@ -348,7 +348,7 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_ROPE, "rope", 4ull * c->head_dim, c->ctx);
     set_map(p, QP_MAP_KLAYOUT, "klayout", 4ull * QK_KL_LEN(c->head_dim), c->n_layers);
     /* int16: a row per position (all heads); 8-bit: a value per head vector */
-    uint64_t rows = (uint64_t)c->slots * c->n_layers * c->ctx * (c->kv8 ? c->n_kv_heads : 1);
+    uint64_t rows = (uint64_t)c->kv_slots * c->n_layers * c->ctx * (c->kv8 ? c->n_kv_heads : 1);
     uint64_t row = c->kv8 ? QK_KV8_VEC_BYTES(c->head_dim) : 2ull * c->kv_dim;
     set_map(p, QP_MAP_KCACHE, "kcache", row, rows);
     set_map(p, QP_MAP_VCACHE, "vcache", row, rows);
@@ -435,7 +435,7 @@ static void count_bytes(struct qp_plan *p)
     p->state_bytes = b->kv + b->state;
 }
 
-int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                    bool stream, bool kv8, qp_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -457,13 +457,13 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
         return qp_fail(err, "block of %u positions outside 1..%d", block, QK_MAX_BLOCK);
     /* the kernels' KV cache rows are u32 sums (qk_kv_row0; the 8-bit
      * cache's, qk_kv8_vec, a row per KV head) */
-    if (slots < 1 || (uint64_t)slots * q->n_layers * ctx * (kv8 ? q->n_kv_heads : 1) > QP_MAX_KV_ROWS)
+    if (kv_slots < 1 || (uint64_t)kv_slots * q->n_layers * ctx * (kv8 ? q->n_kv_heads : 1) > QP_MAX_KV_ROWS)
         return qp_fail_code(err, QP_E_ARGUMENT, "%u sessions of %u positions and %u layers are more KV cache rows "
-                            "than the kernels address (%llu)", slots, ctx, q->n_layers,
+                            "than the kernels address (%llu)", kv_slots, ctx, q->n_layers,
                             (unsigned long long)QP_MAX_KV_ROWS);
     if (check_matrix_encodings(f, err))
         return -1;
-    fill_config(p, f, ctx, slots, block);
+    fill_config(p, f, ctx, kv_slots, block);
     p->cfg.kv8 = kv8;
     const struct qk_config *c = &p->cfg;
     if ((c->w_enc == QK_ENC_I8G && c->w_group > c->col_chunk) || (c->has_i4 && c->w4_group > c->col_chunk))
@@ -492,10 +492,10 @@ static int take_kv_exponents(struct qp_plan *p, const struct qk_config *from)
     return 0;
 }
 
-static int build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+static int build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                  bool stream, bool kv8, const struct qk_config *exponents, qp_err *err)
 {
-    if (qp_plan_layout(p, f, ctx, slots, block, stream, kv8, err))
+    if (qp_plan_layout(p, f, ctx, kv_slots, block, stream, kv8, err))
         return -1;
     const struct qpk_config *q = &f->cfg;
     if ((exponents ? take_kv_exponents(p, exponents) : qp_plan_kv_exponents(p, f, err)) || weight_segments(p, f, err) || qp_plan_rope(p, q->rope_theta, err) ||
@@ -522,16 +522,16 @@ static int build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint
     return 0;
 }
 
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                   bool stream, bool kv8, qp_err *err)
 {
-    return build(p, f, ctx, slots, block, stream, kv8, NULL, err);
+    return build(p, f, ctx, kv_slots, block, stream, kv8, NULL, err);
 }
 
-int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                        bool kv8, const struct qk_config *exponents, qp_err *err)
 {
-    return build(p, f, ctx, slots, block, false, kv8, exponents, err);
+    return build(p, f, ctx, kv_slots, block, false, kv8, exponents, err);
 }
 
 void qp_plan_free(struct qp_plan *p)

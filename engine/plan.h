@@ -51,7 +51,7 @@ struct qp_mapspec {
  * lay them out (the BPF backend rounds each map up to whole pages). */
 struct qp_plan_bytes {
     uint64_t weights;           /* matrices and norm scales (w_*, norms; none with --stream) */
-    uint64_t kv;                /* kcache and vcache: every slot's KV cache */
+    uint64_t kv;                /* kcache and vcache: every KV slot's cache */
     uint64_t state;             /* every other map: per-step buffers, tables, --stream's work map */
 };
 
@@ -75,28 +75,28 @@ struct qp_plan {
  * formats": measured on the 0.6B shape). */
 #define QP_BLOCK_DEFAULT 16
 
-/* KV cache rows (slot, layer, position) the kernels address at most */
+/* KV cache rows (KV slot, layer, position) the kernels address at most */
 #define QP_MAX_KV_ROWS (1ull << 31)
 
-/* Builds the plan for `slots` sequence slots (each its own KV cache) of
+/* Builds the plan for kv_slots KV cache slots (one per sequence) of
  * ctx positions (1..max_positions) and blocks of up to `block` positions
  * (1..QK_MAX_BLOCK); with stream, the matrices are not resident but
  * staged through `work`; with kv8, the KV cache holds 8-bit codes
- * (kernels/qk_kv8.h) instead of int16 ones. Only the KV cache grows with the slots: weights
+ * (kernels/qk_kv8.h) instead of int16 ones. Only the KV cache grows with kv_slots: weights
  * and the per-step state are shared, one step at a time. */
-int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_build(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                   bool stream, bool kv8, qp_err *err);
 
 /* qp_plan_build (resident) with the KV cache exponents (cfg.k_exp,
  * cfg.v_exp) of a plan built before, for a loaded model's programs: the
  * rest is quick, those read every V matrix (most of 1 s on 0.6B). */
-int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_build_with(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                        bool kv8, const struct qk_config *exponents, qp_err *err);
 
 /* The same checks and map sizes (p->cfg, p->maps, p->bytes) without
  * reading a weight or building a table: what the maps would take, for
  * choosing a context before building (qp_plan_free is not needed). */
-int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t slots, uint32_t block,
+int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, uint32_t kv_slots, uint32_t block,
                    bool stream, bool kv8, qp_err *err);
 
 /* bytes a map's values take, each 8-byte aligned (an array map's layout) */

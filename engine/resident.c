@@ -107,7 +107,7 @@ static int fill_manifest(struct qp_pin_manifest *m, const char *name, const stru
     m->container_dev = st.st_dev;
     m->container_dir_xxh3 = f->dir_xxh3;
     m->ctx = plan->cfg.ctx;
-    m->slots = plan->cfg.slots;
+    m->slots = plan->cfg.kv_slots;
     m->block = plan->cfg.block;
     m->kv8 = plan->cfg.kv8;
     m->call_budget_ns = plan->cfg.call_budget_ns;
@@ -193,7 +193,7 @@ int qp_pin_load(const char *name, const struct qpk_file *f, const struct qp_plan
                                 name);
         return qp_fail(err, "cannot create %s: %s", dir, strerror(e));
     }
-    int rc = qp_bpf_pin(b, plan, dir, err) || pin_owners(dir, plan->cfg.slots, err) || pin_manifest(dir, m, err) ||
+    int rc = qp_bpf_pin(b, plan, dir, err) || pin_owners(dir, plan->cfg.kv_slots, err) || pin_manifest(dir, m, err) ||
              set_access(dir, acc, err);
     free(m);
     if (rc)

@@ -76,7 +76,7 @@ struct qp_pin_access {
 };
 
 /* Pins the BPF backend b of plan (open on container f) as NAME with a
- * manifest and an owner table of plan->cfg.slots slots. Refuses a name in
+ * manifest and an owner table of plan->cfg.kv_slots slots. Refuses a name in
  * use (QP_E_BUSY). On failure nothing stays pinned. */
 int qp_pin_load(const char *name, const struct qpk_file *f, const struct qp_plan *plan, struct qp_backend *b,
                 const struct qp_pin_access *acc, qp_err *err);

@@ -11,7 +11,7 @@
 
 struct qk_attn_ctx {
     u32 layer, max_pos, n_chunks, first_task;
-    u32 kv0;            /* the task's: KV cache row of position 0 of its entry's slot (qk_kv_row0) */
+    u32 kv0;            /* the task's: KV cache row of position 0 of its entry's KV slot (qk_kv_row0) */
     u32 b0, b;          /* block entries: the first of the invocation, the task's */
     u32 head, kv_head, chunk, first, count;
     u32 has_ext;        /* the layer's K has extension bits (klayout) */

@@ -469,13 +469,13 @@ QM_INLINE int qk_swiglu(const struct qk_args *a)
     return 0;
 }
 
-/* ---- argmax_reduce: the vocabulary pass's slots -> one token -------- */
+/* ---- argmax_reduce: the vocabulary pass's amax slots -> one token --- */
 
 struct qk_reduce_ctx {
     s64 value;
     u32 index;
     u32 b;              /* block entry */
-    u32 n_slots, pad;
+    u32 n_amax_slots, pad;
 };
 
 static long qk_reduce_cb(u64 i, void *vctx)
@@ -491,7 +491,7 @@ static long qk_reduce_cb(u64 i, void *vctx)
     return 0;
 }
 
-/* one block entry: its slots -> its token */
+/* one block entry: its amax slots -> its token */
 static long qk_reduce_entry_cb(u64 i, void *vctx)
 {
     const struct qk_reduce_ctx *base = vctx;
@@ -499,7 +499,7 @@ static long qk_reduce_entry_cb(u64 i, void *vctx)
     struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
         return 1;
-    QK_LOOP(base->n_slots, qk_reduce_cb, &cx);
+    QK_LOOP(base->n_amax_slots, qk_reduce_cb, &cx);
     sc->argmax_index = cx.index;
     sc->argmax_value = cx.value;
     return 0;
@@ -507,9 +507,9 @@ static long qk_reduce_entry_cb(u64 i, void *vctx)
 
 QM_INLINE int qk_argmax_reduce(const struct qk_args *a)
 {
-    if (a->n_slots == 0 || a->n_slots > QK_MAX_ARGMAX_SLOTS || !qk_entries_ok(a))
+    if (a->n_amax_slots == 0 || a->n_amax_slots > QK_MAX_ARGMAX_SLOTS || !qk_entries_ok(a))
         return -1;
-    struct qk_reduce_ctx cx = {.b = a->b0, .n_slots = a->n_slots};
+    struct qk_reduce_ctx cx = {.b = a->b0, .n_amax_slots = a->n_amax_slots};
     QK_LOOP(a->nb, qk_reduce_entry_cb, &cx);
     return 0;
 }

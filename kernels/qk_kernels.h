@@ -20,8 +20,8 @@
  *   qk_norms I32S head vectors: q_norm 2l, k_norm 2l+1
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
  *   kcache, vcache  int16 [(slot * n_layers + layer) * ctx + pos][kv_dim]: one
- *            cache of ctx positions per sequence slot (qk_seq.kv_slot, at
- *            most C.slots); K laid out by klayout
+ *            cache of ctx positions per KV slot (qk_seq.kv_slot, at
+ *            most C.kv_slots); K laid out by klayout
  * The per-position maps (h, x, xq, qkv, qrot, gu, logits, scal) have one
  * entry per position of the block (C.block); scores, parts and amax one
  * range of entries per block position. A kernel computes block entries
@@ -38,7 +38,7 @@
  *   scores   raw q.k per (entry, head) [ctx]; for a head pair, then each
  *            position's V weight in place (qk_attn_weight2_cb)
  *   parts    attention partial per (entry, head, chunk) (struct qk_attn_part)
- *   logits   Q32 [vocab]; amax: argmax partial per (entry, slot); scal: scalars
+ *   logits   Q32 [vocab]; amax: argmax partial per (entry, amax slot); scal: scalars
  *   work     --stream: the 4-row tile blocks of the running job, staged by
  *            the host from the container (value = the widest block)
  */

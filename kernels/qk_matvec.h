@@ -50,7 +50,7 @@ QM_INLINE s32 qk_row_adj(u32 mode, u32 layer, u32 r)
     return qk_exp_const(C.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
 }
 
-/* argmax partial of entry b in this invocation's slot */
+/* argmax partial of entry b in this invocation's amax_slot */
 QM_INLINE struct qk_argmax *qk_mv_amax(const struct qk_mv_ctx *cx, u32 b)
 {
     return QK_LOOKUP(amax, b * QK_MAX_ARGMAX_SLOTS + cx->amax_slot);
@@ -335,17 +335,17 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
         return -1;
     if (a->begin >= a->end || a->end > t.row0 + t.rows || (a->begin | a->end) & 3)
         return -1;
-    u32 slot = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
-    u32 key = t.role == 7 ? C.lm_key : C.w_key[slot];
+    u32 m = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
+    u32 key = t.role == 7 ? C.lm_key : C.w_key[m];
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
-    if (!sc || qk_matrix_enc(a->layer, t.role) != enc || !qk_entries_ok(a) || a->slot >= QK_MAX_ARGMAX_SLOTS)
+    if (!sc || qk_matrix_enc(a->layer, t.role) != enc || !qk_entries_ok(a) || a->amax_slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
     u32 mode = qk_reload(&a->mode);
     bool streamed = qk_reload(&a->streamed) != 0;
     s64 zero = qk_unknown_zero(a);
     struct qk_mv_ctx cx = {.first_group = streamed ? a->work_key : key + (a->begin - t.row0) / 4,
                            .first_row = a->begin, .mode = mode, .layer = a->layer, .b0 = a->b0, .nb = a->nb,
-                           .group = (u32)zero, .amax_slot = a->slot, .scratch = a->scratch, .bad = (u64)zero,
+                           .group = (u32)zero, .amax_slot = a->amax_slot, .scratch = a->scratch, .bad = (u64)zero,
                            .acc = {zero, zero, zero, zero}};
     u32 n = (a->end - a->begin) / 4;
     long done = n;      /* groups the loop ran: fewer when the deadline passed */

@@ -11,26 +11,26 @@
 struct qk_rope_ctx {
     u32 layer, pos;     /* pos: of block entry b */
     u32 b;
-    u32 kv0;            /* KV cache row of position 0 (the slot's layer: qk_kv_row0) */
+    u32 kv0;            /* KV cache row of position 0 (the KV slot's layer: qk_kv_row0) */
 };
 
-/* The KV cache row of position 0 of a layer in a sequence slot. With
- * slot < C.slots, layer < C.n_layers and a position below C.ctx the row
- * stays inside the slot's own rows: the plan keeps slots * n_layers * ctx
- * below 2^31, so the sum cannot wrap into another slot's. */
-QM_INLINE u32 qk_kv_row0(u32 slot, u32 layer)
+/* The KV cache row of position 0 of a layer in a KV slot. With kv_slot <
+ * C.kv_slots, layer < C.n_layers and a position below C.ctx the row stays
+ * inside the KV slot's own rows: the plan keeps kv_slots * n_layers * ctx
+ * below 2^31, so the sum cannot wrap into another KV slot's. */
+QM_INLINE u32 qk_kv_row0(u32 kv_slot, u32 layer)
 {
-    return (slot * C.n_layers + layer) * C.ctx;
+    return (kv_slot * C.n_layers + layer) * C.ctx;
 }
 
-/* Block entry b's sequence (qwen3_abi.h), or NULL when its slot or
+/* Block entry b's sequence (qwen3_abi.h), or NULL when its KV slot or
  * position is outside the model, or its position past max_pos: the entry
  * is then skipped and scal.seq_error raised, so that no entry ever reaches
- * another slot's rows. */
+ * another KV slot's rows. */
 QM_INLINE const struct qk_seq *qk_seq_of(u32 b, u32 max_pos)
 {
     const struct qk_seq *sq = QK_LOOKUP(seq, b);
-    if (sq && sq->kv_slot < C.slots && sq->pos < C.ctx && sq->pos <= max_pos)
+    if (sq && sq->kv_slot < C.kv_slots && sq->pos < C.ctx && sq->pos <= max_pos)
         return sq;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
     if (sc)
@@ -60,7 +60,7 @@ QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
     return qk_rms_exp(inv, g_exp, out_shift);
 }
 
-/* rotate-half RoPE of the mantissas m[0..d) (Q30 cos/sin) into slot i, i+d/2 */
+/* rotate-half RoPE of the mantissas m[0..d) (Q30 cos/sin) into entries i, i+d/2 */
 QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi)
 {
     u32 half = C.head_dim / 2;
@@ -160,7 +160,7 @@ QM_INLINE int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, cons
     if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
         return 1;
     kc += kv_head * C.head_dim;
-    /* K heads have no qrot slot: rotate in place, pairs (k, k + half) are
+    /* K heads have no place in qrot: rotate in place, pairs (k, k + half) are
      * read before written */
     u64 max = 0;
     for (u32 k = 0; k < half; k++) {
@@ -259,7 +259,7 @@ QK_UNROLL
 }
 
 /* block entry i of the invocation base describes: its position and its
- * slot's rows in *cx; 1 when its sequence is outside the model */
+ * KV slot's rows in *cx; 1 when its sequence is outside the model */
 QM_INLINE int qk_rope_entry(const struct qk_rope_ctx *base, u32 i, struct qk_rope_ctx *cx)
 {
     u32 b = base->b + i;
@@ -279,7 +279,7 @@ QM_INLINE int qk_rope_args(const struct qk_args *a, struct qk_rope_ctx *cx)
     return 0;
 }
 
-/* one block entry: its position's K and V go into its slot's cache */
+/* one block entry: its position's K and V go into its KV slot's cache */
 static long qk_rope_entry_cb(u64 i, void *vctx)
 {
     struct qk_rope_ctx cx;

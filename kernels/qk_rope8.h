@@ -80,7 +80,7 @@ QM_INLINE int qk_store_k8(u32 layer, u32 kv0, u32 pos, u32 kv_head, s64 *v, cons
     u8 *kc = QK_LOOKUP(kcache, qk_kv8_vec(kv0, kv_head, pos));
     if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
         return 1;
-    u64 max = qk_rope_rotate(v, v, cs);   /* K heads have no qrot slot: in place */
+    u64 max = qk_rope_rotate(v, v, cs);   /* K heads have no place in qrot: in place */
     qk_store8(kc, v, max, e, qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]));
     return 0;
 }

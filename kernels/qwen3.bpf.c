@@ -2,7 +2,7 @@
 /* qwen3.bpf.c - the Qwen3 forward pass as BPF socket-filter programs, run
  * with bpf_prog_test_run. Each program is one kernel of kernels/qk_kernels.h
  * (QK_PROGRAMS, qwen3_abi.h, lists them); its arguments (struct qk_args)
- * follow the 14-byte Ethernet header slot of the test run's input. Map sizes and the model constants are set by
+ * follow the 14-byte Ethernet header of the test run's input. Map sizes and the model constants are set by
  * the loader (engine/bpf_backend.c) before load. */
 #include <linux/bpf.h>
 #include <stdbool.h>

@@ -40,7 +40,7 @@
  * so the verifier sees every size as a known constant). */
 struct qk_config {
     u32 hidden, inter, q_dim, kv_dim, head_dim, n_heads, n_kv_heads, vocab, n_layers, ctx;
-    u32 slots;                  /* sequence slots: KV caches of ctx positions each (qk_kv_row0) */
+    u32 kv_slots;               /* KV cache slots (one per sequence): ctx positions each (qk_kv_row0) */
     u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
     u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
     u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
@@ -128,12 +128,12 @@ struct qk_args {
     u32 b0, nb;         /* block entries [b0, b0 + nb), each at its own position (struct qk_seq) */
     u32 token;          /* embed: the token id (of entry b0) */
     u32 mode;           /* matvec: enum qk_matvec_mode */
-    u32 slot;           /* matvec QK_MV_LOGITS: argmax slot of this invocation */
-    u32 n_slots;        /* argmax_reduce: slots to combine */
+    u32 amax_slot;      /* matvec QK_MV_LOGITS: this invocation's slot of map `amax` */
+    u32 n_amax_slots;   /* argmax_reduce: argmax slots to combine */
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
     u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
-    u32 resume;         /* matvec QK_MV_LOGITS: rows before begin are already in the argmax slot */
+    u32 resume;         /* matvec QK_MV_LOGITS: rows before begin are already in the amax_slot */
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from

@@ -195,7 +195,7 @@ int cmd_load(int argc, char **argv)
     double ms = qp_now_ms() - t0;
     if (!rc)
         printf("loaded %s as %s%s: %u sessions of %u positions, %s KV cache, %.1f MiB of BPF maps, in %.0f ms\n",
-               a.path, QP_PIN_PREFIX, a.name, e.plan.cfg.slots, e.ctx, e.plan.cfg.kv8 ? "int8" : "int16",
+               a.path, QP_PIN_PREFIX, a.name, e.plan.cfg.kv_slots, e.ctx, e.plan.cfg.kv8 ? "int8" : "int16",
                (double)e.b->map_bytes / (1 << 20), ms);
     else
         fprintf(stderr, "qpack load: %s\n", err.msg);

@@ -633,7 +633,7 @@ END_TEST
 /* bytes of one sequence slot's rows in a KV cache map */
 static size_t slot_len(enum qp_map_id id)
 {
-    return map_len(id) / plan.cfg.slots;
+    return map_len(id) / plan.cfg.kv_slots;
 }
 
 static void fill_random(void *p, size_t len)
@@ -650,7 +650,7 @@ static void fill_random(void *p, size_t len)
 START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
 {
     const struct qk_config *c = &plan.cfg;
-    ck_assert_uint_eq(c->slots, 2);
+    ck_assert_uint_eq(c->kv_slots, 2);
     size_t kv = map_len(QP_MAP_KCACHE), half = slot_len(QP_MAP_KCACHE), qkv_len = map_len(QP_MAP_QKV);
     uint8_t *kc = malloc(kv), *vc = malloc(kv), *qkv = calloc(1, qkv_len), *x0 = malloc(map_len(QP_MAP_X));
     ck_assert(kc && vc && qkv && x0);
@@ -703,9 +703,9 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
     ck_assert_msg(memcmp(x0, bpf->state(bpf, QP_MAP_X), map_len(QP_MAP_X)) == 0,
                   "slot 0's attention changed with slot 1's cache");
     /* a slot the model does not have: skipped, said, nothing written */
-    set_seq(0, 1, c->slots);
+    set_seq(0, 1, c->kv_slots);
     assert_skipped(rope_kernel(), &(struct qk_args){.layer = 0, .nb = 1}, "rope_store into a slot past the model's");
-    set_seq(299, 1, c->slots);
+    set_seq(299, 1, c->kv_slots);
     assert_skipped(attn_kernel(), &att, "attention of a slot past the model's");
     free(kc);
     free(vc);
