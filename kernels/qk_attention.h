@@ -31,15 +31,15 @@ static long qk_attn_score_cb(u64 i, void *vctx)
     u32 j = cx->first + (u32)i, head = cx->head, kv_head = cx->kv_head;
     const s64 *q = QK_LOOKUP(qrot, cx->b);
     const s16 *k = QK_LOOKUP(kcache, cx->kv0 + j);
-    s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + head);
-    if (!q || !k || !sc || j >= C.ctx || head >= C.n_heads || kv_head >= C.n_kv_heads)
+    s64 *sc = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + head);
+    if (!q || !k || !sc || j >= QK_CFG.ctx || head >= QK_CFG.n_heads || kv_head >= QK_CFG.n_kv_heads)
         return 1;
-    q += head * C.head_dim;
-    k += kv_head * C.head_dim;
+    q += head * QK_CFG.head_dim;
+    k += kv_head * QK_CFG.head_dim;
     /* blocks of 16 through their own pointers: indexing q[d + t] made clang
      * recompute each address (three times the instructions) */
     s64 s = 0;
-    for (u32 d = 0; d < C.head_dim; d += 16) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
         const s64 *qb = q + d;
         const s16 *kb = k + d;
 QK_UNROLL
@@ -49,8 +49,8 @@ QK_UNROLL
         }
     }
     if (cx->has_ext) {
-        const s64 *corr = q + C.q_dim;   /* qk_query_corr_cb */
-        for (u32 d = 0; d < C.head_dim; d += 16) {
+        const s64 *corr = q + QK_CFG.q_dim;   /* qk_query_corr_cb */
+        for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
             const s64 *cb = corr + d;
             const s16 *kb = k + d;
 QK_UNROLL
@@ -75,15 +75,15 @@ static long qk_attn_score2_cb(u64 i, void *vctx)
     u32 j = cx->first + (u32)i, head = cx->head, kv_head = cx->kv_head;
     const s64 *q = QK_LOOKUP(qrot, cx->b);
     const s16 *k = QK_LOOKUP(kcache, cx->kv0 + j);
-    s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + head);
-    s64 *sc2 = QK_LOOKUP(scores, cx->b * C.n_heads + head + 1);
-    if (!q || !k || !sc || !sc2 || j >= C.ctx || head >= C.n_heads - 1 || kv_head >= C.n_kv_heads)
+    s64 *sc = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + head);
+    s64 *sc2 = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + head + 1);
+    if (!q || !k || !sc || !sc2 || j >= QK_CFG.ctx || head >= QK_CFG.n_heads - 1 || kv_head >= QK_CFG.n_kv_heads)
         return 1;
-    q += head * C.head_dim;
-    const s64 *q2 = q + C.head_dim;
-    k += kv_head * C.head_dim;
+    q += head * QK_CFG.head_dim;
+    const s64 *q2 = q + QK_CFG.head_dim;
+    k += kv_head * QK_CFG.head_dim;
     s64 s = 0, s2 = 0;
-    for (u32 d = 0; d < C.head_dim; d += 16) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
         const s64 *qb = q + d, *qb2 = q2 + d;
         const s16 *kb = k + d;
 QK_UNROLL
@@ -96,8 +96,8 @@ QK_UNROLL
         }
     }
     if (cx->has_ext) {
-        const s64 *corr = q + C.q_dim, *corr2 = q2 + C.q_dim;   /* qk_query_corr_cb */
-        for (u32 d = 0; d < C.head_dim; d += 16) {
+        const s64 *corr = q + QK_CFG.q_dim, *corr2 = q2 + QK_CFG.q_dim;   /* qk_query_corr_cb */
+        for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
             const s64 *cb = corr + d, *cb2 = corr2 + d;
             const s16 *kb = k + d;
 QK_UNROLL
@@ -139,7 +139,7 @@ QM_INLINE u64 qk_attn_weight(struct qk_attn_ctx *cx, u32 h, s64 score)
  * chunk's 256 positions keep |acc| < 2^61 */
 QM_INLINE void qk_attn_add_v(s64 *acc, const s16 *v, s64 w)
 {
-    for (u32 d = 0; d < C.head_dim; d += 16) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
         s64 *ab = acc + d;
         const s16 *vb = v + d;
 QK_UNROLL
@@ -156,14 +156,14 @@ static long qk_attn_value_cb(u64 i, void *vctx)
     struct qk_attn_ctx *cx = vctx;
     u32 j = cx->first + (u32)i, kv_head = cx->kv_head;
     const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j);
-    const s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + cx->head);
-    s64 *part = QK_LOOKUP(parts, (cx->b * C.n_heads + cx->head) * C.max_chunks + cx->chunk);
-    if (!v || !sc || !part || j >= C.ctx || kv_head >= C.n_kv_heads)
+    const s64 *sc = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + cx->head);
+    s64 *part = QK_LOOKUP(parts, (cx->b * QK_CFG.n_heads + cx->head) * QK_CFG.max_chunks + cx->chunk);
+    if (!v || !sc || !part || j >= QK_CFG.ctx || kv_head >= QK_CFG.n_kv_heads)
         return 1;
     u64 p = qk_attn_weight(cx, 0, sc[j]);
     if (p == 0)
         return 0;
-    v += kv_head * C.head_dim;
+    v += kv_head * QK_CFG.head_dim;
     u32 sh = qm_cache_untag(v);   /* this vector's exponent: v_exp - sh */
     if (sh < cx->min_shift[0])
         cx->min_shift[0] = sh;
@@ -177,13 +177,13 @@ static long qk_attn_value_cb(u64 i, void *vctx)
 static long qk_attn_weight2_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
-    u32 j = cx->first + (u32)i, key = cx->b * C.n_heads + cx->head;
+    u32 j = cx->first + (u32)i, key = cx->b * QK_CFG.n_heads + cx->head;
     const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j);
     s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
     u32 kv_head = cx->kv_head;   /* read after the lookups: one register, checked and used */
-    if (!v || !sc || !sc2 || j >= C.ctx || kv_head >= C.n_kv_heads)
+    if (!v || !sc || !sc2 || j >= QK_CFG.ctx || kv_head >= QK_CFG.n_kv_heads)
         return 1;
-    v += kv_head * C.head_dim;
+    v += kv_head * QK_CFG.head_dim;
     u32 sh = qm_cache_untag(v), st = qm_cache_untag(v + 4);
     u64 p = qk_attn_weight(cx, 0, sc[j]), p2 = qk_attn_weight(cx, 1, sc2[j]);
     if (p && sh < cx->min_shift[0])
@@ -202,7 +202,7 @@ static long qk_attn_weight2_cb(u64 i, void *vctx)
  * any order. */
 QM_INLINE void qk_attn_add_v2(s64 *acc, const s16 *v, s64 w, const s16 *v1, s64 w1)
 {
-    for (u32 d = 0; d < C.head_dim; d += 16) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d += 16) {
         s64 *ab = acc + d;
         const s16 *vb = v + d, *vb1 = v1 + d;
 QK_UNROLL
@@ -223,18 +223,19 @@ static long qk_attn_value2x2_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
     u32 has1 = 2 * (u32)i + 1 < cx->count;
-    u32 j = cx->first + 2 * (u32)i, j1 = j + has1, kv_head = cx->kv_head, key = cx->b * C.n_heads + cx->head;
+    u32 j = cx->first + 2 * (u32)i, j1 = j + has1, kv_head = cx->kv_head, key = cx->b * QK_CFG.n_heads + cx->head;
     const s16 *v = QK_LOOKUP(vcache, cx->kv0 + j), *v1 = QK_LOOKUP(vcache, cx->kv0 + j1);
     const s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + 1);
-    s64 *part = QK_LOOKUP(parts, key * C.max_chunks + cx->chunk);
-    s64 *part2 = QK_LOOKUP(parts, (key + 1) * C.max_chunks + cx->chunk);
+    s64 *part = QK_LOOKUP(parts, key * QK_CFG.max_chunks + cx->chunk);
+    s64 *part2 = QK_LOOKUP(parts, (key + 1) * QK_CFG.max_chunks + cx->chunk);
     QK_OPAQUE(j1);   /* its own register, bounded by its own test */
-    if (!v || !v1 || !sc || !sc2 || !part || !part2 || j >= C.ctx || j1 >= C.ctx || kv_head >= C.n_kv_heads)
+    if (!v || !v1 || !sc || !sc2 || !part || !part2 || j >= QK_CFG.ctx || j1 >= QK_CFG.ctx ||
+        kv_head >= QK_CFG.n_kv_heads)
         return 1;
     s64 only = -(s64)has1;   /* all ones when j + 1 is in the chunk */
     s64 w = sc[j], w1 = sc[j1] & only, x = sc2[j], x1 = sc2[j1] & only;
-    v += kv_head * C.head_dim;
-    v1 += kv_head * C.head_dim;
+    v += kv_head * QK_CFG.head_dim;
+    v1 += kv_head * QK_CFG.head_dim;
     if (w | w1)
         qk_attn_add_v2(part + QK_PART_ACC, v, w, v1, w1);
     if (x | x1)
@@ -246,15 +247,15 @@ static long qk_attn_value2x2_cb(u64 i, void *vctx)
 QM_INLINE int qk_attn_head_init(struct qk_attn_ctx *t, const struct qk_scalars *sc, u32 h, u32 head)
 {
     s32 score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] +
-                    qk_exp_const(C.k_exp[QK_IDX(t->layer, QK_MAX_LAYERS)]) - QK_KBOOST_MAX;
+                    qk_exp_const(QK_CFG.k_exp[QK_IDX(t->layer, QK_MAX_LAYERS)]) - QK_KBOOST_MAX;
     t->lin[h & 1] = qm_lin_make(score_exp, QK_SF(attn_c));
     t->max_score[h & 1] = 0;
     t->sum[h & 1] = 0;
     t->min_shift[h & 1] = QM_CACHE_SH_MAX;
-    s64 *part = QK_LOOKUP(parts, (t->b * C.n_heads + head) * C.max_chunks + t->chunk);
+    s64 *part = QK_LOOKUP(parts, (t->b * QK_CFG.n_heads + head) * QK_CFG.max_chunks + t->chunk);
     if (!part)
         return -1;
-    for (u32 d = 0; d < C.head_dim; d++)
+    for (u32 d = 0; d < QK_CFG.head_dim; d++)
         part[QK_PART_ACC + d] = 0;
     return 0;
 }
@@ -262,7 +263,7 @@ QM_INLINE int qk_attn_head_init(struct qk_attn_ctx *t, const struct qk_scalars *
 /* ends head h of the task: its maximum, sum and shift beside its sums */
 QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
 {
-    s64 *part = QK_LOOKUP(parts, (t->b * C.n_heads + head) * C.max_chunks + t->chunk);
+    s64 *part = QK_LOOKUP(parts, (t->b * QK_CFG.n_heads + head) * QK_CFG.max_chunks + t->chunk);
     if (!part)
         return -1;
     part[0] = t->max_score[h & 1];
@@ -271,22 +272,22 @@ QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
     return 0;
 }
 
-/* Task i (entry, group of C.attn_heads heads, chunk) of the invocation
+/* Task i (entry, group of QK_CFG.attn_heads heads, chunk) of the invocation
  * base describes, set up in *t with its heads started: 0 to compute it,
  * 2 when the chunk is past its entry's position (the block's later entries
  * have it), 1 on an index outside the model. */
 QM_INLINE int qk_attn_task_start(struct qk_attn_ctx *t, u32 i)
 {
     u32 task = t->first_task + i, layer = t->layer, n_chunks = t->n_chunks;
-    u32 pair = C.attn_heads == 2, groups = C.n_heads >> pair;
-    if (n_chunks == 0 || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    u32 pair = QK_CFG.attn_heads == 2, groups = QK_CFG.n_heads >> pair;
+    if (n_chunks == 0 || layer >= QK_CFG.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
     u32 per_entry = groups * n_chunks, b = t->b0 + task / per_entry;
     u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
     const struct qk_seq *sq = qk_seq_of(b, t->max_pos);
-    if (!sc || !kl || !sq || head + pair >= C.n_heads || head + pair >= QK_MAX_HEADS || chunk >= C.max_chunks)
+    if (!sc || !kl || !sq || head + pair >= QK_CFG.n_heads || head + pair >= QK_MAX_HEADS || chunk >= QK_CFG.max_chunks)
         return 1;
     u32 pos = sq->pos;
     if (chunk * QK_ATTN_CHUNK > pos)
@@ -295,12 +296,12 @@ QM_INLINE int qk_attn_task_start(struct qk_attn_ctx *t, u32 i)
     t->kv0 = qk_kv_row0(sq->kv_slot, layer);
     t->head = head;
     t->chunk = chunk;
-    t->kv_head = head / (C.n_heads / C.n_kv_heads);
+    t->kv_head = head / (QK_CFG.n_heads / QK_CFG.n_kv_heads);
     t->first = chunk * QK_ATTN_CHUNK;
     t->count = pos + 1 - t->first;
     if (t->count > QK_ATTN_CHUNK)
         t->count = QK_ATTN_CHUNK;
-    t->has_ext = kl[QK_KL_DONORS(C.head_dim)] != 0;
+    t->has_ext = kl[QK_KL_DONORS(QK_CFG.head_dim)] != 0;
     if (qk_attn_head_init(t, sc, 0, head) || (pair && qk_attn_head_init(t, sc, 1, head + 1)))
         return 1;
     return 0;
@@ -320,7 +321,7 @@ QK_SUBPROG int qk_attn_task(const struct qk_attn_ctx *base, u32 i)
     int rc = qk_attn_task_start(&t, i);
     if (rc)
         return rc & 1;
-    u32 pair = C.attn_heads == 2;
+    u32 pair = QK_CFG.attn_heads == 2;
     if (pair) {
         QK_LOOP(t.count, qk_attn_score2_cb, &t);
         QK_LOOP(t.count, qk_attn_weight2_cb, &t);
@@ -356,12 +357,12 @@ QM_INLINE u32 qk_attn_chunks(const struct qk_args *a)
 /* the invocation's tasks in *cx when its arguments are inside the model */
 QM_INLINE int qk_attn_args(const struct qk_args *a, struct qk_attn_ctx *cx)
 {
-    if (a->layer >= C.n_layers || !qk_entries_ok(a) || a->max_pos >= C.ctx)
+    if (a->layer >= QK_CFG.n_layers || !qk_entries_ok(a) || a->max_pos >= QK_CFG.ctx)
         return -1;
     u32 n_chunks = qk_attn_chunks(a);
-    if (C.attn_heads != 1 && C.attn_heads != 2)
+    if (QK_CFG.attn_heads != 1 && QK_CFG.attn_heads != 2)
         return -1;
-    if (a->begin >= a->end || a->end > a->nb * (C.n_heads >> (C.attn_heads == 2)) * n_chunks)
+    if (a->begin >= a->end || a->end > a->nb * (QK_CFG.n_heads >> (QK_CFG.attn_heads == 2)) * n_chunks)
         return -1;
     *cx = (struct qk_attn_ctx){.layer = a->layer, .max_pos = a->max_pos, .n_chunks = n_chunks,
                                .first_task = a->begin, .b0 = a->b0, .deadline = qk_deadline()};
@@ -407,7 +408,7 @@ struct qk_merge_ctx {
 static long qk_merge_max_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
-    const s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks + (u32)i);
+    const s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * QK_CFG.max_chunks + (u32)i);
     if (!part)
         return 1;
     if (i == 0 || part[0] > cx->max_score)
@@ -422,7 +423,7 @@ static long qk_merge_bound_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
     u32 head = (u32)i / cx->n_chunks, chunk = (u32)i % cx->n_chunks;
-    const s64 *part = QK_LOOKUP(parts, cx->parts0 + head * C.max_chunks + chunk);
+    const s64 *part = QK_LOOKUP(parts, cx->parts0 + head * QK_CFG.max_chunks + chunk);
     if (!part)
         return 1;
     if ((u64)part[2] < cx->min_shift)
@@ -435,14 +436,14 @@ static long qk_merge_bound_cb(u64 i, void *vctx)
 static long qk_merge_add_cb(u64 i, void *vctx)
 {
     struct qk_merge_ctx *cx = vctx;
-    s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks + (u32)i);
-    s64 *base = QK_LOOKUP(parts, cx->parts0 + cx->head * C.max_chunks);
+    s64 *part = QK_LOOKUP(parts, cx->parts0 + cx->head * QK_CFG.max_chunks + (u32)i);
+    s64 *base = QK_LOOKUP(parts, cx->parts0 + cx->head * QK_CFG.max_chunks);
     if (!part || !base)
         return 1;
     u64 t = (u64)(cx->max_score - part[0]);
     u32 f = qm_exp2_neg_q30(qm_log2_arg_q24(t, cx->score_exp, QK_SF(attn_c)));
     cx->sum += (u64)qm_mul_q30(part[1], f);
-    for (u32 d = 0; d < C.head_dim; d++) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d++) {
         s64 v = qm_rshift_round(qm_mul_q30(part[QK_PART_ACC + d], f), cx->down);
         base[QK_PART_ACC + d] = i == 0 ? v : base[QK_PART_ACC + d] + v;
     }
@@ -455,17 +456,17 @@ static long qk_merge_head_cb(u64 i, void *vctx)
     u32 head = cx->first + (u32)i, layer = cx->layer;
     struct qk_scalars *sc = QK_LOOKUP(scal, cx->b);
     s64 *x = QK_LOOKUP(x, cx->b);
-    if (!sc || !x || head >= C.n_heads || head >= QK_MAX_HEADS || layer >= C.n_layers ||
-        layer >= QK_MAX_LAYERS || C.q_dim > C.act_len)
+    if (!sc || !x || head >= QK_CFG.n_heads || head >= QK_MAX_HEADS || layer >= QK_CFG.n_layers ||
+        layer >= QK_MAX_LAYERS || QK_CFG.q_dim > QK_CFG.act_len)
         return 1;
     struct qk_merge_ctx m = *cx;
     m.head = head;
     m.sum = 0;
-    m.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
+    m.score_exp = sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] + qk_exp_const(QK_CFG.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]) -
                   QK_KBOOST_MAX;
     QK_LOOP(cx->n_chunks, qk_merge_max_cb, &m);
     QK_LOOP(cx->n_chunks, qk_merge_add_cb, &m);
-    const s64 *acc = QK_LOOKUP(parts, cx->parts0 + head * C.max_chunks);
+    const s64 *acc = QK_LOOKUP(parts, cx->parts0 + head * QK_CFG.max_chunks);
     if (!acc || m.sum == 0)
         return 1;
     acc += QK_PART_ACC;
@@ -475,11 +476,11 @@ static long qk_merge_head_cb(u64 i, void *vctx)
     u32 n = qm_bitlen(m.sum);
     u64 sum = n > 39 ? m.sum >> (n - 39) : m.sum << (39 - n);
     s32 sh = 39 - (s32)n + 8 + (s32)m.min_shift - QM_V_WEIGHT_FRAC + (s32)m.down;
-    for (u32 d = 0; d < C.head_dim; d++) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d++) {
         s64 v = qm_scale_pow2(acc[d], sh);
         u64 mag = qm_abs(v);
         u64 q = (mag + sum / 2) / sum;
-        x[head * C.head_dim + d] = v < 0 ? -(s64)q : (s64)q;
+        x[head * QK_CFG.head_dim + d] = v < 0 ? -(s64)q : (s64)q;
     }
     return 0;
 }
@@ -490,23 +491,23 @@ static long qk_merge_entry_cb(u64 i, void *vctx)
     const struct qk_merge_ctx *base = vctx;
     u32 b = base->b + (u32)i, layer = base->layer;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
-    const struct qk_seq *sq = qk_seq_of(b, C.ctx - 1);
-    if (!sc || !sq || layer >= C.n_layers)
+    const struct qk_seq *sq = qk_seq_of(b, QK_CFG.ctx - 1);
+    if (!sc || !sq || layer >= QK_CFG.n_layers)
         return 1;
     u32 pos = sq->pos;
     struct qk_merge_ctx cx = {.layer = layer, .n_chunks = pos / QK_ATTN_CHUNK + 1, .first = base->first,
-                              .pos = pos, .b = b, .parts0 = b * C.n_heads * C.max_chunks,
+                              .pos = pos, .b = b, .parts0 = b * QK_CFG.n_heads * QK_CFG.max_chunks,
                               .min_shift = QM_CACHE_SH_MAX};
     cx.down = qm_bitlen(cx.n_chunks - 1);
-    QK_LOOP(C.n_heads * cx.n_chunks, qk_merge_bound_cb, &cx);
+    QK_LOOP(QK_CFG.n_heads * cx.n_chunks, qk_merge_bound_cb, &cx);
     QK_LOOP(base->n_heads, qk_merge_head_cb, &cx);
-    sc->x_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;
+    sc->x_exp = qk_exp_const(QK_CFG.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]) - 8 - (s32)cx.min_shift;
     return 0;
 }
 
 QM_INLINE int qk_attn_merge(const struct qk_args *a)
 {
-    if (a->layer >= C.n_layers || !qk_entries_ok(a) || a->begin >= a->end || a->end > C.n_heads)
+    if (a->layer >= QK_CFG.n_layers || !qk_entries_ok(a) || a->begin >= a->end || a->end > QK_CFG.n_heads)
         return -1;
     struct qk_merge_ctx cx = {.layer = a->layer, .first = a->begin, .b = a->b0,
                               .n_heads = a->end - a->begin};

@@ -19,17 +19,17 @@ QM_INLINE long qk_attn_score8(struct qk_attn_ctx *cx, u64 i, u32 pair)
     u32 j = cx->first + (u32)i, head = cx->head, head2 = head + pair, kv_head = cx->kv_head;
     const s64 *q = QK_LOOKUP(qrot, cx->b);
     const u8 *k = QK_LOOKUP(kcache, cx->kv0 + j);
-    s64 *sc = QK_LOOKUP(scores, cx->b * C.n_heads + head);
-    s64 *sc2 = QK_LOOKUP(scores, cx->b * C.n_heads + head2);
+    s64 *sc = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + head);
+    s64 *sc2 = QK_LOOKUP(scores, cx->b * QK_CFG.n_heads + head2);
     QK_OPAQUE(head2);   /* its own register, bounded by its own test */
-    if (!q || !k || !sc || !sc2 || j >= C.ctx || head >= C.n_heads || head2 >= C.n_heads ||
-        kv_head >= C.n_kv_heads)
+    if (!q || !k || !sc || !sc2 || j >= QK_CFG.ctx || head >= QK_CFG.n_heads || head2 >= QK_CFG.n_heads ||
+        kv_head >= QK_CFG.n_kv_heads)
         return 1;
-    const u64 *qp = (const u64 *)(q + C.q_dim + head * C.head_dim);
-    const u64 *qp2 = (const u64 *)(q + C.q_dim + head2 * C.head_dim);
+    const u64 *qp = (const u64 *)(q + QK_CFG.q_dim + head * QK_CFG.head_dim);
+    const u64 *qp2 = (const u64 *)(q + QK_CFG.q_dim + head2 * QK_CFG.head_dim);
     const u64 *kw = (const u64 *)k;
     u64 s = 0, s2 = 0;
-    for (u32 g = 0; g < C.head_dim / 8; g += 2) {
+    for (u32 g = 0; g < QK_CFG.head_dim / 8; g += 2) {
         const u64 *kb = kw + g, *qb = qp + 4 * g, *qb2 = qp2 + 4 * g;
 QK_UNROLL
         for (int w = 0; w < 2; w++) {
@@ -46,13 +46,13 @@ QK_UNROLL
             }
         }
     }
-    u32 up = (QM_CACHE_SH_MAX - (k[C.head_dim] & 15)) & 15;
-    s64 score = (s64)((u64)qk_kv8_dot(s, (s64)qp[C.head_dim / 2]) << up);
+    u32 up = (QM_CACHE_SH_MAX - (k[QK_CFG.head_dim] & 15)) & 15;
+    s64 score = (s64)((u64)qk_kv8_dot(s, (s64)qp[QK_CFG.head_dim / 2]) << up);
     sc[j] = score;
     if (i == 0 || score > cx->max_score[0])
         cx->max_score[0] = score;
     if (pair) {
-        s64 score2 = (s64)((u64)qk_kv8_dot(s2, (s64)qp2[C.head_dim / 2]) << up);
+        s64 score2 = (s64)((u64)qk_kv8_dot(s2, (s64)qp2[QK_CFG.head_dim / 2]) << up);
         sc2[j] = score2;
         if (i == 0 || score2 > cx->max_score[1])
             cx->max_score[1] = score2;
@@ -66,7 +66,7 @@ QK_UNROLL
  * program to jit") */
 static long qk_attn_score8_cb(u64 i, void *vctx)
 {
-    return qk_attn_score8(vctx, i, C.attn_heads == 2);
+    return qk_attn_score8(vctx, i, QK_CFG.attn_heads == 2);
 }
 
 /* the softmax weights (Q30) at position j in place of the scores, and the
@@ -74,14 +74,14 @@ static long qk_attn_score8_cb(u64 i, void *vctx)
 static long qk_attn_weight8_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
-    u32 pair = C.attn_heads == 2;
-    u32 j = cx->first + (u32)i, key = cx->b * C.n_heads + cx->head;
+    u32 pair = QK_CFG.attn_heads == 2;
+    u32 j = cx->first + (u32)i, key = cx->b * QK_CFG.n_heads + cx->head;
     const u8 *v = QK_LOOKUP(vcache, cx->kv0 + j);
     s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + pair);
     u32 kv_head = cx->kv_head;
-    if (!v || !sc || !sc2 || j >= C.ctx || kv_head >= C.n_kv_heads)
+    if (!v || !sc || !sc2 || j >= QK_CFG.ctx || kv_head >= QK_CFG.n_kv_heads)
         return 1;
-    u32 sh = v[C.head_dim] & 15;
+    u32 sh = v[QK_CFG.head_dim] & 15;
     u64 p = qk_attn_weight(cx, 0, sc[j]);
     if (p && sh < cx->min_shift[0])
         cx->min_shift[0] = sh;
@@ -98,7 +98,7 @@ static long qk_attn_weight8_cb(u64 i, void *vctx)
 /* lanes += w u + w1 u1 over a head's code words v and v1 (qk_kv8.h) */
 QM_INLINE void qk_attn_add_v8(u64 *lanes, const u64 *v, u64 w, const u64 *v1, u64 w1)
 {
-    for (u32 g = 0; g < C.head_dim / 8; g += 2) {
+    for (u32 g = 0; g < QK_CFG.head_dim / 8; g += 2) {
         u64 *lb = lanes + 4 * g;
         const u64 *vb = v + g, *vb1 = v1 + g;
 QK_UNROLL
@@ -123,7 +123,7 @@ QM_INLINE void qk_attn_weights8(const struct qk_attn_ctx *cx, u32 h, s64 *part, 
 {
     *w = qk_kv8_value_weight((u64)sc[j], sh, cx->min_shift[h & 1]);
     *w1 = qk_kv8_value_weight((u64)sc[j1], sh1, cx->min_shift[h & 1]) & only;
-    part[QK_PART_ACC + QK_KV8_W_SUM(C.head_dim)] += (s64)(*w + *w1);
+    part[QK_PART_ACC + QK_KV8_W_SUM(QK_CFG.head_dim)] += (s64)(*w + *w1);
 }
 
 /* the values of the task's head (or head pair) at positions j = first + 2i
@@ -131,17 +131,18 @@ QM_INLINE void qk_attn_weights8(const struct qk_attn_ctx *cx, u32 h, s64 *part, 
 static long qk_attn_value8_cb(u64 i, void *vctx)
 {
     struct qk_attn_ctx *cx = vctx;
-    u32 pair = C.attn_heads == 2, has1 = 2 * (u32)i + 1 < cx->count;
-    u32 j = cx->first + 2 * (u32)i, j1 = j + has1, key = cx->b * C.n_heads + cx->head, kv_head = cx->kv_head;
+    u32 pair = QK_CFG.attn_heads == 2, has1 = 2 * (u32)i + 1 < cx->count;
+    u32 j = cx->first + 2 * (u32)i, j1 = j + has1, key = cx->b * QK_CFG.n_heads + cx->head, kv_head = cx->kv_head;
     const u8 *v = QK_LOOKUP(vcache, cx->kv0 + j), *v1 = QK_LOOKUP(vcache, cx->kv0 + j1);
     const s64 *sc = QK_LOOKUP(scores, key), *sc2 = QK_LOOKUP(scores, key + pair);
-    s64 *part = QK_LOOKUP(parts, key * C.max_chunks + cx->chunk);
-    s64 *part2 = QK_LOOKUP(parts, (key + pair) * C.max_chunks + cx->chunk);
+    s64 *part = QK_LOOKUP(parts, key * QK_CFG.max_chunks + cx->chunk);
+    s64 *part2 = QK_LOOKUP(parts, (key + pair) * QK_CFG.max_chunks + cx->chunk);
     QK_OPAQUE(j1);
-    if (!v || !v1 || !sc || !sc2 || !part || !part2 || j >= C.ctx || j1 >= C.ctx || kv_head >= C.n_kv_heads)
+    if (!v || !v1 || !sc || !sc2 || !part || !part2 || j >= QK_CFG.ctx || j1 >= QK_CFG.ctx ||
+        kv_head >= QK_CFG.n_kv_heads)
         return 1;
     u64 only = 0 - (u64)has1, w, w1, x = 0, x1 = 0;
-    u32 sh = v[C.head_dim] & 15, sh1 = v1[C.head_dim] & 15;
+    u32 sh = v[QK_CFG.head_dim] & 15, sh1 = v1[QK_CFG.head_dim] & 15;
     qk_attn_weights8(cx, 0, part, sc, j, j1, only, sh, sh1, &w, &w1);
     if (pair)
         qk_attn_weights8(cx, 1, part2, sc2, j, j1, only, sh, sh1, &x, &x1);
@@ -158,9 +159,9 @@ static long qk_attn_value8_cb(u64 i, void *vctx)
  * no lane word is overwritten before it is read */
 QM_INLINE void qk_attn_expand8(s64 *acc, u32 min_sh)
 {
-    u64 w_sum = (u64)acc[QK_KV8_W_SUM(C.head_dim)];
-    for (u32 n = 0; n < C.head_dim / 8; n++) {
-        u32 g = C.head_dim / 8 - 1 - n;
+    u64 w_sum = (u64)acc[QK_KV8_W_SUM(QK_CFG.head_dim)];
+    for (u32 n = 0; n < QK_CFG.head_dim / 8; n++) {
+        u32 g = QK_CFG.head_dim / 8 - 1 - n;
         u64 l0 = (u64)acc[4 * g], l1 = (u64)acc[4 * g + 1], l2 = (u64)acc[4 * g + 2], l3 = (u64)acc[4 * g + 3];
         s64 *e = acc + 8 * g;
         e[0] = qk_kv8_value_acc(l0 & 0xffffffffu, w_sum, min_sh);
@@ -184,12 +185,12 @@ QK_SUBPROG int qk_attn_task8(const struct qk_attn_ctx *base, u32 i)
     if (rc)
         return rc & 1;
     t.kv0 = qk_kv8_vec(t.kv0, t.kv_head, 0);     /* the task's KV head's values from position 0 */
-    u32 pair = C.attn_heads == 2;
+    u32 pair = QK_CFG.attn_heads == 2;
     QK_LOOP(t.count, qk_attn_score8_cb, &t);
     QK_LOOP(t.count, qk_attn_weight8_cb, &t);
     QK_LOOP((t.count + 1) / 2, qk_attn_value8_cb, &t);
-    s64 *part = QK_LOOKUP(parts, (t.b * C.n_heads + t.head) * C.max_chunks + t.chunk);
-    s64 *part2 = QK_LOOKUP(parts, (t.b * C.n_heads + t.head + pair) * C.max_chunks + t.chunk);
+    s64 *part = QK_LOOKUP(parts, (t.b * QK_CFG.n_heads + t.head) * QK_CFG.max_chunks + t.chunk);
+    s64 *part2 = QK_LOOKUP(parts, (t.b * QK_CFG.n_heads + t.head + pair) * QK_CFG.max_chunks + t.chunk);
     if (!part || !part2)
         return 1;
     qk_attn_expand8(part + QK_PART_ACC, t.min_shift[0]);

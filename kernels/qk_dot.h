@@ -10,12 +10,12 @@
 
 #include "qk_shims.h"
 
-/* Column chunks. A product's row is walked C.col_chunk columns at a time
+/* Column chunks. A product's row is walked QK_CFG.col_chunk columns at a time
  * (a power of two up to QK_COL_CHUNK_MAX dividing every width and a
  * multiple of every group size; engine/plan.c), each chunk one bpf_loop callback:
  * the verifier walks a chunk's constant-length loop, so what it processes
  * does not grow with the model's width. The functions below add one
- * chunk, columns [c0, c0 + C.col_chunk), into acc[0..3]. Sums are exact
+ * chunk, columns [c0, c0 + QK_CFG.col_chunk), into acc[0..3]. Sums are exact
  * integers: the chunks give the bits of one pass over the row. */
 
 /* An 8-bit act word's lanes meet the codes' lanes at the coefficient of
@@ -24,7 +24,7 @@
  * in magnitude. */
 #define QK_XQ_BIAS (1ULL << 47)
 
-/* A row's groups of columns [c0, c0 + C.col_chunk) from its first act
+/* A row's groups of columns [c0, c0 + QK_CFG.col_chunk) from its first act
  * block on (code words cw, act records xr of rec words, scale d): per
  * group the sum of `block` over its act blocks (16 code words and one act
  * record each) times the group's scale, shifted down by `shift`. `block`
@@ -32,9 +32,9 @@
 QM_INLINE s64 qk_row_groups(const u64 *cw, const u64 *xr, const s32 *d, u64 lanes,
                             s64 (*block)(const u64 *, const u64 *, u64), u32 rec, u32 shift)
 {
-    u32 blocks_per_group = C.w_group >> 5;
+    u32 blocks_per_group = QK_CFG.w_group >> 5;
     s64 row = 0;
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w_group_shift); g++) {
         s64 sp = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             sp += block(cw, xr, lanes);
@@ -50,7 +50,7 @@ QM_INLINE s64 qk_row_groups(const u64 *cw, const u64 *xr, const s32 *d, u64 lane
 /* The i8g products' act records: after the 8-bit ones in the same value */
 QM_INLINE const u64 *qk_xp_from(const u8 *xq, u32 c0)
 {
-    return (const u64 *)(xq + QK_XQ_BYTES(C.act_len)) + (c0 / QK_XQ_BLOCK) * QK_XP_REC;
+    return (const u64 *)(xq + QK_XQ_BYTES(QK_CFG.act_len)) + (c0 / QK_XQ_BLOCK) * QK_XP_REC;
 }
 
 /* The four rows' sums of an act block's unpacked lane words l[4 j + k]

@@ -78,18 +78,18 @@ QM_INLINE s64 qk_dot_i4_row_g32(const u64 *cw, const u64 *xr, const s32 *d, u32 
     return row;
 }
 
-/* row k of a block, columns [c0, c0 + C.col_chunk): codes[4t + k] is its
+/* row k of a block, columns [c0, c0 + QK_CFG.col_chunk): codes[4t + k] is its
  * 16-column chunk t */
 QM_INLINE s64 qk_dot_i4_row_chunk(const u64 *codes, const u8 *xq, const s32 *par, u32 k, u32 c0)
 {
     const u64 *xr = qk_xq_from(xq, c0);
     const u64 *cw = codes + c0 / 4;
-    const s32 *pg = par + (c0 >> C.w4_group_shift) * 8;
-    u32 blocks_per_group = C.w4_group >> 5;
+    const s32 *pg = par + (c0 >> QK_CFG.w4_group_shift) * 8;
+    u32 blocks_per_group = QK_CFG.w4_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 1)
-        return qk_dot_i4_row_g32(cw + k, xr, pg + k, C.col_chunk / QK_XQ_BLOCK);
-    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+        return qk_dot_i4_row_g32(cw + k, xr, pg + k, QK_CFG.col_chunk / QK_XQ_BLOCK);
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w4_group_shift); g++) {
         s64 sp = 0, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             u32 b = g * blocks_per_group + h;
@@ -125,16 +125,16 @@ QM_INLINE void qk_rows_i4_chunk(const void *blk, const void *xq, u32 cols, u32 c
  * |sum l a| <= 32 * 8 * 127 < 2^15, and the lower coefficients stay below
  * 8 * 8 * 127 * (3 * 2^32 + 2 * 2^16 + 1) < 2^47. P_b = sum l a + 8 A_b is
  * the integer qk_rows_i4_chunk takes, and the group terms are its own: the
- * same bits. This unpacks columns [c0, c0 + C.col_chunk). */
+ * same bits. This unpacks columns [c0, c0 + QK_CFG.col_chunk). */
 #define QK_I4_LANE_BIAS (8 * 0x0001000100010001ULL)
 
 QM_INLINE void qk_unpack_i4_chunk(const void *blk, u64 *lanes, u32 cols, u32 c0)
 {
     const u64 *codes = (const u64 *)blk + c0 / 4;
-    const s32 *par = (const s32 *)((const u8 *)blk + 2 * cols) + (c0 >> C.w4_group_shift) * 8;
+    const s32 *par = (const s32 *)((const u8 *)blk + 2 * cols) + (c0 >> QK_CFG.w4_group_shift) * 8;
     u64 *l = lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
-    u32 blocks_per_group = C.w4_group >> 5;
-    for (u32 t = 0; t < C.col_chunk / 16; t++) {
+    u32 blocks_per_group = QK_CFG.w4_group >> 5;
+    for (u32 t = 0; t < QK_CFG.col_chunk / 16; t++) {
         u64 *lt = l + QK_UNPK_I4_UNIT * (t >> 1) + 16 * (t & 1);
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
@@ -145,7 +145,7 @@ QK_UNROLL
             lt[12 + k] = ((w >> 12) & QK_NIBBLE_LANES) - QK_I4_LANE_BIAS;
         }
     }
-    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w4_group_shift); g++) {
         s64 *d = (s64 *)l + QK_UNPK_I4_UNIT * blocks_per_group * g + QK_UNPK_I4_PAR;
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
@@ -177,16 +177,16 @@ QK_UNROLL
 }
 
 /* the four rows of an unpacked block (a thread's scratch) times entry xq,
- * columns [c0, c0 + C.col_chunk), added into row[0..3] */
+ * columns [c0, c0 + QK_CFG.col_chunk), added into row[0..3] */
 QM_INLINE void qk_rows_i4_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
 {
     const u64 *xr = qk_xq_from((const u8 *)xq, c0);
     const u64 *l = (const u64 *)lanes + QK_UNPK_I4_UNIT * (c0 / QK_XQ_BLOCK);
     (void)cols;   /* the layout is by act block, whatever the width */
-    u32 blocks_per_group = C.w4_group >> 5;
+    u32 blocks_per_group = QK_CFG.w4_group >> 5;
     s64 sp[4];
     if (blocks_per_group == 1) {   /* the default groups of 32: a group per act block */
-        for (u32 g = C.col_chunk / QK_XQ_BLOCK; g; g--) {
+        for (u32 g = QK_CFG.col_chunk / QK_XQ_BLOCK; g; g--) {
             qk_unpacked_i4_block(l, xr, sp);
             qk_unpacked_i4_group(sp, (s64)xr[QK_XQ_SA], (const s64 *)l + QK_UNPK_I4_PAR, row);
             l += QK_UNPK_I4_UNIT;
@@ -194,7 +194,7 @@ QM_INLINE void qk_rows_i4_unpacked(const void *lanes, const void *xq, u32 cols, 
         }
         return;
     }
-    for (u32 g = 0; g < (C.col_chunk >> C.w4_group_shift); g++) {
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w4_group_shift); g++) {
         const s64 *d = (const s64 *)l + QK_UNPK_I4_PAR;
         s64 sg[4] = {0, 0, 0, 0}, sa = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {

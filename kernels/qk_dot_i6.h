@@ -41,18 +41,18 @@ QM_INLINE s64 qk_dot_i6_block(const u64 *cw, const u64 *xr, u64 lanes)
     return (pb * (1 << QK_XQ_FRAC)) >> xr[QK_XQ_R];
 }
 
-/* row k of an i6 lanes block, columns [c0, c0 + C.col_chunk) */
+/* row k of an i6 lanes block, columns [c0, c0 + QK_CFG.col_chunk) */
 QM_INLINE s64 qk_dot_i6_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, u32 c0)
 {
     const u64 *xr = qk_xq_from(xq, c0);
     const u64 *cw = (const u64 *)(blk + c0 * 4 + k * 16);
-    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4 + k;
-    u32 blocks_per_group = C.w_group >> 5;
+    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> QK_CFG.w_group_shift) * 4 + k;
+    u32 blocks_per_group = QK_CFG.w_group >> 5;
     u64 lanes = QK_BYTE_LANES;
     s64 row = 0;
     QK_OPAQUE(lanes);
     if (blocks_per_group == 2) {   /* the int4 preset's groups of 64: a group per iteration */
-        for (u32 g = C.col_chunk >> C.w_group_shift; g; g--) {
+        for (u32 g = QK_CFG.col_chunk >> QK_CFG.w_group_shift; g; g--) {
             s64 sp = qk_dot_i6_block(cw, xr, lanes);
             QK_KEEP(sp);
             sp += qk_dot_i6_block(cw + 16, xr + QK_XQ_REC, lanes);
@@ -99,8 +99,8 @@ QM_INLINE u32 qk_unpk_param_at(u32 k, u32 cols, u32 c, u32 group_shift)
 QM_INLINE void qk_unpack_i6_chunk(const void *blk, u64 *lanes, s64 *dm, u32 cols, u32 c0)
 {
     const u8 *b = (const u8 *)blk;
-    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> C.w_group_shift) * 4;
-    for (u32 t = 0; t < C.col_chunk / 16; t++)
+    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> QK_CFG.w_group_shift) * 4;
+    for (u32 t = 0; t < QK_CFG.col_chunk / 16; t++)
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
             const u64 *cw = (const u64 *)(b + (c0 + 16 * t) * 4 + 16 * k);
@@ -110,10 +110,10 @@ QK_UNROLL
             l[2] = (cw[1] & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
             l[3] = ((cw[1] >> 8) & QK_BYTE_LANES) - QK_I6_LANE_BIAS;
         }
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++)
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w_group_shift); g++)
 QK_UNROLL
         for (u32 k = 0; k < 4; k++)
-            dm[qk_unpk_param_at(k, cols, c0 + (g << C.w_group_shift), C.w_group_shift)] = d[4 * g + k];
+            dm[qk_unpk_param_at(k, cols, c0 + (g << QK_CFG.w_group_shift), QK_CFG.w_group_shift)] = d[4 * g + k];
 }
 
 /* Two products of unpacked i6 lanes: |q| <= 32, so the top lane's sum of
@@ -141,11 +141,11 @@ QM_INLINE s64 qk_i6_unpacked_block(const u64 *lk, const u64 *xr)
 QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *xq, u32 k, u32 cols, u32 c0)
 {
     const u64 *xr = qk_xq_from(xq, c0), *lk = lanes + qk_unpk_lane_at(k, cols, c0);
-    const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, C.w_group_shift);
-    u32 blocks_per_group = C.w_group >> 5;
+    const s64 *dk = dm + qk_unpk_param_at(k, cols, c0, QK_CFG.w_group_shift);
+    u32 blocks_per_group = QK_CFG.w_group >> 5;
     s64 row = 0;
     if (blocks_per_group == 2) {   /* the int4 preset's groups of 64: a group per iteration */
-        for (u32 g = C.col_chunk >> C.w_group_shift; g; g--) {
+        for (u32 g = QK_CFG.col_chunk >> QK_CFG.w_group_shift; g; g--) {
             s64 sp = qk_i6_unpacked_block(lk, xr);
             QK_KEEP(sp);
             sp += qk_i6_unpacked_block(lk + 8, xr + QK_XQ_REC);
@@ -156,7 +156,7 @@ QM_INLINE s64 qk_dot_i6_row_unpacked(const u64 *lanes, const s64 *dm, const u8 *
         }
         return row;
     }
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w_group_shift); g++) {
         s64 sp = 0;
         for (u32 h = 0; h < blocks_per_group; h++) {
             sp += qk_i6_unpacked_block(lk, xr);

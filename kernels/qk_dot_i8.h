@@ -52,13 +52,13 @@ QM_INLINE s64 qk_dot_i8_block(const u64 *cw, const u64 *xr, u64 lanes)
     return (pb * (1 << QK_XP_FRAC)) >> xr[QK_XP_R];
 }
 
-/* row k of an i8g block, columns [c0, c0 + C.col_chunk) (the plan keeps
+/* row k of an i8g block, columns [c0, c0 + QK_CFG.col_chunk) (the plan keeps
  * groups of at least one act block) */
 QM_INLINE s64 qk_dot_i8_row_chunk(const u8 *blk, const u8 *xq, u32 cols, u32 k, u32 c0)
 {
     const u64 *xr = qk_xp_from(xq, c0);
     const u64 *cw = (const u64 *)(blk + c0 * 4 + k * 16);
-    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> C.w_group_shift) * 4 + k;
+    const s32 *d = (const s32 *)(blk + cols * 4) + (c0 >> QK_CFG.w_group_shift) * 4 + k;
     u64 lanes = QK_PAIR_LANES;
     QK_OPAQUE(lanes);
     return qk_row_groups(cw, xr, d, lanes, qk_dot_i8_block, QK_XP_REC, QK_I8_GROUP_SHIFT);
@@ -79,15 +79,15 @@ QM_INLINE void qk_rows_i8_chunk(const void *blk, const void *xq, u32 cols, u32 c
  * The coefficient of 2^32 is then sum q a itself, |sum q a| < 2^27, and
  * the lower ones stay below 16 * 128 * 2^15 = 2^26: P_b comes out of the
  * lane as in qk_dot_i8_block, the same integer, and the group terms are
- * the same: the same bits. This unpacks columns [c0, c0 + C.col_chunk). */
+ * the same: the same bits. This unpacks columns [c0, c0 + QK_CFG.col_chunk). */
 #define QK_PAIR_BIAS (128 * 0x0000000100000001ULL)
 
 QM_INLINE void qk_unpack_i8_chunk(const void *blk, u64 *lanes, u32 cols, u32 c0)
 {
     const u8 *b = (const u8 *)blk;
-    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> C.w_group_shift) * 4;
+    const s32 *d = (const s32 *)(b + cols * 4) + (c0 >> QK_CFG.w_group_shift) * 4;
     u64 *l = lanes + QK_UNPK_I8_UNIT * (c0 / QK_XQ_BLOCK);
-    for (u32 t = 0; t < C.col_chunk / 16; t++) {
+    for (u32 t = 0; t < QK_CFG.col_chunk / 16; t++) {
         u64 *lt = l + QK_UNPK_I8_UNIT * (t >> 1) + 32 * (t & 1);
 QK_UNROLL
         for (u32 k = 0; k < 4; k++) {
@@ -102,8 +102,8 @@ QK_UNROLL
             }
         }
     }
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
-        s64 *dk = (s64 *)l + QK_UNPK_I8_UNIT * (C.w_group >> 5) * g + QK_UNPK_I8_PAR;
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w_group_shift); g++) {
+        s64 *dk = (s64 *)l + QK_UNPK_I8_UNIT * (QK_CFG.w_group >> 5) * g + QK_UNPK_I8_PAR;
 QK_UNROLL
         for (u32 k = 0; k < 4; k++)
             dk[k] = d[4 * g + k];
@@ -123,14 +123,14 @@ QK_UNROLL
 }
 
 /* the four rows of an unpacked i8g block (a thread's scratch) times entry
- * xq's 16-bit records, columns [c0, c0 + C.col_chunk), added into row[] */
+ * xq's 16-bit records, columns [c0, c0 + QK_CFG.col_chunk), added into row[] */
 QM_INLINE void qk_rows_i8_unpacked(const void *lanes, const void *xq, u32 cols, u32 c0, s64 *row)
 {
     const u64 *xr = qk_xp_from((const u8 *)xq, c0);
     const u64 *l = (const u64 *)lanes + QK_UNPK_I8_UNIT * (c0 / QK_XQ_BLOCK);
-    u32 blocks_per_group = C.w_group >> 5;
+    u32 blocks_per_group = QK_CFG.w_group >> 5;
     (void)cols;   /* the layout is by act block, whatever the width */
-    for (u32 g = 0; g < (C.col_chunk >> C.w_group_shift); g++) {
+    for (u32 g = 0; g < (QK_CFG.col_chunk >> QK_CFG.w_group_shift); g++) {
         const s64 *d = (const s64 *)l + QK_UNPK_I8_PAR;
         s64 sg[4] = {0, 0, 0, 0}, sp[4];
         for (u32 h = 0; h < blocks_per_group; h++) {

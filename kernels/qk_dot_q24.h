@@ -14,7 +14,7 @@ QM_INLINE void qk_rows_q24_dot(const s32 *blk, const s64 *x, u32 c0, s64 *acc)
     const s32 *bp = blk + c0 * 4;
     const s64 *xc = x + c0;
     s64 a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    for (u32 c = 0; c < C.col_chunk; c += 16) {
+    for (u32 c = 0; c < QK_CFG.col_chunk; c += 16) {
         const s32 *p = bp + c * 4;
         const s64 *xp = xc + c;
 QK_UNROLL

@@ -40,43 +40,44 @@ struct qk_embed_ctx {
 static long qk_embed_cb(u64 i, void *vctx)
 {
     struct qk_embed_ctx *cx = vctx;
-    if (i >= C.hidden / 16)
+    if (i >= QK_CFG.hidden / 16)
         return 1;
     u32 tile = (u32)QK_IDX(i, QK_MAX_HIDDEN / 16);
-    u32 key = C.embed_key + cx->token / 4;
+    u32 key = QK_CFG.embed_key + cx->token / 4;
     const s32 *blk = cx->streamed ? QK_LOOKUP(work, cx->work_key)
-                     : C.embed_i4 ? QK_LOOKUP(w4_hid, key) : QK_LOOKUP(w_hid, key);
+                     : QK_CFG.embed_i4 ? QK_LOOKUP(w4_hid, key) : QK_LOOKUP(w_hid, key);
     s64 *h = QK_LOOKUP(h, cx->b);
     if (!blk || !h)
         return 1;
     s64 *dst = h + tile * 16;
-    if (C.embed_i4) {
+    if (QK_CFG.embed_i4) {
         /* value = (D * q - M) * 2^-E; 16 columns of row k = one code word.
          * The word index is an add the verifier can bound: clang would write
          * tile * 4 + k as an OR, whose bound the verifier rounds up to the
          * next power of two (past the block from Qwen3-4B's width on). */
-        u32 k = cx->token & 3, g = (tile * 16) >> C.w4_group_shift, word = tile * 4;
+        u32 k = cx->token & 3, g = (tile * 16) >> QK_CFG.w4_group_shift, word = tile * 4;
         QK_OPAQUE(word);
         u64 w = ((const u64 *)blk)[word + k];
-        const s32 *par = (const s32 *)((const u8 *)blk + 2 * C.hidden);
+        const s32 *par = (const s32 *)((const u8 *)blk + 2 * QK_CFG.hidden);
         const s32 *dm = par + g * 8;
         QK_OPAQUE(dm);
         s64 d = dm[k], m = dm[4 + k];
-        s32 up = qk_exp_const(C.embed_adj);
+        s32 up = qk_exp_const(QK_CFG.embed_adj);
 QK_UNROLL
         for (int j = 0; j < 16; j++)
             dst[j] = qm_scale_pow2_checked(d * (s64)((w >> (4 * j)) & 15) - m, up, &cx->bad);
         return 0;
     }
-    if (C.w_enc == QK_ENC_I8G) {
+    if (QK_CFG.w_enc == QK_ENC_I8G) {
         /* value = scale * q * 2^-E: Q32 is (scale * q) * 2^(32 - E); i6
-         * lanes (C.embed_i6) hold each chunk's codes reordered and biased */
+         * lanes (QK_CFG.embed_i6) hold each chunk's codes reordered and biased */
         const u8 *q = (const u8 *)blk + tile * 64 + (cx->token & 3) * 16;
-        const s32 *scale = (const s32 *)((const u8 *)blk + C.hidden * 4) + ((tile * 16) >> C.w_group_shift) * 4;
+        const s32 *scale =
+            (const s32 *)((const u8 *)blk + QK_CFG.hidden * 4) + ((tile * 16) >> QK_CFG.w_group_shift) * 4;
         QK_OPAQUE(scale);
         s64 d = scale[cx->token & 3];
-        s32 up = qk_exp_const(C.embed_adj);
-        bool lanes = C.embed_i6 != 0;
+        s32 up = qk_exp_const(QK_CFG.embed_adj);
+        bool lanes = QK_CFG.embed_i6 != 0;
 QK_UNROLL
         for (int j = 0; j < 16; j++) {
             s64 code = lanes ? (s64)q[QK_I6_BYTE(j)] - QK_I6_BIAS : (s64)(s8)q[j];
@@ -93,13 +94,13 @@ QK_UNROLL
 
 QM_INLINE int qk_embed(const struct qk_args *a)
 {
-    if (a->token >= C.vocab || a->b0 >= C.block)
+    if (a->token >= QK_CFG.vocab || a->b0 >= QK_CFG.block)
         return -1;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
     if (!sc)
         return -1;
     struct qk_embed_ctx cx = {a->token, a->streamed, a->work_key, a->b0, 0};
-    QK_LOOP(C.hidden / 16, qk_embed_cb, &cx);
+    QK_LOOP(QK_CFG.hidden / 16, qk_embed_cb, &cx);
     qk_flag_range(sc, cx.bad);
     return 0;
 }
@@ -121,7 +122,7 @@ static long qk_norm_max_cb(u64 i, void *vctx)
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
     const s64 *h = QK_LOOKUP(h, cx->b);
-    if (!h || tile >= C.hidden / 16)
+    if (!h || tile >= QK_CFG.hidden / 16)
         return 1;
     const s64 *p = h + tile * 16;
 QK_UNROLL
@@ -135,7 +136,7 @@ static long qk_norm_sumsq_cb(u64 i, void *vctx)
     struct qk_norm_ctx *cx = vctx;
     u32 tile = (u32)i;
     const s64 *h = QK_LOOKUP(h, cx->b);
-    if (!h || tile >= C.hidden / 16)
+    if (!h || tile >= QK_CFG.hidden / 16)
         return 1;
     const s64 *p = h + tile * 16;
 QK_UNROLL
@@ -152,7 +153,7 @@ static long qk_norm_zmax_cb(u64 i, void *vctx)
     u32 tile = (u32)i;
     const s64 *h = QK_LOOKUP(h, cx->b);
     const s32 *g = QK_LOOKUP(norms, cx->norm);
-    if (!h || !g || tile >= C.hidden / 16)
+    if (!h || !g || tile >= QK_CFG.hidden / 16)
         return 1;
     const s64 *hp = h + tile * 16;
     const s32 *gp = g + tile * 16;
@@ -169,7 +170,7 @@ static long qk_norm_out_cb(u64 i, void *vctx)
     const s64 *h = QK_LOOKUP(h, cx->b);
     const s32 *g = QK_LOOKUP(norms, cx->norm);
     s64 *x = QK_LOOKUP(x, cx->b);
-    if (!h || !g || !x || tile >= C.hidden / 16)
+    if (!h || !g || !x || tile >= QK_CFG.hidden / 16)
         return 1;
     const s64 *hp = h + tile * 16;
     const s32 *gp = g + tile * 16;
@@ -188,15 +189,15 @@ static long qk_norm_entry_cb(u64 i, void *vctx)
     struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
         return 1;
-    QK_LOOP(C.hidden / 16, qk_norm_max_cb, &cx);
+    QK_LOOP(QK_CFG.hidden / 16, qk_norm_max_cb, &cx);
     cx.shift = qm_act_shift(cx.max);
-    QK_LOOP(C.hidden / 16, qk_norm_sumsq_cb, &cx);
+    QK_LOOP(QK_CFG.hidden / 16, qk_norm_sumsq_cb, &cx);
     cx.inv = qk_rms_inv(cx.sumsq, cx.shift, QK_SF(inv_hidden), QK_SF(eps));
     cx.max = 0;
-    QK_LOOP(C.hidden / 16, qk_norm_zmax_cb, &cx);
+    QK_LOOP(QK_CFG.hidden / 16, qk_norm_zmax_cb, &cx);
     cx.out_shift = qm_act_shift(cx.max);
-    QK_LOOP(C.hidden / 16, qk_norm_out_cb, &cx);
-    sc->x_exp = qk_rms_exp(cx.inv, qk_exp_const(C.norm_exp[QK_IDX(cx.norm, 4 * QK_MAX_LAYERS)]), cx.out_shift);
+    QK_LOOP(QK_CFG.hidden / 16, qk_norm_out_cb, &cx);
+    sc->x_exp = qk_rms_exp(cx.inv, qk_exp_const(QK_CFG.norm_exp[QK_IDX(cx.norm, 4 * QK_MAX_LAYERS)]), cx.out_shift);
     return 0;
 }
 
@@ -204,8 +205,8 @@ QM_INLINE int qk_rmsnorm(const struct qk_args *a)
 {
     u32 norm;
     if (a->mode == QK_NORM_FINAL)
-        norm = 2 * C.n_layers;
-    else if (a->layer < C.n_layers && a->mode <= QK_NORM_MLP)
+        norm = 2 * QK_CFG.n_layers;
+    else if (a->layer < QK_CFG.n_layers && a->mode <= QK_NORM_MLP)
         norm = 2 * a->layer + a->mode;
     else
         return -1;
@@ -229,7 +230,7 @@ struct qk_xq_ctx {
 /* the 16-bit records of the i8g products (QK_XP_*), after the 8-bit ones */
 QM_INLINE u64 *qk_xp_rec(u8 *xq, u32 b)
 {
-    return (u64 *)(xq + QK_XQ_BYTES(C.act_len)) + b * QK_XP_REC;
+    return (u64 *)(xq + QK_XQ_BYTES(QK_CFG.act_len)) + b * QK_XP_REC;
 }
 
 /* act block *b (the callback's index i) of entry cx->b: its values m and
@@ -240,7 +241,7 @@ QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 *b, const s64
     const s64 *x = QK_LOOKUP(x, cx->b);
     *xq = QK_LOOKUP(xq, cx->b);
     *b = (u32)QK_IDX(i, QK_MAX_ACT / QK_XQ_BLOCK);
-    if (!x || !*xq || i >= C.act_len / QK_XQ_BLOCK)
+    if (!x || !*xq || i >= QK_CFG.act_len / QK_XQ_BLOCK)
         return false;
     *m = x + *b * QK_XQ_BLOCK;
     return true;
@@ -248,7 +249,7 @@ QM_INLINE bool qk_act_block(const struct qk_xq_ctx *cx, u64 i, u32 *b, const s64
 
 /* pass 1: every block's shifts to at most 8 bits (the 8-bit records) and
  * to at most 15 (the 16-bit ones), kept in their r for pass 2, and the
- * largest of each. The tests of C keep a model's program from reaching
+ * largest of each. The tests of QK_CFG keep a model's program from reaching
  * records its map does not hold. */
 static long qk_act_shift_cb(u64 i, void *vctx)
 {
@@ -263,11 +264,11 @@ QK_UNROLL
     for (int j = 0; j < QK_XQ_BLOCK; j++)
         qk_max_abs(&max, m[j]);
     u32 n = qm_bitlen(max), sh8 = n > 7 ? n - 7 : 0, sh16 = n > 15 ? n - 15 : 0;
-    if (C.has_i4 && (cx->records & 1)) {
+    if (QK_CFG.has_i4 && (cx->records & 1)) {
         ((u64 *)xq)[b * QK_XQ_REC + QK_XQ_R] = sh8;
         cx->sh_max = sh8 > cx->sh_max ? sh8 : cx->sh_max;
     }
-    if (C.w_enc == QK_ENC_I8G && (cx->records & 2)) {
+    if (QK_CFG.w_enc == QK_ENC_I8G && (cx->records & 2)) {
         qk_xp_rec(xq, b)[QK_XP_R] = sh16;
         cx->sh_max16 = sh16 > cx->sh_max16 ? sh16 : cx->sh_max16;
     }
@@ -344,11 +345,11 @@ static long qk_quant_entry_cb(u64 i, void *vctx)
     if (!sc)
         return 1;
     QK_LOOP(cx.len / QK_XQ_BLOCK, qk_act_shift_cb, &cx);
-    if (C.has_i4 && (cx.records & 1)) {
+    if (QK_CFG.has_i4 && (cx.records & 1)) {
         QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xq_values_cb, &cx);
         sc->xq_exp = sc->x_exp + (s32)cx.sh_max - QK_XQ_FRAC;
     }
-    if (C.w_enc == QK_ENC_I8G && (cx.records & 2)) {
+    if (QK_CFG.w_enc == QK_ENC_I8G && (cx.records & 2)) {
         QK_LOOP(cx.len / QK_XQ_BLOCK, qk_xp_values_cb, &cx);
         sc->xp_exp = sc->x_exp + (s32)cx.sh_max16 - QK_XP_FRAC;
     }
@@ -361,18 +362,18 @@ static long qk_quant_entry_cb(u64 i, void *vctx)
 QM_INLINE u32 qk_act_records(u32 layer, u32 mode)
 {
     if (mode == QK_MV_LOGITS) {
-        u32 narrow = (C.lm_i4 | C.lm_i6) != 0;
-        return narrow | (C.w_enc == QK_ENC_I8G && !narrow) << 1;
+        u32 narrow = (QK_CFG.lm_i4 | QK_CFG.lm_i6) != 0;
+        return narrow | (QK_CFG.w_enc == QK_ENC_I8G && !narrow) << 1;
     }
     u32 roles = mode == QK_MV_QKV ? 0x7 : mode == QK_MV_O ? 0x8 : mode == QK_MV_GATE_UP ? 0x30 : 0x40;
-    u32 i4 = C.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] & roles;
-    return (i4 != 0) | (C.w_enc == QK_ENC_I8G && i4 != roles) << 1;
+    u32 i4 = QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] & roles;
+    return (i4 != 0) | (QK_CFG.w_enc == QK_ENC_I8G && i4 != roles) << 1;
 }
 
 /* the act vector of the product a->mode is about to run */
 QM_INLINE int qk_quant_x(const struct qk_args *a)
 {
-    u32 len = a->mode == QK_MV_O ? C.q_dim : a->mode == QK_MV_DOWN ? C.inter : C.hidden;
+    u32 len = a->mode == QK_MV_O ? QK_CFG.q_dim : a->mode == QK_MV_DOWN ? QK_CFG.inter : QK_CFG.hidden;
     if (a->mode > QK_MV_LOGITS || !qk_entries_ok(a))
         return -1;
     struct qk_xq_ctx cx = {.b = a->b0, .len = len, .records = qk_act_records(a->layer, a->mode)};
@@ -397,13 +398,13 @@ static long qk_silu_cb(u64 i, void *vctx)
     struct qk_swiglu_ctx *cx = vctx;
     u32 k = (u32)i;
     s64 *gu = QK_LOOKUP(gu, cx->b);
-    if (!gu || k >= C.inter)
+    if (!gu || k >= QK_CFG.inter)
         return 1;
     s64 *g = gu + k;
     s64 s = qm_mul_q30(*g, qm_sigmoid_q30(*g));
     *g = s;
     qk_max_abs(&cx->max_s, s);
-    qk_max_abs(&cx->max_u, g[C.inter]);
+    qk_max_abs(&cx->max_u, g[QK_CFG.inter]);
     return 0;
 }
 
@@ -417,9 +418,9 @@ static long qk_swiglu_max_cb(u64 i, void *vctx)
     struct qk_swiglu_ctx *cx = vctx;
     u32 tile = (u32)i;
     const s64 *gu = QK_LOOKUP(gu, cx->b);
-    if (!gu || tile >= C.inter / 16)
+    if (!gu || tile >= QK_CFG.inter / 16)
         return 1;
-    const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
+    const s64 *g = gu + tile * 16, *u = gu + QK_CFG.inter + tile * 16;
 QK_UNROLL
     for (int j = 0; j < 16; j++)
         qk_max_abs(&cx->max_p, qk_swiglu_product(cx, g[j], u[j]));
@@ -432,9 +433,9 @@ static long qk_swiglu_out_cb(u64 i, void *vctx)
     u32 tile = (u32)i;
     const s64 *gu = QK_LOOKUP(gu, cx->b);
     s64 *x = QK_LOOKUP(x, cx->b);
-    if (!gu || !x || tile >= C.inter / 16 || C.inter > C.act_len)
+    if (!gu || !x || tile >= QK_CFG.inter / 16 || QK_CFG.inter > QK_CFG.act_len)
         return 1;
-    const s64 *g = gu + tile * 16, *u = gu + C.inter + tile * 16;
+    const s64 *g = gu + tile * 16, *u = gu + QK_CFG.inter + tile * 16;
     s64 *out = x + tile * 16;
 QK_UNROLL
     for (int j = 0; j < 16; j++)
@@ -450,12 +451,12 @@ static long qk_swiglu_entry_cb(u64 i, void *vctx)
     struct qk_scalars *sc = QK_LOOKUP(scal, cx.b);
     if (!sc)
         return 1;
-    QK_LOOP(C.inter, qk_silu_cb, &cx);
+    QK_LOOP(QK_CFG.inter, qk_silu_cb, &cx);
     cx.shift_s = qm_act_shift(cx.max_s);
     cx.shift_u = qm_act_shift(cx.max_u);
-    QK_LOOP(C.inter / 16, qk_swiglu_max_cb, &cx);
+    QK_LOOP(QK_CFG.inter / 16, qk_swiglu_max_cb, &cx);
     cx.shift_p = qm_act_shift(cx.max_p);
-    QK_LOOP(C.inter / 16, qk_swiglu_out_cb, &cx);
+    QK_LOOP(QK_CFG.inter / 16, qk_swiglu_out_cb, &cx);
     sc->x_exp = (s32)cx.shift_s - QM_RESID_FRAC + (s32)cx.shift_u - QM_RESID_FRAC + (s32)cx.shift_p;
     return 0;
 }

@@ -10,10 +10,10 @@
  * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
  *   w_hid    4-row blocks (q24 or i8g) of every such matrix with `hidden`
  *            columns: per layer q|k|v|gate|up, then the embedding (and
- *            lm_head; i6 lanes when C.embed_i6 / C.lm_i6, qwen3_abi.h);
- *            where each starts: C.w_key, C.embed_key, C.lm_key
+ *            lm_head; i6 lanes when QK_CFG.embed_i6 / QK_CFG.lm_i6, qwen3_abi.h);
+ *            where each starts: QK_CFG.w_key, QK_CFG.embed_key, QK_CFG.lm_key
  *   w_o      o_proj blocks, w_down down_proj blocks
- *   w4_*     the same for i4g matrices (C.w_i4 says which map a matrix is in),
+ *   w4_*     the same for i4g matrices (QK_CFG.w_i4 says which map a matrix is in),
  *            their pf16 parameters widened to int32 as qrun fills the map
  *            (engine/plan_encode.c): a load each, not a decode
  *   norms    I32S vectors: layer l attn 2l, mlp 2l+1, final 2L
@@ -21,9 +21,9 @@
  *   rope     per position: cos, sin (Q30) interleaved for head_dim / 2
  *   kcache, vcache  int16 [(slot * n_layers + layer) * ctx + pos][kv_dim]: one
  *            cache of ctx positions per KV slot (qk_seq.kv_slot, at
- *            most C.kv_slots); K laid out by klayout
+ *            most QK_CFG.kv_slots); K laid out by klayout
  * The per-position maps (h, x, xq, qkv, qrot, gu, logits, scal) have one
- * entry per position of the block (C.block); scores, parts and amax one
+ * entry per position of the block (QK_CFG.block); scores, parts and amax one
  * range of entries per block position. A kernel computes block entries
  * [b0, b0 + nb) of args, entry b at its own position and KV slot (its
  * struct qk_seq in map `seq`).
@@ -53,5 +53,4 @@
 #include "qk_rope8.h"
 #include "qk_attention8.h"
 
-#undef C
 #endif

@@ -1,4 +1,4 @@
-/* qk_kv8.h - the 8-bit KV cache (C.kv8, qrun --kv-cache int8): the format
+/* qk_kv8.h - the 8-bit KV cache (QK_CFG.kv8, qrun --kv-cache int8): the format
  * and the lane arithmetic its attention reads it with.
  *
  * A map value holds one K or V head vector (QK_KV8_VEC_BYTES, keys by

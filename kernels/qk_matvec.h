@@ -40,14 +40,14 @@ QM_INLINE s32 qk_row_adj(u32 mode, u32 layer, u32 r)
 {
     u32 role;
     if (mode == QK_MV_LOGITS)
-        return qk_exp_const(C.lm_adj);
+        return qk_exp_const(QK_CFG.lm_adj);
     if (mode == QK_MV_QKV)
-        role = r < C.q_dim ? 0 : r < C.q_dim + C.kv_dim ? 1 : 2;
+        role = r < QK_CFG.q_dim ? 0 : r < QK_CFG.q_dim + QK_CFG.kv_dim ? 1 : 2;
     else if (mode == QK_MV_GATE_UP)
-        role = r < C.inter ? 4 : 5;
+        role = r < QK_CFG.inter ? 4 : 5;
     else
         role = mode == QK_MV_O ? 3 : 6;
-    return qk_exp_const(C.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
+    return qk_exp_const(QK_CFG.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
 }
 
 /* argmax partial of entry b in this invocation's amax_slot */
@@ -67,13 +67,13 @@ QK_UNROLL
         v[k] = qm_acc_to_q32_checked(acc[k], x_exp, &cx->bad);
     if (cx->mode == QK_MV_QKV) {
         s64 *out = QK_LOOKUP(qkv, b);
-        if (out && r <= C.q_dim + 2 * C.kv_dim - 4)
+        if (out && r <= QK_CFG.q_dim + 2 * QK_CFG.kv_dim - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 out[r + k] = v[k];
     } else if (cx->mode == QK_MV_GATE_UP) {
         s64 *out = QK_LOOKUP(gu, b);
-        if (out && r <= 2 * C.inter - 4)
+        if (out && r <= 2 * QK_CFG.inter - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++)
                 out[r + k] = v[k];
@@ -81,7 +81,7 @@ QK_UNROLL
         /* rows ascend: a strict > keeps the lowest index of a tie */
         s64 *out = QK_LOOKUP(logits, b);
         struct qk_argmax *m = qk_mv_amax(cx, b);
-        if (out && m && r <= C.vocab - 4)
+        if (out && m && r <= QK_CFG.vocab - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++) {
                 out[r + k] = v[k];
@@ -92,7 +92,7 @@ QK_UNROLL
             }
     } else {
         s64 *h = QK_LOOKUP(h, b);
-        if (h && r <= C.hidden - 4)
+        if (h && r <= QK_CFG.hidden - 4)
 QK_UNROLL
             for (int k = 0; k < 4; k++) {
                 h[r + k] = (s64)((u64)h[r + k] + (u64)v[k]);
@@ -104,7 +104,7 @@ QK_UNROLL
 /* column chunks of a row of cols columns */
 QM_INLINE u32 qk_chunks_of(u32 cols)
 {
-    return cols >> C.col_chunk_shift;
+    return cols >> QK_CFG.col_chunk_shift;
 }
 
 /* 0 for the first chunk of a row, 1 for the others; branch-free, so the
@@ -139,10 +139,10 @@ QK_UNROLL
         u32 b = cx->b0 + e;                                               \
         const void *blk = QK_LOOKUP(map, key);                            \
         const void *in = QK_LOOKUP(input, b);                             \
-        if (!blk || !in || t >= n || cols > C.act_len)                    \
+        if (!blk || !in || t >= n || cols > QK_CFG.act_len)               \
             return 1;                                                     \
         s64 part[4] = {0, 0, 0, 0};                                       \
-        dot(blk, in, cols, t << C.col_chunk_shift, part);                 \
+        dot(blk, in, cols, t << QK_CFG.col_chunk_shift, part);            \
         qk_acc_chunk(cx->acc, part, t);                                   \
         if (t + 1 < n)                                                    \
             return 0;                                                     \
@@ -173,7 +173,7 @@ QK_UNROLL
         struct qk_mv_ctx *cx = vctx;                                      \
         const void *blk = QK_LOOKUP(map, cx->first_group + cx->group);    \
         u64 *u = QK_LOOKUP(unpk, cx->scratch);                            \
-        if (!blk || !u || t >= qk_chunks_of(cols) || cols > C.act_len)    \
+        if (!blk || !u || t >= qk_chunks_of(cols) || cols > QK_CFG.act_len) \
             return 1;                                                     \
         unpack_call;                                                      \
         return 0;                                                         \
@@ -183,7 +183,7 @@ QK_UNROLL
  * qk_unpack_i8_chunk): each 4-row block unpacked once, then every (entry,
  * column chunk) of its four rows from the thread's scratch (name##_chunk) */
 #define QK_DEFINE_MVB_CB(name, map, cols, unpack, dot, expf)              \
-    QK_DEFINE_UNPACK_CB(name, map, cols, unpack(blk, u, cols, (u32)t << C.col_chunk_shift)) \
+    QK_DEFINE_UNPACK_CB(name, map, cols, unpack(blk, u, cols, (u32)t << QK_CFG.col_chunk_shift)) \
     QK_DEFINE_MV_CHUNK_CB(name, unpk, cx->scratch, cols, xq, dot, expf)   \
     static long name(u64 i, void *vctx)                                   \
     {                                                                     \
@@ -204,8 +204,8 @@ QK_UNROLL
  * loop, not four */
 #define QK_DEFINE_MV_I6_BLOCK_CB(name, map, cols)                           \
     QK_DEFINE_UNPACK_CB(name, map, cols,                                  \
-                        qk_unpack_i6_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(C.act_len), cols, \
-                                           (u32)t << C.col_chunk_shift)) \
+                        qk_unpack_i6_chunk(blk, u, (s64 *)u + QK_UNPK_DM_OFF(QK_CFG.act_len), cols, \
+                                           (u32)t << QK_CFG.col_chunk_shift)) \
     static long name##_row(u64 j, void *vctx)                             \
     {                                                                     \
         struct qk_mv_ctx *cx = vctx;                                      \
@@ -213,9 +213,9 @@ QK_UNROLL
         u32 k = q & 3, b = cx->b0 + (q >> 2);                             \
         const u64 *u = QK_LOOKUP(unpk, cx->scratch);                      \
         const u8 *in = QK_LOOKUP(xq, b);                                  \
-        if (!u || !in || t >= n || cols > C.act_len)                      \
+        if (!u || !in || t >= n || cols > QK_CFG.act_len)                 \
             return 1;                                                     \
-        s64 part = qk_dot_i6_row_unpacked(u, (const s64 *)u + QK_UNPK_DM_OFF(C.act_len), in, k & 3, cols, t << C.col_chunk_shift); \
+        s64 part = qk_dot_i6_row_unpacked(u, (const s64 *)u + QK_UNPK_DM_OFF(QK_CFG.act_len), in, k & 3, cols, t << QK_CFG.col_chunk_shift); \
         cx->acc[k & 3] = cx->acc[k & 3] * qk_not_first(t) + part;         \
         if (t + 1 < n || k != 3)                                          \
             return 0;                                                     \
@@ -234,40 +234,40 @@ QK_UNROLL
         return qk_past(cx->deadline);                                     \
     }
 
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_down_cb, w_down, C.inter)
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_down_cb, work, C.inter)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_down_cb, w_down, C.inter)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_I8_CB(qk_mv_i8_work_down_cb, work, C.inter)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_hid_cb, w4_hid, C.hidden)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_o_cb, w4_o, C.q_dim)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_down_cb, w4_down, C.inter)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_I4_CB(qk_mv_i4_work_down_cb, work, C.inter)
-QK_DEFINE_MV_CB_OF(qk_mv_i6_hid_cb, w_hid, C.hidden, xq, qk_rows_i6_chunk, xq_exp)
-QK_DEFINE_MV_CB_OF(qk_mv_i6_work_hid_cb, work, C.hidden, xq, qk_rows_i6_chunk, xq_exp)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_hid_cb, w4_hid, C.hidden)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_o_cb, w4_o, C.q_dim)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_down_cb, w4_down, C.inter)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_down_cb, work, C.inter)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_o_cb, w_o, C.q_dim)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_down_cb, w_down, C.inter)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_hid_cb, work, C.hidden)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_o_cb, work, C.q_dim)
-QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_down_cb, work, C.inter)
-QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_hid_cb, w_hid, C.hidden)
-QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_work_hid_cb, work, C.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_hid_cb, w_hid, QK_CFG.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_o_cb, w_o, QK_CFG.q_dim)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_down_cb, w_down, QK_CFG.inter)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_hid_cb, work, QK_CFG.hidden)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_o_cb, work, QK_CFG.q_dim)
+QK_DEFINE_MV_Q24_CB(qk_mv_q24_work_down_cb, work, QK_CFG.inter)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_hid_cb, w_hid, QK_CFG.hidden)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_o_cb, w_o, QK_CFG.q_dim)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_down_cb, w_down, QK_CFG.inter)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_hid_cb, work, QK_CFG.hidden)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_o_cb, work, QK_CFG.q_dim)
+QK_DEFINE_MV_I8_CB(qk_mv_i8_work_down_cb, work, QK_CFG.inter)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_hid_cb, w4_hid, QK_CFG.hidden)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_o_cb, w4_o, QK_CFG.q_dim)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_down_cb, w4_down, QK_CFG.inter)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_hid_cb, work, QK_CFG.hidden)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_o_cb, work, QK_CFG.q_dim)
+QK_DEFINE_MV_I4_CB(qk_mv_i4_work_down_cb, work, QK_CFG.inter)
+QK_DEFINE_MV_CB_OF(qk_mv_i6_hid_cb, w_hid, QK_CFG.hidden, xq, qk_rows_i6_chunk, xq_exp)
+QK_DEFINE_MV_CB_OF(qk_mv_i6_work_hid_cb, work, QK_CFG.hidden, xq, qk_rows_i6_chunk, xq_exp)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_hid_cb, w4_hid, QK_CFG.hidden)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_o_cb, w4_o, QK_CFG.q_dim)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_down_cb, w4_down, QK_CFG.inter)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_hid_cb, work, QK_CFG.hidden)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_o_cb, work, QK_CFG.q_dim)
+QK_DEFINE_MV_I4_BLOCK_CB(qk_mv_i4b_work_down_cb, work, QK_CFG.inter)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_hid_cb, w_hid, QK_CFG.hidden)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_o_cb, w_o, QK_CFG.q_dim)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_down_cb, w_down, QK_CFG.inter)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_hid_cb, work, QK_CFG.hidden)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_o_cb, work, QK_CFG.q_dim)
+QK_DEFINE_MV_I8_BLOCK_CB(qk_mv_i8b_work_down_cb, work, QK_CFG.inter)
+QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_hid_cb, w_hid, QK_CFG.hidden)
+QK_DEFINE_MV_I6_BLOCK_CB(qk_mv_i6b_work_hid_cb, work, QK_CFG.hidden)
 
 /* QK_MV_LOGITS: entry b's argmax starts below every logit, at the first row */
 static long qk_mv_amax_init_cb(u64 j, void *vctx)
@@ -293,34 +293,34 @@ QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
 {
     switch (mode) {
     case QK_MV_QKV:
-        if (begin < C.q_dim)
-            *t = (struct qk_mv_tensor){0, 0, C.q_dim};
-        else if (begin < C.q_dim + C.kv_dim)
-            *t = (struct qk_mv_tensor){1, C.q_dim, C.kv_dim};
+        if (begin < QK_CFG.q_dim)
+            *t = (struct qk_mv_tensor){0, 0, QK_CFG.q_dim};
+        else if (begin < QK_CFG.q_dim + QK_CFG.kv_dim)
+            *t = (struct qk_mv_tensor){1, QK_CFG.q_dim, QK_CFG.kv_dim};
         else
-            *t = (struct qk_mv_tensor){2, C.q_dim + C.kv_dim, C.kv_dim};
+            *t = (struct qk_mv_tensor){2, QK_CFG.q_dim + QK_CFG.kv_dim, QK_CFG.kv_dim};
         return 0;
     case QK_MV_GATE_UP:
-        if (begin < C.inter)
-            *t = (struct qk_mv_tensor){4, 0, C.inter};
+        if (begin < QK_CFG.inter)
+            *t = (struct qk_mv_tensor){4, 0, QK_CFG.inter};
         else
-            *t = (struct qk_mv_tensor){5, C.inter, C.inter};
+            *t = (struct qk_mv_tensor){5, QK_CFG.inter, QK_CFG.inter};
         return 0;
-    case QK_MV_O: *t = (struct qk_mv_tensor){3, 0, C.hidden}; return 0;
-    case QK_MV_DOWN: *t = (struct qk_mv_tensor){6, 0, C.hidden}; return 0;
-    case QK_MV_LOGITS: *t = (struct qk_mv_tensor){7, 0, C.vocab}; return 0;
+    case QK_MV_O: *t = (struct qk_mv_tensor){3, 0, QK_CFG.hidden}; return 0;
+    case QK_MV_DOWN: *t = (struct qk_mv_tensor){6, 0, QK_CFG.hidden}; return 0;
+    case QK_MV_LOGITS: *t = (struct qk_mv_tensor){7, 0, QK_CFG.vocab}; return 0;
     default: return -1;
     }
 }
 
 /* The kernels' encoding of the matrix of `role` in `layer` (7: the
  * vocabulary projection): i4g in a w4 map, i6 lanes in w_hid, or the wide
- * maps' q24 or i8g (C.w_enc). */
+ * maps' q24 or i8g (QK_CFG.w_enc). */
 QM_INLINE u32 qk_matrix_enc(u32 layer, u32 role)
 {
     if (role == 7)
-        return C.lm_i6 ? QK_ENC_I6L : C.lm_i4 ? QK_ENC_I4G : C.w_enc;
-    return (C.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] >> role) & 1 ? QK_ENC_I4G : C.w_enc;
+        return QK_CFG.lm_i6 ? QK_ENC_I6L : QK_CFG.lm_i4 ? QK_ENC_I4G : QK_CFG.w_enc;
+    return (QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] >> role) & 1 ? QK_ENC_I4G : QK_CFG.w_enc;
 }
 
 /* Rows [begin, end) (multiples of 4, inside one matrix) of the mode's
@@ -331,12 +331,12 @@ QM_INLINE u32 qk_matrix_enc(u32 layer, u32 role)
 QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool block)
 {
     struct qk_mv_tensor t;
-    if ((a->layer >= C.n_layers && a->mode != QK_MV_LOGITS) || qk_mv_tensor_of(a->mode, a->begin, &t))
+    if ((a->layer >= QK_CFG.n_layers && a->mode != QK_MV_LOGITS) || qk_mv_tensor_of(a->mode, a->begin, &t))
         return -1;
     if (a->begin >= a->end || a->end > t.row0 + t.rows || (a->begin | a->end) & 3)
         return -1;
     u32 m = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
-    u32 key = t.role == 7 ? C.lm_key : C.w_key[m];
+    u32 key = t.role == 7 ? QK_CFG.lm_key : QK_CFG.w_key[m];
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
     if (!sc || qk_matrix_enc(a->layer, t.role) != enc || !qk_entries_ok(a) || a->amax_slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;

@@ -15,12 +15,12 @@ struct qk_rope_ctx {
 };
 
 /* The KV cache row of position 0 of a layer in a KV slot. With kv_slot <
- * C.kv_slots, layer < C.n_layers and a position below C.ctx the row stays
+ * QK_CFG.kv_slots, layer < QK_CFG.n_layers and a position below QK_CFG.ctx the row stays
  * inside the KV slot's own rows: the plan keeps kv_slots * n_layers * ctx
  * below 2^31, so the sum cannot wrap into another KV slot's. */
 QM_INLINE u32 qk_kv_row0(u32 kv_slot, u32 layer)
 {
-    return (kv_slot * C.n_layers + layer) * C.ctx;
+    return (kv_slot * QK_CFG.n_layers + layer) * QK_CFG.ctx;
 }
 
 /* Block entry b's sequence (qwen3_abi.h), or NULL when its KV slot or
@@ -30,7 +30,7 @@ QM_INLINE u32 qk_kv_row0(u32 kv_slot, u32 layer)
 QM_INLINE const struct qk_seq *qk_seq_of(u32 b, u32 max_pos)
 {
     const struct qk_seq *sq = QK_LOOKUP(seq, b);
-    if (sq && sq->kv_slot < C.kv_slots && sq->pos < C.ctx && sq->pos <= max_pos)
+    if (sq && sq->kv_slot < QK_CFG.kv_slots && sq->pos < QK_CFG.ctx && sq->pos <= max_pos)
         return sq;
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);
     if (sc)
@@ -43,19 +43,19 @@ QM_INLINE const struct qk_seq *qk_seq_of(u32 b, u32 max_pos)
 QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
 {
     u64 max = 0, sumsq = 0;
-    for (u32 i = 0; i < C.head_dim; i++)
+    for (u32 i = 0; i < QK_CFG.head_dim; i++)
         qk_max_abs(&max, v[i]);
     u32 shift = qm_act_shift(max);
-    for (u32 i = 0; i < C.head_dim; i++) {
+    for (u32 i = 0; i < QK_CFG.head_dim; i++) {
         s64 t = qm_rshift_round(v[i], shift);
         sumsq += (u64)(t * t);
     }
     struct qm_sf inv = qk_rms_inv(sumsq, shift, QK_SF(inv_head_dim), QK_SF(eps));
     u64 zmax = 0;
-    for (u32 i = 0; i < C.head_dim; i++)
+    for (u32 i = 0; i < QK_CFG.head_dim; i++)
         qk_max_abs(&zmax, qk_rms_z(v[i], inv, g[i]));
     u32 out_shift = qm_shift_to_bits(zmax, out_bits);
-    for (u32 i = 0; i < C.head_dim; i++)
+    for (u32 i = 0; i < QK_CFG.head_dim; i++)
         v[i] = qm_rshift_round(qk_rms_z(v[i], inv, g[i]), out_shift);
     return qk_rms_exp(inv, g_exp, out_shift);
 }
@@ -63,7 +63,7 @@ QM_INLINE s32 qk_head_norm(s64 *v, const s32 *g, s32 g_exp, u32 out_bits)
 /* rotate-half RoPE of the mantissas m[0..d) (Q30 cos/sin) into entries i, i+d/2 */
 QM_INLINE void qk_rope_pair(const s64 *m, const s32 *cs, u32 i, s64 *lo, s64 *hi)
 {
-    u32 half = C.head_dim / 2;
+    u32 half = QK_CFG.head_dim / 2;
     s64 c = cs[2 * i], s = cs[2 * i + 1];
     *lo = qm_rshift_round(m[i] * c - m[i + half] * s, 30);
     *hi = qm_rshift_round(m[i + half] * c + m[i] * s, 30);
@@ -83,26 +83,26 @@ static long qk_query_corr_cb(u64 i, void *vctx)
     u32 k = (u32)i, head = cx->head;
     s64 *q = QK_LOOKUP(qrot, cx->b);
     const s32 *kl = QK_LOOKUP(klayout, cx->layer);
-    if (!q || !kl || k >= C.head_dim || head >= C.n_heads)
+    if (!q || !kl || k >= QK_CFG.head_dim || head >= QK_CFG.n_heads)
         return 1;
-    q += head * C.head_dim;
-    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
+    q += head * QK_CFG.head_dim;
+    const s32 *ext = kl + QK_KL_EXT(QK_CFG.head_dim);
     u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
     s64 corr = 0;
-    if (QK_KEXT_DONOR(e) && d < C.head_dim)
+    if (QK_KEXT_DONOR(e) && d < QK_CFG.head_dim)
         corr = qm_rshift_round(q[d], (QK_KEXT_BITS(ext[d]) - QK_KEXT_BIT(e)) & 31) - q[k];
-    q[C.q_dim + k] = corr;
+    q[QK_CFG.q_dim + k] = corr;
     return 0;
 }
 
 QM_INLINE int qk_rotate_query(u32 b, u32 layer, u32 head, const s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
-    u32 half = C.head_dim / 2;
+    u32 half = QK_CFG.head_dim / 2;
     s64 *q = QK_LOOKUP(qrot, b);
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
-    if (!q || !sc || head >= C.n_heads || head >= QK_MAX_HEADS)
+    if (!q || !sc || head >= QK_CFG.n_heads || head >= QK_MAX_HEADS)
         return 1;
-    q += head * C.head_dim;
+    q += head * QK_CFG.head_dim;
     for (u32 k = 0; k < half; k++) {
         s64 lo, hi;
         u32 up = (u32)(QK_KBOOST_MAX - kl[k]) & 15;
@@ -111,9 +111,9 @@ QM_INLINE int qk_rotate_query(u32 b, u32 layer, u32 head, const s64 *v, const s3
         q[k + half] = (s64)((u64)hi << up);
     }
     sc->q_exp[QK_IDX(head, QK_MAX_HEADS)] = e;
-    if (kl[QK_KL_DONORS(C.head_dim)]) {
+    if (kl[QK_KL_DONORS(QK_CFG.head_dim)]) {
         struct qk_kext_ctx x = {.layer = layer, .head = head, .b = b};
-        QK_LOOP(C.head_dim, qk_query_corr_cb, &x);
+        QK_LOOP(QK_CFG.head_dim, qk_query_corr_cb, &x);
     }
     return 0;
 }
@@ -135,13 +135,13 @@ static long qk_k_entry_cb(u64 i, void *vctx)
     const s64 *v = QK_LOOKUP(qkv, cx->b);
     const s32 *kl = QK_LOOKUP(klayout, layer);
     s16 *kc = QK_LOOKUP(kcache, cx->kv_row);
-    if (!v || !kl || !kc || k >= C.head_dim || cx->head >= C.n_kv_heads)
+    if (!v || !kl || !kc || k >= QK_CFG.head_dim || cx->head >= QK_CFG.n_kv_heads)
         return 1;
-    v += (C.n_heads + cx->head) * C.head_dim;
-    kc += cx->head * C.head_dim;
-    const s32 *ext = kl + QK_KL_EXT(C.head_dim);
+    v += (QK_CFG.n_heads + cx->head) * QK_CFG.head_dim;
+    kc += cx->head * QK_CFG.head_dim;
+    const s32 *ext = kl + QK_KL_EXT(QK_CFG.head_dim);
     u32 e = (u32)ext[k], d = QK_KEXT_PARTNER(e);
-    if (QK_KEXT_DONOR(e) && d < C.head_dim) {
+    if (QK_KEXT_DONOR(e) && d < QK_CFG.head_dim) {
         s64 even = qk_k_fine(v[k], cx->m_exp, cx->c_exp + 1, 0);   /* at 2 steps: its lowest bit is lent */
         u32 x = QK_KEXT_BITS(ext[d]) & 15;
         s64 bit = (qk_k_fine(v[d], cx->m_exp, cx->c_exp, x) >> (QK_KEXT_BIT(e) & 15)) & 1;
@@ -155,11 +155,11 @@ static long qk_k_entry_cb(u64 i, void *vctx)
 
 QM_INLINE int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, const s32 *cs, const s32 *kl, s32 e)
 {
-    u32 half = C.head_dim / 2;
+    u32 half = QK_CFG.head_dim / 2;
     s16 *kc = QK_LOOKUP(kcache, kv_row);
-    if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
+    if (!kc || kv_head >= QK_CFG.n_kv_heads || layer >= QK_MAX_LAYERS)
         return 1;
-    kc += kv_head * C.head_dim;
+    kc += kv_head * QK_CFG.head_dim;
     /* K heads have no place in qrot: rotate in place, pairs (k, k + half) are
      * read before written */
     u64 max = 0;
@@ -174,15 +174,15 @@ QM_INLINE int qk_store_k(u32 b, u32 layer, u32 kv_row, u32 kv_head, s64 *v, cons
         qk_max_abs(&max, lo);
         qk_max_abs(&max, hi);
     }
-    s32 c_exp = qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    s32 c_exp = qk_exp_const(QK_CFG.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, e, c_exp), l, r;
-    if (kl[QK_KL_DONORS(C.head_dim)]) {
+    if (kl[QK_KL_DONORS(QK_CFG.head_dim)]) {
         struct qk_kext_ctx x = {.layer = layer, .kv_row = kv_row, .head = kv_head, .b = b, .m_exp = e,
                                 .c_exp = c_exp - (s32)sh};
-        QK_LOOP(C.head_dim, qk_k_entry_cb, &x);
+        QK_LOOP(QK_CFG.head_dim, qk_k_entry_cb, &x);
     } else {
         qm_cache_shifts(e, c_exp - (s32)sh, &l, &r);
-        for (u32 k = 0; k < C.head_dim; k++)
+        for (u32 k = 0; k < QK_CFG.head_dim; k++)
             kc[k] = qm_to_cache16(v[k], l, r, 0);
     }
 QK_UNROLL
@@ -199,15 +199,15 @@ QM_INLINE int qk_rope_head_norm(const struct qk_rope_ctx *cx, u32 head, s64 **v,
     u32 layer = cx->layer;
     s64 *qkv = QK_LOOKUP(qkv, cx->b);
     *cs = QK_LOOKUP(rope, cx->pos);
-    if (!qkv || !*cs || layer >= C.n_layers || layer >= QK_MAX_LAYERS || head >= C.n_heads + C.n_kv_heads ||
-        head >= QK_MAX_HEADS)
+    if (!qkv || !*cs || layer >= QK_CFG.n_layers || layer >= QK_MAX_LAYERS ||
+        head >= QK_CFG.n_heads + QK_CFG.n_kv_heads || head >= QK_MAX_HEADS)
         return 1;
-    u32 is_k = head < C.n_heads ? 0 : 1, norm = 2 * layer + is_k;
+    u32 is_k = head < QK_CFG.n_heads ? 0 : 1, norm = 2 * layer + is_k;
     const s32 *g = QK_LOOKUP(qk_norms, norm);
     if (!g || norm >= 2 * QK_MAX_LAYERS)
         return 1;
-    *v = qkv + head * C.head_dim;   /* k heads follow the q heads */
-    *e = qk_head_norm(*v, g, qk_exp_const(C.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
+    *v = qkv + head * QK_CFG.head_dim;   /* k heads follow the q heads */
+    *e = qk_head_norm(*v, g, qk_exp_const(QK_CFG.qk_norm_exp[QK_IDX(norm, 2 * QK_MAX_LAYERS)]),
                       is_k ? QK_K_ACT_BITS : QK_Q_ACT_BITS);
     return 0;
 }
@@ -222,9 +222,9 @@ static long qk_rope_head_cb(u64 i, void *vctx)
     s32 e;
     if (!kl || qk_rope_head_norm(cx, head, &v, &cs, &e))
         return 1;
-    if (head < C.n_heads)
+    if (head < QK_CFG.n_heads)
         return qk_rotate_query(cx->b, layer, head, v, cs, kl, e);
-    return qk_store_k(cx->b, layer, cx->kv0 + cx->pos, head - C.n_heads, v, cs, kl, e);
+    return qk_store_k(cx->b, layer, cx->kv0 + cx->pos, head - QK_CFG.n_heads, v, cs, kl, e);
 }
 
 /* V of one KV head into the cache, with its own exponent shift and
@@ -235,20 +235,20 @@ static long qk_store_v_cb(u64 i, void *vctx)
     u32 head = (u32)i, layer = cx->layer;
     const s64 *qkv = QK_LOOKUP(qkv, cx->b);
     s16 *vc = QK_LOOKUP(vcache, cx->kv0 + cx->pos);
-    if (!qkv || !vc || head >= C.n_kv_heads || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    if (!qkv || !vc || head >= QK_CFG.n_kv_heads || layer >= QK_CFG.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    const s64 *src = qkv + C.q_dim + C.kv_dim + head * C.head_dim;
-    s16 *dst = vc + head * C.head_dim;
+    const s64 *src = qkv + QK_CFG.q_dim + QK_CFG.kv_dim + head * QK_CFG.head_dim;
+    s16 *dst = vc + head * QK_CFG.head_dim;
     u64 max = 0;        /* the true largest magnitude: the stretch needs more than its bit length */
-    for (u32 d = 0; d < C.head_dim; d++) {
+    for (u32 d = 0; d < QK_CFG.head_dim; d++) {
         u64 m = qm_abs(src[d]);
         max = m > max ? m : max;
     }
-    s32 c_exp = qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
+    s32 c_exp = qk_exp_const(QK_CFG.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]);
     u32 sh = qm_cache_vector_shift(max, -QM_RESID_FRAC, c_exp), l, r;
     qm_cache_shifts(-QM_RESID_FRAC, c_exp - (s32)sh, &l, &r);
     u32 st = qm_v_stretch((u64)qm_rshift_round((s64)(max << (l & 63)), r));
-    for (u32 d = 0; d < C.head_dim; d++)
+    for (u32 d = 0; d < QK_CFG.head_dim; d++)
         dst[d] = qm_to_cache16(src[d], l, r, st);
 QK_UNROLL
     for (u32 k = 0; k < 4; k++) {
@@ -263,7 +263,7 @@ QK_UNROLL
 QM_INLINE int qk_rope_entry(const struct qk_rope_ctx *base, u32 i, struct qk_rope_ctx *cx)
 {
     u32 b = base->b + i;
-    const struct qk_seq *sq = qk_seq_of(b, C.ctx - 1);
+    const struct qk_seq *sq = qk_seq_of(b, QK_CFG.ctx - 1);
     if (!sq)
         return 1;
     *cx = (struct qk_rope_ctx){base->layer, sq->pos, b, qk_kv_row0(sq->kv_slot, base->layer)};
@@ -273,7 +273,7 @@ QM_INLINE int qk_rope_entry(const struct qk_rope_ctx *base, u32 i, struct qk_rop
 /* the invocation in *cx when its arguments are inside the model */
 QM_INLINE int qk_rope_args(const struct qk_args *a, struct qk_rope_ctx *cx)
 {
-    if (a->layer >= C.n_layers || !qk_entries_ok(a))
+    if (a->layer >= QK_CFG.n_layers || !qk_entries_ok(a))
         return -1;
     *cx = (struct qk_rope_ctx){a->layer, 0, a->b0, 0};
     return 0;
@@ -285,8 +285,8 @@ static long qk_rope_entry_cb(u64 i, void *vctx)
     struct qk_rope_ctx cx;
     if (qk_rope_entry(vctx, (u32)i, &cx))
         return 1;
-    QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head_cb, &cx);
-    QK_LOOP(C.n_kv_heads, qk_store_v_cb, &cx);
+    QK_LOOP(QK_CFG.n_heads + QK_CFG.n_kv_heads, qk_rope_head_cb, &cx);
+    QK_LOOP(QK_CFG.n_kv_heads, qk_store_v_cb, &cx);
     return 0;
 }
 

@@ -14,14 +14,14 @@
  * whose int16 row of position 0 is kv0 (qk_kv_row0): QK_KV8_VEC_BYTES */
 QM_INLINE u32 qk_kv8_vec(u32 kv0, u32 kv_head, u32 pos)
 {
-    return kv0 * C.n_kv_heads + kv_head * C.ctx + pos;
+    return kv0 * QK_CFG.n_kv_heads + kv_head * QK_CFG.ctx + pos;
 }
 
 /* RoPE of the mantissas v into out (v itself: pairs are read before
  * written), unscaled; returns the largest magnitude */
 QM_INLINE u64 qk_rope_rotate(s64 *out, const s64 *v, const s32 *cs)
 {
-    u32 half = C.head_dim / 2;
+    u32 half = QK_CFG.head_dim / 2;
     u64 max = 0;
     for (u32 k = 0; k < half; k++) {
         s64 lo, hi;
@@ -41,16 +41,16 @@ QM_INLINE u64 qk_rope_rotate(s64 *out, const s64 *v, const s32 *cs)
  * path's units (q_exp + k_exp - QK_KBOOST_MAX) */
 QM_INLINE int qk_rotate_query8(u32 b, u32 head, const s64 *v, const s32 *cs, s32 e)
 {
-    u32 half = C.head_dim / 2, qb = qk_kv8_query_bits(C.head_dim);
+    u32 half = QK_CFG.head_dim / 2, qb = qk_kv8_query_bits(QK_CFG.head_dim);
     s64 *q = QK_LOOKUP(qrot, b);
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
-    if (!q || !sc || head >= C.n_heads || head >= QK_MAX_HEADS)
+    if (!q || !sc || head >= QK_CFG.n_heads || head >= QK_MAX_HEADS)
         return 1;
-    q += head * C.head_dim;
+    q += head * QK_CFG.head_dim;
     u32 qs = qm_shift_to_bits(qk_rope_rotate(q, v, cs), qb);
     s64 lim = ((s64)1 << qb) - 1, sum = 0;
-    u64 *pk = (u64 *)(q + C.q_dim);
-    for (u32 g = 0; g < C.head_dim; g += 8) {
+    u64 *pk = (u64 *)(q + QK_CFG.q_dim);
+    for (u32 g = 0; g < QK_CFG.head_dim; g += 8) {
 QK_UNROLL
         for (u32 t = 0; t < 4; t++) {
             s64 a = qm_clamp(qm_rshift_round(q[g + t], qs), -lim, lim);
@@ -70,18 +70,18 @@ QM_INLINE void qk_store8(u8 *dst, const s64 *m, u64 max, s32 m_exp, s32 c_exp)
 {
     u32 sh = qk_kv8_shift(max, m_exp, c_exp), l, r;
     qm_cache_shifts(m_exp, c_exp + 8 - (s32)sh, &l, &r);
-    for (u32 d = 0; d < C.head_dim; d++)
+    for (u32 d = 0; d < QK_CFG.head_dim; d++)
         dst[d] = qk_kv8_code(m[d], l, r);
-    *(u64 *)(dst + C.head_dim) = sh;
+    *(u64 *)(dst + QK_CFG.head_dim) = sh;
 }
 
 QM_INLINE int qk_store_k8(u32 layer, u32 kv0, u32 pos, u32 kv_head, s64 *v, const s32 *cs, s32 e)
 {
     u8 *kc = QK_LOOKUP(kcache, qk_kv8_vec(kv0, kv_head, pos));
-    if (!kc || kv_head >= C.n_kv_heads || layer >= QK_MAX_LAYERS)
+    if (!kc || kv_head >= QK_CFG.n_kv_heads || layer >= QK_MAX_LAYERS)
         return 1;
     u64 max = qk_rope_rotate(v, v, cs);   /* K heads have no place in qrot: in place */
-    qk_store8(kc, v, max, e, qk_exp_const(C.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]));
+    qk_store8(kc, v, max, e, qk_exp_const(QK_CFG.k_exp[QK_IDX(layer, QK_MAX_LAYERS)]));
     return 0;
 }
 
@@ -91,13 +91,13 @@ static long qk_store_v8_cb(u64 i, void *vctx)
     u32 head = (u32)i, layer = cx->layer;
     const s64 *qkv = QK_LOOKUP(qkv, cx->b);
     u8 *vc = QK_LOOKUP(vcache, qk_kv8_vec(cx->kv0, head, cx->pos));
-    if (!qkv || !vc || head >= C.n_kv_heads || layer >= C.n_layers || layer >= QK_MAX_LAYERS)
+    if (!qkv || !vc || head >= QK_CFG.n_kv_heads || layer >= QK_CFG.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    const s64 *src = qkv + C.q_dim + C.kv_dim + head * C.head_dim;
+    const s64 *src = qkv + QK_CFG.q_dim + QK_CFG.kv_dim + head * QK_CFG.head_dim;
     u64 max = 0;
-    for (u32 d = 0; d < C.head_dim; d++)
+    for (u32 d = 0; d < QK_CFG.head_dim; d++)
         qk_max_abs(&max, src[d]);
-    qk_store8(vc, src, max, -QM_RESID_FRAC, qk_exp_const(C.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]));
+    qk_store8(vc, src, max, -QM_RESID_FRAC, qk_exp_const(QK_CFG.v_exp[QK_IDX(layer, QK_MAX_LAYERS)]));
     return 0;
 }
 
@@ -110,9 +110,9 @@ static long qk_rope_head8_cb(u64 i, void *vctx)
     s32 e;
     if (qk_rope_head_norm(cx, head, &v, &cs, &e))
         return 1;
-    if (head < C.n_heads)
+    if (head < QK_CFG.n_heads)
         return qk_rotate_query8(cx->b, head, v, cs, e);
-    return qk_store_k8(cx->layer, cx->kv0, cx->pos, head - C.n_heads, v, cs, e);
+    return qk_store_k8(cx->layer, cx->kv0, cx->pos, head - QK_CFG.n_heads, v, cs, e);
 }
 
 static long qk_rope_entry8_cb(u64 i, void *vctx)
@@ -120,8 +120,8 @@ static long qk_rope_entry8_cb(u64 i, void *vctx)
     struct qk_rope_ctx cx;
     if (qk_rope_entry(vctx, (u32)i, &cx))
         return 1;
-    QK_LOOP(C.n_heads + C.n_kv_heads, qk_rope_head8_cb, &cx);
-    QK_LOOP(C.n_kv_heads, qk_store_v8_cb, &cx);
+    QK_LOOP(QK_CFG.n_heads + QK_CFG.n_kv_heads, qk_rope_head8_cb, &cx);
+    QK_LOOP(QK_CFG.n_kv_heads, qk_store_v8_cb, &cx);
     return 0;
 }
 

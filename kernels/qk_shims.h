@@ -5,7 +5,8 @@
  * ordering hints that keep clang's BPF code from spilling (QK_KEEP,
  * QK_MUL_INTO, QK_OPAQUE), and the small tricks that make the verifier see
  * one state where a naive program would show it many (qk_reload,
- * qk_unknown_zero, qk_exp_const). C is the model's constants (QK_CFG). */
+ * qk_unknown_zero, qk_exp_const). QK_CFG is the model's constants, defined
+ * by the includer (a `const volatile` global in BPF, the emu's current config). */
 #ifndef QP_QK_SHIMS_H
 #define QP_QK_SHIMS_H
 
@@ -49,8 +50,6 @@ QM_INLINE void qk_flag_range(struct qk_scalars *sc, u64 bad)
     QK_ATOMIC_OR(&sc->range_error, (u32)(bad | bad >> 32));
 }
 
-#define C QK_CFG
-
 /* acc += w * x for a weight w just loaded: the product lands in w's
  * register, and acc stays in its own (QK_KEEP) */
 #define QK_MAC(acc, w_load, x)                                             \
@@ -71,8 +70,8 @@ QM_INLINE void qk_flag_range(struct qk_scalars *sc, u64 bad)
 
 /* A softfloat model constant, read field by field: clang for BPF copies a
  * whole `const volatile` struct as zeros (seen with clang 19), so never
- * pass C.<sf> by value. */
-#define QK_SF(field) qk_sf_fields(C.field.m, C.field.e)
+ * pass QK_CFG.<sf> by value. */
+#define QK_SF(field) qk_sf_fields(QK_CFG.field.m, QK_CFG.field.e)
 
 QM_INLINE struct qm_sf qk_sf_fields(u64 m, s32 e)
 {
@@ -121,7 +120,7 @@ QM_INLINE void qk_max_abs(u64 *acc, s64 v)
  * that wait for every other task, whatever the core's speed that day. */
 QM_INLINE u32 qk_deadline(void)
 {
-    return (u32)QK_NOW_NS() + C.call_budget_ns;
+    return (u32)QK_NOW_NS() + QK_CFG.call_budget_ns;
 }
 
 /* 1 once the deadline has passed (never without a budget): a loop
@@ -129,13 +128,13 @@ QM_INLINE u32 qk_deadline(void)
  * 2^31 ns compares right across their wrap. */
 QM_INLINE long qk_past(u32 deadline)
 {
-    return C.call_budget_ns && (s32)((u32)QK_NOW_NS() - deadline) > 0;
+    return QK_CFG.call_budget_ns && (s32)((u32)QK_NOW_NS() - deadline) > 0;
 }
 
 /* block entries [b0, b0 + nb) exist */
 QM_INLINE bool qk_entries_ok(const struct qk_args *a)
 {
-    return a->nb != 0 && a->nb <= C.block && a->b0 <= C.block - a->nb;
+    return a->nb != 0 && a->nb <= QK_CFG.block && a->b0 <= QK_CFG.block - a->nb;
 }
 
 #endif

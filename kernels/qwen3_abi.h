@@ -98,7 +98,7 @@ static inline u32 qk_attn_groups(const struct qk_config *c)
  * matvec_i4_block (i4g), matvec_i6 and matvec_i6_block (i6 lanes). Each
  * reads its weights from the resident maps or, with --stream, from the
  * work map (qk_args.streamed). rope_store and attention have a program
- * per KV cache: rope_store8 and attention8 for the 8-bit one (C.kv8); the
+ * per KV cache: rope_store8 and attention8 for the 8-bit one (QK_CFG.kv8); the
  * loader loads the pair the model's cache needs. BPF keeps 15 characters
  * of a name. */
 #define QK_PROGRAMS(X)                                                 \
@@ -137,7 +137,7 @@ struct qk_args {
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from
- * QK_RET_PARTIAL up a matvec or attention that ran out of C.call_budget_ns
+ * QK_RET_PARTIAL up a matvec or attention that ran out of QK_CFG.call_budget_ns
  * after QK_RET_PARTIAL + n units (4-row groups, tasks) from begin; the
  * host runs the rest in another call. Units are independent and a
  * resumed argmax keeps the earlier rows' best, so the bits are those of
@@ -267,7 +267,7 @@ enum qk_norm_target {
 #define QK_KEXT_PARTNER(e) (((u32)(e) >> 16) & 1023) /* ... of this channel */
 #define QK_KEXT_MAKE_DONOR(partner, j) (s32)(1u << 5 | (u32)(j) << 8 | (u32)(partner) << 16)
 
-/* The 8-bit KV cache (C.kv8, kernels/qk_kv8.h) holds one head vector per
+/* The 8-bit KV cache (QK_CFG.kv8, kernels/qk_kv8.h) holds one head vector per
  * value: head_dim biased codes, then the vector's shift in a byte of its
  * own 8 (the rest 0). Values ((slot * n_layers + layer) * n_kv_heads +
  * kv_head) * ctx + pos: the positions an attention task reads, one head's
