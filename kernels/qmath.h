@@ -75,7 +75,6 @@ typedef uint64_t u64;
 
 #define QM_ACT_BITS 24          /* act mantissas: |m| <= 2^24 */
 #define QM_RESID_FRAC 32        /* residual stream: Q32 */
-#define QM_Q30 (1ll << 30)
 #define QM_LN2_Q30 744261118ll  /* round(ln 2 * 2^30) */
 #define QM_LOG2E_Q30 1549082005ll /* round(log2 e * 2^30) */
 #define QM_EXP2_CUTOFF 31       /* 2^-u with u >= 31 is 0 in Q30 */

@@ -12,7 +12,6 @@
 #define QK_ATTN_CHUNK 256         /* positions per attention task */
 #define QK_MAX_BLOCK 64           /* positions one forward block computes at most */
 #define QK_MAX_ARGMAX_SLOTS 1024  /* partial argmaxes of one vocabulary pass */
-#define QK_ROWS_PER_GROUP 4       /* matrix rows one kernel step reads together */
 #define QK_ENC_Q24 1              /* = QPK_ENC_Q24 */
 #define QK_ENC_I8G 3              /* = QPK_ENC_I8G */
 #define QK_ENC_I4G 4              /* = QPK_ENC_I4G */
