@@ -57,9 +57,10 @@ static const enum qp_map_id hid_maps[2] = {QP_MAP_W_HID, QP_MAP_W4_HID};
 static const enum qp_map_id o_maps[2] = {QP_MAP_W_O, QP_MAP_W4_O};
 static const enum qp_map_id down_maps[2] = {QP_MAP_W_DOWN, QP_MAP_W4_DOWN};
 
-/* the 7 matrices of a layer in w_key order: q k v o gate up down */
-static const unsigned layer_matrix_roles[7] = {QPK_ROLE_Q, QPK_ROLE_K, QPK_ROLE_V, QPK_ROLE_O,
-                                               QPK_ROLE_GATE, QPK_ROLE_UP, QPK_ROLE_DOWN};
+/* the container's role of each of a layer's matrices (enum qk_matrix) */
+static const unsigned layer_matrix_roles[QK_MATRICES_PER_LAYER] = {
+    [QK_MATRIX_Q] = QPK_ROLE_Q, [QK_MATRIX_K] = QPK_ROLE_K, [QK_MATRIX_V] = QPK_ROLE_V, [QK_MATRIX_O] = QPK_ROLE_O,
+    [QK_MATRIX_GATE] = QPK_ROLE_GATE, [QK_MATRIX_UP] = QPK_ROLE_UP, [QK_MATRIX_DOWN] = QPK_ROLE_DOWN};
 
 static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
 {
@@ -83,11 +84,12 @@ static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t co
     struct qk_config *c = &p->cfg;
     memset(counts, 0, QP_MAP_COUNT * sizeof counts[0]);
     for (uint32_t l = 0; l < c->n_layers; l++)
-        for (int k = 0; k < 7; k++) {
+        for (enum qk_matrix k = 0; k < QK_MATRICES_PER_LAYER; k++) {
             const struct qpk_tensor *t = qpk_tensor_of(f, layer_matrix_roles[k], l);
             enum qp_map_id m = matrix_map(layer_matrix_roles[k], t);
-            c->w_key[l * 8 + k] = counts[m];
-            c->w_i4[l] |= (uint32_t)(kernel_enc(t) == QPK_ENC_I4G) << k;
+            c->w_key[l * QK_MATRIX_STRIDE + k] = counts[m];
+            if (kernel_enc(t) == QPK_ENC_I4G)
+                c->w_i4[l] |= QK_MATRIX_BIT(k);
             counts[m] += t->rows / QPK_Q24_TILE_ROWS;
         }
     const struct qpk_tensor *embed = qpk_tensor_of(f, QPK_ROLE_EMBED, QPK_NO_LAYER);
@@ -113,9 +115,9 @@ static int weight_segments(struct qp_plan *p, const struct qpk_file *f, qp_err *
     const struct qk_config *c = &p->cfg;
     int rc = 0;
     for (uint32_t l = 0; l < c->n_layers && !rc; l++) {
-        for (int k = 0; k < 7 && !rc; k++) {
+        for (enum qk_matrix k = 0; k < QK_MATRICES_PER_LAYER && !rc; k++) {
             const struct qpk_tensor *t = qpk_tensor_of(f, layer_matrix_roles[k], l);
-            rc = add_seg(p, matrix_map(layer_matrix_roles[k], t), c->w_key[l * 8 + k], t, err);
+            rc = add_seg(p, matrix_map(layer_matrix_roles[k], t), c->w_key[l * QK_MATRIX_STRIDE + k], t, err);
         }
         rc = rc || add_seg(p, QP_MAP_NORMS, 2 * l, qpk_tensor_of(f, QPK_ROLE_ATTN_NORM, l), err) ||
              add_seg(p, QP_MAP_NORMS, 2 * l + 1, qpk_tensor_of(f, QPK_ROLE_MLP_NORM, l), err) ||
@@ -151,24 +153,24 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
     switch (mode) {
     case QK_MV_QKV:
         if (r < c->q_dim)
-            m = (struct qp_matrix_rows){0, 0, c->q_dim, 0};
+            m = (struct qp_matrix_rows){QK_MATRIX_Q, 0, c->q_dim, 0};
         else if (r < c->q_dim + c->kv_dim)
-            m = (struct qp_matrix_rows){1, c->q_dim, c->kv_dim, 0};
+            m = (struct qp_matrix_rows){QK_MATRIX_K, c->q_dim, c->kv_dim, 0};
         else
-            m = (struct qp_matrix_rows){2, c->q_dim + c->kv_dim, c->kv_dim, 0};
+            m = (struct qp_matrix_rows){QK_MATRIX_V, c->q_dim + c->kv_dim, c->kv_dim, 0};
         break;
     case QK_MV_GATE_UP:
-        m = r < c->inter ? (struct qp_matrix_rows){4, 0, c->inter, 0}
-                         : (struct qp_matrix_rows){5, c->inter, c->inter, 0};
+        m = r < c->inter ? (struct qp_matrix_rows){QK_MATRIX_GATE, 0, c->inter, 0}
+                         : (struct qp_matrix_rows){QK_MATRIX_UP, c->inter, c->inter, 0};
         break;
-    case QK_MV_O: m = (struct qp_matrix_rows){3, 0, c->hidden, 0}; break;
-    case QK_MV_DOWN: m = (struct qp_matrix_rows){6, 0, c->hidden, 0}; break;
-    default: m = (struct qp_matrix_rows){7, 0, c->vocab, 0}; break;
+    case QK_MV_O: m = (struct qp_matrix_rows){QK_MATRIX_O, 0, c->hidden, 0}; break;
+    case QK_MV_DOWN: m = (struct qp_matrix_rows){QK_MATRIX_DOWN, 0, c->hidden, 0}; break;
+    default: m = (struct qp_matrix_rows){QK_MATRIX_VOCAB, 0, c->vocab, 0}; break;
     }
-    if (m.role == 7)   /* the kernels' rule, qk_matrix_enc */
+    if (m.matrix == QK_MATRIX_VOCAB)   /* the kernels' rule, qk_matrix_enc */
         m.enc = c->lm_i6 ? QK_ENC_I6L : c->lm_i4 ? QK_ENC_I4G : c->w_enc;
     else
-        m.enc = (c->w_i4[layer] >> m.role) & 1 ? QK_ENC_I4G : c->w_enc;
+        m.enc = c->w_i4[layer] & QK_MATRIX_BIT(m.matrix) ? QK_ENC_I4G : c->w_enc;
     return m;
 }
 
@@ -192,8 +194,9 @@ void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mod
 {
     struct qp_matrix_rows m = qp_plan_matrix_of(p, layer, mode, begin);
     bool in_w4 = m.enc == QK_ENC_I4G;
-    *map = m.role == 3 ? o_maps[in_w4] : m.role == 6 ? down_maps[in_w4] : hid_maps[in_w4];
-    *key = (m.role == 7 ? p->cfg.lm_key : p->cfg.w_key[layer * 8 + m.role]) + (begin - m.row0) / 4;
+    *map = m.matrix == QK_MATRIX_O ? o_maps[in_w4] : m.matrix == QK_MATRIX_DOWN ? down_maps[in_w4] : hid_maps[in_w4];
+    *key = (m.matrix == QK_MATRIX_VOCAB ? p->cfg.lm_key : p->cfg.w_key[layer * QK_MATRIX_STRIDE + m.matrix]) +
+           (begin - m.row0) / 4;
 }
 
 /* the adjustment qk_row_adj adds to a product's exponent for a tensor */
@@ -236,8 +239,8 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
     c->embed_adj = QM_RESID_FRAC - embed->scale_exp;
     c->lm_adj = row_adj(head ? head : embed);
     for (uint32_t l = 0; l < c->n_layers; l++)
-        for (int k = 0; k < 7; k++)
-            c->w_adj[l * 8 + k] = row_adj(qpk_tensor_of(f, layer_matrix_roles[k], l));
+        for (enum qk_matrix k = 0; k < QK_MATRICES_PER_LAYER; k++)
+            c->w_adj[l * QK_MATRIX_STRIDE + k] = row_adj(qpk_tensor_of(f, layer_matrix_roles[k], l));
 }
 
 /* Every wide matrix shares one kernel encoding and every grouped encoding

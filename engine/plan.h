@@ -114,10 +114,10 @@ uint64_t qp_map_block_bytes(const struct qpk_tensor *t);
 bool qp_map_is_matrix(enum qp_map_id id);
 
 /* The matrix holding row r of product `mode`'s row space (the kernels'
- * rule, qk_mv_tensor_of): its index in w_key / w_i4 order (7: the
- * vocabulary projection), its first row and row count, and its encoding. */
+ * rule, qk_mv_tensor_of): which it is (enum qk_matrix), its first row and
+ * row count, and its encoding. */
 struct qp_matrix_rows {
-    uint32_t role, row0, rows;
+    uint32_t matrix, row0, rows;
     uint32_t enc;   /* the kernels' encoding: QK_ENC_Q24, _I8G, _I4G (a w4 map) or _I6L (in w_hid) */
 };
 struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t r);

@@ -365,9 +365,12 @@ QM_INLINE u32 qk_act_records(u32 layer, u32 mode)
         u32 narrow = (QK_CFG.lm_i4 | QK_CFG.lm_i6) != 0;
         return narrow | (QK_CFG.w_enc == QK_ENC_I8G && !narrow) << 1;
     }
-    u32 roles = mode == QK_MV_QKV ? 0x7 : mode == QK_MV_O ? 0x8 : mode == QK_MV_GATE_UP ? 0x30 : 0x40;
-    u32 i4 = QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] & roles;
-    return (i4 != 0) | (QK_CFG.w_enc == QK_ENC_I8G && i4 != roles) << 1;
+    u32 mats = mode == QK_MV_QKV ? QK_MATRIX_BIT(QK_MATRIX_Q) | QK_MATRIX_BIT(QK_MATRIX_K) | QK_MATRIX_BIT(QK_MATRIX_V)
+             : mode == QK_MV_O ? QK_MATRIX_BIT(QK_MATRIX_O)
+             : mode == QK_MV_GATE_UP ? QK_MATRIX_BIT(QK_MATRIX_GATE) | QK_MATRIX_BIT(QK_MATRIX_UP)
+             : QK_MATRIX_BIT(QK_MATRIX_DOWN);
+    u32 i4 = QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] & mats;
+    return (i4 != 0) | (QK_CFG.w_enc == QK_ENC_I8G && i4 != mats) << 1;
 }
 
 /* the act vector of the product a->mode is about to run */

@@ -38,16 +38,16 @@ struct qk_mv_ctx {
  * 24 + QK_I8_GROUP_SHIFT - E (value = acc * 2^(x_exp + shift - E)). */
 QM_INLINE s32 qk_row_adj(u32 mode, u32 layer, u32 r)
 {
-    u32 role;
+    u32 m;      /* enum qk_matrix */
     if (mode == QK_MV_LOGITS)
         return qk_exp_const(QK_CFG.lm_adj);
     if (mode == QK_MV_QKV)
-        role = r < QK_CFG.q_dim ? 0 : r < QK_CFG.q_dim + QK_CFG.kv_dim ? 1 : 2;
+        m = r < QK_CFG.q_dim ? QK_MATRIX_Q : r < QK_CFG.q_dim + QK_CFG.kv_dim ? QK_MATRIX_K : QK_MATRIX_V;
     else if (mode == QK_MV_GATE_UP)
-        role = r < QK_CFG.inter ? 4 : 5;
+        m = r < QK_CFG.inter ? QK_MATRIX_GATE : QK_MATRIX_UP;
     else
-        role = mode == QK_MV_O ? 3 : 6;
-    return qk_exp_const(QK_CFG.w_adj[QK_IDX(layer * 8 + role, QK_MAX_LAYERS * 8)]);
+        m = mode == QK_MV_O ? QK_MATRIX_O : QK_MATRIX_DOWN;
+    return qk_exp_const(QK_CFG.w_adj[QK_IDX(layer * QK_MATRIX_STRIDE + m, QK_MAX_LAYERS * QK_MATRIX_STRIDE)]);
 }
 
 /* argmax partial of entry b in this invocation's amax_slot */
@@ -282,11 +282,10 @@ static long qk_mv_amax_init_cb(u64 j, void *vctx)
     return 0;
 }
 
-/* The matrix holding rows [begin, end) of a product: its role (the index
- * into w_key / w_i4; 7 = the vocabulary projection), its first row in the
- * product's row space and its row count. */
+/* The matrix holding rows [begin, end) of a product (enum qk_matrix), its
+ * first row in the product's row space and its row count. */
 struct qk_mv_tensor {
-    u32 role, row0, rows;
+    u32 matrix, row0, rows;
 };
 
 QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
@@ -294,33 +293,32 @@ QM_INLINE int qk_mv_tensor_of(u32 mode, u32 begin, struct qk_mv_tensor *t)
     switch (mode) {
     case QK_MV_QKV:
         if (begin < QK_CFG.q_dim)
-            *t = (struct qk_mv_tensor){0, 0, QK_CFG.q_dim};
+            *t = (struct qk_mv_tensor){QK_MATRIX_Q, 0, QK_CFG.q_dim};
         else if (begin < QK_CFG.q_dim + QK_CFG.kv_dim)
-            *t = (struct qk_mv_tensor){1, QK_CFG.q_dim, QK_CFG.kv_dim};
+            *t = (struct qk_mv_tensor){QK_MATRIX_K, QK_CFG.q_dim, QK_CFG.kv_dim};
         else
-            *t = (struct qk_mv_tensor){2, QK_CFG.q_dim + QK_CFG.kv_dim, QK_CFG.kv_dim};
+            *t = (struct qk_mv_tensor){QK_MATRIX_V, QK_CFG.q_dim + QK_CFG.kv_dim, QK_CFG.kv_dim};
         return 0;
     case QK_MV_GATE_UP:
         if (begin < QK_CFG.inter)
-            *t = (struct qk_mv_tensor){4, 0, QK_CFG.inter};
+            *t = (struct qk_mv_tensor){QK_MATRIX_GATE, 0, QK_CFG.inter};
         else
-            *t = (struct qk_mv_tensor){5, QK_CFG.inter, QK_CFG.inter};
+            *t = (struct qk_mv_tensor){QK_MATRIX_UP, QK_CFG.inter, QK_CFG.inter};
         return 0;
-    case QK_MV_O: *t = (struct qk_mv_tensor){3, 0, QK_CFG.hidden}; return 0;
-    case QK_MV_DOWN: *t = (struct qk_mv_tensor){6, 0, QK_CFG.hidden}; return 0;
-    case QK_MV_LOGITS: *t = (struct qk_mv_tensor){7, 0, QK_CFG.vocab}; return 0;
+    case QK_MV_O: *t = (struct qk_mv_tensor){QK_MATRIX_O, 0, QK_CFG.hidden}; return 0;
+    case QK_MV_DOWN: *t = (struct qk_mv_tensor){QK_MATRIX_DOWN, 0, QK_CFG.hidden}; return 0;
+    case QK_MV_LOGITS: *t = (struct qk_mv_tensor){QK_MATRIX_VOCAB, 0, QK_CFG.vocab}; return 0;
     default: return -1;
     }
 }
 
-/* The kernels' encoding of the matrix of `role` in `layer` (7: the
- * vocabulary projection): i4g in a w4 map, i6 lanes in w_hid, or the wide
- * maps' q24 or i8g (QK_CFG.w_enc). */
-QM_INLINE u32 qk_matrix_enc(u32 layer, u32 role)
+/* The kernels' encoding of `matrix` (enum qk_matrix) in `layer`: i4g in a
+ * w4 map, i6 lanes in w_hid, or the wide maps' q24 or i8g (QK_CFG.w_enc). */
+QM_INLINE u32 qk_matrix_enc(u32 layer, u32 matrix)
 {
-    if (role == 7)
+    if (matrix == QK_MATRIX_VOCAB)
         return QK_CFG.lm_i6 ? QK_ENC_I6L : QK_CFG.lm_i4 ? QK_ENC_I4G : QK_CFG.w_enc;
-    return (QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] >> role) & 1 ? QK_ENC_I4G : QK_CFG.w_enc;
+    return (QK_CFG.w_i4[QK_IDX(layer, QK_MAX_LAYERS)] >> matrix) & 1 ? QK_ENC_I4G : QK_CFG.w_enc;
 }
 
 /* Rows [begin, end) (multiples of 4, inside one matrix) of the mode's
@@ -335,10 +333,10 @@ QM_INLINE int qk_matvec_impl(const struct qk_args *a, const u32 enc, const bool 
         return -1;
     if (a->begin >= a->end || a->end > t.row0 + t.rows || (a->begin | a->end) & 3)
         return -1;
-    u32 m = (u32)QK_IDX(a->layer * 8 + t.role, QK_MAX_LAYERS * 8);
-    u32 key = t.role == 7 ? QK_CFG.lm_key : QK_CFG.w_key[m];
+    u32 m = (u32)QK_IDX(a->layer * QK_MATRIX_STRIDE + t.matrix, QK_MAX_LAYERS * QK_MATRIX_STRIDE);
+    u32 key = t.matrix == QK_MATRIX_VOCAB ? QK_CFG.lm_key : QK_CFG.w_key[m];
     struct qk_scalars *sc = QK_LOOKUP(scal, 0);   /* the range flag lives in entry 0 */
-    if (!sc || qk_matrix_enc(a->layer, t.role) != enc || !qk_entries_ok(a) || a->amax_slot >= QK_MAX_ARGMAX_SLOTS)
+    if (!sc || qk_matrix_enc(a->layer, t.matrix) != enc || !qk_entries_ok(a) || a->amax_slot >= QK_MAX_ARGMAX_SLOTS)
         return -1;
     u32 mode = qk_reload(&a->mode);
     bool streamed = qk_reload(&a->streamed) != 0;

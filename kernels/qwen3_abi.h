@@ -35,6 +35,22 @@
  * stops the compiler from dropping the mask as redundant. */
 #define QK_IDX(x, len) ({ u64 __qk_v = (x); asm volatile("" : "+r"(__qk_v)); __qk_v & ((len) - 1); })
 
+/* The matrices the kernels multiply by, in the order of the per-layer
+ * tables (qk_config.w_key, w_adj, the bits of w_i4): not the container's
+ * roles (QPK_ROLE_*, formats/qpk.h), whose 7 is v_proj. The vocabulary
+ * projection is in no per-layer table (qk_config.lm_key, lm_i4, lm_i6,
+ * lm_adj). */
+enum qk_matrix {
+    QK_MATRIX_Q, QK_MATRIX_K, QK_MATRIX_V, QK_MATRIX_O,
+    QK_MATRIX_GATE, QK_MATRIX_UP, QK_MATRIX_DOWN,
+    QK_MATRICES_PER_LAYER,                  /* 7 */
+    QK_MATRIX_VOCAB = QK_MATRICES_PER_LAYER,
+};
+/* entries per layer of w_key and w_adj: the matrices of a layer rounded up
+ * to a power of two, the tables' length for QK_IDX */
+#define QK_MATRIX_STRIDE 8
+#define QK_MATRIX_BIT(m) (1u << (m))   /* a matrix's bit in w_i4 */
+
 /* Model constants, read-only in the kernels (BPF .rodata set before load,
  * so the verifier sees every size as a known constant). */
 struct qk_config {
@@ -57,10 +73,10 @@ struct qk_config {
     u32 kv8;                    /* the KV cache holds 8-bit codes (qk_kv8.h); 0: int16 */
     u32 call_budget_ns;         /* a matvec or attention call stops at the first 4-row group or task
                                    that ends past this long after its start (0: no bound; < 2^31) */
-    u32 w_key[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down, first block in its map */
-    u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit role set when that matrix is i4g (w4_* maps) */
+    u32 w_key[QK_MAX_LAYERS * QK_MATRIX_STRIDE]; /* [layer * stride + enum qk_matrix]: first block in its map */
+    u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit enum qk_matrix set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
-    s32 w_adj[QK_MAX_LAYERS * 8]; /* per layer: q k v o gate up down (see qk_row_adj) */
+    s32 w_adj[QK_MAX_LAYERS * QK_MATRIX_STRIDE]; /* as w_key (see qk_row_adj) */
     s32 norm_exp[4 * QK_MAX_LAYERS];      /* I32S exponents: attn 2l, mlp 2l+1, final 2L */
     s32 qk_norm_exp[2 * QK_MAX_LAYERS];   /* q_norm 2l, k_norm 2l+1 */
     s32 k_exp[QK_MAX_LAYERS];             /* KV cache exponents per layer */
