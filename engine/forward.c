@@ -20,7 +20,7 @@
 #define JOBS_PER_THREAD 2       /* at least, per product */
 #define MAX_JOBS 4096
 
-/* --stream: where a job's weight blocks come from (args.work_key is
+/* --stream: where a job's weight row blocks come from (args.work_key is
  * where they go) */
 struct job_source {
     enum qp_map_id map;
@@ -73,7 +73,7 @@ static void resume_after(struct qk_args *a, enum qp_kernel k, uint32_t units)
         return;
     }
     a->begin += 4 * units;
-    a->work_key += units;       /* --stream: the groups were staged in order */
+    a->work_key += units;       /* --stream: the row blocks were staged in order */
     a->resume = 1;
 }
 
@@ -125,7 +125,7 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
 
 /* Runs job i on thread `thread` (0: the caller of run_jobs, 1: the
  * worker), which has its own scratch; a --stream product first stages its
- * own blocks, so each thread reads while the other computes. */
+ * own row blocks, so each thread reads while the other computes. */
 static int run_job(void *ctx, uint32_t i, uint32_t thread, qp_err *err)
 {
     struct qp_forward *fw = ctx;
@@ -153,15 +153,15 @@ static int run_streamed(struct qp_forward *fw, uint32_t n, qp_err *err)
         uint32_t used = 0, count = 0;
         while (first + count < n) {
             struct qk_args a = fw->pending[first + count];
-            uint32_t blocks = (a.end - a.begin) / 4;
-            if (count && used + blocks > capacity)
+            uint32_t row_blocks = (a.end - a.begin) / 4;
+            if (count && used + row_blocks > capacity)
                 break;
             a.streamed = 1;
             a.work_key = used;
             qp_plan_matvec_source(fw->plan, a.layer, a.mode, a.begin, &j->src[count].map, &j->src[count].key);
             j->kernel[count] = fw->pending_kernel[first + count];
             j->args[count++] = a;
-            used += blocks;
+            used += row_blocks;
         }
         j->n = count;
         if (run_jobs(fw, err))
@@ -288,9 +288,9 @@ uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint3
 #define MACS_PER_US 4000u
 
 /* Parts a block's entries are cut into for a product. The kernel reads its
- * clock between 4-row groups, so one group over the whole block is how far
- * past the call budget a call may run: with a budget, a group holds half of
- * it at most (an entry's sums do not depend on its neighbours). The
+ * clock between row blocks, so one row block over all the entries is how
+ * far past the call budget a call may run: with a budget, a row block holds
+ * half of it at most (an entry's sums do not depend on its neighbours). The
  * vocabulary projection keeps its block whole (one amax slot per job),
  * and so does --stream (a part would stage the weights again). */
 static uint32_t matvec_entry_parts(const struct qp_forward *fw, uint32_t mode, uint32_t cols, uint32_t nb)
@@ -303,7 +303,7 @@ static uint32_t matvec_entry_parts(const struct qp_forward *fw, uint32_t mode, u
     return (uint32_t)((nb + fit - 1) / fit);
 }
 
-/* Jobs over rows [0, rows) in steps of whole 4-row groups of bounded work,
+/* Jobs over rows [0, rows) in steps of whole row blocks of bounded work,
  * each for a part of block entries [b0, b0 + nb). */
 static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t rows, uint32_t cols,
                   uint32_t b0, uint32_t nb, uint32_t *amax_slots, qp_err *err)

@@ -40,7 +40,7 @@ struct qp_entry {
 
 /* Runs entries e[0..n) as one block (1 <= n <= the block size): each
  * entry's token at its own position of its own sequence, every weight
- * block read once for all of them. An entry attends to its own KV slot's
+ * row block read once for all of them. An entry attends to its own KV slot's
  * cache up to its position, so the entries of one sequence in a block
  * must be at consecutive positions right after what its cache holds; the
  * order of the entries in the block does not matter. The vocabulary
@@ -59,7 +59,7 @@ enum qp_logits { QP_LOGITS_NONE, QP_LOGITS_LAST, QP_LOGITS_ALL };
  * positions in order, after pos0 - 1): entry b of the block is position
  * pos0 + b. Other KV slots' caches are neither read nor written, so
  * sequences in different KV slots interleave freely, one block at a time.
- * Every weight block is read once for the whole block.
+ * Every weight row block is read once for the whole block.
  * The logits and argmax of the entries `logits` asks for are then read
  * with qp_forward_logits and qp_forward_argmax. The results are the same
  * bits however a sequence is cut into blocks. */
@@ -74,7 +74,7 @@ uint32_t qp_forward_block_size(const struct qp_forward *fw);
 
 /* Rows per job of a product of rows x cols over nb block entries a job,
  * the block cut in parts such parts, on threads threads (stream_fit:
- * --stream's rows per job at most, 0 resident): whole 4-row groups of
+ * --stream's rows per job at most, 0 resident): whole row blocks (4 rows) of
  * bounded work, and few enough jobs for the job list and the
  * amax slots (tests/engine/test_forward.c). */
 uint32_t qp_matvec_rows_per_job(uint32_t rows, uint32_t cols, uint32_t nb, uint32_t parts, uint32_t threads,

@@ -48,7 +48,7 @@ static uint64_t packed_copies(const struct qpk_file *f)
     for (uint32_t i = 0; f && i < f->n_tensors; i++) {
         const struct qpk_tensor *t = &f->tensors[i];
         if (qpk_encoding_packed(t->encoding) || qp_tensor_widened(t))
-            n += (uint64_t)(t->rows / t->rows_per_block) * qp_map_block_bytes(t);
+            n += (uint64_t)(t->rows / t->rows_per_block) * qp_map_row_block_bytes(t);
     }
     return n;
 }

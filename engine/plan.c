@@ -78,7 +78,7 @@ static bool as_i6_lanes(const struct qk_config *c, const struct qpk_tensor *t)
 }
 
 /* Gives every matrix its first key in its map, in file order per map;
- * counts[] receives each map's number of blocks. */
+ * counts[] receives each map's number of row blocks. */
 static void assign_keys(struct qp_plan *p, const struct qpk_file *f, uint32_t counts[QP_MAP_COUNT])
 {
     struct qk_config *c = &p->cfg;
@@ -314,8 +314,8 @@ static void fill_config(struct qp_plan *p, const struct qpk_file *f, uint32_t ct
     c->attn_c = qp_sf_from_double(1.0 / (log(2.0) * sqrt((double)c->head_dim)));
 }
 
-/* bytes of one 4-row block of a matrix with cols columns */
-static uint64_t block_bytes(uint32_t enc, uint32_t group, uint32_t cols)
+/* bytes of one row block (4 rows) of a matrix with cols columns */
+static uint64_t row_block_bytes(uint32_t enc, uint32_t group, uint32_t cols)
 {
     if (enc == QK_ENC_I4G)   /* int32 parameters (qp_segment.widen4) */
         return 2ull * cols + 32ull * (cols / group);
@@ -324,17 +324,17 @@ static uint64_t block_bytes(uint32_t enc, uint32_t group, uint32_t cols)
     return 16ull * cols;
 }
 
-uint64_t qp_map_block_bytes(const struct qpk_tensor *t)
+uint64_t qp_map_row_block_bytes(const struct qpk_tensor *t)
 {
-    return block_bytes(kernel_enc(t), t->group_size, t->cols);
+    return row_block_bytes(kernel_enc(t), t->group_size, t->cols);
 }
 
-/* a matrix map of n blocks; an unused one keeps one block, so the
+/* a matrix map of n row blocks; an unused one keeps one, so the
  * kernel code that reads it still verifies */
 static void set_matrix_map(struct qp_plan *p, enum qp_map_id id, const char *name, uint32_t enc, uint32_t group,
                            uint32_t cols, uint32_t n)
 {
-    set_map(p, id, name, block_bytes(enc, group, cols), n ? n : 1);
+    set_map(p, id, name, row_block_bytes(enc, group, cols), n ? n : 1);
 }
 
 static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
@@ -370,14 +370,14 @@ static void size_maps(struct qp_plan *p, const uint32_t counts[QP_MAP_COUNT])
     set_map(p, QP_MAP_SCAL, "scal", sizeof(struct qk_scalars), c->block);
     set_map(p, QP_MAP_SEQ, "seq", sizeof(struct qk_seq), c->block);
     /* --stream's work map: at most QP_STREAM_WORK_BYTES, at most half the
-     * matrices' blocks (so streaming never holds the model), at least 8 */
-    uint64_t widest = block_bytes(c->w_enc, c->w_group, c->act_len);
-    if (c->has_i4 && block_bytes(QK_ENC_I4G, c->w4_group, c->act_len) > widest)
-        widest = block_bytes(QK_ENC_I4G, c->w4_group, c->act_len);
-    uint64_t blocks = 0;
+     * matrices' row blocks (so streaming never holds the model), at least 8 */
+    uint64_t widest = row_block_bytes(c->w_enc, c->w_group, c->act_len);
+    if (c->has_i4 && row_block_bytes(QK_ENC_I4G, c->w4_group, c->act_len) > widest)
+        widest = row_block_bytes(QK_ENC_I4G, c->w4_group, c->act_len);
+    uint64_t row_blocks = 0;
     for (int i = 0; i < QP_MAP_COUNT; i++)
-        blocks += qp_map_is_matrix(i) ? counts[i] : 0;
-    uint64_t work = QP_STREAM_WORK_BYTES / widest < blocks / 2 ? QP_STREAM_WORK_BYTES / widest : blocks / 2;
+        row_blocks += qp_map_is_matrix(i) ? counts[i] : 0;
+    uint64_t work = QP_STREAM_WORK_BYTES / widest < row_blocks / 2 ? QP_STREAM_WORK_BYTES / widest : row_blocks / 2;
     set_map(p, QP_MAP_WORK, "work", widest, work > 8 ? work : 8);
     set_map(p, QP_MAP_UNPK, "unpk", QK_UNPK_BYTES(c->act_len), 2);   /* one per thread */
     p->kv_bytes_per_pos = 2ull * p->maps[QP_MAP_KCACHE].value_size * c->n_layers * (c->kv8 ? c->n_kv_heads : 1);

@@ -20,21 +20,21 @@ enum qp_map_id {
 /* a run of map keys filled from one source */
 struct qp_segment {
     uint32_t first_key, n_keys;
-    const uint8_t *data;        /* n_keys * value_size bytes, or packed's stored blocks */
+    const uint8_t *data;        /* n_keys * value_size bytes, or packed's stored row blocks */
     /* a packed tensor (i6g, i4k) or one to widen (widen4): data holds
      * n_keys of its row blocks, each expanded to value_size bytes as it is
      * copied (qp_segment_expand); NULL: data is the map's bytes verbatim */
     const struct qpk_tensor *packed;
-    /* the expanded i8g blocks are then rewritten as i6 lanes (qwen3_abi.h):
+    /* the expanded i8g row blocks are then rewritten as i6 lanes (qwen3_abi.h):
      * an i6g vocabulary projection the i6 kernel reads (cfg.lm_i6) */
     bool lanes6;
-    /* the expanded i4g blocks' pf16 parameters are then widened to int32
+    /* the expanded i4g row blocks' pf16 parameters are then widened to int32
      * (qwen3_abi.h, the w4 maps): every tensor whose kernel encoding is i4g
      * (qp_tensor_widened), packed or not */
     bool widen4;
 };
 
-/* n packed blocks of seg from src (stored bytes) into dst, value_size
+/* n packed row blocks of seg from src (stored bytes) into dst, value_size
  * apart: expanded to the kernel encoding, then as i6 lanes or with int32
  * parameters if seg says so */
 void qp_segment_expand(const struct qp_segment *seg, const uint8_t *src, uint64_t n, uint8_t *dst,
@@ -102,13 +102,13 @@ int qp_plan_layout(struct qp_plan *p, const struct qpk_file *f, uint32_t ctx, ui
 /* bytes a map's values take, each 8-byte aligned (an array map's layout) */
 uint64_t qp_map_bytes(const struct qp_mapspec *m);
 
-/* true when t's blocks go to a w4 map with their parameters widened to
+/* true when t's row blocks go to a w4 map with their parameters widened to
  * int32 (its kernel encoding is i4g: qp_segment.widen4) */
 bool qp_tensor_widened(const struct qpk_tensor *t);
 
 /* bytes of one of t's row blocks in its map: its kernel encoding's, with
- * an i4g block's parameters widened to int32 */
-uint64_t qp_map_block_bytes(const struct qpk_tensor *t);
+ * an i4g row block's parameters widened to int32 */
+uint64_t qp_map_row_block_bytes(const struct qpk_tensor *t);
 
 /* true for the maps that hold matrices (w_*, w4_*) */
 bool qp_map_is_matrix(enum qp_map_id id);
@@ -128,7 +128,7 @@ struct qp_matrix_rows qp_plan_matrix_of(const struct qp_plan *p, uint32_t layer,
  * qk_act_records). */
 bool qp_plan_reads_act_records(const struct qp_plan *p, uint32_t layer, uint32_t mode);
 
-/* The map and key of the block of a product's rows that starts at row
+/* The map and key of the row block of a product's rows that starts at row
  * `begin` (a multiple of 4). */
 void qp_plan_matvec_source(const struct qp_plan *p, uint32_t layer, uint32_t mode, uint32_t begin,
                            enum qp_map_id *map, uint32_t *key);

@@ -1,4 +1,4 @@
-/* stream.c - --stream's staging of weight blocks (stream.h). */
+/* stream.c - --stream's staging of weight row blocks (stream.h). */
 #include "stream.h"
 
 #include <errno.h>
@@ -61,19 +61,19 @@ static int read_packed(const struct qp_plan *plan, uint8_t *work, const struct q
     return rc;
 }
 
-/* Copies blocks [group, group + n) of a weight map to work keys
- * [key, key + n): verbatim, one read per run of blocks in one segment (the
- * run read IOV_BATCH blocks at a time), or expanded when the segment is a
- * packed tensor's. */
-int qp_stream_stage(const struct qp_plan *plan, uint8_t *work, enum qp_map_id map, uint32_t group, uint32_t n,
+/* Copies row blocks [first, first + n) of a weight map to work keys
+ * [key, key + n): verbatim, one read per run of row blocks in one segment
+ * (the run read IOV_BATCH row blocks at a time), or expanded when the
+ * segment is a packed tensor's. */
+int qp_stream_stage(const struct qp_plan *plan, uint8_t *work, enum qp_map_id map, uint32_t first, uint32_t n,
                     uint32_t key, qp_err *err)
 {
     const struct qp_mapspec *w = &plan->maps[QP_MAP_WORK], *m = &plan->maps[map];
     for (uint32_t b = 0; b < n;) {
-        const struct qp_segment *seg = qp_plan_segment(plan, map, group + b);
+        const struct qp_segment *seg = qp_plan_segment(plan, map, first + b);
         if (!seg || key + n > w->max_entries)
-            return qp_fail(err, "internal: block %u of %s cannot be staged", group + b, m->name);
-        uint32_t i = group + b - seg->first_key, run = n - b < seg->n_keys - i ? n - b : seg->n_keys - i;
+            return qp_fail(err, "internal: row block %u of %s cannot be staged", first + b, m->name);
+        uint32_t i = first + b - seg->first_key, run = n - b < seg->n_keys - i ? n - b : seg->n_keys - i;
         int rc = seg->packed ? read_packed(plan, work, seg, i, key + b, run, err)
                              : read_blocks(plan, work, seg->data + (uint64_t)i * m->value_size, key + b, run, m->value_size,
                                            err);

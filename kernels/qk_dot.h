@@ -2,9 +2,9 @@
  * walked a column chunk at a time, and the narrow encodings read the act
  * vector's records (qwen3_abi.h: QK_XQ_* for 8-bit acts, QK_XP_* for 16-bit
  * ones). The encodings' own products are in qk_dot_q24.h, qk_dot_i8.h,
- * qk_dot_i4.h and qk_dot_i6.h; each adds the four rows of one 4-row block,
- * and the _unpacked forms do the same from a block unpacked once for a
- * block of positions. */
+ * qk_dot_i4.h and qk_dot_i6.h; each adds the four rows of one row block
+ * (4 rows, one map value), and the _unpacked forms do the same from a row
+ * block unpacked once for a block of positions. */
 #ifndef QP_QK_DOT_H
 #define QP_QK_DOT_H
 

@@ -8,11 +8,11 @@
  * Each kernel reads its arguments (struct qk_args), checks every index it
  * was given against the model's sizes (QK_CFG, constants to the verifier)
  * and walks its range with QK_LOOP callbacks. Buffers ("maps"):
- *   w_hid    4-row blocks (q24 or i8g) of every such matrix with `hidden`
+ *   w_hid    row blocks (4 rows, q24 or i8g) of every such matrix with `hidden`
  *            columns: per layer q|k|v|gate|up, then the embedding (and
  *            lm_head; i6 lanes when QK_CFG.embed_i6 / QK_CFG.lm_i6, qwen3_abi.h);
  *            where each starts: QK_CFG.w_key, QK_CFG.embed_key, QK_CFG.lm_key
- *   w_o      o_proj blocks, w_down down_proj blocks
+ *   w_o      o_proj row blocks, w_down down_proj row blocks
  *   w4_*     the same for i4g matrices (QK_CFG.w_i4 says which map a matrix is in),
  *            their pf16 parameters widened to int32 as qrun fills the map
  *            (engine/plan_encode.c): a load each, not a decode
@@ -39,8 +39,8 @@
  *            position's V weight in place (qk_attn_weight2_cb)
  *   parts    attention partial per (entry, head, chunk) (struct qk_attn_part)
  *   logits   Q32 [vocab]; amax: argmax partial per (entry, amax slot); scal: scalars
- *   work     --stream: the 4-row tile blocks of the running job, staged by
- *            the host from the container (value = the widest block)
+ *   work     --stream: the row blocks of the running job, staged by the
+ *            host from the container (value = the widest row block)
  */
 #ifndef QP_QK_KERNELS_H
 #define QP_QK_KERNELS_H

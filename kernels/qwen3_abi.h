@@ -57,7 +57,7 @@ struct qk_config {
     u32 hidden, inter, q_dim, kv_dim, head_dim, n_heads, n_kv_heads, vocab, n_layers, ctx;
     u32 kv_slots;               /* KV cache slots (one per sequence): ctx positions each (qk_kv_row0) */
     u32 max_chunks;             /* ceil(ctx / QK_ATTN_CHUNK) */
-    u32 embed_key, lm_key;      /* first block of the embedding / vocabulary projection */
+    u32 embed_key, lm_key;      /* first row block of the embedding / vocabulary projection */
     u32 embed_i4, lm_i4;        /* ... 1 when it is i4g (in a w4_* map), 0 when wide */
     u32 embed_i6, lm_i6;        /* ... 1 when it is an i6g tensor held in w_hid as i6 lanes (QK_I6_*) */
     u32 act_len;                /* entries of x: max(hidden, q_dim, inter) */
@@ -71,9 +71,9 @@ struct qk_config {
     u32 attn_heads;             /* query heads per attention task: 2 when the heads that share a K/V head
                                    come in pairs (one read of K and V serves both), else 1 */
     u32 kv8;                    /* the KV cache holds 8-bit codes (qk_kv8.h); 0: int16 */
-    u32 call_budget_ns;         /* a matvec or attention call stops at the first 4-row group or task
+    u32 call_budget_ns;         /* a matvec or attention call stops at the first row block or task
                                    that ends past this long after its start (0: no bound; < 2^31) */
-    u32 w_key[QK_MAX_LAYERS * QK_MATRIX_STRIDE]; /* [layer * stride + enum qk_matrix]: first block in its map */
+    u32 w_key[QK_MAX_LAYERS * QK_MATRIX_STRIDE]; /* [layer * stride + enum qk_matrix]: first row block in its map */
     u32 w_i4[QK_MAX_LAYERS];    /* per layer: bit enum qk_matrix set when that matrix is i4g (w4_* maps) */
     s32 embed_adj, lm_adj;      /* exponent adjustment of a product's accumulator */
     s32 w_adj[QK_MAX_LAYERS * QK_MATRIX_STRIDE]; /* as w_key (see qk_row_adj) */
@@ -153,7 +153,7 @@ struct qk_args {
 
 /* A program's return value: 0 done, 1 arguments refused, and from
  * QK_RET_PARTIAL up a matvec or attention that ran out of QK_CFG.call_budget_ns
- * after QK_RET_PARTIAL + n units (4-row groups, tasks) from begin; the
+ * after QK_RET_PARTIAL + n units (row blocks, tasks) from begin; the
  * host runs the rest in another call. Units are independent and a
  * resumed argmax keeps the earlier rows' best, so the bits are those of
  * one call. */
@@ -205,8 +205,8 @@ enum qk_norm_target {
 #define QK_XQ_A 10
 
 /* i6 lanes: the vocabulary projection's layout of an i6g matrix (container:
- * formats/QPK.md), made by qrun as it fills w_hid. The block is an i8g
- * block (codes at 64 t + 16 k + j for column 16 t + j of row k, then the
+ * formats/QPK.md), made by qrun as it fills w_hid. A row block is an i8g
+ * row block (codes at 64 t + 16 k + j for column 16 t + j of row k, then the
  * int32 scales) with each row's 16 code bytes of a chunk reordered and
  * biased: byte QK_I6_BYTE(j) holds q_j + QK_I6_BIAS (0..63). A 64-bit word
  * then holds columns j, j + 4, j + 8, j + 12 of j = 0, 1 (word 0) or 2, 3
@@ -236,7 +236,7 @@ enum qk_norm_target {
 #define QK_XP_FRAC 8              /* i8g: fraction bits a block sum keeps below the largest block */
 #define QK_XP_BYTES(act_len) (8 * QK_XP_REC * ((act_len) / QK_XQ_BLOCK))
 
-/* A 4-row i4g block unpacked for a block of positions (map `unpk`, one
+/* An i4g row block unpacked for a block of positions (map `unpk`, one
  * value per thread), for a matrix of `cols` columns, QK_UNPK_I4_UNIT
  * words per act block b (32 columns):
  *   u64 lanes[2][4][4]   half h, j = 0..3, row k: ((w >> 4j) &
@@ -244,11 +244,11 @@ enum qk_norm_target {
  *                        word w of chunk 2b + h
  *   s64 par[4][2]        row k: the two parameters (D, M) of the group
  *                        b starts; not used when b starts none
- * An i6 lanes block unpacks row by row: u64 lanes[4][cols / 16][4], lane
+ * An i6 lanes row block unpacks row by row: u64 lanes[4][cols / 16][4], lane
  * word j of row k, chunk t holding the signed codes of the columns that
  * meet act word j (qk_unpack_i6_chunk), and s64 dm[4][groups][2] from u64
  * entry act_len, dm[k][g][0] the group's int32 scale and dm[k][g][1] not
- * used; its groups have at least 32 columns, so dm fits. An i8g block,
+ * used; its groups have at least 32 columns, so dm fits. An i8g row block,
  * QK_UNPK_I8_UNIT words per act block b:
  *   u64 pairs[16][4]     pair word p = 4 i + j, row k: q_c + q_(c+4) * 2^32
  *                        for c = 32 b + 8 i + j (qk_unpack_i8_chunk)
