@@ -95,7 +95,7 @@ static double fastest_ns(struct qp_backend *b, const struct qp_plan *p, uint32_t
  * run's worst interruptions) */
 static double attention_ns(struct qp_backend *b, const struct qk_config *c, uint32_t pos)
 {
-    uint32_t tasks = qk_attn_groups(c) * (pos / QK_ATTN_CHUNK + 1);
+    uint32_t tasks = qk_attn_head_tasks(c) * (pos / QK_ATTN_CHUNK + 1);
     b->seq[0] = (struct qk_seq){.pos = pos, .kv_slot = 0};
     double sum = 0;
     for (uint32_t t = 0; t < tasks; t++) {

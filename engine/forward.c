@@ -348,12 +348,12 @@ static int matvec(struct qp_forward *fw, uint32_t layer, uint32_t mode, uint32_t
     return rc ? rc : check_range(fw, mode == QK_MV_LOGITS ? "vocabulary projection" : NULL, layer, err);
 }
 
-/* Attention (entry, head group, chunk) tasks of entries [0, nb), a few per job;
+/* Attention (entry, task heads, chunk) tasks of entries [0, nb), a few per job;
  * then the per-head merge. */
 static int attention(struct qp_forward *fw, uint32_t layer, uint32_t last, uint32_t nb, qp_err *err)
 {
     const struct qk_config *c = fw->cfg;
-    uint32_t chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_groups(c) * chunks;
+    uint32_t chunks = last / QK_ATTN_CHUNK + 1, tasks = nb * qk_attn_head_tasks(c) * chunks;
     /* a task's work in matvec multiply-adds (3 BPF instructions each): a
      * position of a head costs ~6.5 instructions per multiply-add of its
      * scores and values, plus ~290 for its exponential and V weight (a pair

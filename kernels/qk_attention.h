@@ -1,4 +1,4 @@
-/* qk_attention.h - attention over the KV cache in (position, head group,
+/* qk_attention.h - attention over the KV cache in (position, task heads,
  * chunk of 256 positions) tasks, each a partial softmax sum and value
  * vector (struct qk_attn_part), and attn_merge, which combines a head's
  * chunks into its slice of the act vector. */
@@ -272,17 +272,17 @@ QM_INLINE int qk_attn_head_done(const struct qk_attn_ctx *t, u32 h, u32 head)
     return 0;
 }
 
-/* Task i (entry, group of QK_CFG.attn_heads heads, chunk) of the invocation
+/* Task i (entry, its QK_CFG.attn_heads task heads, chunk) of the invocation
  * base describes, set up in *t with its heads started: 0 to compute it,
  * 2 when the chunk is past its entry's position (the block's later entries
  * have it), 1 on an index outside the model. */
 QM_INLINE int qk_attn_task_start(struct qk_attn_ctx *t, u32 i)
 {
     u32 task = t->first_task + i, layer = t->layer, n_chunks = t->n_chunks;
-    u32 pair = QK_CFG.attn_heads == 2, groups = QK_CFG.n_heads >> pair;
+    u32 pair = QK_CFG.attn_heads == 2, head_tasks = QK_CFG.n_heads >> pair;
     if (n_chunks == 0 || layer >= QK_CFG.n_layers || layer >= QK_MAX_LAYERS)
         return 1;
-    u32 per_entry = groups * n_chunks, b = t->b0 + task / per_entry;
+    u32 per_entry = head_tasks * n_chunks, b = t->b0 + task / per_entry;
     u32 head = (task % per_entry / n_chunks) << pair, chunk = task % n_chunks;
     struct qk_scalars *sc = QK_LOOKUP(scal, b);
     const s32 *kl = QK_LOOKUP(klayout, layer);

@@ -1,6 +1,6 @@
 /* qk_attention8.h - attention8: attention over the 8-bit KV cache
  * (qk_kv8.h), loaded in place of attention when the model is opened with
- * it. The same tasks (entry, head group, chunk) and partials, which
+ * it. The same tasks (entry, task heads, chunk) and partials, which
  * attn_merge combines as it does the int16 cache's: scores from K's code
  * words and the query's packed words, two multiply-adds per multiply; the
  * softmax weights; then the values, the weights relative to the chunk's

@@ -87,8 +87,9 @@ struct qk_config {
     struct qm_sf attn_c;        /* log2(e) / sqrt(head_dim) */
 };
 
-/* attention tasks per (block entry, chunk): one per attn_heads query heads */
-static inline u32 qk_attn_groups(const struct qk_config *c)
+/* attention tasks per (block entry, chunk): one per attn_heads query heads
+ * (a task's heads) */
+static inline u32 qk_attn_head_tasks(const struct qk_config *c)
 {
     return c->n_heads / c->attn_heads;
 }

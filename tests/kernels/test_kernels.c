@@ -278,7 +278,7 @@ START_TEST(each_kernel_matches_its_host_twin_on_edge_values)
             set_seq(pos, 1, 0);
             run_both(rope_kernel(), &rope);
         }
-        struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
+        struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_head_tasks(c) * 2, .nb = 1};
         set_seq(299, 1, 0);
         run_both(attn_kernel(), &att);
         run_both(QP_K_ATTN_MERGE, &(struct qk_args){.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1});
@@ -477,7 +477,7 @@ START_TEST(attention_is_the_weighted_mean_of_the_cache)
         set_state(QP_MAP_KCACHE, kc);
         set_state(QP_MAP_VCACHE, vc);
         set_seq(n - 1, 1, 0);
-        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = qk_attn_groups(c) * chunks, .nb = 1});
+        run_ok(QP_K_ATTENTION, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = qk_attn_head_tasks(c) * chunks, .nb = 1});
         run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention over a written cache");
         assert_output_is(want, random);
@@ -521,7 +521,7 @@ START_TEST(kv8_attention_is_the_mean_of_the_cache)
         set_state(QP_MAP_VCACHE, vc);
         set_seq(n - 1, 1, 0);
         run_ok(QP_K_ATTENTION8, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0,
-                                                  .end = qk_attn_groups(c) * chunks, .nb = 1});
+                                                  .end = qk_attn_head_tasks(c) * chunks, .nb = 1});
         run_ok(QP_K_ATTN_MERGE, &(struct qk_args){.layer = layer, .max_pos = n - 1, .begin = 0, .end = c->n_heads, .nb = 1});
         assert_state_equal("attention8 over a written cache");
         assert_output_is(want, random);
@@ -685,7 +685,7 @@ START_TEST(a_slots_cache_is_untouched_by_another_slots_steps)
             ck_assert_msg(memcmp(k_now + at1, kc + at1, row) != 0, "position %u: slot 1 not written", positions[i]);
         }
     /* attention of slot 0 at position 299, then again with slot 1 refilled */
-    struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_groups(c) * 2, .nb = 1};
+    struct qk_args att = {.layer = 1, .max_pos = 299, .begin = 0, .end = qk_attn_head_tasks(c) * 2, .nb = 1};
     struct qk_args merge = {.layer = 1, .max_pos = 299, .begin = 0, .end = c->n_heads, .nb = 1};
     set_seq(299, 1, 0);
     run_ok(attn_kernel(), &att);
@@ -754,11 +754,11 @@ START_TEST(kernels_reject_arguments_outside_the_model)
     assert_state_equal("rope_store of a block past the context");
     /* an entry past the position the attention was told of */
     set_seq(10, 1, 0);
-    assert_skipped(attn_kernel(), &(struct qk_args){.layer = 0, .max_pos = 9, .begin = 0, .end = qk_attn_groups(c),
+    assert_skipped(attn_kernel(), &(struct qk_args){.layer = 0, .max_pos = 9, .begin = 0, .end = qk_attn_head_tasks(c),
                                                      .nb = 1}, "attention past max_pos");
     set_seq(0, 1, 0);
     ck_assert_int_ne(bpf->run(bpf, attn_kernel(), &(struct qk_args){.layer = 0, .max_pos = 0, .begin = 0,
-                                                                   .end = qk_attn_groups(c) + 1, .nb = 1}, NULL, &err), 0);
+                                                                   .end = qk_attn_head_tasks(c) + 1, .nb = 1}, NULL, &err), 0);
 }
 END_TEST
 
