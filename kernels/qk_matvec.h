@@ -23,7 +23,7 @@ struct qk_mv_ctx {
     u32 layer;
     u32 b0, nb;         /* block entries */
     u32 row_block;      /* the row block the entry loop is on (from first_row_block) */
-    u32 amax_slot;      /* QK_MV_LOGITS: this invocation's argmax slot */
+    u32 amax_slot;      /* QK_MV_LOGITS: this invocation's amax slot (its partial argmax) */
     u32 scratch;        /* the *_block programs: the thread's unpk entry */
     u32 deadline;       /* qk_deadline: the row block loop stops after the row block that passes it */
     u64 bad;            /* an output outside the Q32 range (qm_outside) */

@@ -145,7 +145,7 @@ struct qk_args {
     u32 token;          /* embed: the token id (of entry b0) */
     u32 mode;           /* matvec: enum qk_matvec_mode */
     u32 amax_slot;      /* matvec QK_MV_LOGITS: this invocation's slot of map `amax` */
-    u32 n_amax_slots;   /* argmax_reduce: argmax slots to combine */
+    u32 n_amax_slots;   /* argmax_reduce: amax slots to combine */
     u32 streamed;       /* matvec, embed: weights were staged in `work` ... */
     u32 work_key;       /* ... from this key on (--stream) */
     u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
@@ -178,7 +178,7 @@ enum qk_matvec_mode {
     QK_MV_O = 1,        /* o_proj rows -> h += */
     QK_MV_GATE_UP = 2,  /* gate|up rows -> gu (Q32) */
     QK_MV_DOWN = 3,     /* down_proj rows -> h += */
-    QK_MV_LOGITS = 4,   /* vocabulary rows -> logits (Q32) and an argmax slot */
+    QK_MV_LOGITS = 4,   /* vocabulary rows -> logits (Q32) and an amax slot */
 };
 
 enum qk_norm_target {

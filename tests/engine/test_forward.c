@@ -663,10 +663,10 @@ static int64_t *check_blocks(const char *model, qpack_backend kind, bool stream,
     return check_blocks_kv(model, kind, stream, QPACK_KV_INT16, what);
 }
 
-/* Every product's jobs fit the job list and the partial-argmax slots
+/* Every product's jobs fit the job list and the amax slots (partial argmaxes)
  * (kernels/qwen3_abi.h), whatever the shape and block: the 0.6B vocabulary
  * projection of a 16-position block once needed 1,187 jobs, and qeval
- * failed on it. Each job is whole 4-row groups, at least two per thread
+ * failed on it. Each job is whole row blocks, at least two per thread
  * when the rows allow. */
 START_TEST(product_jobs_fit_their_slots_at_every_shape)
 {
