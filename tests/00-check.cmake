@@ -1,9 +1,10 @@
 # qp_add_check_test(<name> SOURCES ... LIBS ... [LABELS ...])
-# A Check test binary run by ctest from the build tree with the repo's test data.
+# A Check test binary run by ctest from the build tree with the repo's test
+# data, linked with tests/lib's helpers (qptest).
 function(qp_add_check_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} PkgConfig::CHECK)
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} qptest)
   target_compile_definitions(${name} PRIVATE
       QP_SOURCE_DIR="${CMAKE_SOURCE_DIR}" QP_BINARY_DIR="${CMAKE_BINARY_DIR}")
   add_test(NAME ${name} COMMAND ${name})

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "qpack.h"
-#include "qpk_test_util.h"
+#include "qp_test.h"
 
 static char model_path[512];
 

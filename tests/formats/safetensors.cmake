@@ -6,6 +6,3 @@ qp_add_check_test(test_hf_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hf_confi
                   LIBS qpformats LABELS formats)
 qp_add_check_test(test_gen_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gen_checkpoint.c
                   LIBS qpformats LABELS formats)
-add_dependencies(test_gen_checkpoint qp-gen-checkpoint)
-target_compile_definitions(test_gen_checkpoint PRIVATE
-    QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>")

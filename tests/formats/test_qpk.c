@@ -22,7 +22,7 @@
 #include <xxhash.h>
 
 #include "le.h"
-#include "qpk_test_util.h"
+#include "qp_test.h"
 #include "q24.h"
 #include "qpk.h"
 #include "safetensors.h"

@@ -30,7 +30,7 @@
 
 #include "le.h"
 #include "qpk.h"
-#include "qpk_test_util.h"
+#include "qp_test.h"
 #include "safetensors.h"
 
 static bool root(void) { return geteuid() == 0; }

@@ -9,9 +9,6 @@ target_include_directories(test_qmath PRIVATE ${CMAKE_SOURCE_DIR}/kernels ${CMAK
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/test_qmath.c PROPERTIES COMPILE_OPTIONS "-Wno-unknown-pragmas")
 
 qp_add_check_test(test_kernels SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kernels.c LIBS qpengine TIMEOUT 600)
-add_dependencies(test_kernels qp-gen-checkpoint qpack)
-target_compile_definitions(test_kernels PRIVATE
-    QP_GEN_CHECKPOINT="$<TARGET_FILE:qp-gen-checkpoint>" QP_QPACK="$<TARGET_FILE:qpack>")
 
 
 # the 8-bit KV cache's lane arithmetic against plain sums (host only)

@@ -16,7 +16,7 @@
 
 #include "le.h"
 #include "qpk.h"
-#include "qpk_test_util.h"
+#include "qp_test.h"
 #include "qpk_write.h"
 #include "quant.h"
 #include "safetensors.h"

@@ -3,15 +3,10 @@
 add_executable(qptok-cli ${CMAKE_CURRENT_LIST_DIR}/tok_cli_tool.c)
 target_link_libraries(qptok-cli PRIVATE qptokcli)
 
-qp_add_check_test(test_tokenizer
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.c ${CMAKE_CURRENT_LIST_DIR}/tok_test_util.c
-    LIBS qptok LABELS tokenizer)
-target_include_directories(test_tokenizer PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+qp_add_check_test(test_tokenizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer.c LIBS qptest_tok LABELS tokenizer)
 
-qp_add_check_test(test_tokenizer_errors
-    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_errors.c ${CMAKE_CURRENT_LIST_DIR}/tok_test_util.c
-    LIBS qptokcli LABELS tokenizer)
-target_include_directories(test_tokenizer_errors PRIVATE ${CMAKE_CURRENT_LIST_DIR})
+qp_add_check_test(test_tokenizer_errors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_errors.c
+    LIBS qptest_tok qptokcli LABELS tokenizer)
 
 # The command line as a person types it (the brief's acceptance check).
 add_test(NAME tokenizer_cli_hello_world

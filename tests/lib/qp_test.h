@@ -1,9 +1,9 @@
-/* qpk_test_util.h - shared helpers of the container and packer tests: a
- * scratch folder per test, files, and running qpack / qp-gen-checkpoint as
- * programs (paths from the build: QP_QPACK, QP_GEN_CHECKPOINT). Every
- * helper aborts the test on failure. */
-#ifndef QP_QPK_TEST_UTIL_H
-#define QP_QPK_TEST_UTIL_H
+/* qp_test.h - the tests' shared helpers (tests/lib, linked into every Check
+ * test): a scratch folder per test, files, and running qpack /
+ * qp-gen-checkpoint as programs (paths from the build: QP_QPACK,
+ * QP_GEN_CHECKPOINT). Every helper aborts the test on failure. */
+#ifndef QP_TEST_H
+#define QP_TEST_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
-/* qpk_test_util.c - see qpk_test_util.h. */
-#include "qpk_test_util.h"
+/* qp_test.c - see qp_test.h. */
+#include "qp_test.h"
 
 #include <check.h>
 #include <ftw.h>

@@ -1,4 +1,5 @@
-/* tok_test_util.h - shared helpers of the tokenizer tests. */
+/* tok_test_util.h - shared helpers of the tokenizer tests (and of the GGUF
+ * reader's, which rebuilds the tokenizer): the conformance cases and files. */
 #ifndef QP_TOK_TEST_UTIL_H
 #define QP_TOK_TEST_UTIL_H
 
