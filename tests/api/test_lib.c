@@ -1660,10 +1660,5 @@ int main(void)
     tcase_add_test(tc, sources_of_a_container_match_its_checkpoint);
     tcase_add_test(tc, a_loaded_model_gives_the_bits_of_one_opened_in_process);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(su);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "think_text.h"
+#include "qp_test.h"
 
 struct parts {
     char text[2][512];       /* [THINK_REASONING], [THINK_ANSWER] */
@@ -163,9 +164,5 @@ int main(void)
     tcase_add_test(tc, long_blank_runs_kept);
     tcase_add_test(tc, callback_stops);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(s);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "qp_test.h"
 
 START_TEST(appends_join_in_order_past_many_growths)
 {
@@ -70,9 +71,5 @@ static Suite *buf_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(buf_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(buf_suite());
 }

@@ -19,38 +19,22 @@
 #include <unistd.h>
 
 #include "fsafe.h"
+#include "qp_test.h"
 
 /* ----------------------------------------------------------------- fixtures */
 
-static char dir[64];
-
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+/* The test's scratch folder with a deadline: an input that blocks fails the
+ * test instead of hanging it. */
+static void begin(void)
 {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
+    make_dir();
+    alarm(20);
 }
 
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/qp_fsafe_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    alarm(20); /* an input that blocks fails the test instead of hanging it */
-}
-
-static void remove_dir(void)
+static void end(void)
 {
     alarm(0);
-    chmod(dir, 0755);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *path_of(const char *name)
-{
-    static char buf[8][PATH_MAX];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, PATH_MAX, "%s/%s", dir, name);
-    return p;
+    remove_dir();
 }
 
 static void write_text(const char *name, const char *text)
@@ -78,7 +62,7 @@ static const char *listing(void)
 {
     static char out[8192];
     struct dirent **names;
-    int n = scandir(dir, &names, NULL, alphasort);
+    int n = scandir(test_dir, &names, NULL, alphasort);
     ck_assert_int_ge(n, 0);
     out[0] = 0;
     for (int i = 0; i < n; i++) {
@@ -113,7 +97,7 @@ static int is_partial_name(const char *name, pid_t pid)
 
 START_TEST(an_input_fifo_is_refused_at_once)
 {
-    make_dir();
+    begin();
     ck_assert_int_eq(mkfifo(path_of("fifo"), 0644), 0);
     qp_err err = {{0}};
     /* no writer: a plain open() would block here until the alarm */
@@ -123,27 +107,27 @@ START_TEST(an_input_fifo_is_refused_at_once)
     size_t len;
     ck_assert_int_eq(fs_read_input(path_of("fifo"), 100, &text, &len, &err), -1);
     ck_assert_ptr_null(text);
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(an_input_folder_or_device_is_refused)
 {
-    make_dir();
+    begin();
     qp_err err = {{0}};
-    ck_assert_int_eq(fs_open_input(dir, NULL, &err), -1);
-    ck_assert_error(err, "not a regular file (a directory)", dir);
+    ck_assert_int_eq(fs_open_input(test_dir, NULL, &err), -1);
+    ck_assert_error(err, "not a regular file (a directory)", test_dir);
     ck_assert_int_eq(fs_open_input("/dev/null", NULL, &err), -1);
     ck_assert_error(err, "not a regular file (a character device)", "/dev/null");
     ck_assert_int_eq(fs_open_input(path_of("missing"), NULL, &err), -1);
     ck_assert_error(err, "No such file", path_of("missing"));
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(an_input_file_is_opened_blocking_with_its_stat)
 {
-    make_dir();
+    begin();
     write_text("a", "hello");
     qp_err err = {{0}};
     struct stat st;
@@ -161,7 +145,7 @@ START_TEST(an_input_file_is_opened_blocking_with_its_stat)
     free(text);
     ck_assert_int_eq(fs_read_input(path_of("a"), 4, &text, &len, &err), -1);
     ck_assert_error(err, "5 bytes, more than the limit of 4", path_of("a"));
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -169,7 +153,7 @@ END_TEST
 
 START_TEST(a_destination_that_is_not_a_regular_file_is_refused)
 {
-    make_dir();
+    begin();
     qp_err err = {{0}};
     ck_assert_int_eq(fs_out_check("/dev/null", NULL, &err), -1);
     ck_assert_error(err, "not a regular file (a character device)", "/dev/null");
@@ -191,13 +175,13 @@ START_TEST(a_destination_that_is_not_a_regular_file_is_refused)
     /* absent, or a regular file: fine */
     ck_assert_msg(fs_out_check(path_of("new"), NULL, &err) == 0, "%s", err.msg);
     ck_assert_msg(fs_out_check(path_of("target"), NULL, &err) == 0, "%s", err.msg);
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(a_destination_that_is_an_input_is_refused_by_inode)
 {
-    make_dir();
+    begin();
     qp_err err = {{0}};
     ck_assert_int_eq(mkdir(path_of("ck"), 0755), 0);
     write_text("ck/config.json", "{}");
@@ -218,13 +202,13 @@ START_TEST(a_destination_that_is_an_input_is_refused_by_inode)
     ck_assert_msg(fs_out_check(path_of("copy"), folder_input, &err) == 0, "%s", err.msg);
     free(other);
     free(ck);
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(a_destination_folder_must_exist_and_be_writable)
 {
-    make_dir();
+    begin();
     qp_err err = {{0}};
     ck_assert_int_eq(fs_out_check(path_of("no/such/x"), NULL, &err), -1);
     ck_assert_error(err, "No such file", path_of("no/such/x"));
@@ -236,7 +220,7 @@ START_TEST(a_destination_folder_must_exist_and_be_writable)
         ck_assert_int_eq(fs_out_check(path_of("ro/x"), NULL, &err), -1);
         ck_assert_error(err, "Permission denied", path_of("ro/x"));
     }
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -246,7 +230,7 @@ END_TEST
  * folder; the last one's name goes to name. */
 static int our_partials(char name[NAME_MAX + 1])
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(test_dir);
     ck_assert_ptr_nonnull(d);
     struct dirent *e;
     int n = 0;
@@ -288,7 +272,7 @@ static const char *write_out(unsigned flags)
 
 START_TEST(an_unnamed_output_has_no_name_until_it_is_complete)
 {
-    make_dir();
+    begin();
     struct fs_out o;
     qp_err err = {{0}};
     ck_assert_msg(fs_out_open(&o, path_of("probe"), 0, &err) == 0, "%s", err.msg);
@@ -299,20 +283,20 @@ START_TEST(an_unnamed_output_has_no_name_until_it_is_complete)
         write_text("out", "old");
         ck_assert_str_eq(write_out(0), "");
     }
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(a_named_output_gets_a_fresh_random_name_each_time)
 {
-    make_dir();
+    begin();
     char first[NAME_MAX + 1];
     snprintf(first, sizeof first, "%s", write_out(FS_OUT_NAMED));
     ck_assert(first[0]);
     const char *second = write_out(FS_OUT_NAMED);
     ck_assert(second[0]);
     ck_assert_str_ne(first, second);
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -320,7 +304,7 @@ END_TEST
  * that must not change; and a link at this process's own such name. */
 START_TEST(planted_links_are_never_followed)
 {
-    make_dir();
+    begin();
     write_text("victim", "precious");
     char name[64];
     for (int pid = getpid() - 50; pid <= getpid() + 50; pid++) {
@@ -334,13 +318,13 @@ START_TEST(planted_links_are_never_followed)
     struct stat st;
     ck_assert_int_eq(lstat(path_of(name), &st), 0);
     ck_assert(S_ISLNK(st.st_mode));
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(abort_leaves_the_folder_as_it_was)
 {
-    make_dir();
+    begin();
     write_text("out", "old");
     for (unsigned flags = 0; flags <= FS_OUT_NAMED; flags += FS_OUT_NAMED) {
         struct fs_out o;
@@ -352,13 +336,13 @@ START_TEST(abort_leaves_the_folder_as_it_was)
         ck_assert_str_eq(listing(), "out");
         ck_assert_str_eq(read_text("out"), "old");
     }
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(a_destination_that_became_a_fifo_is_not_replaced)
 {
-    make_dir();
+    begin();
     for (unsigned flags = 0; flags <= FS_OUT_NAMED; flags += FS_OUT_NAMED) {
         struct fs_out o;
         qp_err err = {{0}};
@@ -372,7 +356,7 @@ START_TEST(a_destination_that_became_a_fifo_is_not_replaced)
         ck_assert_str_eq(listing(), "out");
         unlink(path_of("out"));
     }
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -385,7 +369,7 @@ static void on_term(int sig)
 /* What a signal handler that ends the process does for the named fallback. */
 START_TEST(a_signal_handler_removes_named_partial_files)
 {
-    make_dir();
+    begin();
     write_text("out", "old");
     pid_t child = fork();
     ck_assert_int_ge(child, 0);
@@ -405,7 +389,7 @@ START_TEST(a_signal_handler_removes_named_partial_files)
     ck_assert_int_eq(WEXITSTATUS(status), 100 + SIGTERM);
     ck_assert_str_eq(listing(), "out");
     ck_assert_str_eq(read_text("out"), "old");
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -413,7 +397,7 @@ END_TEST
  * the next commit to the same destination removes it, and only it. */
 START_TEST(stale_partials_of_dead_writers_go_with_the_next_commit)
 {
-    make_dir();
+    begin();
     pid_t dead = fork();
     ck_assert_int_ge(dead, 0);
     if (dead == 0)
@@ -433,13 +417,13 @@ START_TEST(stale_partials_of_dead_writers_go_with_the_next_commit)
     for (int i = 0; i < 3; i++)
         ck_assert_msg(access(path_of(kept[i]), F_OK) == 0, "%s was removed", kept[i]);
     ck_assert_int_ne(access(path_of(stale), F_OK), 0);
-    remove_dir();
+    end();
 }
 END_TEST
 
 START_TEST(write_file_publishes_exactly_the_bytes)
 {
-    make_dir();
+    begin();
     qp_err err = {{0}};
     static const char data[] = "bytes\0with a NUL";
     mode_t mask = umask(0);
@@ -455,7 +439,7 @@ START_TEST(write_file_publishes_exactly_the_bytes)
     ck_assert_error(err, "would overwrite its own input", path_of("out"));
     ck_assert_int_eq(stat(path_of("out"), &st), 0);
     ck_assert_int_eq(st.st_size, sizeof data);
-    remove_dir();
+    end();
 }
 END_TEST
 
@@ -487,9 +471,5 @@ static Suite *fsafe_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(fsafe_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(fsafe_suite());
 }

@@ -10,6 +10,7 @@
 
 #include "json_strict.h"
 #include "safetensors.h"
+#include "qp_test.h"
 
 /* The message json_refuse_duplicate_keys gives for text ("" when it passes). */
 static const char *duplicate_error(const char *text)
@@ -176,9 +177,5 @@ static Suite *json_strict_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(json_strict_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(json_strict_suite());
 }

@@ -16,6 +16,7 @@
 #include "qpk_write.h"
 #include "ref.h"
 #include "engine.h"
+#include "qp_test.h"
 
 /* A tiny random model's logits are O(1): 1e-3 is ~50x the error measured
  * here and 1000x below the gap that would let a wrong token through. */
@@ -858,10 +859,5 @@ int main(void)
     tcase_add_loop_test(tc, kv8_blocks_give_the_bits_of_one_step_per_position, 0, 2);
     tcase_add_test(tc, lookup_drafts_continue_the_latest_match);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(s);
 }

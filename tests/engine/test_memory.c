@@ -18,6 +18,7 @@
 #include "memory.h"
 #include "plan.h"
 #include "engine.h"
+#include "qp_test.h"
 
 #define MAX_POS 2048
 #define SLOTS 2
@@ -207,10 +208,5 @@ int main(void)
     tcase_add_test(tc, default_context_fits_the_memory_left);
     tcase_add_test(tc, e2big_is_named_for_what_it_is);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(s);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "qp_test.h"
 
 #define VOCAB 4096
 #define POSITIONS 4
@@ -126,14 +127,10 @@ int main(void)
     tcase_set_timeout(tc, 180);
     tcase_add_loop_test(tc, width_runs_exactly_and_follows_reference, 0, sizeof shapes / sizeof shapes[0]);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int rc = qp_test_main_nofork(s);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", dir);
-    return failed ? 1 : 0;
+    return rc;
 }

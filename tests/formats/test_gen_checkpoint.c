@@ -15,65 +15,19 @@
 #include "bf16.h"
 #include "hf_config.h"
 #include "safetensors.h"
+#include "qp_test.h"
 
 /* ----------------------------------------------------------------- helpers */
 
-static char dir[64];
-
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/qp_gen_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void remove_dir(void)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *path_of(const char *fmt, ...)
-{
-    static char buf[8][256];
-    static int next;
-    char *p = buf[next++ % 8], name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
-
-/* Runs the generator into dir/out; returns its exit status. Its stdout and
- * stderr land in dir/stdout and dir/stderr. */
-static int gen(const char *out, const char *args)
+/* Runs the generator into test_dir/out; returns its exit status. Its stdout
+ * and stderr land in test_dir/stdout and test_dir/stderr. */
+static int generate(const char *out, const char *args)
 {
     char cmd[1024];
     snprintf(cmd, sizeof(cmd), "%s %s %s >%s/stdout 2>%s/stderr", QP_GEN_CHECKPOINT,
-             path_of("%s", out), args, dir, dir);
+             path_of("%s", out), args, test_dir, test_dir);
     int status = system(cmd);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc((size_t)n + 1, 1);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
 }
 
 static int same_file(const char *a, const char *b)
@@ -190,7 +144,7 @@ static int loud_channels(const struct st_tensor *t, int by_column, uint32_t *out
 
 START_TEST(tiny_checkpoint_has_the_qwen3_names_and_shapes)
 {
-    ck_assert_int_eq(gen("m", "--preset tiny"), 0);
+    ck_assert_int_eq(generate("m", "--preset tiny"), 0);
     struct st_model m;
     open_model(&m, "m");
     uint32_t layers = 2, hidden = 64, inter = 192, hd = 16, q = 4 * 16, kv = 2 * 16, vocab = 512;
@@ -236,7 +190,7 @@ END_TEST
 
 START_TEST(flags_override_the_preset_wherever_they_are)
 {
-    ck_assert_int_eq(gen("m", "--layers 1 --preset 0.6b --vocab 1000 --max-pos 4096"), 0);
+    ck_assert_int_eq(generate("m", "--layers 1 --preset 0.6b --vocab 1000 --max-pos 4096"), 0);
     struct qwen3_config c;
     qp_err err = { "" };
     ck_assert_msg(hf_config_load(path_of("m/config.json"), &c, &err) == 0, "%s", err.msg);
@@ -272,7 +226,7 @@ START_TEST(big_presets_have_the_published_config_and_shards)
         snprintf(sub, sizeof sub, "m%s", want[i].name);
         snprintf(args, sizeof args, "--preset %s --layers %u --vocab 512 --intermediate 64", want[i].name,
                  want[i].layers);
-        ck_assert_int_eq(gen(sub, args), 0);
+        ck_assert_int_eq(generate(sub, args), 0);
         struct qwen3_config c;
         qp_err err = { "" };
         ck_assert_msg(hf_config_load(path_of("%s/config.json", sub), &c, &err) == 0, "%s", err.msg);
@@ -294,16 +248,16 @@ START_TEST(big_presets_have_the_published_config_and_shards)
         st_close(&m);
     }
     /* --shards still decides */
-    ck_assert_int_eq(gen("one", "--preset 8b --layers 1 --vocab 512 --intermediate 64 --shards 1"), 0);
+    ck_assert_int_eq(generate("one", "--preset 8b --layers 1 --vocab 512 --intermediate 64 --shards 1"), 0);
     ck_assert(exists(path_of("one/model.safetensors")));
 }
 END_TEST
 
 START_TEST(same_arguments_give_byte_identical_files)
 {
-    ck_assert_int_eq(gen("a", "--seed 7 --stress --shards 3"), 0);
-    ck_assert_int_eq(gen("b", "--stress --shards 3 --seed 7"), 0);
-    ck_assert_int_eq(gen("c", "--stress --shards 3 --seed 8"), 0);
+    ck_assert_int_eq(generate("a", "--seed 7 --stress --shards 3"), 0);
+    ck_assert_int_eq(generate("b", "--stress --shards 3 --seed 7"), 0);
+    ck_assert_int_eq(generate("c", "--stress --shards 3 --seed 8"), 0);
     const char *files[] = { "config.json", "model.safetensors.index.json",
                             "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                             "model-00003-of-00003.safetensors" };
@@ -316,7 +270,7 @@ END_TEST
 
 START_TEST(tied_lm_head_is_byte_identical_to_the_embedding)
 {
-    ck_assert_int_eq(gen("m", "--stress"), 0);
+    ck_assert_int_eq(generate("m", "--stress"), 0);
     struct st_model m;
     open_model(&m, "m");
     const struct st_tensor *e = tensor(&m, "model.embed_tokens.weight");
@@ -329,7 +283,7 @@ END_TEST
 
 START_TEST(untied_lm_head_is_drawn_independently)
 {
-    ck_assert_int_eq(gen("m", "--untied"), 0);
+    ck_assert_int_eq(generate("m", "--untied"), 0);
     struct st_model m;
     open_model(&m, "m");
     const struct st_tensor *e = tensor(&m, "model.embed_tokens.weight");
@@ -349,7 +303,7 @@ END_TEST
 
 START_TEST(values_are_normal_with_the_requested_scale)
 {
-    ck_assert_int_eq(gen("m", "--hidden 256 --heads 4 --head-dim 64 --vocab 2048"), 0);
+    ck_assert_int_eq(generate("m", "--hidden 256 --heads 4 --head-dim 64 --vocab 2048"), 0);
     struct st_model m;
     open_model(&m, "m");
     const struct st_tensor *e = tensor(&m, "model.embed_tokens.weight");
@@ -392,7 +346,7 @@ static double rms_of(const struct st_tensor *t)
  * 256) gets 0.04 and down_proj (input 768) 0.02 * sqrt(4/3). */
 START_TEST(fan_in_init_scales_each_matrix_by_its_input_width)
 {
-    ck_assert_int_eq(gen("m", "--hidden 256 --intermediate 768 --heads 4 --head-dim 64 "
+    ck_assert_int_eq(generate("m", "--hidden 256 --intermediate 768 --heads 4 --head-dim 64 "
                               "--vocab 2048 --init fan-in"), 0);
     struct st_model m;
     open_model(&m, "m");
@@ -422,7 +376,7 @@ static void printed_massive_channels(uint32_t ch[4])
 
 START_TEST(stress_adds_four_massive_channels)
 {
-    ck_assert_int_eq(gen("m", "--stress --seed 3 --hidden 128 --vocab 1024"), 0);
+    ck_assert_int_eq(generate("m", "--stress --seed 3 --hidden 128 --vocab 1024"), 0);
     uint32_t printed[4];
     printed_massive_channels(printed);
     struct st_model m;
@@ -454,7 +408,7 @@ static int is_massive(const uint32_t ch[4], uint64_t c)
 
 START_TEST(stress_gives_every_norm_large_entries)
 {
-    ck_assert_int_eq(gen("m", "--stress --hidden 256 --head-dim 128 --heads 2 --kv-heads 1"), 0);
+    ck_assert_int_eq(generate("m", "--stress --hidden 256 --head-dim 128 --heads 2 --kv-heads 1"), 0);
     uint32_t ch[4];
     printed_massive_channels(ch);
     struct st_model m;
@@ -496,8 +450,8 @@ END_TEST
 
 START_TEST(sharded_and_single_hold_identical_tensors)
 {
-    ck_assert_int_eq(gen("one", "--seed 5 --stress"), 0);
-    ck_assert_int_eq(gen("many", "--seed 5 --stress --shards 4"), 0);
+    ck_assert_int_eq(generate("one", "--seed 5 --stress"), 0);
+    ck_assert_int_eq(generate("many", "--seed 5 --stress --shards 4"), 0);
     ck_assert(!exists(path_of("one/model.safetensors.index.json")));
     ck_assert(!exists(path_of("many/model.safetensors")));
     struct st_model a, b;
@@ -525,9 +479,9 @@ END_TEST
 
 START_TEST(f16_and_f32_hold_the_same_values)
 {
-    ck_assert_int_eq(gen("bf", "--stress --seed 2"), 0);
-    ck_assert_int_eq(gen("f32", "--stress --seed 2 --dtype f32"), 0);
-    ck_assert_int_eq(gen("f16", "--stress --seed 2 --dtype f16"), 0);
+    ck_assert_int_eq(generate("bf", "--stress --seed 2"), 0);
+    ck_assert_int_eq(generate("f32", "--stress --seed 2 --dtype f32"), 0);
+    ck_assert_int_eq(generate("f16", "--stress --seed 2 --dtype f16"), 0);
     struct st_model bf, f32, f16;
     open_model(&bf, "bf");
     open_model(&f32, "f32");
@@ -562,7 +516,7 @@ START_TEST(tokenizer_files_are_copied)
     fclose(f);
     char args[128];
     snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
-    ck_assert_int_eq(gen("m", args), 0);
+    ck_assert_int_eq(generate("m", args), 0);
     ck_assert(same_file(path_of("tok/tokenizer.json"), path_of("m/tokenizer.json")));
     ck_assert(same_file(path_of("tok/tokenizer_config.json"), path_of("m/tokenizer_config.json")));
 }
@@ -576,16 +530,16 @@ START_TEST(vocabulary_too_small_for_the_tokenizer_is_refused)
     copy_file(QP_SOURCE_DIR "/tests/data/tiny-learned/model/tokenizer.json", path_of("tok/tokenizer.json"));
     char args[128];
     snprintf(args, sizeof(args), "--tokenizer-dir %s", path_of("tok"));
-    ck_assert_int_eq(gen("m", args), 1);
+    ck_assert_int_eq(generate("m", args), 1);
     char *err = slurp(path_of("stderr"), NULL);
     ck_assert_msg(strstr(err, "has ids up to 2047: a vocabulary of 512 (the preset's) cannot hold them; give "
                               "--vocab 2048 or more"), "stderr: %s", err);
     free(err);
     ck_assert(!exists(path_of("m/model.safetensors")));
     snprintf(args, sizeof(args), "--vocab 2047 --tokenizer-dir %s", path_of("tok"));
-    ck_assert_int_eq(gen("m", args), 1);
+    ck_assert_int_eq(generate("m", args), 1);
     snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
-    ck_assert_int_eq(gen("m", args), 0);
+    ck_assert_int_eq(generate("m", args), 0);
 }
 END_TEST
 
@@ -593,7 +547,7 @@ START_TEST(missing_tokenizer_fails_before_writing)
 {
     char args[128];
     snprintf(args, sizeof(args), "--tokenizer-dir %s", path_of("no-such-dir"));
-    ck_assert_int_eq(gen("m", args), 1);
+    ck_assert_int_eq(generate("m", args), 1);
     char *err = slurp(path_of("stderr"), NULL);
     ck_assert_msg(strstr(err, "qp-gen-checkpoint: ") == err &&
                   strstr(err, "no-such-dir/tokenizer.json: No such file"), "stderr: %s", err);
@@ -604,7 +558,7 @@ END_TEST
 
 START_TEST(failed_run_leaves_no_checkpoint_that_looks_complete)
 {
-    ck_assert_int_eq(gen("m", ""), 0);
+    ck_assert_int_eq(generate("m", ""), 0);
     ck_assert(exists(path_of("m/config.json")));
     /* A tokenizer_config.json that is a folder passes the early checks (of
      * tokenizer.json), fails the copy. */
@@ -613,7 +567,7 @@ START_TEST(failed_run_leaves_no_checkpoint_that_looks_complete)
     mkdir(path_of("tok/tokenizer_config.json"), 0755);
     char args[128];
     snprintf(args, sizeof(args), "--vocab 2048 --tokenizer-dir %s", path_of("tok"));
-    ck_assert_int_eq(gen("m", args), 1);                      /* fails after the weights */
+    ck_assert_int_eq(generate("m", args), 1);                      /* fails after the weights */
     char *err = slurp(path_of("stderr"), NULL);
     ck_assert_msg(strstr(err, "qp-gen-checkpoint: ") == err && strstr(err, "tok/tokenizer_config.json"),
                   "stderr: %s", err);
@@ -645,7 +599,7 @@ static const struct {
 
 START_TEST(bad_arguments_fail_with_a_message)
 {
-    ck_assert_int_eq(gen("m", bad_args[_i].args), 2);
+    ck_assert_int_eq(generate("m", bad_args[_i].args), 2);
     char *err = slurp(path_of("stderr"), NULL);
     ck_assert_msg(strstr(err, bad_args[_i].message) != NULL, "%s: stderr is %s",
                   bad_args[_i].args, err);
@@ -656,11 +610,11 @@ END_TEST
 
 START_TEST(more_shards_than_tensors_is_refused)
 {
-    ck_assert_int_eq(gen("m", "--shards 26"), 1);
+    ck_assert_int_eq(generate("m", "--shards 26"), 1);
     char *err = slurp(path_of("stderr"), NULL);
     ck_assert_ptr_nonnull(strstr(err, "--shards 26 is more than the 25 tensors"));
     free(err);
-    ck_assert_int_eq(gen("m", "--shards 25"), 0);
+    ck_assert_int_eq(generate("m", "--shards 25"), 0);
     struct st_model m;
     open_model(&m, "m");
     ck_assert_uint_eq(m.n_files, 25);
@@ -699,9 +653,5 @@ static Suite *gen_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(gen_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(gen_suite());
 }

@@ -16,6 +16,7 @@
 #include "le.h"
 #include "tok_test_util.h"
 #include "tokenizer.h"
+#include "qp_test.h"
 
 #define SRC QP_SOURCE_DIR
 
@@ -676,20 +677,6 @@ END_TEST
 
 /* ----------------------------------------------------------------- tokenizer */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert(fread(s, 1, (size_t)n, f) == (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static void str_array(struct buf *kv, const char *key, const char **items, uint64_t n)
 {
     str(kv, key);
@@ -705,7 +692,7 @@ static void str_array(struct buf *kv, const char *key, const char **items, uint6
  * when special or <|...|>, else USER_DEFINED; merges "a b". */
 START_TEST(the_rebuilt_tokenizer_gives_the_hugging_face_ids)
 {
-    char *text = slurp(SRC "/assets/qwen3-tokenizer/tokenizer.json");
+    char *text = slurp(SRC "/assets/qwen3-tokenizer/tokenizer.json", NULL);
     cJSON *j = cJSON_Parse(text);
     const cJSON *model = cJSON_GetObjectItem(j, "model"), *e;
     enum { ROWS = 151936 };
@@ -942,9 +929,5 @@ int main(void)
     tcase_add_test(tc, a_token_text_on_two_rows_is_refused);
     tcase_add_test(tc, a_tokenizer_without_merges_gives_bytes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main(s);
 }

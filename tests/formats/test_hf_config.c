@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "hf_config.h"
+#include "qp_test.h"
 
 /* Qwen3-0.6B's config.json as published, one field per entry. */
 static const char *const qwen3_06b[][2] = {
@@ -394,9 +395,5 @@ static Suite *hf_config_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(hf_config_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(hf_config_suite());
 }

@@ -16,36 +16,9 @@
 #include "bf16.h"
 #include "safetensors.h"
 #include "safetensors_write.h"
+#include "qp_test.h"
 
 /* ----------------------------------------------------------------- fixtures */
-
-static char dir[64];
-
-static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void make_dir(void)
-{
-    strcpy(dir, "/tmp/qp_st_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static void remove_dir(void)
-{
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *path_of(const char *name)
-{
-    static char buf[4][256];
-    static int next;
-    char *p = buf[next++ % 4];
-    snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
 
 static void write_bytes(const char *name, const void *data, size_t len)
 {
@@ -100,7 +73,7 @@ static void write_st(const char *name, const char *header, size_t data_len)
 #define ck_assert_dir_fails(file, needle) do {                                        \
     struct st_model m_;                                                               \
     qp_err e_ = { "" };                                                               \
-    ck_assert_int_eq(st_open_dir(&m_, dir, &e_), -1);                                 \
+    ck_assert_int_eq(st_open_dir(&m_, test_dir, &e_), -1);                            \
     ck_assert_error(e_, file, needle);                                                \
 } while (0)
 
@@ -732,7 +705,7 @@ START_TEST(sharded_folder_equals_single_file)
     struct st_model single, sharded;
     qp_err err = { "" };
     write_sharded(GOOD_INDEX);
-    ck_assert_msg(st_open_dir(&sharded, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(st_open_dir(&sharded, test_dir, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(sharded.n_files, 2);
     write_f32_file("single.safetensors", abc, abc_lens, 3);
     ck_assert_int_eq(st_open_file(&single, path_of("single.safetensors"), &err), 0);
@@ -758,7 +731,7 @@ START_TEST(single_file_folder_opens_model_safetensors)
     struct st_model m;
     qp_err err = { "" };
     write_f32_file("model.safetensors", abc, abc_lens, 3);
-    ck_assert_msg(st_open_dir(&m, dir, &err) == 0, "%s", err.msg);
+    ck_assert_msg(st_open_dir(&m, test_dir, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(m.n_tensors, 3);
     ck_assert_ptr_null(m.index_path);
     st_close(&m);
@@ -767,7 +740,7 @@ END_TEST
 
 START_TEST(folder_without_a_model_is_rejected)
 {
-    ck_assert_dir_fails(dir, "neither model.safetensors nor model.safetensors.index.json");
+    ck_assert_dir_fails(test_dir, "neither model.safetensors nor model.safetensors.index.json");
 }
 END_TEST
 
@@ -885,7 +858,7 @@ START_TEST(sources_list_index_then_shards_with_sizes)
     struct st_model m;
     qp_err err = { "" };
     write_sharded(GOOD_INDEX);
-    ck_assert_int_eq(st_open_dir(&m, dir, &err), 0);
+    ck_assert_int_eq(st_open_dir(&m, test_dir, &err), 0);
     struct st_source src[4];
     ck_assert_uint_eq(st_list_sources(&m, NULL, 0), 3);
     ck_assert_uint_eq(st_list_sources(&m, src, 4), 3);
@@ -927,7 +900,7 @@ END_TEST
 static int files_in_dir(void)
 {
     int n = 0;
-    DIR *d = opendir(dir);
+    DIR *d = opendir(test_dir);
     ck_assert_ptr_nonnull(d);
     for (struct dirent *e; (e = readdir(d));)
         n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
@@ -1099,9 +1072,5 @@ static Suite *safetensors_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(safetensors_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(safetensors_suite());
 }

@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "qk_kv8.h"
 #include "qpk.h"
+#include "qp_test.h"
 
 static char dir[64], qpk_path[128];
 static struct qpk_file file;
@@ -789,10 +790,5 @@ int main(void)
         tcase_add_test(tc, a_slots_cache_is_untouched_by_another_slots_steps);
         suite_add_tcase(s, tc);
     }
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(s);
 }

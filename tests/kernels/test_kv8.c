@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "qk_kv8.h"
+#include "qp_test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint64_t next_u64(void)
@@ -173,9 +174,5 @@ int main(void)
     tcase_add_test(tc, value_weight_is_the_rounded_quotient);
     tcase_add_test(tc, codes_keep_seven_bits_of_each_vector);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main(s);
 }

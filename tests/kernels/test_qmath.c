@@ -12,6 +12,7 @@
 
 #include "qmath_test.h"
 #include "qmath_test.skel.h"
+#include "qp_test.h"
 
 static struct qmath_test *skel;
 static struct qmt_case *io;     /* the mmapped map */
@@ -316,10 +317,5 @@ int main(void)
     tcase_add_test(acc, rsqrt_is_accurate);
     tcase_add_test(acc, sigmoid_is_accurate);
     suite_add_tcase(s, acc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(s);
 }

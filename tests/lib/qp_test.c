@@ -2,8 +2,10 @@
 #include "qp_test.h"
 
 #include <check.h>
+#include <errno.h> /* program_invocation_short_name */
 #include <ftw.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,27 @@
 
 char test_dir[64];
 char *out_text;
+
+static int run_suite(Suite *s, bool fork)
+{
+    SRunner *sr = srunner_create(s);
+    if (!fork)
+        srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int qp_test_main(Suite *s)
+{
+    return run_suite(s, true);
+}
+
+int qp_test_main_nofork(Suite *s)
+{
+    return run_suite(s, false);
+}
 
 static int remove_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -20,13 +43,15 @@ static int remove_entry(const char *p, const struct stat *sb, int flag, struct F
 
 void make_dir(void)
 {
-    strcpy(test_dir, "/tmp/qp_qpk_XXXXXX");
+    snprintf(test_dir, sizeof test_dir, "/tmp/%.40s-XXXXXX", program_invocation_short_name);
     ck_assert_ptr_nonnull(mkdtemp(test_dir));
 }
 
 void remove_dir(void)
 {
-    nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (test_dir[0])
+        nftw(test_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_dir[0] = 0;
 }
 
 const char *path_of(const char *fmt, ...)

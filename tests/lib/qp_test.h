@@ -5,9 +5,20 @@
 #ifndef QP_TEST_H
 #define QP_TEST_H
 
+#include <check.h>
 #include <stddef.h>
 
-/* The scratch folder of the running test (make_dir() .. remove_dir()). */
+/* main() of a Check test: runs the suite and returns the exit status, 0
+ * when every test passed. Each test runs in its own process (CK_FORK=no in
+ * the environment runs them in this one, for a debugger). */
+int qp_test_main(Suite *s);
+
+/* The same with every test run in this process: for suites whose tests
+ * share what an unchecked fixture loaded (BPF programs, a model). */
+int qp_test_main_nofork(Suite *s);
+
+/* The scratch folder of the running test (make_dir() .. remove_dir()),
+ * /tmp/<test program>-XXXXXX; "" when there is none. */
 extern char test_dir[64];
 void make_dir(void);
 void remove_dir(void);

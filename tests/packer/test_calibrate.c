@@ -16,6 +16,7 @@
 #include "ref.h"
 #include "safetensors.h"
 #include "tokenizer.h"
+#include "qp_test.h"
 
 #define MODEL QP_SOURCE_DIR "/tests/data/tiny-learned/model"
 
@@ -251,9 +252,5 @@ int main(void)
     tcase_add_test(tc, calib_run_means_and_roles);
     tcase_add_test(tc, calibration_moves_the_choice);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "qp_test.h"
 
 static uint64_t rng;
 static uint64_t next_u64(void)
@@ -703,10 +704,5 @@ int main(void)
     tcase_add_test(tc, tensor_errors);
     tcase_add_test(tc, measure_1m);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main_nofork(s);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "qeval.h"
+#include "qp_test.h"
 
 START_TEST(kl_identical_is_zero)
 {
@@ -159,9 +160,5 @@ int main(void)
     tcase_add_test(tc, common_prefix);
     tcase_add_test(tc, accumulator);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(s);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "serve.h"
+#include "qp_test.h"
 
 static const struct serve_model_ref model = {"M", false, 1000};
 
@@ -331,9 +332,5 @@ int main(void)
     tcase_add_test(tc, a_streamed_reply_is_anthropics_event_sequence);
     tcase_add_test(tc, errors_have_anthropics_shape);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main(su);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "serve.h"
+#include "qp_test.h"
 
 static struct serve_format *format_of(const char *response_format)
 {
@@ -645,9 +646,5 @@ int main(void)
     tcase_add_test(tc, no_dead_ends);
     tcase_add_test(tc, replies_close_within_their_budget);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    return qp_test_main(s);
 }

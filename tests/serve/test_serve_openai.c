@@ -18,6 +18,7 @@
 #include "json_strict.h"
 #include "serve.h"
 #include "stop_text.h"
+#include "qp_test.h"
 
 /* ---- stop strings -------------------------------------------------------- */
 
@@ -836,9 +837,5 @@ int main(void)
     tcase_add_test(tc, stop_strings_do_not_cut_a_held_reply);
     tcase_add_test(tc, error_bodies_are_utf8_json_whatever_they_quote);
     suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return qp_test_main(su);
 }

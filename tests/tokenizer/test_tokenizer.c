@@ -15,6 +15,7 @@
 #include "tok_test_util.h"
 #include "tokenizer.h"
 #include "utf8_stream.h"
+#include "qp_test.h"
 
 static qp_tok *tok;
 static tok_case *enc_cases, *dec_cases;
@@ -546,9 +547,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(suite());
 }

@@ -12,6 +12,7 @@
 #include "tok_test_util.h"
 #include "tok_unicode_tables.h"
 #include "tokenizer.h"
+#include "qp_test.h"
 
 /* ---- a small but complete tokenizer.json ---------------------------------- */
 
@@ -483,7 +484,7 @@ typedef struct run_result {
     size_t out_len;
 } run_result;
 
-static char *slurp(FILE *f, size_t *len)
+static char *read_back(FILE *f, size_t *len)
 {
     rewind(f);
     qp_tok_text t = {0};
@@ -498,7 +499,7 @@ static char *slurp(FILE *f, size_t *len)
 }
 
 /* Runs `qrun ARGS...` with stdin = in[0..in_len). */
-static run_result run(const char *in, size_t in_len, ...)
+static run_result run_cli(const char *in, size_t in_len, ...)
 {
     char *argv[16];
     int argc = 0;
@@ -514,8 +515,8 @@ static run_result run(const char *in, size_t in_len, ...)
     rewind(fin);
     run_result r;
     r.status = tok_cli_run(argc, argv, "qrun", fin, fout, ferr);
-    r.out = slurp(fout, &r.out_len);
-    r.err = slurp(ferr, NULL);
+    r.out = read_back(fout, &r.out_len);
+    r.err = read_back(ferr, NULL);
     fclose(fin);
     fclose(fout);
     fclose(ferr);
@@ -528,7 +529,7 @@ static void done(run_result *r)
     free(r->err);
 }
 
-#define RUN(in, ...) run((in), strlen(in), __VA_ARGS__, (const char *)NULL)
+#define RUN(in, ...) run_cli((in), strlen(in), __VA_ARGS__, (const char *)NULL)
 
 START_TEST(cli_tokenize_hello_world)
 {
@@ -542,12 +543,12 @@ END_TEST
 
 START_TEST(cli_tokenize_reports_invalid_utf8_offset)
 {
-    run_result r = run("ab\xff" "cd", 5, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
+    run_result r = run_cli("ab\xff" "cd", 5, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
     ck_assert_int_eq(r.status, 1);
     ck_assert_str_eq(r.out, "");
     ck_assert_msg(strstr(r.err, "qrun tokenize: stdin: invalid UTF-8 at byte offset 2") != NULL, "%s", r.err);
     done(&r);
-    r = run("ok\xe4\xb8", 5, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
+    r = run_cli("ok\xe4\xb8", 5, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "byte offset 2") && strstr(r.err, "truncated"), "%s", r.err);
     done(&r);
@@ -557,7 +558,7 @@ END_TEST
 START_TEST(cli_nul_bytes_are_ordinary_characters)
 {
     /* "a\0b" is the corpus case nul-inside: [64, 188, 65] */
-    run_result r = run("a\0b", 3, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
+    run_result r = run_cli("a\0b", 3, "tokenize", "--tokenizer", TOK_ASSET, (const char *)NULL);
     ck_assert_int_eq(r.status, 0);
     ck_assert_str_eq(r.out, "64 188 65\n");
     done(&r);
@@ -581,7 +582,7 @@ START_TEST(cli_jsonl_round_trip)
                        "tokenize", "--jsonl", "--tokenizer", TOK_ASSET);
     ck_assert_int_eq(r.status, 0);
     ck_assert_str_eq(r.out, "[9707,11,1879,0]\n[]\n[151644,872,198,108386]\n");
-    run_result d = run(r.out, strlen(r.out), "detokenize", "--jsonl", "--tokenizer", TOK_ASSET, (const char *)NULL);
+    run_result d = run_cli(r.out, strlen(r.out), "detokenize", "--jsonl", "--tokenizer", TOK_ASSET, (const char *)NULL);
     ck_assert_int_eq(d.status, 0);
     ck_assert_str_eq(d.out, "\"Hello, world!\"\n\"\"\n\"<|im_start|>user\\n\xe4\xbd\xa0\xe5\xa5\xbd\"\n");
     done(&r);
@@ -600,7 +601,7 @@ START_TEST(cli_jsonl_errors_name_the_line)
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "lone high surrogate"), "%s", r.err);
     done(&r);
-    r = run("\"a\xff\"\n", 5, "tokenize", "--jsonl", "--tokenizer", TOK_ASSET, (const char *)NULL);
+    r = run_cli("\"a\xff\"\n", 5, "tokenize", "--jsonl", "--tokenizer", TOK_ASSET, (const char *)NULL);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "line 1") && strstr(r.err, "invalid UTF-8"), "%s", r.err);
     done(&r);
@@ -730,7 +731,7 @@ START_TEST(cli_lost_output_is_an_error)
         rewind(fin);
         int argc = cmds[i][3] ? 4 : cmds[i][2] ? 3 : 2;
         int status = tok_cli_run(argc, (char **)cmds[i], "qrun", fin, fout, ferr);
-        char *err = slurp(ferr, NULL);
+        char *err = read_back(ferr, NULL);
         ck_assert_msg(status == 1, "%s %s: status %d", cmds[i][0], cmds[i][1], status);
         char want[128];
         snprintf(want, sizeof want, "qrun %s: writing standard output: No space left on device\n", cmds[i][0]);
@@ -786,9 +787,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return qp_test_main(suite());
 }
