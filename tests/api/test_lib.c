@@ -40,24 +40,17 @@ static char model_path[512];
 
 static void make_model(void)
 {
-    make_dir();
     char args[512];
     snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 2 --tokenizer-dir %s/assets/qwen3-tokenizer",
              QP_SOURCE_DIR);
-    gen("ck", args);
-    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("ck"), path_of("m.qpk"));
-    ck_assert_msg(rc == 0, "pack: %s", out_text);
-    snprintf(model_path, sizeof model_path, "%s", path_of("m.qpk"));
+    snprintf(model_path, sizeof model_path, "%s", qp_test_model("ck", args, ""));
     /* the batches' other formats: mixed int4, and a stress checkpoint's */
-    rc = run("%s pack %s -o %s --quiet --format int4", QP_QPACK, path_of("ck"), path_of("int4.qpk"));
-    ck_assert_msg(rc == 0, "pack int4: %s", out_text);
+    pack_checkpoint("ck", "int4.qpk", "--quiet --format int4");
     snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 5 --stress --tokenizer-dir %s/assets/qwen3-tokenizer",
              QP_SOURCE_DIR);
     gen("stress", args);
-    rc = run("%s pack %s -o %s --quiet --format int8", QP_QPACK, path_of("stress"), path_of("stress-int8.qpk"));
-    ck_assert_msg(rc == 0, "pack stress int8: %s", out_text);
-    rc = run("%s pack %s -o %s --quiet --format int4-pure", QP_QPACK, path_of("stress"), path_of("stress-int4-pure.qpk"));
-    ck_assert_msg(rc == 0, "pack stress int4-pure: %s", out_text);
+    pack_checkpoint("stress", "stress-int8.qpk", "--quiet --format int8");
+    pack_checkpoint("stress", "stress-int4-pure.qpk", "--quiet --format int4-pure");
 }
 
 static qpack_model *open_model_at(const char *path, qpack_backend backend, uint32_t ctx, uint32_t sessions,
@@ -1407,15 +1400,12 @@ START_TEST(embeddings_follow_the_reference)
     static const char *const modes[] = {"last", "mean"};
     static const int32_t text[] = {9707, 11, 1879, 0, 151643};
     for (int k = 0; k < 2; k++) {
-        char args[512], dir[16], qpk[16];
+        char args[512], dir[16], qpk[128];
         snprintf(dir, sizeof dir, "emb-%s", modes[k]);
-        snprintf(qpk, sizeof qpk, "emb-%s.qpk", modes[k]);
         snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 4 --pooling %s --tokenizer-dir %s/assets/qwen3-tokenizer",
                  modes[k], QP_SOURCE_DIR);
-        gen(dir, args);
-        int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("%s", dir), path_of("%s", qpk));
-        ck_assert_msg(rc == 0, "pack: %s", out_text);
-        qpack_model *emu = open_model_at(path_of("%s", qpk), QPACK_BACKEND_EMU, 0, 1, false);
+        snprintf(qpk, sizeof qpk, "%s", qp_test_model(dir, args, ""));
+        qpack_model *emu = open_model_at(qpk, QPACK_BACKEND_EMU, 0, 1, false);
         qpack_model *ref = open_model_at(path_of("%s", dir), QPACK_BACKEND_REF, 0, 1, false);
         qpack_pooling want = k ? QPACK_POOLING_MEAN : QPACK_POOLING_LAST;
         ck_assert_int_eq(qpack_model_get_info(emu)->pooling, want);
@@ -1434,7 +1424,7 @@ START_TEST(embeddings_follow_the_reference)
                       modes[k], c, norm);
         printf("embedding (%s pooling): cosine to the reference %.9f\n", modes[k], c);
         if (geteuid() == 0) {
-            qpack_model *bpf = open_model_at(path_of("%s", qpk), QPACK_BACKEND_BPF, 0, 1, false);
+            qpack_model *bpf = open_model_at(qpk, QPACK_BACKEND_BPF, 0, 1, false);
             qpack_session *sb = new_session(bpf);
             ck_assert_msg(qpack_embed(sb, text, 5, b, &err) == QPACK_OK, "%s", err.message);
             ck_assert_mem_eq(b, e, h * sizeof *e);
@@ -1563,9 +1553,8 @@ START_TEST(tokenizer_of_a_model_without_loading_it)
     ck_assert_ptr_nonnull(t);
     qpack_tokenizer_free(t);
     /* a container without one: none, and no error */
-    gen("bare", "--preset tiny --seed 4");
-    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bare"), path_of("bare.qpk")), 0);
-    ck_assert_int_eq(qpack_tokenizer_load_model(&t, path_of("bare.qpk"), QPACK_BACKEND_EMU, &e), QPACK_OK);
+    const char *bare = qp_test_model("bare", "--preset tiny --seed 4", "");
+    ck_assert_int_eq(qpack_tokenizer_load_model(&t, bare, QPACK_BACKEND_EMU, &e), QPACK_OK);
     ck_assert_ptr_null(t);
     ck_assert_uint_eq(qpack_utf8_check("ok \xc3\xa9", 5, NULL), 5);
     const char *why = NULL;

@@ -24,24 +24,11 @@
 /* ... and with the 8-bit KV cache (kv8_cache_bpf_equals_emu_and_follows_reference) */
 #define KV8_MAX_LOGIT_ERROR 0.05
 
-static char dir[64];
-
-static void sh(const char *fmt, const char *a, const char *b)
+/* qp_test_model's checkpoint and container, their paths kept in ckpt and qpk */
+static void make_model(const char *name, const char *gen_args, const char *pack_args, char *ckpt, char *qpk)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, fmt, a, b);
-    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
-}
-
-/* generates and packs a tiny checkpoint; returns the folder */
-static void make_model(const char *name, const char *flags, char *ckpt, char *qpk)
-{
-    snprintf(ckpt, 256, "%s/%s", dir, name);
-    snprintf(qpk, 256, "%s/%s.qpk", dir, name);
-    char gen[512];
-    snprintf(gen, sizeof gen, "%s %%s %s >/dev/null", QP_GEN_CHECKPOINT, flags);
-    sh(gen, ckpt, "");
-    sh(QP_QPACK " pack %s -o %s --quiet", ckpt, qpk);
+    snprintf(qpk, 256, "%s", qp_test_model(name, gen_args, pack_args));
+    snprintf(ckpt, 256, "%s", path_of("%s", name));
 }
 
 static void open_session_kv(struct qp_engine *s, const char *model, qpack_backend kind, uint32_t ctx,
@@ -63,15 +50,9 @@ static void open_session(struct qp_engine *s, const char *model, qpack_backend k
     open_session_mode(s, model, kind, ctx, false);
 }
 
-static void setup(void)
-{
-    snprintf(dir, sizeof dir, "/tmp/qp-forward-XXXXXX");
-    ck_assert(mkdtemp(dir));
-}
-
 static void teardown(void)
 {
-    sh("rm -rf %s%s", dir, "");
+    remove_dir();
 }
 
 /* runs n positions of a fixed pseudo-random token sequence on all three
@@ -81,7 +62,7 @@ static void compare_backends(const char *flags, qpack_kv_cache kv, uint32_t n, d
                              uint32_t *top1_agree)
 {
     char ckpt[256], qpk[256];
-    make_model("m", flags, ckpt, qpk);
+    make_model("m", flags, "", ckpt, qpk);
     struct qp_engine bpf, emu, ref;
     open_session_kv(&bpf, qpk, QPACK_BACKEND_BPF, n, false, kv);
     open_session_kv(&emu, qpk, QPACK_BACKEND_EMU, n, false, kv);
@@ -168,10 +149,10 @@ struct quant_case {
 
 static void check_quantised(const char *ckpt, const struct quant_case *qc, int k)
 {
-    char cmd[1024], out[300];
-    snprintf(out, sizeof out, "%s/q-%d.qpk", dir, k);
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, qc->pack);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    char args[256], out[300];
+    snprintf(out, sizeof out, "%s", path_of("q-%d.qpk", k));
+    snprintf(args, sizeof args, "--quiet %s", qc->pack);
+    pack_checkpoint(ckpt, out, args);
     struct qp_engine bpf, str, emu, ref;
     open_session(&bpf, out, QPACK_BACKEND_BPF, 128);
     open_session_mode(&str, out, QPACK_BACKEND_BPF, 128, true);
@@ -213,7 +194,7 @@ START_TEST(quantised_containers_run_exactly_and_follow_reference)
         {"--format int4 --keep 'model.layers.0.*=int8'", 97, 0.2},
     };
     char ckpt[256], qpk[256];
-    make_model("quant", "--preset tiny --seed 12", ckpt, qpk);
+    make_model("quant", "--preset tiny --seed 12", "", ckpt, qpk);
     check_quantised(ckpt, &cases[_i], _i);
 }
 END_TEST
@@ -221,10 +202,9 @@ END_TEST
 /* the i4g kernels at a real width, against their twin */
 static void check_i4_widths(const char *ckpt, const char *shape)
 {
-    char cmd[1024], out[300];
+    char out[300];
     snprintf(out, sizeof out, "%s.i4.qpk", ckpt);
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet --format int4-pure --quant rtn", QP_QPACK, ckpt, out);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    pack_checkpoint(ckpt, out, "--quiet --format int4-pure --quant rtn");
     struct qp_engine bpf, emu;
     open_session(&bpf, out, QPACK_BACKEND_BPF, 8);
     open_session(&emu, out, QPACK_BACKEND_EMU, 8);
@@ -252,7 +232,7 @@ START_TEST(real_widths_0_6b_and_1_7b_run_exactly)
         char name[8];
         snprintf(name, sizeof name, "w%d", k);
         char ckpt[256], qpk[256];
-        make_model(name, shapes[k], ckpt, qpk);
+        make_model(name, shapes[k], "", ckpt, qpk);
         struct qp_engine bpf, emu, ref;
         open_session(&bpf, qpk, QPACK_BACKEND_BPF, 8);
         open_session(&emu, qpk, QPACK_BACKEND_EMU, 8);
@@ -396,10 +376,10 @@ static void i6_vocabulary_by_hand(const struct qp_engine *s, int64_t *out)
 START_TEST(packed_encodings_run_as_their_expansion)
 {
     char ckpt[256], qpk[256], packed[300], expanded[300];
-    make_model("packed", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 15", ckpt, qpk);
-    snprintf(packed, sizeof packed, "%s/packed-int4.qpk", dir);
-    snprintf(expanded, sizeof expanded, "%s/expanded.qpk", dir);
-    sh(QP_QPACK " pack %s -o %s --quiet --format int4", ckpt, packed);
+    make_model("packed", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 15", "", ckpt, qpk);
+    snprintf(packed, sizeof packed, "%s", path_of("packed-int4.qpk"));
+    snprintf(expanded, sizeof expanded, "%s", path_of("expanded.qpk"));
+    pack_checkpoint(ckpt, packed, "--quiet --format int4");
     ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
     check_emu_memory(packed, expanded);
     struct qp_engine res, str, emu, exp;
@@ -466,7 +446,7 @@ END_TEST
 START_TEST(generation_with_cache_equals_recomputation)
 {
     char ckpt[256], qpk[256];
-    make_model("g", "--preset tiny --seed 9", ckpt, qpk);
+    make_model("g", "--preset tiny --seed 9", "", ckpt, qpk);
     struct qp_engine a;
     open_session(&a, qpk, QPACK_BACKEND_BPF, 64);
     uint32_t seq[24] = {3, 17, 99}, n = 3, next = 0;
@@ -493,7 +473,7 @@ END_TEST
 START_TEST(stream_mode_equals_resident_mode)
 {
     char ckpt[256], qpk[256];
-    make_model("s", "--preset tiny --seed 11 --untied", ckpt, qpk);
+    make_model("s", "--preset tiny --seed 11 --untied", "", ckpt, qpk);
     struct qp_engine res, str, emu;
     open_session_mode(&res, qpk, QPACK_BACKEND_BPF, 64, false);
     open_session_mode(&str, qpk, QPACK_BACKEND_BPF, 64, true);
@@ -522,7 +502,7 @@ END_TEST
 START_TEST(position_past_context_is_an_error)
 {
     char ckpt[256], qpk[256];
-    make_model("c", "--preset tiny --seed 10", ckpt, qpk);
+    make_model("c", "--preset tiny --seed 10", "", ckpt, qpk);
     struct qp_engine s;
     open_session(&s, qpk, QPACK_BACKEND_BPF, 8);
     qp_err err = {{0}};
@@ -561,7 +541,7 @@ static double rounded_reference_error(const char *ckpt, int k_bits, int v_bits, 
 START_TEST(reference_cache_rounding_costs_what_its_width_allows)
 {
     char ckpt[256], qpk[256];
-    make_model("r", "--preset tiny --seed 12", ckpt, qpk);
+    make_model("r", "--preset tiny --seed 12", "", ckpt, qpk);
     const enum ref_k_scale scales[] = {REF_K_FLAT, REF_K_NORM, REF_K_IMPORTANCE};
     for (int i = 0; i < 4; i++) {   /* K alone with each k_scale, then V alone */
         enum ref_k_scale sc = scales[i < 3 ? i : 0];
@@ -706,11 +686,7 @@ START_TEST(blocks_give_the_bits_of_one_step_per_position)
 {
     static const char *const packs[] = {"", "--format int8", "--format int4", "--format int4-pure",
                                         "--format int4 --keep 'model.layers.0.*=int8'"};
-    char ckpt[256], qpk[256], cmd[1024], out[300];
-    make_model("blk", "--preset tiny --seed 12", ckpt, qpk);
-    snprintf(out, sizeof out, "%s/blk-%d.qpk", dir, _i);
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    const char *out = qp_test_model("blk", "--preset tiny --seed 12", packs[_i]);
     int64_t *bpf = check_blocks(out, QPACK_BACKEND_BPF, false, packs[_i]);
     int64_t *emu = check_blocks(out, QPACK_BACKEND_EMU, false, packs[_i]);
     struct qp_engine s;
@@ -733,7 +709,7 @@ END_TEST
 START_TEST(stress_blocks_give_the_bits_of_one_step_per_position)
 {
     char ckpt[256], qpk[256];
-    make_model("sblk", "--preset tiny --seed 8 --stress", ckpt, qpk);
+    make_model("sblk", "--preset tiny --seed 8 --stress", "", ckpt, qpk);
     free(check_blocks(qpk, QPACK_BACKEND_BPF, false, "stress bpf"));
     free(check_blocks(qpk, QPACK_BACKEND_EMU, false, "stress emu"));
 }
@@ -744,11 +720,7 @@ END_TEST
 START_TEST(kv8_blocks_give_the_bits_of_one_step_per_position)
 {
     static const char *const packs[] = {"", "--format int4"};
-    char ckpt[256], qpk[256], cmd[1024], out[300];
-    make_model("kblk", "--preset tiny --seed 12", ckpt, qpk);
-    snprintf(out, sizeof out, "%s/kblk-%d.qpk", dir, _i);
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    const char *out = qp_test_model("kblk", "--preset tiny --seed 12", packs[_i]);
     int64_t *bpf = check_blocks_kv(out, QPACK_BACKEND_BPF, false, QPACK_KV_INT8, packs[_i]);
     int64_t *emu = check_blocks_kv(out, QPACK_BACKEND_EMU, false, QPACK_KV_INT8, packs[_i]);
     struct qp_engine s;
@@ -767,11 +739,7 @@ END_TEST
 START_TEST(long_prompt_in_blocks_gives_the_bits_of_one_step_per_position)
 {
     static const char *const packs[] = {"", "--format int4", "--format int4"};
-    char ckpt[256], qpk[256], cmd[1024], out[300];
-    make_model("lblk", "--preset tiny --seed 13", ckpt, qpk);
-    snprintf(out, sizeof out, "%s/lblk-%d.qpk", dir, _i);
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, out, packs[_i]);
-    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    const char *out = qp_test_model("lblk", "--preset tiny --seed 13", packs[_i]);
     const uint32_t n = 1030;
     struct qp_engine s;
     open_session_kv(&s, out, QPACK_BACKEND_BPF, n, false, _i == 2 ? QPACK_KV_INT8 : QPACK_KV_INT16);
@@ -840,7 +808,7 @@ int main(void)
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 900);
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, NULL, teardown);
     tcase_add_test(tc, product_jobs_fit_their_slots_at_every_shape);
     tcase_add_test(tc, tiny_model_bpf_equals_emu_and_follows_reference);
     tcase_add_test(tc, stress_model_bpf_equals_emu_and_follows_reference);

@@ -23,29 +23,18 @@
 #define MAX_POS 2048
 #define SLOTS 2
 
-static char dir[64], qpk[128];
-
-static void sh(const char *cmd)
-{
-    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
-}
+static char qpk[128];
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/qp-memory-XXXXXX");
-    ck_assert(mkdtemp(dir));
-    snprintf(qpk, sizeof qpk, "%s/m.qpk", dir);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s/ckpt --preset tiny --max-pos %d --seed 3 >/dev/null && %s pack %s/ckpt -o %s --quiet",
-             QP_GEN_CHECKPOINT, dir, MAX_POS, QP_QPACK, dir, qpk);
-    sh(cmd);
+    char args[64];
+    snprintf(args, sizeof args, "--preset tiny --max-pos %d --seed 3", MAX_POS);
+    snprintf(qpk, sizeof qpk, "%s", qp_test_model("ckpt", args, ""));
 }
 
 static void teardown(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    sh(cmd);
+    remove_dir();
     unsetenv("QP_MEM_AVAILABLE");
 }
 

@@ -44,15 +44,6 @@ static const struct shape shapes[] = {
      "--format int4 --quant rtn --keep '*=int8' --keep '*.down_proj.weight=int4'", 0.15},
 };
 
-/* one folder for the whole run: a width's checkpoint is written once and
- * packed by every case of that width */
-static char dir[64];
-
-static void sh(const char *cmd)
-{
-    ck_assert_msg(system(cmd) == 0, "failed: %s", cmd);
-}
-
 static void open_session(struct qp_engine *s, const char *model, qpack_backend kind)
 {
     qpack_model_params o = {.backend = kind, .ctx = 8, .threads = 2};
@@ -63,18 +54,16 @@ static void open_session(struct qp_engine *s, const char *model, qpack_backend k
 START_TEST(width_runs_exactly_and_follows_reference)
 {
     const struct shape *sp = &shapes[_i];
-    char ckpt[128], qpk[160], cmd[1024];
+    char ckpt[128], qpk[160], args[256];
     size_t first = 0;   /* the first case with these generator flags names the checkpoint */
     while (strcmp(shapes[first].gen, sp->gen))
         first++;
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt%zu", dir, first);
-    snprintf(qpk, sizeof qpk, "%s/m%d.qpk", dir, _i);
-    if (first == (size_t)_i) {
-        snprintf(cmd, sizeof cmd, "%s %s %s >/dev/null", QP_GEN_CHECKPOINT, ckpt, sp->gen);
-        sh(cmd);
-    }
-    snprintf(cmd, sizeof cmd, "%s pack %s -o %s --quiet %s", QP_QPACK, ckpt, qpk, sp->pack);
-    sh(cmd);
+    snprintf(ckpt, sizeof ckpt, "%s", path_of("ckpt%zu", first));
+    snprintf(qpk, sizeof qpk, "%s", path_of("m%d.qpk", _i));
+    if (first == (size_t)_i)
+        gen(ckpt, sp->gen);
+    snprintf(args, sizeof args, "--quiet %s", sp->pack);
+    pack_checkpoint(ckpt, qpk, args);
     struct qp_engine bpf, emu, ref;
     open_session(&bpf, qpk, QPACK_BACKEND_BPF);
     open_session(&emu, qpk, QPACK_BACKEND_EMU);
@@ -117,20 +106,13 @@ int main(void)
         printf("SKIP: loading BPF programs needs root\n");
         return 77;
     }
-    snprintf(dir, sizeof dir, "/tmp/qp-shapes-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     Suite *s = suite_create("shapes");
     TCase *tc = tcase_create("shapes");
     tcase_set_timeout(tc, 180);
+    /* one folder for the whole run: a width's checkpoint is written once and
+     * packed by every case of that width */
+    tcase_add_unchecked_fixture(tc, make_dir, remove_dir);
     tcase_add_loop_test(tc, width_runs_exactly_and_follows_reference, 0, sizeof shapes / sizeof shapes[0]);
     suite_add_tcase(s, tc);
-    int rc = qp_test_main_nofork(s);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    return rc;
+    return qp_test_main_nofork(s);
 }

@@ -29,12 +29,6 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-static void pack(const char *src, const char *out)
-{
-    int rc = run("%s pack %s -o %s --quiet", QP_QPACK, path_of("%s", src), path_of("%s", out));
-    ck_assert_msg(rc == 0, "qpack pack %s failed: %s", src, out_text);
-}
-
 /* Independent reference: BF16 bits -> float -> round(v * 2^24), ties to even. */
 static bool ref_q24(uint16_t bits, int32_t *q)
 {
@@ -150,7 +144,7 @@ START_TEST(pack_tied_matches_reference_conversion)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 11");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     check_against_source(path_of("ck"), path_of("out.qpk"), true);
     remove_dir();
 }
@@ -160,7 +154,7 @@ START_TEST(pack_untied_matches_reference_and_stores_lm_head)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 12 --untied");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     check_against_source(path_of("ck"), path_of("out.qpk"), false);
     remove_dir();
 }
@@ -170,7 +164,7 @@ START_TEST(pack_stress_values_match_reference_conversion)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 13 --stress --untied");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     check_against_source(path_of("ck"), path_of("out.qpk"), false);
     remove_dir();
 }
@@ -203,8 +197,8 @@ START_TEST(sharded_and_single_file_give_identical_containers)
              path_of("tok"));
     gen("three", args);
     ck_assert_int_eq(access(path_of("three/model.safetensors.index.json"), F_OK), 0);
-    pack("one", "one.qpk");
-    pack("three", "three.qpk");
+    pack_checkpoint("one", "one.qpk", "--quiet");
+    pack_checkpoint("three", "three.qpk", "--quiet");
 
     qp_err err = {{0}};
     struct qpk_file a, b;
@@ -301,7 +295,7 @@ START_TEST(verify_accepts_fresh_pack)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 31");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     ck_assert_int_eq(verify("good.qpk"), 0);
     assert_out_has(": ok (");
     remove_dir();
@@ -312,7 +306,7 @@ START_TEST(verify_names_tensor_with_corrupted_data)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 32");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     qp_err err = {{0}};
     struct qpk_file f;
     ck_assert_msg(qpk_open(&f, path_of("good.qpk"), 0, &err) == 0, "%s", err.msg);
@@ -339,7 +333,7 @@ START_TEST(verify_on_two_threads_names_the_first_corrupted_tensor)
 {
     make_dir();
     gen("ck", "--preset 0.6b --layers 2 --vocab 4096 --seed 34");
-    pack("ck", "big.qpk");
+    pack_checkpoint("ck", "big.qpk", "--quiet");
     qp_err err = {{0}};
     struct qpk_file f;
     ck_assert_msg(qpk_open(&f, path_of("big.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
@@ -371,12 +365,12 @@ START_TEST(verify_reports_directory_corruption)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 33");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     /* a byte of the first tensor's name, and one of a section entry */
     flip_byte(path_of("good.qpk"), QPK_HEADER_SIZE + 2 * QPK_SECTION_SIZE + 3);
     ck_assert_int_eq(verify("good.qpk"), 1);
     assert_out_has("directory checksum mismatch");
-    pack("ck", "good2.qpk");
+    pack_checkpoint("ck", "good2.qpk", "--quiet");
     flip_byte(path_of("good2.qpk"), QPK_HEADER_SIZE + 8);
     ck_assert_int_eq(verify("good2.qpk"), 1);
     assert_out_has("directory checksum mismatch");
@@ -388,7 +382,7 @@ START_TEST(verify_reports_header_corruption)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 34");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     for (uint64_t off = 0; off < QPK_HEADER_SIZE; off++) {
         copy_file(path_of("good.qpk"), path_of("bad.qpk"));
         flip_byte(path_of("bad.qpk"), off);
@@ -408,7 +402,7 @@ START_TEST(verify_reports_truncation)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 35");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     struct stat st;
     ck_assert_int_eq(stat(path_of("good.qpk"), &st), 0);
     ck_assert_int_eq(truncate(path_of("good.qpk"), st.st_size - 100), 0);
@@ -431,7 +425,7 @@ static void load_image(void)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 41 --untied");
-    pack("ck", "good.qpk");
+    pack_checkpoint("ck", "good.qpk", "--quiet");
     image = (uint8_t *)slurp(path_of("good.qpk"), &image_len);
 }
 
@@ -682,7 +676,7 @@ START_TEST(failed_pack_keeps_existing_output_byte_identical)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 53");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     size_t n0, n1;
     char *before = slurp(path_of("out.qpk"), &n0);
 
@@ -717,7 +711,7 @@ START_TEST(info_json_parses_and_lists_every_tensor)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 61 --untied");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
     cJSON *root = cJSON_Parse(out_text);
     ck_assert_msg(root != NULL, "not JSON: %s", out_text);
@@ -822,7 +816,7 @@ START_TEST(info_reports_lost_output)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 62");
-    pack("ck", "out.qpk");
+    pack_checkpoint("ck", "out.qpk", "--quiet");
     const char *modes[] = {"", "--json"};
     for (int i = 0; i < 2; i++) {
         ck_assert_int_eq(run("(%s info %s %s >/dev/full)", QP_QPACK, path_of("out.qpk"), modes[i]), 1);

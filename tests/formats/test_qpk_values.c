@@ -119,12 +119,6 @@ static void forge(struct image *im, const char *tensor, const char *file, const 
     expect_refused_everywhere(file, needle);
 }
 
-static void pack(const char *ck, const char *out, const char *args)
-{
-    int rc = run("%s pack %s -o %s --quiet %s", QP_QPACK, path_of("%s", ck), path_of("%s", out), args);
-    ck_assert_msg(rc == 0, "qpack pack %s %s failed: %s", ck, args, out_text);
-}
-
 static void setup(void)
 {
     make_dir();
@@ -150,7 +144,7 @@ static uint8_t *i8g_code(const struct image *im, const char *name, uint32_t row,
 
 START_TEST(i8g_scales_outside_2_pow_20_are_refused)
 {
-    pack("ck", "int8.qpk", "--format int8");
+    pack_checkpoint("ck", "int8.qpk", "--quiet --format int8");
     const int64_t forged[] = {(1 << 20) + 1, 1 << 24, INT32_MAX, INT32_MIN, -(1 << 20) - 1};
     const char *t = "model.layers.1.self_attn.q_proj.weight";
     for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
@@ -173,7 +167,7 @@ END_TEST
 
 START_TEST(i8g_code_minus_128_is_refused)
 {
-    pack("ck", "int8.qpk", "--format int8");
+    pack_checkpoint("ck", "int8.qpk", "--quiet --format int8");
     struct image im = load("int8.qpk");
     const char *t = "model.layers.0.mlp.down_proj.weight";
     *i8g_code(&im, t, 13, 37) = 0x80;
@@ -184,7 +178,7 @@ END_TEST
 
 START_TEST(i32s_values_past_2_pow_30_are_refused)
 {
-    pack("ck", "q24.qpk", "");
+    pack_checkpoint("ck", "q24.qpk", "--quiet --quiet");
     const uint32_t forged[] = {(1u << 30) + 1, INT32_MAX, (uint32_t)INT32_MIN};
     const char *t = "model.layers.0.post_attention_layernorm.weight";
     for (size_t i = 0; i < 3; i++) {
@@ -200,7 +194,7 @@ END_TEST
 
 START_TEST(mixed_int4_container_checks_its_i8g_and_i32s_values)
 {
-    pack("ck", "int4.qpk", "--format int4 --keep 'model.layers.1.mlp.up_proj.weight=int8'");
+    pack_checkpoint("ck", "int4.qpk", "--quiet --format int4 --keep 'model.layers.1.mlp.up_proj.weight=int8'");
     struct image im = load("int4.qpk");
     const char *t = "model.layers.1.mlp.up_proj.weight";
     put32(i8g_scale(&im, t, 3, 0), 1u << 31);
@@ -216,7 +210,7 @@ END_TEST
 
 START_TEST(q24_minus_2_pow_31_and_row_sums_past_the_bound_are_refused)
 {
-    pack("ck", "q24.qpk", "");
+    pack_checkpoint("ck", "q24.qpk", "--quiet --quiet");
     struct image im = load("q24.qpk");
     const char *t = "model.layers.0.self_attn.k_proj.weight";
     put32(tensor_data(&im, t) + 4 * 70, (uint32_t)INT32_MIN);
@@ -236,7 +230,7 @@ END_TEST
 
 START_TEST(embedding_exponent_past_the_residual_range_is_refused)
 {
-    pack("ck", "int8.qpk", "--format int8");
+    pack_checkpoint("ck", "int8.qpk", "--quiet --format int8");
     struct image im = load("int8.qpk");
     const char *t = "model.embed_tokens.weight";
     put32(tensor_entry(&im, t) + 80, (uint32_t)-100);   /* scale_exp: every value * 2^100 */
@@ -288,7 +282,7 @@ START_TEST(forged_tokenizer_section_fields_are_refused_at_open)
     snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 5 --tokenizer-dir %s/assets/qwen3-tokenizer",
              QP_SOURCE_DIR);
     gen("tokck", args);
-    pack("tokck", "tok.qpk", "");
+    pack_checkpoint("tokck", "tok.qpk", "--quiet --quiet");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct image im = load("tok.qpk");
         uint8_t *e = section_entry(&im, QPK_SEC_TOKENIZER);
@@ -374,7 +368,7 @@ START_TEST(forged_section_contents_are_refused_by_verify_naming_the_section)
     snprintf(args, sizeof args, "--preset tiny --vocab 2048 --seed 5 --tokenizer-dir %s/tests/data/tiny-learned/model",
              QP_SOURCE_DIR);
     gen("secck", args);
-    pack("secck", "sec.qpk", "");
+    pack_checkpoint("secck", "sec.qpk", "--quiet --quiet");
     ck_assert_int_eq(run("%s verify %s", QP_QPACK, path_of("sec.qpk")), 0);
     size_t tok_len;
     char *tok = slurp(path_of("secck/tokenizer.json"), &tok_len);
@@ -490,7 +484,7 @@ START_TEST(lm_head_row_of_127_is_refused_as_q24_and_exact_as_int8)
     assert_out_has("lm_head.weight: row 5: the sum of |w| is 32512, over the 16384");
     ck_assert_int_ne(access(path_of("big.qpk"), F_OK), 0);
 
-    pack("big", "big8.qpk", "--format int8");
+    pack_checkpoint("big", "big8.qpk", "--quiet --format int8");
     char *want = ids_of("big", "ref");
     ck_assert_msg(strstr(want, "5 5"), "the reference should pick the 127 row: %s", want);
     char *emu = ids_of("big8.qpk", "emu");
@@ -537,8 +531,8 @@ START_TEST(activations_past_the_q32_range_stop_qrun_at_their_layer)
     const char *backends[] = {"emu", "bpf"};
     for (int i = 0; i < 3; i++) {
         char args[32];
-        snprintf(args, sizeof args, "--format %s", formats[i]);
-        pack("ck", "hot.qpk", args);
+        snprintf(args, sizeof args, "--quiet --format %s", formats[i]);
+        pack_checkpoint("ck", "hot.qpk", args);
         for (int b = 0; b < (root() ? 2 : 1); b++) {
             int rc = run("%s -m %s --backend %s --ids '1 2' -n 2 --print-ids", QP_QRUN, path_of("hot.qpk"),
                          backends[b]);

@@ -17,7 +17,7 @@
 #include "qpk.h"
 #include "qp_test.h"
 
-static char dir[64], qpk_path[128];
+static char qpk_path[128];
 static struct qpk_file file;
 static struct qp_plan plan;
 static struct qp_backend *bpf, *emu;
@@ -33,13 +33,7 @@ static uint64_t next_u64(void)
 
 static void setup_packed(const char *pack_flags, bool kv8)
 {
-    snprintf(dir, sizeof dir, "/tmp/qp-kernels-XXXXXX");
-    ck_assert(mkdtemp(dir));
-    char cmd[512];
-    snprintf(qpk_path, sizeof qpk_path, "%s/m.qpk", dir);
-    snprintf(cmd, sizeof cmd, "%s %s/m --preset tiny --seed 5 --stress >/dev/null && %s pack %s/m -o %s --quiet %s",
-             QP_GEN_CHECKPOINT, dir, QP_QPACK, dir, qpk_path, pack_flags);
-    ck_assert(system(cmd) == 0);
+    snprintf(qpk_path, sizeof qpk_path, "%s", qp_test_model("m", "--preset tiny --seed 5 --stress", pack_flags));
     qp_err err = {{0}};
     ck_assert_msg(qpk_open(&file, qpk_path, QPK_VERIFY, &err) == 0, "%s", err.msg);
     ck_assert_msg(qp_plan_build(&plan, &file, 1280, 2, 4, false, kv8, &err) == 0, "%s", err.msg);
@@ -70,9 +64,7 @@ static void teardown(void)
     emu->destroy(emu);
     qp_plan_free(&plan);
     qpk_close(&file);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert(system(cmd) == 0);
+    remove_dir();
 }
 
 /* the rope_store and attention programs of the plan's KV cache */

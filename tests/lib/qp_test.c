@@ -63,7 +63,10 @@ const char *path_of(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    snprintf(p, 256, "%s/%s", test_dir, name);
+    if (name[0] == '/')
+        snprintf(p, 256, "%s", name);
+    else
+        snprintf(p, 256, "%s/%s", test_dir, name);
     return p;
 }
 
@@ -109,6 +112,24 @@ void gen(const char *out, const char *args)
 {
     int rc = run("%s %s %s", QP_GEN_CHECKPOINT, path_of("%s", out), args);
     ck_assert_msg(rc == 0, "qp-gen-checkpoint %s failed: %s", args, out_text);
+}
+
+void pack_checkpoint(const char *src, const char *out, const char *args)
+{
+    int rc = run("%s pack %s -o %s %s", QP_QPACK, path_of("%s", src), path_of("%s", out), args);
+    ck_assert_msg(rc == 0, "qpack pack %s %s failed: %s", src, args, out_text);
+}
+
+const char *qp_test_model(const char *name, const char *gen_args, const char *pack_args)
+{
+    if (!test_dir[0])
+        make_dir();
+    char out[128], args[1024];
+    snprintf(out, sizeof out, "%s.qpk", name);
+    snprintf(args, sizeof args, "--quiet %s", pack_args);
+    gen(name, gen_args);
+    pack_checkpoint(name, out, args);
+    return path_of("%s", out);
 }
 
 void assert_out_has(const char *needle)

@@ -23,7 +23,8 @@ extern char test_dir[64];
 void make_dir(void);
 void remove_dir(void);
 
-/* test_dir/name (printf-style), in one of 8 rotating buffers. */
+/* test_dir/name (printf-style), or name itself when it is an absolute path,
+ * in one of 8 rotating buffers. */
 const char *path_of(const char *fmt, ...);
 
 /* A whole file, NUL-terminated (free() it); *len its size when len != NULL. */
@@ -38,6 +39,16 @@ int run(const char *fmt, ...);
 
 /* qp-gen-checkpoint test_dir/out args; fails the test when it fails. */
 void gen(const char *out, const char *args);
+
+/* qpack pack test_dir/src -o test_dir/out args (path_of's names); fails the
+ * test when it fails. */
+void pack_checkpoint(const char *src, const char *out, const char *args);
+
+/* A scratch model: the checkpoint test_dir/name written by qp-gen-checkpoint
+ * gen_args, packed by qpack pack --quiet pack_args into test_dir/name.qpk,
+ * whose path it returns (a path_of buffer). Makes the scratch folder first
+ * when the test has none. */
+const char *qp_test_model(const char *name, const char *gen_args, const char *pack_args);
 
 void assert_out_has(const char *needle);
 

@@ -26,13 +26,6 @@
 
 /* ----------------------------------------------------------------- helpers */
 
-/* qpack pack test_dir/src -o test_dir/out ARGS; must succeed. */
-static void pack_with(const char *src, const char *out, const char *args)
-{
-    int rc = run("%s pack %s -o %s %s", QP_QPACK, path_of("%s", src), path_of("%s", out), args);
-    ck_assert_msg(rc == 0, "qpack pack %s %s failed: %s", src, args, out_text);
-}
-
 static struct qpk_file open_qpk(const char *name)
 {
     struct qpk_file f;
@@ -237,7 +230,7 @@ START_TEST(int4_pure_matches_quantiser_search_g32)
 {
     make_dir();
     gen("ck", WIDE " --seed 71 --untied");
-    pack_with("ck", "out.qpk", "--format int4-pure --quiet");
+    pack_checkpoint("ck", "out.qpk", "--format int4-pure --quiet");
     check_i4_against_quantiser("ck", "out.qpk", 32, QNT_SEARCH);
     remove_dir();
 }
@@ -248,7 +241,7 @@ START_TEST(int4_pure_matches_quantiser_rtn_g64)
 {
     make_dir();
     gen("ck", WIDE " --seed 72");
-    pack_with("ck", "out.qpk", "--format int4-pure --group 64 --quant rtn --quiet");
+    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 64 --quant rtn --quiet");
     check_i4_against_quantiser("ck", "out.qpk", 64, QNT_ABSMAX);
     remove_dir();
 }
@@ -258,7 +251,7 @@ START_TEST(int4_pure_matches_quantiser_minmax_g64)
 {
     make_dir();
     gen("ck", WIDE " --seed 72");
-    pack_with("ck", "mm.qpk", "--format int4-pure --group 64 --quant minmax --quiet");
+    pack_checkpoint("ck", "mm.qpk", "--format int4-pure --group 64 --quant minmax --quiet");
     check_i4_against_quantiser("ck", "mm.qpk", 64, QNT_RTN);
     remove_dir();
 }
@@ -268,7 +261,7 @@ START_TEST(int4_pure_matches_quantiser_on_stress_values_g128)
 {
     make_dir();
     gen("ck", WIDE " --seed 73 --stress --untied");
-    pack_with("ck", "out.qpk", "--format int4-pure --group 128 --quiet");
+    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 128 --quiet");
     check_i4_against_quantiser("ck", "out.qpk", 128, QNT_SEARCH);
     remove_dir();
 }
@@ -282,12 +275,12 @@ START_TEST(int4_pack_is_deterministic)
 {
     make_dir();
     gen("ck", WIDE " --vocab 40000 --seed 74");
-    pack_with("ck", "a.qpk", "--format int4 --quiet");
-    pack_with("ck", "b.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "a.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "b.qpk", "--format int4 --quiet");
     setenv("QPACK_THREADS", "1", 1);
-    pack_with("ck", "one.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "one.qpk", "--format int4 --quiet");
     setenv("QPACK_THREADS", "3", 1);
-    pack_with("ck", "three.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "three.qpk", "--format int4 --quiet");
     unsetenv("QPACK_THREADS");
     size_t na, n;
     char *a = slurp(path_of("a.qpk"), &na);
@@ -410,7 +403,7 @@ START_TEST(int4_preset_packed_matrices_match_quantiser)
 {
     make_dir();
     gen("ck", WIDER " --seed 76");
-    pack_with("ck", "out.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "out.qpk", "--format int4 --quiet");
     qp_err err = {{0}};
     struct st_model m;
     ck_assert_msg(st_open_dir(&m, path_of("ck"), &err) == 0, "%s", err.msg);
@@ -556,7 +549,7 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g64)
 {
     make_dir();
     gen("ck", WIDE " --layers 16 --seed 81 --untied");
-    pack_with("ck", "out.qpk", "--format int4");
+    pack_checkpoint("ck", "out.qpk", "--format int4");
     struct qpk_file f = open_qpk("out.qpk");
     ck_assert_uint_eq(f.cfg.weight_format, QPK_FORMAT_INT4);
     uint64_t bytes = 0, weights = 0;
@@ -605,7 +598,7 @@ START_TEST(int4_preset_on_narrow_model_halves_int8_group)
 {
     make_dir();
     gen("ck", "--preset tiny --hidden 32 --intermediate 96 --seed 82"); /* 64 divides neither */
-    pack_with("ck", "out.qpk", "--format int4");
+    pack_checkpoint("ck", "out.qpk", "--format int4");
     assert_out_has("i8g (groups of 32: 64 does not divide their columns)");
     struct qpk_file f = open_qpk("out.qpk");
     for (uint32_t i = 0; i < f.n_tensors; i++)
@@ -623,7 +616,7 @@ START_TEST(file_bits_per_weight_is_the_sum_over_tensors)
     make_dir();
     gen("ck", WIDE " --seed 83");
     for (size_t k = 0; k < sizeof packs / sizeof *packs; k++) {
-        pack_with("ck", "out.qpk", packs[k]);
+        pack_checkpoint("ck", "out.qpk", packs[k]);
         struct qpk_file f = open_qpk("out.qpk");
         uint64_t bytes = 0, weights = 0;
         for (uint32_t i = 0; i < f.n_tensors; i++) {
@@ -646,7 +639,7 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
 {
     make_dir();
     gen("ck", WIDE " --layers 8 --seed 91");
-    pack_with("ck", "out.qpk",
+    pack_checkpoint("ck", "out.qpk",
               "--format int4 --quiet --keep 'model.layers.3.mlp.gate_proj.weight=int8' "
               "--keep 'model.embed_tokens.weight=int8' "
               "--keep 'model.layers.*.self_attn.v_proj.weight=int4' "
@@ -681,7 +674,7 @@ START_TEST(keep_int8_in_int4_pure)
 {
     make_dir();
     gen("ck", WIDE " --seed 92");
-    pack_with("ck", "out.qpk", "--format int4-pure --group 64 --quiet --keep 'model.layers.1.mlp.*=int8'");
+    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 64 --quiet --keep 'model.layers.1.mlp.*=int8'");
     struct qpk_file f = open_qpk("out.qpk");
     for (unsigned role = QPK_ROLE_GATE; role <= QPK_ROLE_DOWN; role++) {
         ck_assert_uint_eq(encoding_of(&f, role, 1), QPK_ENC_I8G);
@@ -742,8 +735,8 @@ START_TEST(search_total_error_is_at_most_rtn)
 {
     make_dir();
     gen("ck", WIDE " --seed 95 --untied");
-    pack_with("ck", "search.qpk", "--format int4 --quiet");
-    pack_with("ck", "rtn.qpk", "--format int4 --quant rtn --quiet");
+    pack_checkpoint("ck", "search.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "rtn.qpk", "--format int4 --quant rtn --quiet");
     struct qpk_file s = open_qpk("search.qpk"), r = open_qpk("rtn.qpk");
     cJSON *ps = provenance(&s), *pr = provenance(&r);
     double total_s = 0, total_r = 0, i4_s = 0, i4_r = 0;
@@ -917,7 +910,7 @@ static void pack_int4_pure(void)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 101");
-    pack_with("ck", "good.qpk", "--format int4-pure --quiet");
+    pack_checkpoint("ck", "good.qpk", "--format int4-pure --quiet");
 }
 
 START_TEST(reader_accepts_rewritten_int4_container)
@@ -964,7 +957,7 @@ START_TEST(reader_rejects_mixed_i8g_group_sizes_in_int4_container)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 102");
-    pack_with("ck", "good.qpk", "--format int4 --quiet --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
+    pack_checkpoint("ck", "good.qpk", "--format int4 --quiet --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
     rewrite("good.qpk", "mixed.qpk", mixed_i8_groups);
     expect_rejected("mixed.qpk", "v_proj.weight: i8g group size 32 differs from the 64 of model.embed_tokens.weight");
     remove_dir();
@@ -997,7 +990,7 @@ START_TEST(reader_checks_packed_encodings)
 {
     make_dir();
     gen("ck", WIDER " --seed 103");
-    pack_with("ck", "good.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "good.qpk", "--format int4 --quiet");
     rewrite("good.qpk", "same.qpk", keep_all);
     struct qpk_file f = open_qpk("same.qpk");
     qpk_close(&f);
@@ -1021,7 +1014,7 @@ START_TEST(info_shows_format_encodings_and_groups)
 {
     make_dir();
     gen("ck", "--preset tiny --seed 111");
-    pack_with("ck", "out.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "out.qpk", "--format int4 --quiet");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("out.qpk")), 0);
     assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 12 i4g g32, 1 i6g g64");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
@@ -1051,7 +1044,7 @@ START_TEST(info_shows_generation_defaults_and_pooling)
     static const char cfg[] = "{\"do_sample\": true, \"temperature\": 0.6, \"top_k\": 20, \"top_p\": 0.95, "
                               "\"min_p\": 0.05, \"repetition_penalty\": 1.1, \"eos_token_id\": [7, 3]}";
     spit(path_of("ck/generation_config.json"), cfg, strlen(cfg));
-    pack_with("ck", "gen.qpk", "--quiet");
+    pack_checkpoint("ck", "gen.qpk", "--quiet");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("gen.qpk")), 0);
     assert_out_has("generation  sampling temperature 0.6, top-k 20, top-p 0.95, min-p 0.05, repetition penalty 1.1; "
                    "eos 7, 3\n");
@@ -1073,7 +1066,7 @@ START_TEST(info_shows_generation_defaults_and_pooling)
     static const char greedy[] = "{\"do_sample\": false, \"eos_token_id\": 5}";
     gen("emb", "--preset tiny --seed 112 --pooling mean");
     spit(path_of("emb/generation_config.json"), greedy, strlen(greedy));
-    pack_with("emb", "emb.qpk", "--quiet");
+    pack_checkpoint("emb", "emb.qpk", "--quiet");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("emb.qpk")), 0);
     assert_out_has("generation  greedy (do_sample false); eos 5\n");
     assert_out_has("pooling     mean of the tokens (an embedding model)\n");
@@ -1087,7 +1080,7 @@ START_TEST(info_shows_generation_defaults_and_pooling)
 
     /* none of either */
     gen("bare", "--preset tiny --seed 113");
-    pack_with("bare", "bare.qpk", "--quiet");
+    pack_checkpoint("bare", "bare.qpk", "--quiet");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("bare.qpk")), 0);
     assert_out_has("generation  none (no generation_config.json)\n");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("bare.qpk")), 0);
