@@ -395,212 +395,99 @@ START_TEST(header_length_beyond_the_limit_is_rejected)
 }
 END_TEST
 
-START_TEST(header_that_is_not_json_is_rejected)
-{
-    write_st("bad.safetensors", "{\"a\": [1, 2", 0);
-    ck_assert_open_fails("bad.safetensors", "header is not valid JSON");
-    write_st("bad.safetensors", "", 0);
-    ck_assert_open_fails("bad.safetensors", "header is not valid JSON");
-}
-END_TEST
-
-START_TEST(header_that_is_not_an_object_is_rejected)
-{
-    write_st("bad.safetensors", "[1, 2]", 0);
-    ck_assert_open_fails("bad.safetensors", "header is not a JSON object");
-    write_st("bad.safetensors", "\"text\"", 0);
-    ck_assert_open_fails("bad.safetensors", "header is not a JSON object");
-}
-END_TEST
-
-START_TEST(header_with_bytes_after_the_json_is_rejected)
-{
-    write_st("bad.safetensors", "{} {}", 0);
-    ck_assert_open_fails("bad.safetensors", "bytes after its JSON value");
-}
-END_TEST
-
-START_TEST(header_with_nul_or_invalid_utf8_is_rejected)
+START_TEST(header_with_a_nul_byte_is_rejected)
 {
     static const char nul_header[] = "{\"a\0\":1}";
     uint8_t buf[8 + sizeof(nul_header) - 1] = { sizeof(nul_header) - 1 };
     memcpy(buf + 8, nul_header, sizeof(nul_header) - 1);
     write_bytes("bad.safetensors", buf, sizeof(buf));
     ck_assert_open_fails("bad.safetensors", "header contains a NUL byte");
-    write_st("bad.safetensors", "{\"\xff\":" T_F32_2 "[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "header is not valid UTF-8");
-    write_st("bad.safetensors", "{\"\xed\xa0\x80\":" T_F32_2 "[0,8]}}", 8);  /* surrogate */
-    ck_assert_open_fails("bad.safetensors", "header is not valid UTF-8");
-    write_st("bad.safetensors", "{\"a\\u0000b\":" T_F32_2 "[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "escaped NUL");
 }
 END_TEST
 
-START_TEST(empty_tensor_name_is_rejected)
-{
-    write_st("bad.safetensors", "{\"\":" T_F32_2 "[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "a tensor name is empty or not valid UTF-8");
-}
-END_TEST
+/* A header that is refused, the data bytes after it, and what the one-line
+ * message must hold (besides the file's name). */
+static const struct bad_header {
+    const char *header;
+    size_t data_len;
+    const char *needle;
+} bad_headers[] = {
+    /* header that is not json */
+    {"{\"a\": [1, 2", 0, "header is not valid JSON"},
+    {"", 0, "header is not valid JSON"},
+    /* header that is not an object */
+    {"[1, 2]", 0, "header is not a JSON object"},
+    {"\"text\"", 0, "header is not a JSON object"},
+    /* header with bytes after the json */
+    {"{} {}", 0, "bytes after its JSON value"},
+    /* header with invalid utf8 */
+    {"{\"\xff\":" T_F32_2 "[0,8]}}", 8, "header is not valid UTF-8"},
+    {"{\"\xed\xa0\x80\":" T_F32_2 "[0,8]}}", 8, "header is not valid UTF-8"}, /* surrogate */
+    {"{\"a\\u0000b\":" T_F32_2 "[0,8]}}", 8, "escaped NUL"},
+    /* empty tensor name */
+    {"{\"\":" T_F32_2 "[0,8]}}", 8, "a tensor name is empty or not valid UTF-8"},
+    /* entry that is not an object */
+    {"{\"w\": [1, 2]}", 0, "tensor \"w\": entry is not an object"},
+    /* missing dtype */
+    {"{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor \"w\" has no dtype"},
+    /* missing shape */
+    {"{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8, "tensor \"w\" has no shape"},
+    /* missing data offsets */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor \"w\" has no data_offsets"},
+    /* unsupported dtype, naming tensor and dtype */
+    {"{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, "tensor \"w\" has unsupported dtype F64"},
+    {"{\"w\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "tensor \"w\" has unsupported dtype I8"},
+    {"{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "dtype is not a string"},
+    /* negative dimension */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "shape[0] is -2, not a whole number"},
+    /* fractional dimension */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1.5],\"data_offsets\":[0,8]}}", 8, "shape[1] is 1.5, not a whole number"},
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8, "shape[0] is a string"},
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8, "shape is 2, not an array"},
+    /* huge dimension */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,8]}}", 8,
+     "shape[0] is 1e+30, not a whole number in [0, 2^53]"},
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1e999],\"data_offsets\":[0,8]}}", 8, "shape[0] is inf"},
+    /* element count overflow */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8,
+     "too many elements (the product overflows 64 bits)"},
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,1073741824],\"data_offsets\":[0,8]}}", 8, "too many bytes"},
+    /* too many dimensions */
+    {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],\"data_offsets\":[0,8]}}", 8,
+     "shape has 9 dimensions, more than 8"},
+    /* size not matching the byte range */
+    {"{\"w\":" T_F32_2 "[0,4]}}", 4, "tensor \"w\": 2 elements of F32 need 8 bytes but data_offsets span 4"},
+    /* malformed data offsets */
+    {"{\"w\":" T_F32_2 "[0]}}", 8, "data_offsets is not an array of two numbers"},
+    {"{\"w\":" T_F32_2 "[-8,0]}}", 8, "data_offsets begin is -8"},
+    {"{\"w\":" T_F32_2 "[0,8.5]}}", 8, "data_offsets end is 8.5"},
+    /* offsets beyond the file */
+    {"{\"w\":" T_F32_2 "[96,104]}}", 8, "data_offsets end 104 is past the end of the data area (8 bytes)"},
+    /* begin after end */
+    {"{\"w\":" T_F32_2 "[8,0]}}", 8, "data_offsets begin 8 is after end 0"},
+    /* overlapping tensors */
+    {"{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[4,12]}}", 12,
+     "tensors \"a\" (bytes 0..8) and \"b\" (bytes 4..12) overlap"},
+    {"{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[0,8]}}", 8, "overlap"},
+    /* gap between tensors */
+    {"{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[12,20]}}", 20, "gap of 4 unused bytes before tensor \"b\""},
+    {"{\"b\":" T_F32_2 "[4,12]}}", 12, "gap of 4 unused bytes before tensor \"b\""},
+    /* trailing bytes after the last tensor */
+    {"{\"a\":" T_F32_2 "[0,8]}}", 12, "4 trailing bytes after the last tensor"},
+    /* duplicate tensor names */
+    {"{\"a\":" T_F32_2 "[0,8]},\"a\":" T_F32_2 "[8,16]}}", 16, "tensor \"a\" appears twice"},
+    /* metadata must hold strings */
+    {"{\"__metadata__\":{\"n\":1}}", 0, "__metadata__ value \"n\" is not a string"},
+    {"{\"__metadata__\":[]}", 0, "__metadata__ is not an object"},
+    /* control characters in names do not break the message line */
+    {"{\"a\\nb\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, "tensor \"a?b\" has unsupported dtype"},
+};
 
-START_TEST(entry_that_is_not_an_object_is_rejected)
+START_TEST(each_bad_header_is_refused_naming_what_is_wrong)
 {
-    write_st("bad.safetensors", "{\"w\": [1, 2]}", 0);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\": entry is not an object");
-}
-END_TEST
-
-START_TEST(missing_dtype_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\" has no dtype");
-}
-END_TEST
-
-START_TEST(missing_shape_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\" has no shape");
-}
-END_TEST
-
-START_TEST(missing_data_offsets_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\" has no data_offsets");
-}
-END_TEST
-
-START_TEST(unsupported_dtype_is_rejected_naming_tensor_and_dtype)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\" has unsupported dtype F64");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\" has unsupported dtype I8");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":7,\"shape\":[1],\"data_offsets\":[0,1]}}", 1);
-    ck_assert_open_fails("bad.safetensors", "dtype is not a string");
-}
-END_TEST
-
-START_TEST(negative_dimension_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape[0] is -2, not a whole number");
-}
-END_TEST
-
-START_TEST(fractional_dimension_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1.5],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape[1] is 1.5, not a whole number");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape[0] is a string");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape is 2, not an array");
-}
-END_TEST
-
-START_TEST(huge_dimension_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e30],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape[0] is 1e+30, not a whole number in [0, 2^53]");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e999],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape[0] is inf");
-}
-END_TEST
-
-START_TEST(element_count_overflow_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
-             "\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "too many elements (the product overflows 64 bits)");
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,1073741824],"
-             "\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "too many bytes");
-}
-END_TEST
-
-START_TEST(too_many_dimensions_are_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],"
-             "\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "shape has 9 dimensions, more than 8");
-}
-END_TEST
-
-START_TEST(size_not_matching_the_byte_range_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[0,4]}}", 4);
-    ck_assert_open_fails("bad.safetensors", "tensor \"w\": 2 elements of F32 need 8 bytes but "
-                         "data_offsets span 4");
-}
-END_TEST
-
-START_TEST(malformed_data_offsets_are_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[0]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "data_offsets is not an array of two numbers");
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[-8,0]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "data_offsets begin is -8");
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[0,8.5]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "data_offsets end is 8.5");
-}
-END_TEST
-
-START_TEST(offsets_beyond_the_file_are_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[96,104]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "data_offsets end 104 is past the end of the data "
-                         "area (8 bytes)");
-}
-END_TEST
-
-START_TEST(begin_after_end_is_rejected)
-{
-    write_st("bad.safetensors", "{\"w\":" T_F32_2 "[8,0]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "data_offsets begin 8 is after end 0");
-}
-END_TEST
-
-START_TEST(overlapping_tensors_are_rejected)
-{
-    write_st("bad.safetensors", "{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[4,12]}}", 12);
-    ck_assert_open_fails("bad.safetensors", "tensors \"a\" (bytes 0..8) and \"b\" (bytes 4..12) "
-                         "overlap");
-    write_st("bad.safetensors", "{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "overlap");
-}
-END_TEST
-
-START_TEST(gap_between_tensors_is_rejected)
-{
-    write_st("bad.safetensors", "{\"a\":" T_F32_2 "[0,8]},\"b\":" T_F32_2 "[12,20]}}", 20);
-    ck_assert_open_fails("bad.safetensors", "gap of 4 unused bytes before tensor \"b\"");
-    write_st("bad.safetensors", "{\"b\":" T_F32_2 "[4,12]}}", 12);
-    ck_assert_open_fails("bad.safetensors", "gap of 4 unused bytes before tensor \"b\"");
-}
-END_TEST
-
-START_TEST(trailing_bytes_after_the_last_tensor_are_rejected)
-{
-    write_st("bad.safetensors", "{\"a\":" T_F32_2 "[0,8]}}", 12);
-    ck_assert_open_fails("bad.safetensors", "4 trailing bytes after the last tensor");
-}
-END_TEST
-
-START_TEST(duplicate_tensor_names_are_rejected)
-{
-    write_st("bad.safetensors", "{\"a\":" T_F32_2 "[0,8]},\"a\":" T_F32_2 "[8,16]}}", 16);
-    ck_assert_open_fails("bad.safetensors", "tensor \"a\" appears twice");
-}
-END_TEST
-
-START_TEST(metadata_must_hold_strings)
-{
-    write_st("bad.safetensors", "{\"__metadata__\":{\"n\":1}}", 0);
-    ck_assert_open_fails("bad.safetensors", "__metadata__ value \"n\" is not a string");
-    write_st("bad.safetensors", "{\"__metadata__\":[]}", 0);
-    ck_assert_open_fails("bad.safetensors", "__metadata__ is not an object");
+    const struct bad_header *b = &bad_headers[_i];
+    write_st("bad.safetensors", b->header, b->data_len);
+    ck_assert_open_fails("bad.safetensors", b->needle);
 }
 END_TEST
 
@@ -616,13 +503,6 @@ START_TEST(truncated_file_is_rejected)
                          "the data area (29 bytes); truncated?");
     ck_assert_int_eq(truncate(path_of("t.safetensors"), 20), 0);
     ck_assert_open_fails("t.safetensors", "exceeds the file");
-}
-END_TEST
-
-START_TEST(control_characters_in_names_do_not_break_the_message_line)
-{
-    write_st("bad.safetensors", "{\"a\\nb\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8);
-    ck_assert_open_fails("bad.safetensors", "tensor \"a?b\" has unsupported dtype");
 }
 END_TEST
 
@@ -1006,32 +886,10 @@ static Suite *safetensors_suite(void)
     tcase_add_test(tc, file_shorter_than_the_length_field_is_rejected);
     tcase_add_test(tc, header_length_beyond_the_file_is_rejected);
     tcase_add_test(tc, header_length_beyond_the_limit_is_rejected);
-    tcase_add_test(tc, header_that_is_not_json_is_rejected);
-    tcase_add_test(tc, header_that_is_not_an_object_is_rejected);
-    tcase_add_test(tc, header_with_bytes_after_the_json_is_rejected);
-    tcase_add_test(tc, header_with_nul_or_invalid_utf8_is_rejected);
-    tcase_add_test(tc, empty_tensor_name_is_rejected);
-    tcase_add_test(tc, entry_that_is_not_an_object_is_rejected);
-    tcase_add_test(tc, missing_dtype_is_rejected);
-    tcase_add_test(tc, missing_shape_is_rejected);
-    tcase_add_test(tc, missing_data_offsets_is_rejected);
-    tcase_add_test(tc, unsupported_dtype_is_rejected_naming_tensor_and_dtype);
-    tcase_add_test(tc, negative_dimension_is_rejected);
-    tcase_add_test(tc, fractional_dimension_is_rejected);
-    tcase_add_test(tc, huge_dimension_is_rejected);
-    tcase_add_test(tc, element_count_overflow_is_rejected);
-    tcase_add_test(tc, too_many_dimensions_are_rejected);
-    tcase_add_test(tc, size_not_matching_the_byte_range_is_rejected);
-    tcase_add_test(tc, malformed_data_offsets_are_rejected);
-    tcase_add_test(tc, offsets_beyond_the_file_are_rejected);
-    tcase_add_test(tc, begin_after_end_is_rejected);
-    tcase_add_test(tc, overlapping_tensors_are_rejected);
-    tcase_add_test(tc, gap_between_tensors_is_rejected);
-    tcase_add_test(tc, trailing_bytes_after_the_last_tensor_are_rejected);
-    tcase_add_test(tc, duplicate_tensor_names_are_rejected);
-    tcase_add_test(tc, metadata_must_hold_strings);
+    tcase_add_test(tc, header_with_a_nul_byte_is_rejected);
+    tcase_add_loop_test(tc, each_bad_header_is_refused_naming_what_is_wrong, 0,
+                        (int)(sizeof bad_headers / sizeof *bad_headers));
     tcase_add_test(tc, truncated_file_is_rejected);
-    tcase_add_test(tc, control_characters_in_names_do_not_break_the_message_line);
     tcase_add_test(tc, a_folder_is_not_a_safetensors_file);
     tcase_add_test(tc, parse_buffer_names_the_given_file);
     tcase_add_test(tc, corrupted_headers_fail_cleanly);
