@@ -178,7 +178,7 @@ END_TEST
 
 START_TEST(i32s_values_past_2_pow_30_are_refused)
 {
-    pack_checkpoint("ck", "q24.qpk", "--quiet --quiet");
+    pack_checkpoint("ck", "q24.qpk", "--quiet");
     const uint32_t forged[] = {(1u << 30) + 1, INT32_MAX, (uint32_t)INT32_MIN};
     const char *t = "model.layers.0.post_attention_layernorm.weight";
     for (size_t i = 0; i < 3; i++) {
@@ -210,7 +210,7 @@ END_TEST
 
 START_TEST(q24_minus_2_pow_31_and_row_sums_past_the_bound_are_refused)
 {
-    pack_checkpoint("ck", "q24.qpk", "--quiet --quiet");
+    pack_checkpoint("ck", "q24.qpk", "--quiet");
     struct image im = load("q24.qpk");
     const char *t = "model.layers.0.self_attn.k_proj.weight";
     put32(tensor_data(&im, t) + 4 * 70, (uint32_t)INT32_MIN);
@@ -282,7 +282,7 @@ START_TEST(forged_tokenizer_section_fields_are_refused_at_open)
     snprintf(args, sizeof args, "--preset tiny --vocab 151936 --seed 5 --tokenizer-dir %s/assets/qwen3-tokenizer",
              QP_SOURCE_DIR);
     gen("tokck", args);
-    pack_checkpoint("tokck", "tok.qpk", "--quiet --quiet");
+    pack_checkpoint("tokck", "tok.qpk", "--quiet");
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct image im = load("tok.qpk");
         uint8_t *e = section_entry(&im, QPK_SEC_TOKENIZER);
@@ -368,7 +368,7 @@ START_TEST(forged_section_contents_are_refused_by_verify_naming_the_section)
     snprintf(args, sizeof args, "--preset tiny --vocab 2048 --seed 5 --tokenizer-dir %s/tests/data/tiny-learned/model",
              QP_SOURCE_DIR);
     gen("secck", args);
-    pack_checkpoint("secck", "sec.qpk", "--quiet --quiet");
+    pack_checkpoint("secck", "sec.qpk", "--quiet");
     ck_assert_int_eq(run("%s verify %s", QP_QPACK, path_of("sec.qpk")), 0);
     size_t tok_len;
     char *tok = slurp(path_of("secck/tokenizer.json"), &tok_len);

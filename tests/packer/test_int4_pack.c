@@ -226,43 +226,25 @@ static void check_i4_against_quantiser(const char *ck, const char *qpk, uint32_t
     st_close(&m);
 }
 
-START_TEST(int4_pure_matches_quantiser_search_g32)
-{
-    make_dir();
-    gen("ck", WIDE " --seed 71 --untied");
-    pack_checkpoint("ck", "out.qpk", "--format int4-pure --quiet");
-    check_i4_against_quantiser("ck", "out.qpk", 32, QNT_SEARCH);
-    remove_dir();
-}
-END_TEST
+/* int4-pure against packer/quant.h on the source: a group size and method
+ * each; --quant rtn is the naive baseline, symmetric absmax; minmax the
+ * range one */
+static const struct i4_case {
+    const char *gen, *pack;
+    uint32_t group;
+    qnt_method method;
+} i4_cases[] = {
+    {WIDE " --seed 71 --untied", "--format int4-pure", 32, QNT_SEARCH},
+    {WIDE " --seed 72", "--format int4-pure --group 64 --quant rtn", 64, QNT_ABSMAX},
+    {WIDE " --seed 72", "--format int4-pure --group 64 --quant minmax", 64, QNT_RTN},
+    {WIDE " --seed 73 --stress --untied", "--format int4-pure --group 128", 128, QNT_SEARCH},  /* stress values */
+};
 
-/* --quant rtn is the naive baseline, symmetric absmax; minmax the range one */
-START_TEST(int4_pure_matches_quantiser_rtn_g64)
+START_TEST(int4_pure_matches_the_quantiser)
 {
-    make_dir();
-    gen("ck", WIDE " --seed 72");
-    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 64 --quant rtn --quiet");
-    check_i4_against_quantiser("ck", "out.qpk", 64, QNT_ABSMAX);
-    remove_dir();
-}
-END_TEST
-
-START_TEST(int4_pure_matches_quantiser_minmax_g64)
-{
-    make_dir();
-    gen("ck", WIDE " --seed 72");
-    pack_checkpoint("ck", "mm.qpk", "--format int4-pure --group 64 --quant minmax --quiet");
-    check_i4_against_quantiser("ck", "mm.qpk", 64, QNT_RTN);
-    remove_dir();
-}
-END_TEST
-
-START_TEST(int4_pure_matches_quantiser_on_stress_values_g128)
-{
-    make_dir();
-    gen("ck", WIDE " --seed 73 --stress --untied");
-    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 128 --quiet");
-    check_i4_against_quantiser("ck", "out.qpk", 128, QNT_SEARCH);
+    const struct i4_case *c = &i4_cases[_i];
+    qp_test_model("ck", c->gen, c->pack);
+    check_i4_against_quantiser("ck", "ck.qpk", c->group, c->method);
     remove_dir();
 }
 END_TEST
@@ -908,9 +890,7 @@ static void i4k_as_i4g(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
 
 static void pack_int4_pure(void)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 101");
-    pack_checkpoint("ck", "good.qpk", "--format int4-pure --quiet");
+    qp_test_model("good", "--preset tiny --seed 101", "--format int4-pure");
 }
 
 START_TEST(reader_accepts_rewritten_int4_container)
@@ -923,32 +903,27 @@ START_TEST(reader_accepts_rewritten_int4_container)
 }
 END_TEST
 
-START_TEST(reader_rejects_i4g_group_size_not_a_power_of_two_in_range)
-{
-    pack_int4_pure();
-    rewrite("good.qpk", "g48.qpk", group_48);
-    expect_rejected("g48.qpk", "self_attn.q_proj.weight: i4g group size 48 is not a power of two in 16..256");
-    rewrite("good.qpk", "g8.qpk", group_8);
-    expect_rejected("g8.qpk", "i4g group size 8 is not a power of two in 16..256");
-    remove_dir();
-}
-END_TEST
+/* An edit of the int4-pure container the reader refuses, and what its
+ * message holds. */
+static const struct bad_edit {
+    edit_fn edit;
+    const char *needle;
+} bad_i4g_edits[] = {
+    {group_48, "self_attn.q_proj.weight: i4g group size 48 is not a power of two in 16..256"},
+    {group_8, "i4g group size 8 is not a power of two in 16..256"},
+    {stride_plus_16, "self_attn.k_proj.weight: i4g [32, 64] with groups of 32 needs 4-row blocks of "
+                     "160 bytes (has rows_per_block 4, row_stride 176)"},
+    {mixed_i4_groups, "mlp.up_proj.weight: i4g group size 64 differs from the 32 of"},
+    {scale_exp_181, "self_attn.o_proj.weight: i4g scale_exp 181 outside -128..180"},
+    {int8_container, "encoding i4g is not allowed for role embed in int8 containers"},
+    {q24_container, "encoding i4g is not allowed for role embed in q24 containers"},
+};
 
-START_TEST(reader_rejects_i4g_bad_row_stride)
+START_TEST(reader_rejects_each_bad_i4g_edit)
 {
     pack_int4_pure();
-    rewrite("good.qpk", "stride.qpk", stride_plus_16);
-    expect_rejected("stride.qpk", "self_attn.k_proj.weight: i4g [32, 64] with groups of 32 needs 4-row blocks of "
-                                  "160 bytes (has rows_per_block 4, row_stride 176)");
-    remove_dir();
-}
-END_TEST
-
-START_TEST(reader_rejects_mixed_i4g_group_sizes)
-{
-    pack_int4_pure();
-    rewrite("good.qpk", "mixed.qpk", mixed_i4_groups);
-    expect_rejected("mixed.qpk", "mlp.up_proj.weight: i4g group size 64 differs from the 32 of");
+    rewrite("good.qpk", "bad.qpk", bad_i4g_edits[_i].edit);
+    expect_rejected("bad.qpk", bad_i4g_edits[_i].needle);
     remove_dir();
 }
 END_TEST
@@ -960,26 +935,6 @@ START_TEST(reader_rejects_mixed_i8g_group_sizes_in_int4_container)
     pack_checkpoint("ck", "good.qpk", "--format int4 --quiet --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
     rewrite("good.qpk", "mixed.qpk", mixed_i8_groups);
     expect_rejected("mixed.qpk", "v_proj.weight: i8g group size 32 differs from the 64 of model.embed_tokens.weight");
-    remove_dir();
-}
-END_TEST
-
-START_TEST(reader_rejects_i4g_scale_exp_out_of_range)
-{
-    pack_int4_pure();
-    rewrite("good.qpk", "e.qpk", scale_exp_181);
-    expect_rejected("e.qpk", "self_attn.o_proj.weight: i4g scale_exp 181 outside -128..180");
-    remove_dir();
-}
-END_TEST
-
-START_TEST(reader_rejects_i4g_outside_int4_containers)
-{
-    pack_int4_pure();
-    rewrite("good.qpk", "int8.qpk", int8_container);
-    expect_rejected("int8.qpk", "encoding i4g is not allowed for role embed in int8 containers");
-    rewrite("good.qpk", "q24.qpk", q24_container);
-    expect_rejected("q24.qpk", "encoding i4g is not allowed for role embed in q24 containers");
     remove_dir();
 }
 END_TEST
@@ -1098,10 +1053,7 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("int4_pack");
     TCase *tc = tcase_create("int4_pure");
-    tcase_add_test(tc, int4_pure_matches_quantiser_search_g32);
-    tcase_add_test(tc, int4_pure_matches_quantiser_rtn_g64);
-    tcase_add_test(tc, int4_pure_matches_quantiser_minmax_g64);
-    tcase_add_test(tc, int4_pure_matches_quantiser_on_stress_values_g128);
+    tcase_add_loop_test(tc, int4_pure_matches_the_quantiser, 0, (int)(sizeof i4_cases / sizeof *i4_cases));
     tcase_add_test(tc, int4_pack_is_deterministic);
     suite_add_tcase(s, tc);
 
@@ -1130,12 +1082,8 @@ static Suite *suite(void)
 
     tc = tcase_create("reader");
     tcase_add_test(tc, reader_accepts_rewritten_int4_container);
-    tcase_add_test(tc, reader_rejects_i4g_group_size_not_a_power_of_two_in_range);
-    tcase_add_test(tc, reader_rejects_i4g_bad_row_stride);
-    tcase_add_test(tc, reader_rejects_mixed_i4g_group_sizes);
+    tcase_add_loop_test(tc, reader_rejects_each_bad_i4g_edit, 0, (int)(sizeof bad_i4g_edits / sizeof *bad_i4g_edits));
     tcase_add_test(tc, reader_rejects_mixed_i8g_group_sizes_in_int4_container);
-    tcase_add_test(tc, reader_rejects_i4g_scale_exp_out_of_range);
-    tcase_add_test(tc, reader_rejects_i4g_outside_int4_containers);
     tcase_add_test(tc, reader_checks_packed_encodings);
     suite_add_tcase(s, tc);
 
