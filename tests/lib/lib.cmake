@@ -1,7 +1,7 @@
-# The tests' shared helpers: qptest (qp_test.h: the scratch folder, files,
-# running qpack and qp-gen-checkpoint), linked into every Check test by
-# qp_add_check_test, and qptest_tok (tok_test_util.h: the tokenizer
-# conformance cases), for the tests that read them.
+# The tests' shared helpers: qptest (qp_test.h: main(), the scratch folder
+# and models, files, running qpack and qp-gen-checkpoint), linked into every
+# Check test by qp_add_check_test, and qptest_tok (tok_test_util.h: the
+# tokenizer conformance cases), for the tests that read them.
 add_library(qptest STATIC ${CMAKE_CURRENT_LIST_DIR}/qp_test.c)
 target_include_directories(qptest PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(qptest PUBLIC PkgConfig::CHECK)

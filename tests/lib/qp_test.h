@@ -1,7 +1,8 @@
 /* qp_test.h - the tests' shared helpers (tests/lib, linked into every Check
- * test): a scratch folder per test, files, and running qpack /
+ * test): main(), a scratch folder per test, files, and running qpack /
  * qp-gen-checkpoint as programs (paths from the build: QP_QPACK,
- * QP_GEN_CHECKPOINT). Every helper aborts the test on failure. */
+ * QP_GEN_CHECKPOINT), scratch models. Every helper aborts the test on
+ * failure. */
 #ifndef QP_TEST_H
 #define QP_TEST_H
 
