@@ -142,30 +142,24 @@ static void check_against_source(const char *src_dir, const char *qpk_path, bool
 
 START_TEST(pack_tied_matches_reference_conversion)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 11");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
-    check_against_source(path_of("ck"), path_of("out.qpk"), true);
+    qp_test_model("ck", "--preset tiny --seed 11", "");
+    check_against_source(path_of("ck"), path_of("ck.qpk"), true);
     remove_dir();
 }
 END_TEST
 
 START_TEST(pack_untied_matches_reference_and_stores_lm_head)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 12 --untied");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
-    check_against_source(path_of("ck"), path_of("out.qpk"), false);
+    qp_test_model("ck", "--preset tiny --seed 12 --untied", "");
+    check_against_source(path_of("ck"), path_of("ck.qpk"), false);
     remove_dir();
 }
 END_TEST
 
 START_TEST(pack_stress_values_match_reference_conversion)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 13 --stress --untied");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
-    check_against_source(path_of("ck"), path_of("out.qpk"), false);
+    qp_test_model("ck", "--preset tiny --seed 13 --stress --untied", "");
+    check_against_source(path_of("ck"), path_of("ck.qpk"), false);
     remove_dir();
 }
 END_TEST
@@ -293,10 +287,8 @@ static int verify(const char *name)
 
 START_TEST(verify_accepts_fresh_pack)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 31");
-    pack_checkpoint("ck", "good.qpk", "--quiet");
-    ck_assert_int_eq(verify("good.qpk"), 0);
+    qp_test_model("ck", "--preset tiny --seed 31", "");
+    ck_assert_int_eq(verify("ck.qpk"), 0);
     assert_out_has(": ok (");
     remove_dir();
 }
@@ -304,12 +296,10 @@ END_TEST
 
 START_TEST(verify_names_tensor_with_corrupted_data)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 32");
-    pack_checkpoint("ck", "good.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 32", "");
     qp_err err = {{0}};
     struct qpk_file f;
-    ck_assert_msg(qpk_open(&f, path_of("good.qpk"), 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qpk_open(&f, path_of("ck.qpk"), 0, &err) == 0, "%s", err.msg);
     const struct qpk_tensor *t = qpk_tensor_of(&f, QPK_ROLE_GATE, 1);
     ck_assert_ptr_nonnull(t);
     uint64_t off = t->offset + t->nbytes / 2;
@@ -317,12 +307,12 @@ START_TEST(verify_names_tensor_with_corrupted_data)
     strcpy(name, t->name);
     qpk_close(&f);
 
-    flip_byte(path_of("good.qpk"), off);
-    ck_assert_int_eq(verify("good.qpk"), 1);
+    flip_byte(path_of("ck.qpk"), off);
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     snprintf(want, sizeof want, "tensor %s: checksum mismatch", name);
     assert_out_has(want);
     /* a plain open checks structure only, so info still works */
-    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("good.qpk")), 0);
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("ck.qpk")), 0);
     remove_dir();
 }
 END_TEST
@@ -331,12 +321,10 @@ END_TEST
  * tensors, the one reported is still the first in directory order */
 START_TEST(verify_on_two_threads_names_the_first_corrupted_tensor)
 {
-    make_dir();
-    gen("ck", "--preset 0.6b --layers 2 --vocab 4096 --seed 34");
-    pack_checkpoint("ck", "big.qpk", "--quiet");
+    qp_test_model("ck", "--preset 0.6b --layers 2 --vocab 4096 --seed 34", "");
     qp_err err = {{0}};
     struct qpk_file f;
-    ck_assert_msg(qpk_open(&f, path_of("big.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qpk_open(&f, path_of("ck.qpk"), QPK_VERIFY, &err) == 0, "%s", err.msg);
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < f.n_tensors; i++)
         bytes += f.tensors[i].nbytes;
@@ -348,27 +336,25 @@ START_TEST(verify_on_two_threads_names_the_first_corrupted_tensor)
     snprintf(want_late, sizeof want_late, "tensor %s: checksum mismatch", late->name);
     qpk_close(&f);
 
-    flip_byte(path_of("big.qpk"), late_at);
-    flip_byte(path_of("big.qpk"), early_at);
-    ck_assert_int_eq(verify("big.qpk"), 1);
+    flip_byte(path_of("ck.qpk"), late_at);
+    flip_byte(path_of("ck.qpk"), early_at);
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     assert_out_has(want_early);
-    flip_byte(path_of("big.qpk"), early_at);     /* back: only the late one is wrong */
-    ck_assert_int_eq(verify("big.qpk"), 1);
+    flip_byte(path_of("ck.qpk"), early_at);     /* back: only the late one is wrong */
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     assert_out_has(want_late);
-    flip_byte(path_of("big.qpk"), late_at);
-    ck_assert_int_eq(verify("big.qpk"), 0);
+    flip_byte(path_of("ck.qpk"), late_at);
+    ck_assert_int_eq(verify("ck.qpk"), 0);
     remove_dir();
 }
 END_TEST
 
 START_TEST(verify_reports_directory_corruption)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 33");
-    pack_checkpoint("ck", "good.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 33", "");
     /* a byte of the first tensor's name, and one of a section entry */
-    flip_byte(path_of("good.qpk"), QPK_HEADER_SIZE + 2 * QPK_SECTION_SIZE + 3);
-    ck_assert_int_eq(verify("good.qpk"), 1);
+    flip_byte(path_of("ck.qpk"), QPK_HEADER_SIZE + 2 * QPK_SECTION_SIZE + 3);
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     assert_out_has("directory checksum mismatch");
     pack_checkpoint("ck", "good2.qpk", "--quiet");
     flip_byte(path_of("good2.qpk"), QPK_HEADER_SIZE + 8);
@@ -380,11 +366,9 @@ END_TEST
 
 START_TEST(verify_reports_header_corruption)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 34");
-    pack_checkpoint("ck", "good.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 34", "");
     for (uint64_t off = 0; off < QPK_HEADER_SIZE; off++) {
-        copy_file(path_of("good.qpk"), path_of("bad.qpk"));
+        copy_file(path_of("ck.qpk"), path_of("bad.qpk"));
         flip_byte(path_of("bad.qpk"), off);
         ck_assert_int_eq(verify("bad.qpk"), 1);
         if (off < 8)
@@ -400,16 +384,14 @@ END_TEST
 
 START_TEST(verify_reports_truncation)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 35");
-    pack_checkpoint("ck", "good.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 35", "");
     struct stat st;
-    ck_assert_int_eq(stat(path_of("good.qpk"), &st), 0);
-    ck_assert_int_eq(truncate(path_of("good.qpk"), st.st_size - 100), 0);
-    ck_assert_int_eq(verify("good.qpk"), 1);
+    ck_assert_int_eq(stat(path_of("ck.qpk"), &st), 0);
+    ck_assert_int_eq(truncate(path_of("ck.qpk"), st.st_size - 100), 0);
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     assert_out_has("truncated");
-    ck_assert_int_eq(truncate(path_of("good.qpk"), 64), 0);
-    ck_assert_int_eq(verify("good.qpk"), 1);
+    ck_assert_int_eq(truncate(path_of("ck.qpk"), 64), 0);
+    ck_assert_int_eq(verify("ck.qpk"), 1);
     assert_out_has("smaller than the 128-byte header");
     remove_dir();
 }
@@ -674,32 +656,30 @@ END_TEST
 
 START_TEST(failed_pack_keeps_existing_output_byte_identical)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 53");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 53", "");
     size_t n0, n1;
-    char *before = slurp(path_of("out.qpk"), &n0);
+    char *before = slurp(path_of("ck.qpk"), &n0);
 
     /* failing after the writer started */
     gen("bad", "--preset tiny --seed 54");
     poison_value("bad", "model.layers.1.mlp.down_proj.weight", 5);
-    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad"), path_of("out.qpk")), 1);
-    char *after = slurp(path_of("out.qpk"), &n1);
+    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad"), path_of("ck.qpk")), 1);
+    char *after = slurp(path_of("ck.qpk"), &n1);
     ck_assert_uint_eq(n0, n1);
     ck_assert_mem_eq(before, after, n0);
     free(after);
-    ck_assert(!has_partial("out.qpk"));
+    ck_assert(!has_partial("ck.qpk"));
 
     /* failing before it started */
     gen("bad2", "--preset tiny --seed 55");
     corrupt_config_hidden("bad2");
-    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad2"), path_of("out.qpk")), 1);
-    after = slurp(path_of("out.qpk"), &n1);
+    ck_assert_int_eq(run("%s pack %s -o %s --quiet", QP_QPACK, path_of("bad2"), path_of("ck.qpk")), 1);
+    after = slurp(path_of("ck.qpk"), &n1);
     ck_assert_uint_eq(n0, n1);
     ck_assert_mem_eq(before, after, n0);
     free(after);
-    ck_assert(!has_partial("out.qpk"));
-    ck_assert_int_eq(verify("out.qpk"), 0);
+    ck_assert(!has_partial("ck.qpk"));
+    ck_assert_int_eq(verify("ck.qpk"), 0);
     free(before);
     remove_dir();
 }
@@ -709,15 +689,13 @@ END_TEST
 
 START_TEST(info_json_parses_and_lists_every_tensor)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 61 --untied");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
-    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
+    qp_test_model("ck", "--preset tiny --seed 61 --untied", "");
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("ck.qpk")), 0);
     cJSON *root = cJSON_Parse(out_text);
     ck_assert_msg(root != NULL, "not JSON: %s", out_text);
     qp_err err = {{0}};
     struct qpk_file f;
-    ck_assert_msg(qpk_open(&f, path_of("out.qpk"), 0, &err) == 0, "%s", err.msg);
+    ck_assert_msg(qpk_open(&f, path_of("ck.qpk"), 0, &err) == 0, "%s", err.msg);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors");
     ck_assert(cJSON_IsArray(ts));
     ck_assert_int_eq(cJSON_GetArraySize(ts), (int)f.n_tensors);
@@ -738,7 +716,7 @@ START_TEST(info_json_parses_and_lists_every_tensor)
     ck_assert_int_eq(f.cfg.bos_id, -1);
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token_id")));
     ck_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token_id")));
-    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("out.qpk")), 0);
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("ck.qpk")), 0);
     assert_out_has("bos none, eos none");
     qpk_close(&f);
     cJSON_Delete(root);
@@ -814,15 +792,13 @@ END_TEST
 /* stdout on /dev/full: every write fails with ENOSPC */
 START_TEST(info_reports_lost_output)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 62");
-    pack_checkpoint("ck", "out.qpk", "--quiet");
+    qp_test_model("ck", "--preset tiny --seed 62", "");
     const char *modes[] = {"", "--json"};
     for (int i = 0; i < 2; i++) {
-        ck_assert_int_eq(run("(%s info %s %s >/dev/full)", QP_QPACK, path_of("out.qpk"), modes[i]), 1);
+        ck_assert_int_eq(run("(%s info %s %s >/dev/full)", QP_QPACK, path_of("ck.qpk"), modes[i]), 1);
         ck_assert_str_eq(out_text, "qpack: writing standard output: No space left on device\n");
     }
-    ck_assert_int_eq(run("(%s verify %s >/dev/full)", QP_QPACK, path_of("out.qpk")), 1);
+    ck_assert_int_eq(run("(%s verify %s >/dev/full)", QP_QPACK, path_of("ck.qpk")), 1);
     ck_assert_str_eq(out_text, "qpack: writing standard output: No space left on device\n");
     remove_dir();
 }

@@ -383,13 +383,11 @@ static void check_packed_against_quantiser(struct st_model *m, const struct qpk_
 
 START_TEST(int4_preset_packed_matrices_match_quantiser)
 {
-    make_dir();
-    gen("ck", WIDER " --seed 76");
-    pack_checkpoint("ck", "out.qpk", "--format int4 --quiet");
+    qp_test_model("ck", WIDER " --seed 76", "--format int4");
     qp_err err = {{0}};
     struct st_model m;
     ck_assert_msg(st_open_dir(&m, path_of("ck"), &err) == 0, "%s", err.msg);
-    struct qpk_file f = open_qpk("out.qpk");
+    struct qpk_file f = open_qpk("ck.qpk");
     cJSON *prov = provenance(&f);
     unsigned n6 = 0, n4k = 0;
     for (uint32_t i = 0; i < f.n_tensors; i++) {
@@ -654,10 +652,8 @@ END_TEST
 
 START_TEST(keep_int8_in_int4_pure)
 {
-    make_dir();
-    gen("ck", WIDE " --seed 92");
-    pack_checkpoint("ck", "out.qpk", "--format int4-pure --group 64 --quiet --keep 'model.layers.1.mlp.*=int8'");
-    struct qpk_file f = open_qpk("out.qpk");
+    qp_test_model("ck", WIDE " --seed 92", "--format int4-pure --group 64 --keep 'model.layers.1.mlp.*=int8'");
+    struct qpk_file f = open_qpk("ck.qpk");
     for (unsigned role = QPK_ROLE_GATE; role <= QPK_ROLE_DOWN; role++) {
         ck_assert_uint_eq(encoding_of(&f, role, 1), QPK_ENC_I8G);
         ck_assert_uint_eq(qpk_tensor_of(&f, role, 1)->group_size, 64);
@@ -930,10 +926,8 @@ END_TEST
 
 START_TEST(reader_rejects_mixed_i8g_group_sizes_in_int4_container)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 102");
-    pack_checkpoint("ck", "good.qpk", "--format int4 --quiet --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
-    rewrite("good.qpk", "mixed.qpk", mixed_i8_groups);
+    qp_test_model("ck", "--preset tiny --seed 102", "--format int4 --keep 'model.layers.*.self_attn.v_proj.weight=int8'");
+    rewrite("ck.qpk", "mixed.qpk", mixed_i8_groups);
     expect_rejected("mixed.qpk", "v_proj.weight: i8g group size 32 differs from the 64 of model.embed_tokens.weight");
     remove_dir();
 }
@@ -943,21 +937,19 @@ END_TEST
  * tensor's bytes are read as the encoding it names */
 START_TEST(reader_checks_packed_encodings)
 {
-    make_dir();
-    gen("ck", WIDER " --seed 103");
-    pack_checkpoint("ck", "good.qpk", "--format int4 --quiet");
-    rewrite("good.qpk", "same.qpk", keep_all);
+    qp_test_model("ck", WIDER " --seed 103", "--format int4");
+    rewrite("ck.qpk", "same.qpk", keep_all);
     struct qpk_file f = open_qpk("same.qpk");
     qpk_close(&f);
-    rewrite("good.qpk", "g64.qpk", i4k_group_64);
+    rewrite("ck.qpk", "g64.qpk", i4k_group_64);
     expect_rejected("g64.qpk", "i4k's super-blocks of 8 groups of 64 do not divide its 256 columns");
-    rewrite("good.qpk", "stride.qpk", i6g_stride_plus_8);
+    rewrite("ck.qpk", "stride.qpk", i6g_stride_plus_8);
     expect_rejected("stride.qpk", "model.embed_tokens.weight: i6g [512, 256] with groups of 64 needs 4-row blocks "
                                   "of 800 bytes (has rows_per_block 4, row_stride 808)");
-    rewrite("good.qpk", "as_i4g.qpk", i4k_as_i4g);
+    rewrite("ck.qpk", "as_i4g.qpk", i4k_as_i4g);
     expect_rejected("as_i4g.qpk", "q_proj.weight: i4g [128, 256] with groups of 32 needs 4-row blocks of 640 bytes "
                                   "(has rows_per_block 4, row_stride 576)");
-    rewrite("good.qpk", "int8.qpk", int8_container);
+    rewrite("ck.qpk", "int8.qpk", int8_container);
     expect_rejected("int8.qpk", "in int8 containers");
     remove_dir();
 }
@@ -967,16 +959,14 @@ END_TEST
 
 START_TEST(info_shows_format_encodings_and_groups)
 {
-    make_dir();
-    gen("ck", "--preset tiny --seed 111");
-    pack_checkpoint("ck", "out.qpk", "--format int4 --quiet");
-    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("out.qpk")), 0);
+    qp_test_model("ck", "--preset tiny --seed 111", "--format int4");
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("ck.qpk")), 0);
     assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 12 i4g g32, 1 i6g g64");
-    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("out.qpk")), 0);
+    ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("ck.qpk")), 0);
     cJSON *root = cJSON_Parse(out_text);
     ck_assert_ptr_nonnull(root);
     ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(root, "weight_format")->valuestring, "int4");
-    struct qpk_file f = open_qpk("out.qpk");
+    struct qpk_file f = open_qpk("ck.qpk");
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(root, "tensors");
     for (uint32_t i = 0; i < f.n_tensors; i++) {
         const cJSON *t = cJSON_GetArrayItem(ts, (int)i);
@@ -1034,8 +1024,7 @@ START_TEST(info_shows_generation_defaults_and_pooling)
     cJSON_Delete(root);
 
     /* none of either */
-    gen("bare", "--preset tiny --seed 113");
-    pack_checkpoint("bare", "bare.qpk", "--quiet");
+    qp_test_model("bare", "--preset tiny --seed 113", "");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("bare.qpk")), 0);
     assert_out_has("generation  none (no generation_config.json)\n");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("bare.qpk")), 0);
