@@ -1,5 +1,6 @@
 /* serve_format.h - response_format as constrained decoding: a reply held to
- * JSON, any object or a value of a JSON schema (serve_format.c). */
+ * JSON, any object or a value of a JSON schema (serve_format.c compiles it,
+ * serve_machine.c follows a reply). */
 #ifndef QP_SERVE_FORMAT_H
 #define QP_SERVE_FORMAT_H
 
