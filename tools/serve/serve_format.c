@@ -74,7 +74,7 @@ static int new_node(struct serve_format *f, enum kind kind, struct serve_error *
 
 static int compile(struct serve_format *f, const cJSON *s, int depth, struct serve_error *e);
 
-const char call_close[] = "</tool_call>";
+const char format_call_close[] = "</tool_call>";
 
 /* v as the JSON text a reply writes for it; in a tool call "</" as "<\/"
  * (the same string to a JSON reader), so that no value the machine writes
@@ -276,17 +276,17 @@ static int compile(struct serve_format *f, const cJSON *s, int depth, struct ser
 /* ---- the fewest bytes that close a value -------------------------------- */
 
 
-uint32_t add_sat(uint32_t a, uint32_t b)
+uint32_t format_add_sat(uint32_t a, uint32_t b)
 {
     return a + b < MIN_CAP ? a + b : MIN_CAP;
 }
 
-bool schema_object(const struct node *nd)
+bool format_schema_object(const struct node *nd)
 {
     return nd->kind == K_OBJECT && (nd->n > 0 || nd->closed);
 }
 
-const char tool_call_end[] = "}\n</tool_call>";
+const char format_tool_call_end[] = "}\n</tool_call>";
 
 /* each node's min (and an object's rest), children before parents: a
  * node's children come after it, but for node 0 (any value) */
@@ -305,11 +305,13 @@ static int measure(struct serve_format *f, struct serve_error *e)
             if (nd->kind == K_ENUM)
                 min = len < min ? len : min;
             else if (nd->kind == K_TOOL_CALL)
-                min = add_sat(len, f->nodes[nd->child[k]].min) < min ? add_sat(len, f->nodes[nd->child[k]].min) : min;
+                min = format_add_sat(len, f->nodes[nd->child[k]].min) < min
+                          ? format_add_sat(len, f->nodes[nd->child[k]].min)
+                          : min;
         }
         if (nd->kind == K_TOOL_CALL)
-            min = add_sat(min, (uint32_t)strlen(tool_call_end));
-        else if (nd->kind == K_OBJECT && !schema_object(nd))
+            min = format_add_sat(min, (uint32_t)strlen(format_tool_call_end));
+        else if (nd->kind == K_OBJECT && !format_schema_object(nd))
             min = 2;
         else if (nd->kind == K_OBJECT) {
             free(nd->rest);
@@ -317,11 +319,12 @@ static int measure(struct serve_format *f, struct serve_error *e)
                 return BAD(e, "out of memory");
             nd->rest[nd->n] = 1;
             for (uint32_t k = nd->n; k-- > 0;)
-                nd->rest[k] = nd->required >> k & 1 ? add_sat(nd->rest[k + 1], add_sat((uint32_t)strlen(nd->text[k]) + 2,
-                                                                               f->nodes[nd->child[k]].min))
-                                                     : nd->rest[k + 1];
+                nd->rest[k] = nd->required >> k & 1
+                                  ? format_add_sat(nd->rest[k + 1], format_add_sat((uint32_t)strlen(nd->text[k]) + 2,
+                                                                                   f->nodes[nd->child[k]].min))
+                                  : nd->rest[k + 1];
             /* "{" and the required properties, a comma fewer than rest counts */
-            min = add_sat(1, nd->rest[0] - (nd->rest[0] > 1));
+            min = format_add_sat(1, nd->rest[0] - (nd->rest[0] > 1));
         } else if (nd->kind != K_ENUM)
             min = leaf[nd->kind];
         nd->min = min;
@@ -335,7 +338,7 @@ static int measure(struct serve_format *f, struct serve_error *e)
             inner = f->nodes[nd->child[k]].min > inner ? f->nodes[nd->child[k]].min : inner;
         most = inner > most ? inner : most;
     }
-    f->rise = add_sat(add_sat(2 * most, 2 * longest), 16);
+    f->rise = format_add_sat(format_add_sat(2 * most, 2 * longest), 16);
     return 0;
 }
 

@@ -43,9 +43,9 @@ struct serve_format {
     uint32_t root;
 };
 
-extern const char call_close[];
-extern const char tool_call_end[];
-uint32_t add_sat(uint32_t a, uint32_t b);
-bool schema_object(const struct node *nd);
+extern const char format_call_close[];
+extern const char format_tool_call_end[];
+uint32_t format_add_sat(uint32_t a, uint32_t b);
+bool format_schema_object(const struct node *nd);
 
 #endif

@@ -287,7 +287,7 @@ const char *serve_job_result(struct serve_job *j, struct serve_usage *u, qpack_e
 
 /* tokens the session holds that start the prompt, leaving at least one
  * prompt token to feed (its logits give the first new token) */
-uint32_t reusable_prefix(const qpack_session *ses, const struct serve_job *j)
+uint32_t job_reusable_prefix(const qpack_session *ses, const struct serve_job *j)
 {
     const int32_t *had = qpack_session_tokens(ses);
     uint32_t n = qpack_session_pos(ses), k = 0;
@@ -317,7 +317,7 @@ static void clear_reply(struct slot *sl)
 }
 
 /* the end of the slot's job; finish NULL with err for a failure */
-void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err)
+void job_finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err)
 {
     struct serve_job *j = sl->job;
     clear_reply(sl);
@@ -341,14 +341,14 @@ void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qp
 /* a job starts on its slot: every state of the last reply cleared, the
  * session rewound to what it shares with the prompt, a sampler, the stop
  * strings */
-void start(struct serve_sched *s, struct slot *sl)
+void job_start(struct serve_sched *s, struct slot *sl)
 {
     struct serve_job *j = sl->job;
     qpack_error err = {0};
     clear_reply(sl);
     sl->t_start = qp_now_s();
     atomic_fetch_add(&serve_metrics.queue_us, micros(sl->t_start - j->t_submit));
-    sl->fed = reusable_prefix(sl->session, j);
+    sl->fed = job_reusable_prefix(sl->session, j);
     atomic_fetch_add(&serve_metrics.cached_tokens, sl->fed);
     j->usage.prompt_tokens = j->n_prompt;
     j->usage.cached_tokens = sl->fed;
@@ -363,7 +363,7 @@ void start(struct serve_sched *s, struct slot *sl)
         if (!s->vocab || !(sl->format = serve_format_start(j->format, s->vocab, j->format_think))) {
             err.code = QPACK_ERR_MEMORY;
             snprintf(err.message, sizeof err.message, "out of memory for the response format");
-            finish(s, sl, NULL, &err);
+            job_finish(s, sl, NULL, &err);
             return;
         }
         /* the tokens the reply may have: max_tokens, or up to the context's end */
@@ -375,7 +375,7 @@ void start(struct serve_sched *s, struct slot *sl)
     /* an embedding job samples nothing */
     if (qpack_session_rewind(sl->session, sl->fed, &err) ||
         (!j->n_inputs && qpack_sampler_new(&sl->sampler, s->m, &sp, &err)))
-        finish(s, sl, NULL, &err);
+        job_finish(s, sl, NULL, &err);
 }
 
 /* text of a token through the stop strings; 1 when a stop string ended the reply */
@@ -428,14 +428,14 @@ static int release_logprob(struct serve_sched *s, struct slot *sl, int32_t id, q
 /* The reply's next token id, chosen when the session held `held`
  * positions: its text, and whether the reply ends here (then the slot's
  * job is NULL). */
-void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held)
+void job_take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held)
 {
     struct serve_job *j = sl->job;
     qpack_error err = {0};
     if (sl->format && serve_format_take(sl->format, id)) {
         err.code = QPACK_ERR_INTERNAL;
         snprintf(err.message, sizeof err.message, "token %d leaves the response format", id);
-        finish(s, sl, NULL, &err);
+        job_finish(s, sl, NULL, &err);
         return;
     }
     atomic_store(&sl->decoded, j->usage.completion_tokens + 1);
@@ -451,7 +451,7 @@ void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held)
     if (qpack_token_is_end(s->m, id)) {
         end = "stop";
     } else if (j->logprobs >= 0 && release_logprob(s, sl, id, &err)) {
-        finish(s, sl, NULL, &err);
+        job_finish(s, sl, NULL, &err);
         return;
     } else {
         size_t n;
@@ -471,19 +471,19 @@ void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held)
     }
     if (end && flush_text(sl, &err))
         end = NULL;
-    finish(s, sl, end, &err);
+    job_finish(s, sl, end, &err);
 }
 
 /* After a step that gave the slot's session new logits: the next token */
-void take_token(struct serve_sched *s, struct slot *sl)
+void job_take_token(struct serve_sched *s, struct slot *sl)
 {
-    take_id(s, sl, qpack_sample(sl->sampler, sl->session), qpack_session_pos(sl->session));
+    job_take_id(s, sl, qpack_sample(sl->sampler, sl->session), qpack_session_pos(sl->session));
 }
 
 /* A reply whose every token is the argmax of the model's logits (no
  * penalty, bias, format or log probabilities) decodes by lookup when the
  * server drafts: the same tokens in fewer steps. */
-bool drafts(const struct serve_sched *s, const struct slot *sl)
+bool job_drafts(const struct serve_sched *s, const struct slot *sl)
 {
     const qpack_sampler_params *p = &sl->job->sp;
     return s->lookup && sl->decoding && p->temperature <= 0 && !p->n_logit_bias && p->repeat_penalty == 1 &&

@@ -29,7 +29,7 @@
 static const char *const lit_bool[] = {"true", "false"}, *const lit_null[] = {"null"},
                          *const lit_any[] = {"true", "false", "null"};
 
-static const char *const tool_call_ends[] = {tool_call_end};
+static const char *const tool_call_ends[] = {format_tool_call_end};
 
 enum frame_kind { F_VALUE, F_OBJECT, F_ARRAY, F_STRING, F_NUMBER, F_LITERAL, F_TOOL_CALL };
 
@@ -328,8 +328,8 @@ static bool step_string(struct machine *m, struct frame *t, unsigned c)
             return true;
         }
         if (m->f->call) {       /* "</tool_call>" only as "<\/tool_call>" */
-            t->close = c == (unsigned char)call_close[t->close] ? t->close + 1 : c == '<';
-            if (!call_close[t->close])
+            t->close = c == (unsigned char)format_call_close[t->close] ? t->close + 1 : c == '<';
+            if (!format_call_close[t->close])
                 return false;
         }
         return c >= 0x20;
@@ -458,12 +458,12 @@ static bool complete(const struct machine *m)
 static uint32_t object_cost(const struct serve_format *f, const struct frame *t)
 {
     const struct node *nd = &f->nodes[t->node];
-    if (!schema_object(nd))     /* "}"; "\"\":0}"; ":0}"; "}" */
+    if (!format_schema_object(nd))  /* "}"; "\"\":0}"; ":0}"; "}" */
         return t->phase == O_KEY ? 5 : t->phase == O_COLON ? 3 : 1;
     uint32_t next = t->next < nd->n ? t->next : nd->n, rest = nd->rest[next];
     switch (t->phase) {
     case O_OPEN: return rest - (rest > 1);
-    case O_COLON: return add_sat(add_sat(1, f->nodes[nd->child[t->cur]].min), rest);
+    case O_COLON: return format_add_sat(format_add_sat(1, f->nodes[nd->child[t->cur]].min), rest);
     case O_AFTER: return rest;
     default:                    /* after a comma: a key must come */
         if (rest > 1)
@@ -472,7 +472,7 @@ static uint32_t object_cost(const struct serve_format *f, const struct frame *t)
         uint64_t open = keys_open(nd, next);
         for (uint32_t k = next; k < nd->n; k++)
             if (open >> k & 1) {
-                uint32_t c = add_sat((uint32_t)strlen(nd->text[k]) + 2, f->nodes[nd->child[k]].min);
+                uint32_t c = format_add_sat((uint32_t)strlen(nd->text[k]) + 2, f->nodes[nd->child[k]].min);
                 best = c < best ? c : best;
             }
         return best;            /* its "}" is the 1 that rest counts */
@@ -488,9 +488,9 @@ static uint32_t key_cost(const struct serve_format *f, const struct frame *key, 
     for (uint32_t a = 0; a < key->n_alts; a++) {
         if (!(key->live >> a & 1))
             continue;
-        uint32_t c = add_sat((uint32_t)strlen(key->alts[a]) - key->pos, f->nodes[nd->child[a]].min);
-        c = below->kind == F_TOOL_CALL ? add_sat(c, (uint32_t)strlen(tool_call_end))
-                                       : add_sat(c, add_sat(1, nd->rest[a + 1]));
+        uint32_t c = format_add_sat((uint32_t)strlen(key->alts[a]) - key->pos, f->nodes[nd->child[a]].min);
+        c = below->kind == F_TOOL_CALL ? format_add_sat(c, (uint32_t)strlen(format_tool_call_end))
+                                       : format_add_sat(c, format_add_sat(1, nd->rest[a + 1]));
         best = c < best ? c : best;
     }
     return best;
@@ -501,12 +501,12 @@ static uint32_t frame_cost(const struct serve_format *f, const struct frame *t)
     switch (t->kind) {
     case F_VALUE: return f->nodes[t->node].min;
     case F_OBJECT: return object_cost(f, t);
-    case F_ARRAY: return t->phase == A_ITEM ? add_sat(f->nodes[f->nodes[t->node].item].min, 1) : 1;
+    case F_ARRAY: return t->phase == A_ITEM ? format_add_sat(f->nodes[f->nodes[t->node].item].min, 1) : 1;
     case F_STRING: return string_cost(t);
     case F_NUMBER: return !number_complete(t);
     case F_TOOL_CALL:           /* the arguments to come, or under way (T_END) */
-        return add_sat(t->phase == T_ARGUMENTS ? f->nodes[f->nodes[t->node].child[t->cur]].min : 0,
-                       (uint32_t)strlen(tool_call_end));
+        return format_add_sat(t->phase == T_ARGUMENTS ? f->nodes[f->nodes[t->node].child[t->cur]].min : 0,
+                              (uint32_t)strlen(format_tool_call_end));
     default: {
         uint32_t best = MIN_CAP;
         for (uint32_t a = 0; a < t->n_alts; a++)
@@ -526,10 +526,10 @@ static uint32_t cost(const struct machine *m)
     for (uint32_t i = m->depth; i-- > 0;) {
         const struct frame *t = &m->st[i];
         if (t->kind == F_LITERAL && t->is_key && i > 0) {
-            c = add_sat(c, key_cost(m->f, t, &m->st[i - 1]));
+            c = format_add_sat(c, key_cost(m->f, t, &m->st[i - 1]));
             i--;
         } else {
-            c = add_sat(c, frame_cost(m->f, t));
+            c = format_add_sat(c, frame_cost(m->f, t));
         }
     }
     return c;

@@ -105,7 +105,7 @@ static struct slot *free_slot_for(struct serve_sched *s, const struct serve_job 
     uint32_t best_len = 0;
     for (unsigned i = 0; i < s->n_slots; i++) {
         struct slot *sl = &s->slots[i];
-        uint32_t len = sl->job ? 0 : reusable_prefix(sl->session, j);
+        uint32_t len = sl->job ? 0 : job_reusable_prefix(sl->session, j);
         if (!sl->job && (!best || len > best_len))
             best = sl, best_len = len;
     }
@@ -143,7 +143,7 @@ static void copy_best_prefix(struct serve_sched *s, struct slot *sl)
     uint32_t best_len = sl->fed;
     for (unsigned i = 0; i < s->n_slots; i++) {
         struct slot *o = &s->slots[i];
-        uint32_t len = o == sl ? 0 : reusable_prefix(o->session, j);
+        uint32_t len = o == sl ? 0 : job_reusable_prefix(o->session, j);
         if (len > best_len)
             best = o, best_len = len;
     }
@@ -171,14 +171,14 @@ static void embed_next(struct serve_sched *s, struct slot *sl)
     qpack_error err = {0};
     uint32_t start = j->embedded ? j->input_ends[j->embedded - 1] : 0, end = j->input_ends[j->embedded];
     if (qpack_embed(sl->session, j->prompt + start, end - start, j->embeddings + (size_t)j->embedded * j->dim, &err)) {
-        finish(s, sl, NULL, &err);
+        job_finish(s, sl, NULL, &err);
         return;
     }
     atomic_fetch_add(&serve_metrics.prompt_tokens, end - start);
     atomic_store(&sl->held, end - start);
     if (++j->embedded == j->n_inputs) {
         j->usage.prompt_ms = (qp_now_s() - sl->t_start) * 1e3;
-        finish(s, sl, "stop", &err);
+        job_finish(s, sl, "stop", &err);
     }
 }
 
@@ -226,7 +226,7 @@ static void gather(struct serve_sched *s, struct step_items *st)
     st->n_look = 0;
     for (unsigned i = 0; i < s->n_slots; i++) {
         struct slot *sl = &s->slots[i];
-        if (sl->job && sl->decoding && drafts(s, sl)) {
+        if (sl->job && sl->decoding && job_drafts(s, sl)) {
             add_lookup(s, st, sl);
             decoding++;
         } else if (sl->job && sl->decoding) {
@@ -265,7 +265,7 @@ static void take_looked_up(struct serve_sched *s, struct slot *sl, const qpack_l
     uint32_t held = qpack_session_pos(sl->session) - it->count + 1;     /* when out[0] was chosen */
     uint32_t k = 0;
     for (; k < it->count && sl->job; k++)
-        take_id(s, sl, it->out[k], held + k);
+        job_take_id(s, sl, it->out[k], held + k);
     atomic_fetch_add(&serve_metrics.lookup_drafted, it->drafted);
     atomic_fetch_add(&serve_metrics.lookup_kept, k - 1);    /* the tokens the reply took beyond the first */
 }
@@ -288,7 +288,7 @@ static void step(struct serve_sched *s, const struct step_items *st)
         struct slot *sl = st->look_slot[i];
         atomic_store(&sl->held, qpack_session_pos(sl->session));
         if (rc)
-            finish(s, sl, NULL, &err);
+            job_finish(s, sl, NULL, &err);
         else
             take_looked_up(s, sl, &st->look[i]);
     }
@@ -296,13 +296,13 @@ static void step(struct serve_sched *s, const struct step_items *st)
         struct slot *sl = st->feed_slot[i];
         atomic_store(&sl->held, qpack_session_pos(sl->session));
         if (rc) {
-            finish(s, sl, NULL, &err);
+            job_finish(s, sl, NULL, &err);
             continue;
         }
         if (!sl->decoding && (sl->fed += (uint32_t)st->feed[i].n) == sl->job->n_prompt)
             atomic_store(&sl->job->prompt_in, true);
         if (sl->decoding || sl->fed == sl->job->n_prompt)
-            take_token(s, sl);
+            job_take_token(s, sl);
     }
 }
 
@@ -325,12 +325,12 @@ static void *sched_main(void *arg)
             admit(s, started, &n_started);
         pthread_mutex_unlock(&s->mu);
         for (unsigned i = 0; i < n_started; i++)
-            start(s, started[i]);
+            job_start(s, started[i]);
         qpack_error gone = {.code = QPACK_ERR_INTERRUPTED};
         snprintf(gone.message, sizeof gone.message, stopping ? "the server is shutting down" : "cancelled");
         for (unsigned i = 0; i < s->n_slots; i++)
             if (s->slots[i].job && (stopping || atomic_load(&s->slots[i].job->cancel)))
-                finish(s, &s->slots[i], NULL, &gone);
+                job_finish(s, &s->slots[i], NULL, &gone);
         if (stopping)
             break;
         for (unsigned i = 0; i < s->n_slots; i++)

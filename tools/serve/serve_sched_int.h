@@ -86,11 +86,11 @@ struct serve_sched {
 };
 
 void job_done_cancelled(struct serve_job *j, const char *why);
-uint32_t reusable_prefix(const qpack_session *ses, const struct serve_job *j);
-void finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err);
-void start(struct serve_sched *s, struct slot *sl);
-void take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held);
-void take_token(struct serve_sched *s, struct slot *sl);
-bool drafts(const struct serve_sched *s, const struct slot *sl);
+uint32_t job_reusable_prefix(const qpack_session *ses, const struct serve_job *j);
+void job_finish(struct serve_sched *s, struct slot *sl, const char *finish, const qpack_error *err);
+void job_start(struct serve_sched *s, struct slot *sl);
+void job_take_id(struct serve_sched *s, struct slot *sl, int32_t id, uint32_t held);
+void job_take_token(struct serve_sched *s, struct slot *sl);
+bool job_drafts(const struct serve_sched *s, const struct slot *sl);
 
 #endif
