@@ -6,12 +6,21 @@
  *   serve_reply.c    generation: jobs submitted, replies whole or as SSE, text split
  *   serve_http.h     what those two share (private to them)
  *   serve_conn.c     request deadlines; requests parked while their job runs
- *   serve_openai.c   request bodies parsed strictly, response bodies built
+ *   serve_openai.c   request bodies parsed strictly
+ *   serve_openai_reply.c  response bodies built: whole, stream chunks, errors
  *   serve_responses.c  POST /v1/responses: read into a chat request; its
  *                    response object, stream events and bounded store
  *   serve_anthropic.c Anthropic's Messages API: its requests, replies, events and errors
  *   serve_llama.c    llama-server's endpoints: /tokenize, /detokenize, /props, /slots
- *   serve_sched.c    the sessions, batched by one scheduler thread; a bounded queue
+ *   serve_tools.c    tools and the history's tool_calls, written as Qwen3's template writes them
+ *   serve_format.c   response_format: a schema compiled for the machine
+ *   serve_machine.c  the byte machine that holds a reply's tokens to its format
+ *   serve_format_int.h  the compiled format the two share (private to them)
+ *   serve_embed.c    /v1/embeddings
+ *   serve_logprobs.c a token's log probability and the top alternatives
+ *   serve_sched.c    the sessions, batched by one scheduler thread: the queue, the steps
+ *   serve_job.c      a reply's state: its job's text for the reader, its run on a session
+ *   serve_sched_int.h  what those two share (private to them)
  *   serve_metrics.c  counters and their Prometheus text
  *   serve_page.html  the chat page (compiled in as serve_page_html)
  */
