@@ -370,6 +370,7 @@ void serve_logprob_of(const double *logits, uint32_t vocab, int32_t id, unsigned
 
 struct serve_sched;
 struct serve_job;
+struct qp_buf;
 
 /* parallel sessions run by one scheduler thread, every step of theirs one
  * batch (qpack_step_batch), and a queue of at most queue_max jobs waiting
@@ -401,9 +402,9 @@ void serve_job_cancel(struct serve_job *j);
 enum serve_job_state { SERVE_JOB_WAITING, SERVE_JOB_RUNNING, SERVE_JOB_DONE };
 
 /* Waits up to timeout_ms for text or the end; appends the text released
- * since the last call to *buf (malloc'd, grown; *len bytes). Returns the
- * state, -1 when out of memory. */
-int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len, size_t *cap);
+ * since the last call to buf. Returns the state, -1 when out of memory
+ * (buf's oom set). */
+int serve_job_take(struct serve_job *j, int timeout_ms, struct qp_buf *buf);
 
 /* Log probabilities for each token generated (the end token not), with top
  * alternatives each; set before the job is submitted. */

@@ -523,7 +523,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
     free(r->body);
     for (unsigned k = 0; k < SERVE_MAX_CHOICES; k++)
-        free(r->ch[k].text);
+        qp_buf_free(&r->ch[k].text);
     serve_embed_request_free(&r->embed);
     serve_resp_free(r->resp);
     free(r);

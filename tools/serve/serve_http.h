@@ -6,6 +6,7 @@
 
 #include <microhttpd.h>
 
+#include "buf.h"
 #include "serve.h"
 
 #define CLIENT_GONE 499         /* nginx's status for a client that closed its connection */
@@ -31,8 +32,7 @@ struct stream;
 /* one of a request's n replies: its job and the text taken from it */
 struct choice {
     struct serve_job *job;
-    char *text;                 /* with echo, the prompt's first */
-    size_t text_len, text_cap;
+    struct qp_buf text;         /* with echo, the prompt's first */
 };
 
 struct request {

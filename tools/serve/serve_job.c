@@ -77,7 +77,7 @@ void serve_job_unref(struct serve_job *j)
     if (j->leader)
         serve_job_unref(j->leader);
     free(j->lp);
-    free(j->out);
+    qp_buf_free(&j->out);
     free(j);
 }
 
@@ -171,20 +171,8 @@ static int job_release_text(struct serve_job *j, const char *p, size_t n)
     if (!n)
         return 0;
     pthread_mutex_lock(&j->mu);
-    int rc = 0;
-    if (j->out_len + n > j->out_cap) {
-        size_t cap = j->out_cap ? j->out_cap * 2 : 1024;
-        while (cap < j->out_len + n)
-            cap *= 2;
-        char *o = realloc(j->out, cap);
-        if (o)
-            j->out = o, j->out_cap = cap;
-        else
-            rc = -1;
-    }
+    int rc = qp_buf_add(&j->out, p, n);
     if (!rc) {
-        memcpy(j->out + j->out_len, p, n);
-        j->out_len += n;
         pthread_cond_broadcast(&j->cv);
         if (j->watch)
             j->watch(j->watch_arg);
@@ -219,7 +207,7 @@ void serve_job_watch(struct serve_job *j, void (*fn)(void *arg), void *arg)
 bool serve_job_ready(struct serve_job *j)
 {
     pthread_mutex_lock(&j->mu);
-    bool ready = j->out_len || j->state == SERVE_JOB_DONE;
+    bool ready = j->out.len || j->state == SERVE_JOB_DONE;
     pthread_mutex_unlock(&j->mu);
     return ready;
 }
@@ -231,7 +219,7 @@ void job_done_cancelled(struct serve_job *j, const char *why)
     job_done(j, NULL, &e);
 }
 
-int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len, size_t *cap)
+int serve_job_take(struct serve_job *j, int timeout_ms, struct qp_buf *buf)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -240,26 +228,14 @@ int serve_job_take(struct serve_job *j, int timeout_ms, char **buf, size_t *len,
     if (until.tv_nsec >= 1000000000L)
         until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&j->mu);
-    while (!j->out_len && j->state != SERVE_JOB_DONE)
+    while (!j->out.len && j->state != SERVE_JOB_DONE)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT)
             break;
     int rc = j->state;
-    if (j->out_len && *len + j->out_len + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + j->out_len + 1)
-            c *= 2;
-        char *b = realloc(*buf, c);
-        if (b)
-            *buf = b, *cap = c;
-        else
-            rc = -1;
-    }
-    if (rc >= 0 && j->out_len) {
-        memcpy(*buf + *len, j->out, j->out_len);
-        *len += j->out_len;
-        (*buf)[*len] = 0;
-        j->out_len = 0;
-    }
+    if (j->out.len && qp_buf_add(buf, j->out.s, j->out.len))
+        rc = -1;
+    else
+        j->out.len = 0;
     pthread_mutex_unlock(&j->mu);
     return rc;
 }

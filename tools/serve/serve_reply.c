@@ -16,22 +16,23 @@
 #define STREAM_BLOCK 16384
 
 
-/* The prompt's text for echo: as given, or its ids detokenized; *text
- * malloc'd. -1 when out of memory. */
+/* The prompt's text for echo, appended to text: as given, or its ids
+ * detokenized. -1 when out of memory. */
 static int echo_text(const struct serve_http *h, const struct serve_request *q, const int32_t *ids, size_t n,
-                     char **text, size_t *len)
+                     struct qp_buf *text)
 {
-    *text = NULL;
-    *len = 0;
-    if (q->prompt) {
-        *len = strlen(q->prompt);
-        return (*text = strdup(q->prompt)) ? 0 : -1;
-    }
+    if (q->prompt)
+        return qp_buf_adds(text, q->prompt);
     qpack_error err;
     const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
-    if (!tok)
-        return (*text = strdup("")) ? 0 : -1;       /* ids without a tokenizer: no text to echo */
-    return qpack_detokenize(tok, ids, n, false, text, len, &err) ? -1 : 0;
+    char *s = NULL;
+    size_t len = 0;
+    /* ids without a tokenizer: no text to echo */
+    if (tok && qpack_detokenize(tok, ids, n, false, &s, &len, &err))
+        return -1;
+    int rc = qp_buf_add(text, s ? s : "", len);
+    free(s);
+    return rc;
 }
 
 /* a job that ended without a reply: the server stopping, or a failure */
@@ -103,11 +104,11 @@ static int choice_out(struct request *r, struct choice *ch, struct choice_out *o
         return 0;
     if (r->meta.logprobs && serve_job_take_logprobs(ch->job, &o->lps, &o->n_lps, &o->lps_cap))
         return -1;
-    const char *text = ch->text ? ch->text : "";
+    const char *text = ch->text.s ? ch->text.s : "";
     if (r->meta.kind != SERVE_CHAT) {
-        o->t = (struct serve_reply_text){.content = text, .content_len = ch->text_len, .offset = r->echo_len};
+        o->t = (struct serve_reply_text){.content = text, .content_len = ch->text.len, .offset = r->echo_len};
     } else {
-        if (split_push(&o->split, text, ch->text_len, true))
+        if (split_push(&o->split, text, ch->text.len, true))
             return -1;
         o->t = split_take(&o->split);
         if (r->meta.tools && serve_take_tool_calls(o->t.content ? o->t.content : "", o->t.content_len, &o->calls))
@@ -146,7 +147,7 @@ enum MHD_Result reply_await_jobs(struct serve_http *h, struct MHD_Connection *c,
     }
     for (unsigned k = 0; k < r->n_ch; k++) {
         struct choice *ch = &r->ch[k];
-        int state = serve_job_take(ch->job, 0, &ch->text, &ch->text_len, &ch->text_cap);
+        int state = serve_job_take(ch->job, 0, &ch->text);
         if (state < 0)
             return MHD_NO;
         if (state != SERVE_JOB_DONE) {
@@ -215,8 +216,7 @@ struct stream_choice {
     const char *finish;         /* once ended: NULL when the job failed (err) */
     qpack_error err;
     struct serve_usage usage;
-    char *text;                 /* taken from the job */
-    size_t text_len, text_cap;
+    struct qp_buf text;         /* taken from the job */
     struct split_text split;    /* a chat's text: reasoning and answer */
     struct serve_tool_text tools;   /* with tools offered: the answer from a <tool_call> on */
     struct serve_logprob *lps;  /* with logprobs: those taken, not sent yet */
@@ -400,18 +400,18 @@ static int produce_choice(struct stream *st, struct stream_choice *sc)
                 return -1;
         }
     }
-    int state = serve_job_take(sc->job, 0, &sc->text, &sc->text_len, &sc->text_cap);
+    int state = serve_job_take(sc->job, 0, &sc->text);
     if (state < 0)
         return -1;
-    if (sc->text_len) {
-        struct serve_reply_text t = {.content = sc->text, .content_len = sc->text_len};
+    if (sc->text.len) {
+        struct serve_reply_text t = {.content = sc->text.s, .content_len = sc->text.len};
         int rc;
         if (st->meta.kind == SERVE_CHAT)
-            rc = split_push(&sc->split, sc->text, sc->text_len, false) ||
+            rc = split_push(&sc->split, sc->text.s, sc->text.len, false) ||
                  send_chat_text(st, sc, split_take(&sc->split), false);
         else
             rc = send_chunk(st, sc, t, false);
-        sc->text_len = 0;
+        sc->text.len = 0;
         if (rc)
             return -1;
     }
@@ -482,7 +482,7 @@ static void free_stream(void *cls)
     for (unsigned k = 0; k < st->n_ch; k++) {
         struct stream_choice *sc = &st->ch[k];
         serve_job_unref(sc->job);
-        free(sc->text);
+        qp_buf_free(&sc->text);
         split_free(&sc->split);
         serve_tool_text_free(&sc->tools);
         free(sc->lps);
@@ -508,7 +508,6 @@ static enum MHD_Result reply_stream(struct serve_http *h, struct MHD_Connection 
     for (unsigned k = 0; k < r->n_ch; k++) {
         struct stream_choice *sc = &st->ch[k];
         *sc = (struct stream_choice){.index = k, .job = r->ch[k].job, .text = r->ch[k].text,
-                                     .text_len = r->ch[k].text_len, .text_cap = r->ch[k].text_cap,
                                      .offset = r->echo_len};
         think_text_init(&sc->split.think);
     }
@@ -611,17 +610,14 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
     unsigned n_ch = q.n_choices ? q.n_choices : 1;
     for (unsigned k = 0; k < n_ch && q.echo; k++) {
         struct choice *ch = &r->ch[k];
-        ch->text = k ? malloc(r->ch[0].text_len + 1) : NULL;
-        if (k ? !ch->text : echo_text(h, &q, ids, n, &ch->text, &ch->text_len)) {
+        /* the others' copies of the first's */
+        if (k ? qp_buf_add(&ch->text, r->ch[0].text.s, r->ch[0].text.len) : echo_text(h, &q, ids, n, &ch->text)) {
             free(ids);
             serve_request_free(&q);
             return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
         }
-        if (k)      /* the others' copies of the first's */
-            memcpy(ch->text, r->ch[0].text, r->ch[0].text_len + 1), ch->text_len = r->ch[0].text_len;
-        ch->text_cap = ch->text_len + 1;
     }
-    size_t echo_len = r->ch[0].text_len;
+    size_t echo_len = r->ch[0].text.len;
     bool stream = q.stream, include_usage = q.include_usage, tools = q.n_tools > 0, logprobs = q.logprobs;
     int rc = new_jobs(h, r, &q, ids, n, n_ch);
     serve_request_free(&q);

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "serve.h"
 
 struct serve_job {
@@ -26,8 +27,7 @@ struct serve_job {
     int refs;
     enum serve_job_state state;
     bool queued;
-    char *out;                  /* text released and not yet taken */
-    size_t out_len, out_cap;
+    struct qp_buf out;          /* text released and not yet taken */
     const char *finish;         /* "stop", "length"; NULL: err */
     int stop_hit;               /* the stop string that ended the reply; -1: none did */
     qpack_error err;
