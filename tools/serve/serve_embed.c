@@ -15,42 +15,43 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "serve.h"
 
 #define BAD(e, param, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__), -1)
 
 struct ids {
-    int32_t *v;
+    struct qp_buf v;            /* the inputs' int32_t ids, one after another */
     uint32_t *ends;
-    uint32_t n, cap, n_inputs;
+    uint32_t n_inputs;
 };
 
-static int push_id(struct ids *b, int32_t id, struct serve_error *e)
+static uint32_t n_ids(const struct ids *b)
 {
-    if (b->n == b->cap) {
-        uint32_t cap = b->cap ? 2 * b->cap : 256;
-        int32_t *v = realloc(b->v, cap * sizeof *v);
-        if (!v)
-            return BAD(e, "input", "out of memory");
-        b->v = v, b->cap = cap;
-    }
-    b->v[b->n++] = id;
-    return 0;
+    return (uint32_t)(b->v.len / sizeof(int32_t));
+}
+
+static int push_ids(struct ids *b, const int32_t *ids, size_t n, struct serve_error *e)
+{
+    return qp_buf_add(&b->v, ids, n * sizeof *ids) ? BAD(e, "input", "out of memory") : 0;
 }
 
 /* the end of one input: its end token, its length checked */
 static int end_input(struct ids *b, uint32_t start, int32_t end_id, uint32_t ctx, struct serve_error *e)
 {
-    if (b->n == start)
+    if (n_ids(b) == start)
         return BAD(e, "input", "input[%u] is empty", b->n_inputs);
-    if (end_id >= 0 && b->v[b->n - 1] != end_id && push_id(b, end_id, e))
+    int32_t last;
+    memcpy(&last, b->v.s + b->v.len - sizeof last, sizeof last);
+    if (end_id >= 0 && last != end_id && push_ids(b, &end_id, 1, e))
         return -1;
-    if (b->n - start > ctx) {
+    uint32_t n = n_ids(b);
+    if (n - start > ctx) {
         serve_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "input",
-                        "input[%u] has %u tokens: the context holds %u", b->n_inputs, b->n - start, ctx);
+                        "input[%u] has %u tokens: the context holds %u", b->n_inputs, n - start, ctx);
         return -1;
     }
-    b->ends[b->n_inputs++] = b->n;
+    b->ends[b->n_inputs++] = n;
     return 0;
 }
 
@@ -63,9 +64,7 @@ static int text_input(struct ids *b, const char *s, const qpack_tokenizer *tok, 
     qpack_error err;
     if (qpack_tokenize(tok, s, strlen(s), &ids, &n, &err))
         return BAD(e, "input", "input[%u]: %s", b->n_inputs, err.message);
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++)
-        rc = push_id(b, ids[i], e);
+    int rc = push_ids(b, ids, n, e);
     free(ids);
     return rc;
 }
@@ -76,7 +75,8 @@ static int id_input(struct ids *b, const cJSON *list, uint32_t vocab, struct ser
         if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
             v->valuedouble >= vocab)
             return BAD(e, "input", "input[%u] holds a value that is not a token id (0 to %u)", b->n_inputs, vocab - 1);
-        if (push_id(b, (int32_t)v->valuedouble, e))
+        int32_t id = (int32_t)v->valuedouble;
+        if (push_ids(b, &id, 1, e))
             return -1;
     }
     return 0;
@@ -92,7 +92,7 @@ static int read_input(const cJSON *in, const struct serve_model_ref *model, cons
     if (!(b->ends = calloc((size_t)n, sizeof *b->ends)))
         return BAD(e, "input", "out of memory");
     for (const cJSON *v = one ? in : in->child; v; v = one ? NULL : v->next) {
-        uint32_t start = b->n;
+        uint32_t start = n_ids(b);
         int rc = cJSON_IsString(v)  ? text_input(b, v->valuestring, tok, e)
                  : cJSON_IsArray(v) ? id_input(b, v, model->vocab, e)
                                     : BAD(e, "input", "input[%u] must be a string or a list of token ids", b->n_inputs);
@@ -136,7 +136,7 @@ int serve_parse_embeddings(const char *body, size_t len, const struct serve_mode
             req->base64 = !strcmp(fmt->valuestring, "base64");
     }
     cJSON_Delete(root);
-    req->ids = b.v;
+    req->ids = (int32_t *)(void *)b.v.s;    /* malloc'd: aligned for the ids */
     req->ends = b.ends;
     req->n_inputs = b.n_inputs;
     if (rc)
