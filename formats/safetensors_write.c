@@ -1,5 +1,6 @@
 /* safetensors_write.c - streaming, atomic safetensors writer (see the header). */
 #include "safetensors_write.h"
+#include "buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,37 +34,10 @@ struct stw_writer {
     size_t fill;
 };
 
-/* ------------------------------------------------------- a growing string */
-
-struct text {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void text_add(struct text *t, const char *s, size_t n)
-{
-    if (t->oom)
-        return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->len + n + 1)
-            cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) {
-            t->oom = 1;
-            return;
-        }
-        t->p = p;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n);
-    t->len += n;
-    t->p[t->len] = 0;
-}
+/* ------------------------------------------- the header's growing string */
 
 __attribute__((format(printf, 2, 3)))
-static void text_printf(struct text *t, const char *fmt, ...)
+static void text_printf(struct qp_buf *t, const char *fmt, ...)
 {
     char small[128];
     va_list ap;
@@ -71,23 +45,23 @@ static void text_printf(struct text *t, const char *fmt, ...)
     int n = vsnprintf(small, sizeof(small), fmt, ap);
     va_end(ap);
     if (n > 0 && (size_t)n < sizeof(small))
-        text_add(t, small, (size_t)n);
+        qp_buf_add(t, small, (size_t)n);
     else
-        t->oom = 1;                                   /* only short fragments are printed */
+        t->oom = true;                                /* only short fragments are printed */
 }
 
-static void text_json_string(struct text *t, const char *s)
+static void text_json_string(struct qp_buf *t, const char *s)
 {
-    text_add(t, "\"", 1);
+    qp_buf_add(t, "\"", 1);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
             text_printf(t, "\\%c", *s);
         else if ((unsigned char)*s < 0x20)
             text_printf(t, "\\u%04x", (unsigned char)*s);
         else
-            text_add(t, s, 1);
+            qp_buf_add(t, s, 1);
     }
-    text_add(t, "\"", 1);
+    qp_buf_add(t, "\"", 1);
 }
 
 /* -------------------------------------------------------- declarations */
@@ -156,14 +130,14 @@ static int check_unique(char **names, uint32_t n, const char *path, qp_err *err)
 }
 
 /* The JSON header, padded with spaces so the data starts 8-byte aligned. */
-static int build_header(const struct stw_tensor *t, uint32_t n, struct text *h)
+static int build_header(const struct stw_tensor *t, uint32_t n, struct qp_buf *h)
 {
     uint64_t at = 0, bytes = 0;
     static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\"}";
-    text_add(h, meta, sizeof(meta) - 1);
+    qp_buf_add(h, meta, sizeof(meta) - 1);
     for (uint32_t i = 0; i < n; i++) {
         tensor_bytes(&t[i], &bytes);
-        text_add(h, ",", 1);
+        qp_buf_add(h, ",", 1);
         text_json_string(h, t[i].name);
         text_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t[i].dtype));
         for (uint32_t d = 0; d < t[i].ndim; d++)
@@ -172,9 +146,9 @@ static int build_header(const struct stw_tensor *t, uint32_t n, struct text *h)
                     (unsigned long long)(at + bytes));
         at += bytes;
     }
-    text_add(h, "}", 1);
+    qp_buf_add(h, "}", 1);
     while ((8 + h->len) % 8)
-        text_add(h, " ", 1);
+        qp_buf_add(h, " ", 1);
     return h->oom ? -1 : 0;
 }
 
@@ -297,7 +271,7 @@ int stw_open(struct stw_writer **out, const char *path, const struct stw_tensor 
         stw_abort(w);
         return -1;
     }
-    struct text h = { 0 };
+    struct qp_buf h = { 0 };
     uint8_t len_le[8];
     int rc = build_header(tensors, n, &h) ? qp_fail(err, "%s: out of memory for the header", path) : 0;
     for (int i = 0; i < 8; i++)
@@ -305,8 +279,8 @@ int stw_open(struct stw_writer **out, const char *path, const struct stw_tensor 
     if (rc == 0 && h.len > ST_MAX_HEADER_BYTES)
         rc = qp_fail(err, "%s: header of %zu bytes is above the readers' limit", path, h.len);
     if (rc == 0)
-        rc = put(w, len_le, 8, err) || put(w, (const uint8_t *)h.p, h.len, err) ? -1 : 0;
-    free(h.p);
+        rc = put(w, len_le, 8, err) || put(w, (const uint8_t *)h.s, h.len, err) ? -1 : 0;
+    qp_buf_free(&h);
     if (rc) {
         stw_abort(w);
         return -1;
