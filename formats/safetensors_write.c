@@ -147,7 +147,7 @@ static int build_header(const struct stw_tensor *t, uint32_t n, struct qp_buf *h
         at += bytes;
     }
     qp_buf_add(h, "}", 1);
-    while ((8 + h->len) % 8)
+    while (!h->oom && (8 + h->len) % 8)      /* a failed append adds nothing */
         qp_buf_add(h, " ", 1);
     return h->oom ? -1 : 0;
 }
