@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_num.h"
@@ -417,35 +418,26 @@ int qrun_parse_options(struct options *o, int argc, char **argv)
 /* Reads all of stdin (-p -), refusing more than QRUN_INPUT_MAX bytes. */
 static int read_stdin(char **text, size_t *len, qpack_error *err)
 {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        if (n == cap) {
-            if (cap >= QRUN_INPUT_MAX) {
-                free(buf);
-                snprintf(err->message, sizeof err->message, "-p -: the prompt on stdin is longer than %u MB",
-                         QRUN_INPUT_MAX >> 20);
-                return -1;
-            }
-            char *more = realloc(buf, cap * 2 + 1);
-            if (!more)
-                break;
-            buf = more;
-            cap *= 2;
+    struct qp_buf b = {0};
+    char chunk[1 << 16];
+    size_t got;
+    while (!b.oom && (got = fread(chunk, 1, sizeof chunk, stdin)) > 0) {
+        if (b.len + got > QRUN_INPUT_MAX) {
+            qp_buf_free(&b);
+            snprintf(err->message, sizeof err->message, "-p -: the prompt on stdin is longer than %u MB",
+                     QRUN_INPUT_MAX >> 20);
+            return -1;
         }
-        size_t got = fread(buf + n, 1, cap - n, stdin);
-        n += got;
-        if (got == 0)
-            break;
+        qp_buf_add(&b, chunk, got);
     }
-    if (!buf || ferror(stdin)) {
-        snprintf(err->message, sizeof err->message, "-p -: reading stdin: %s", buf ? strerror(errno) : "out of memory");
-        free(buf);
+    if (qp_buf_add(&b, "", 0) || ferror(stdin)) {  /* an empty stdin is an empty prompt */
+        snprintf(err->message, sizeof err->message, "-p -: reading stdin: %s",
+                 b.oom ? "out of memory" : strerror(errno));
+        qp_buf_free(&b);
         return -1;
     }
-    buf[n] = 0;
-    *text = buf;
-    *len = n;
+    *text = b.s;
+    *len = b.len;
     return 0;
 }
 
