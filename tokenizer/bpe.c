@@ -90,21 +90,6 @@ static void push_pair(const qp_tok *tok, const bpe_symbol *syms, int32_t pos, in
 
 /* ---- one word --------------------------------------------------------------- */
 
-static int reserve(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t cap2 = *cap ? *cap : 64;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *p2 = realloc(*p, cap2 * elem);
-    if (!p2)
-        return -1;
-    *p = p2;
-    *cap = cap2;
-    return 0;
-}
-
 static void add_symbol(bpe_symbol *syms, int32_t *n, int32_t id, uint32_t len)
 {
     int32_t i = (*n)++;
@@ -274,8 +259,8 @@ int tok_bpe_word(qp_tok *tok, const uint8_t *w, size_t n, qp_tok_ids *out)
             return -1;
     } else {
         /* each merge pushes at most two candidates: 3n bounds the heap */
-        if (reserve((void **)&tok->syms, &tok->syms_cap, n, sizeof(bpe_symbol)) ||
-            reserve((void **)&tok->heap, &tok->heap_cap, 3 * n, sizeof(bpe_merge)))
+        if (tok_grow((void **)&tok->syms, &tok->syms_cap, n, sizeof(bpe_symbol)) ||
+            tok_grow((void **)&tok->heap, &tok->heap_cap, 3 * n, sizeof(bpe_merge)))
             return -1;
         int32_t n_syms = initial_symbols(tok, w, n, tok->syms);
         merge_all(tok, tok->syms, n_syms, tok->heap);

@@ -1,10 +1,10 @@
 #include "tok_buf.h"
+#include "tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Grows *cap to at least need (doubling), reallocating *p of elements of size elem. */
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+int tok_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
@@ -26,7 +26,7 @@ int qp_tok_ids_reserve(qp_tok_ids *ids, size_t extra)
 {
     if (extra > SIZE_MAX - ids->len)
         return -1;
-    return grow((void **)&ids->v, &ids->cap, ids->len + extra, sizeof(int32_t));
+    return tok_grow((void **)&ids->v, &ids->cap, ids->len + extra, sizeof(int32_t));
 }
 
 int qp_tok_ids_push(qp_tok_ids *ids, int32_t id)
@@ -41,7 +41,7 @@ int qp_tok_text_append(qp_tok_text *t, const void *bytes, size_t n)
 {
     if (n > SIZE_MAX - t->len - 1)
         return -1;
-    if (grow((void **)&t->s, &t->cap, t->len + n + 1, 1))
+    if (tok_grow((void **)&t->s, &t->cap, t->len + n + 1, 1))
         return -1;
     if (n)
         memcpy(t->s + t->len, bytes, n);

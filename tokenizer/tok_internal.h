@@ -195,6 +195,10 @@ int tok_regex_compile(qp_tok *tok, const char *pattern, size_t len, int literal,
 int tok_regex_translate(const char *pattern, size_t len, qp_tok_text *out, const char *where,
                         qp_err *err);
 
+/* tok_buf.c: grows *cap to at least need (doubling), reallocating *p of
+ * elements of size elem; -1 when out of memory (*p then unchanged). */
+int tok_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 /* tokenizer.c: splits normalized text s[0..n) with the pre-tokenizer's
  * regexes into tok->spans[0 .. *n_spans) (empty pieces dropped). */
 int tok_pretokenize(qp_tok *tok, const char *s, size_t n, size_t *n_spans, qp_err *err);

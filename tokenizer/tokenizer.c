@@ -132,14 +132,8 @@ static int split_added(qp_tok *tok, const added_set *set, const char *s, size_t 
 
 static int push_span(struct span **v, size_t *n, size_t *cap, size_t off, size_t len)
 {
-    if (*n == *cap) {
-        size_t cap2 = *cap ? *cap * 2 : 256;
-        struct span *v2 = realloc(*v, cap2 * sizeof(**v));
-        if (!v2)
-            return -1;
-        *v = v2;
-        *cap = cap2;
-    }
+    if (tok_grow((void **)v, cap, *n + 1, sizeof(**v)))
+        return -1;
     (*v)[(*n)++] = (struct span){off, len};
     return 0;
 }
