@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "serve.h"
 
 #define BAD(e, param, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__), -1)
@@ -42,8 +43,7 @@ struct serve_resp {
     unsigned seq;
     cJSON *output;              /* the output items closed so far */
     bool msg_open;
-    char *text;                 /* the message item's text so far */
-    size_t text_len, text_cap;
+    struct qp_buf text;         /* the message item's text so far */
 };
 
 static const cJSON *field(const cJSON *o, const char *name) { return cJSON_GetObjectItemCaseSensitive(o, name); }
@@ -606,7 +606,7 @@ void serve_resp_free(struct serve_resp *r)
     cJSON_Delete(r->head);
     cJSON_Delete(r->items);
     cJSON_Delete(r->output);
-    free(r->text);
+    qp_buf_free(&r->text);
     free(r);
 }
 
@@ -735,38 +735,33 @@ char *serve_resp_json(struct serve_resp *r, const struct serve_reply_text *t, co
 
 /* ---- streaming ----------------------------------------------------------- */
 
-/* "event: TYPE\ndata: {type, sequence_number, ...}\n\n" appended to *s
- * (malloc'd, grown); takes ev. false when out of memory */
-struct events {
-    char *s;
-    size_t len;
-    bool failed;
-};
-
-static void emit(struct serve_resp *r, struct events *ev, const char *type, cJSON *o)
+/* "event: TYPE\ndata: {type, sequence_number, ...}\n\n" appended to ev;
+ * takes o. Out of memory (o NULL included) sets ev's oom. */
+static void emit(struct serve_resp *r, struct qp_buf *ev, const char *type, cJSON *o)
 {
     char *json = NULL;
-    o = ev->failed ? (cJSON_Delete(o), NULL) : key_first(o, "type", cJSON_CreateString(type));
+    o = ev->oom ? (cJSON_Delete(o), NULL) : key_first(o, "type", cJSON_CreateString(type));
     if (o && cJSON_AddNumberToObject(o, "sequence_number", r->seq))
         json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    size_t n = json ? strlen("event: \ndata: \n\n") + strlen(type) + strlen(json) : 0;
-    char *s = json ? realloc(ev->s, ev->len + n + 1) : NULL;
-    if (!s) {
-        free(json);
-        ev->failed = true;
+    if (!json) {
+        ev->oom = true;
         return;
     }
-    ev->s = s;
-    ev->len += (size_t)sprintf(s + ev->len, "event: %s\ndata: %s\n\n", type, json);
+    qp_buf_adds(ev, "event: ");
+    qp_buf_adds(ev, type);
+    qp_buf_adds(ev, "\ndata: ");
+    qp_buf_adds(ev, json);
+    qp_buf_adds(ev, "\n\n");
     free(json);
     r->seq++;
 }
 
-static char *events_done(struct events *ev)
+/* the events, malloc'd; NULL when one could not be written */
+static char *events_done(struct qp_buf *ev)
 {
-    if (ev->failed) {
-        free(ev->s);
+    if (ev->oom) {
+        qp_buf_free(ev);
         return NULL;
     }
     return ev->s ? ev->s : strdup("");
@@ -810,13 +805,13 @@ static cJSON *item_event(unsigned index, cJSON *item)
 
 char *serve_resp_stream_start(struct serve_resp *r)
 {
-    struct events ev = {0};
+    struct qp_buf ev = {0};
     emit(r, &ev, "response.created", with_response(cJSON_CreateObject(), response(r, r->output, NULL, NULL)));
     emit(r, &ev, "response.in_progress", with_response(cJSON_CreateObject(), response(r, r->output, NULL, NULL)));
     return events_done(&ev);
 }
 
-static void open_message(struct serve_resp *r, struct events *ev)
+static void open_message(struct serve_resp *r, struct qp_buf *ev)
 {
     unsigned index = (unsigned)cJSON_GetArraySize(r->output);
     emit(r, ev, "response.output_item.added", item_event(index, message_item(r, NULL, 0, false)));
@@ -824,26 +819,26 @@ static void open_message(struct serve_resp *r, struct events *ev)
     r->msg_open = true;
 }
 
-static void close_message(struct serve_resp *r, struct events *ev)
+static void close_message(struct serve_resp *r, struct qp_buf *ev)
 {
-    const char *text = r->text ? r->text : "";
+    const char *text = r->text.s ? r->text.s : "";
     emit(r, ev, "response.output_text.done",
-         with(with(at_text(r), "text", serve_json_text(text, r->text_len)), "logprobs", cJSON_CreateArray()));
-    emit(r, ev, "response.content_part.done", with(at_text(r), "part", text_part(text, r->text_len)));
-    cJSON *item = message_item(r, text, r->text_len, true);
+         with(with(at_text(r), "text", serve_json_text(text, r->text.len)), "logprobs", cJSON_CreateArray()));
+    emit(r, ev, "response.content_part.done", with(at_text(r), "part", text_part(text, r->text.len)));
+    cJSON *item = message_item(r, text, r->text.len, true);
     emit(r, ev, "response.output_item.done",
          item_event((unsigned)cJSON_GetArraySize(r->output), cJSON_Duplicate(item, true)));
     if (!append(r->output, item))
-        ev->failed = true;
+        ev->oom = true;
     r->msg_open = false;
 }
 
-static void send_call(struct serve_resp *r, struct events *ev, const struct serve_tool_call *c)
+static void send_call(struct serve_resp *r, struct qp_buf *ev, const struct serve_tool_call *c)
 {
     unsigned index = (unsigned)cJSON_GetArraySize(r->output);
     cJSON *item = call_item(c, true), *o;
     if (!item) {
-        ev->failed = true;
+        ev->oom = true;
         return;
     }
     cJSON *open = cJSON_Duplicate(item, true);
@@ -865,27 +860,17 @@ static void send_call(struct serve_resp *r, struct events *ev, const struct serv
     emit(r, ev, "response.function_call_arguments.done", o);
     emit(r, ev, "response.output_item.done", item_event(index, cJSON_Duplicate(item, true)));
     if (!append(r->output, item))
-        ev->failed = true;
+        ev->oom = true;
 }
 
 char *serve_resp_stream_text(struct serve_resp *r, const struct serve_reply_text *t)
 {
-    struct events ev = {0};
+    struct qp_buf ev = {0};
     if (t->content_len) {
         if (!r->msg_open)
             open_message(r, &ev);
-        size_t cap = r->text_cap ? r->text_cap : 256;
-        while (cap < r->text_len + t->content_len + 1)
-            cap *= 2;
-        char *s = cap != r->text_cap ? realloc(r->text, cap) : r->text;
-        if (!s)
-            ev.failed = true;
-        else {
-            r->text = s, r->text_cap = cap;
-            memcpy(r->text + r->text_len, t->content, t->content_len);
-            r->text_len += t->content_len;
-            r->text[r->text_len] = 0;
-        }
+        if (qp_buf_add(&r->text, t->content, t->content_len))
+            ev.oom = true;
         emit(r, &ev, "response.output_text.delta",
              with(with(at_text(r), "delta", serve_json_text(t->content, t->content_len)), "logprobs",
                   cJSON_CreateArray()));
@@ -899,7 +884,7 @@ char *serve_resp_stream_text(struct serve_resp *r, const struct serve_reply_text
 
 char *serve_resp_stream_end(struct serve_resp *r, const char *finish, const struct serve_usage *u)
 {
-    struct events ev = {0};
+    struct qp_buf ev = {0};
     if (!r->msg_open && !cJSON_GetArraySize(r->output))
         open_message(r, &ev);   /* a reply of no text: an empty message, as the whole response has */
     if (r->msg_open)
@@ -914,7 +899,7 @@ char *serve_resp_stream_end(struct serve_resp *r, const char *finish, const stru
 
 char *serve_resp_stream_failed(struct serve_resp *r, const struct serve_error *e)
 {
-    struct events ev = {0};
+    struct qp_buf ev = {0};
     cJSON *o = response(r, r->output, NULL, NULL), *err = cJSON_CreateObject();
     bool ok = o && err && add_str(err, "code", e->code ? e->code : e->type) && add_str(err, "message", e->message) &&
               cJSON_ReplaceItemInObjectCaseSensitive(o, "error", err);
