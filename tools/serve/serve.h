@@ -183,6 +183,14 @@ char *serve_embeddings_json(const float *emb, uint32_t n, uint32_t dim, const st
                             const char *model, uint32_t prompt_tokens);
 /* 'model' checked as every endpoint checks it (404 only when strict). */
 int serve_read_model(const struct cJSON *v, const struct serve_model_ref *model, struct serve_error *err);
+/* A field's value of the type asked, into *out: a finite number from lo
+ * to hi; an integer (one a double holds exactly) from lo to hi; true or
+ * false. -1 with a 400 naming the field `name`. */
+int serve_want_number(const struct cJSON *v, const char *name, double lo, double hi, double *out,
+                      struct serve_error *err);
+int serve_want_integer(const struct cJSON *v, const char *name, double lo, double hi, double *out,
+                       struct serve_error *err);
+int serve_want_bool(const struct cJSON *v, const char *name, bool *out, struct serve_error *err);
 
 /* v as transformers' tojson writes it (Python's json.dumps, non-ASCII
  * kept); malloc'd, NULL when out of memory. */

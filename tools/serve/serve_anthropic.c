@@ -34,23 +34,6 @@ static const cJSON *given(const cJSON *o, const char *name)
     return cJSON_IsNull(f) ? NULL : f;
 }
 
-static int want_number(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
-{
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return BAD(e, name, "'%s' must be a number", name);
-    if (v->valuedouble < lo || v->valuedouble > hi)
-        return BAD(e, name, "'%s' is %g: it must be from %g to %g", name, v->valuedouble, lo, hi);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int want_integer(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
-{
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-        return BAD(e, name, "'%s' must be an integer", name);
-    return want_number(v, name, lo, hi, out, e);
-}
-
 static bool is_type(const cJSON *block, const char *type)
 {
     const cJSON *t = field(block, "type");
@@ -376,7 +359,7 @@ static int read_thinking(const cJSON *v, bool count, struct serve_request *r, st
     double x, hi = count || !r->has_max_tokens ? MAX_NEW_TOKENS : r->max_tokens - 1.0;
     if (!budget)
         return BAD(e, "thinking", "thinking.budget_tokens is required");
-    if (want_integer(budget, "thinking.budget_tokens", MIN_THINKING_BUDGET, hi, &x, e))
+    if (serve_want_integer(budget, "thinking.budget_tokens", MIN_THINKING_BUDGET, hi, &x, e))
         return hi < MIN_THINKING_BUDGET ? BAD(e, "thinking", "thinking.budget_tokens must be below max_tokens, which "
                                               "must then be above %d", MIN_THINKING_BUDGET) : -1;
     r->think = true;
@@ -406,7 +389,7 @@ static int read_generation(const cJSON *root, struct serve_request *r, struct se
     qpack_sampler_params *sp = &r->sampling;
     if (!(f = given(root, "max_tokens")))
         return BAD(e, "max_tokens", "'max_tokens' is required");
-    if (want_integer(f, "max_tokens", 1, MAX_NEW_TOKENS, &x, e))
+    if (serve_want_integer(f, "max_tokens", 1, MAX_NEW_TOKENS, &x, e))
         return -1;
     r->has_max_tokens = true, r->max_tokens = (uint32_t)x;
     if ((f = given(root, "stop_sequences")) && read_stops(f, &r->stops, e))
@@ -416,17 +399,17 @@ static int read_generation(const cJSON *root, struct serve_request *r, struct se
     r->stream = cJSON_IsTrue(f);
     if ((f = given(root, "temperature"))) {
         r->given |= SERVE_GIVEN_TEMPERATURE;
-        if (want_number(f, "temperature", 0, 1, &sp->temperature, e))
+        if (serve_want_number(f, "temperature", 0, 1, &sp->temperature, e))
             return -1;
     }
     if ((f = given(root, "top_p"))) {
         r->given |= SERVE_GIVEN_TOP_P;
-        if (want_number(f, "top_p", 0, 1, &sp->top_p, e))
+        if (serve_want_number(f, "top_p", 0, 1, &sp->top_p, e))
             return -1;
     }
     if ((f = given(root, "top_k"))) {
         r->given |= SERVE_GIVEN_TOP_K;
-        if (want_integer(f, "top_k", 0, INT32_MAX, &x, e))
+        if (serve_want_integer(f, "top_k", 0, INT32_MAX, &x, e))
             return -1;
         sp->top_k = (uint32_t)x;
     }

@@ -23,14 +23,6 @@
 
 #define BAD(e, param, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, param, __VA_ARGS__), -1)
 
-static int want_flag(const cJSON *f, const char *name, bool *out, struct serve_error *e)
-{
-    if (!cJSON_IsBool(f))
-        return BAD(e, name, "'%s' must be true or false", name);
-    *out = cJSON_IsTrue(f);
-    return 0;
-}
-
 /* {"content": ..., "add_special", "parse_special", "with_pieces"} */
 static int read_tokenize(const cJSON *root, const char **content, bool *pieces, struct serve_error *e)
 {
@@ -47,13 +39,13 @@ static int read_tokenize(const cJSON *root, const char **content, bool *pieces, 
                 return BAD(e, "content", "'content' must be a string");
             *content = f->valuestring;
         } else if (!strcmp(f->string, "with_pieces")) {
-            if (want_flag(f, "with_pieces", pieces, e))
+            if (serve_want_bool(f, "with_pieces", pieces, e))
                 return -1;
         } else if (!strcmp(f->string, "add_special")) {
-            if (want_flag(f, "add_special", &flag, e))
+            if (serve_want_bool(f, "add_special", &flag, e))
                 return -1;
         } else if (!strcmp(f->string, "parse_special")) {
-            if (want_flag(f, "parse_special", &flag, e))
+            if (serve_want_bool(f, "parse_special", &flag, e))
                 return -1;
             if (!flag)
                 return BAD(e, "parse_special", "'parse_special': false is not supported: special tokens written "

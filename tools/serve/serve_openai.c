@@ -59,7 +59,7 @@ static bool is_utf8(const char *s, size_t n)
 
 /* ---- fields -------------------------------------------------------------- */
 
-static int want_number(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
+int serve_want_number(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
 {
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
         return BAD(e, name, "'%s' must be a number", name);
@@ -70,14 +70,14 @@ static int want_number(const cJSON *v, const char *name, double lo, double hi, d
 }
 
 /* an integer that a double holds exactly (|x| <= 2^53) */
-static int want_integer(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
+int serve_want_integer(const cJSON *v, const char *name, double lo, double hi, double *out, struct serve_error *e)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) > 9007199254740992.0)
         return BAD(e, name, "'%s' must be an integer", name);
-    return want_number(v, name, lo, hi, out, e);
+    return serve_want_number(v, name, lo, hi, out, e);
 }
 
-static int want_bool(const cJSON *v, const char *name, bool *out, struct serve_error *e)
+int serve_want_bool(const cJSON *v, const char *name, bool *out, struct serve_error *e)
 {
     if (!cJSON_IsBool(v))
         return BAD(e, name, "'%s' must be true or false", name);
@@ -230,7 +230,7 @@ static int read_prompt(const cJSON *v, struct serve_request *r, struct serve_err
         return BAD(e, "prompt", "out of memory");
     for (const cJSON *c = v->child; c; c = c->next) {
         double id;
-        if (want_integer(c, "prompt", 0, INT32_MAX, &id, e))
+        if (serve_want_integer(c, "prompt", 0, INT32_MAX, &id, e))
             return BAD(e, "prompt", "'prompt' must be a string or an array of token ids (integers from 0)");
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
     }
@@ -243,7 +243,7 @@ static int read_stream_options(const cJSON *v, struct serve_request *r, struct s
         return BAD(e, "stream_options", "'stream_options' must be an object");
     for (const cJSON *f = v->child; f; f = f->next)
         if (!strcmp(f->string, "include_usage") && !cJSON_IsNull(f) &&
-            want_bool(f, "stream_options.include_usage", &r->include_usage, e))
+            serve_want_bool(f, "stream_options.include_usage", &r->include_usage, e))
             return -1;
     return 0;
 }
@@ -255,7 +255,7 @@ static int read_template_kwargs(const cJSON *v, struct serve_request *r, struct 
         return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
     for (const cJSON *f = v->child; f; f = f->next)
         if (!strcmp(f->string, "enable_thinking") && !cJSON_IsNull(f) &&
-            want_bool(f, "chat_template_kwargs.enable_thinking", &r->think, e))
+            serve_want_bool(f, "chat_template_kwargs.enable_thinking", &r->think, e))
             return -1;
     return 0;
 }
@@ -282,7 +282,7 @@ static int add_bias(struct serve_request *r, double id, const cJSON *bias, uint3
     double b;
     if (cJSON_IsFalse(bias))
         b = -100;
-    else if (want_number(bias, "logit_bias", -100, 100, &b, e))
+    else if (serve_want_number(bias, "logit_bias", -100, 100, &b, e))
         return -1;
     if (!(id >= 0 && id < vocab && id == floor(id)))
         return BAD(e, "logit_bias", "logit_bias: token %.0f is not an id of the vocabulary (0 to %u)", id, vocab - 1);
@@ -338,43 +338,43 @@ static int read_sampling(const cJSON *f, struct serve_request *r, uint32_t vocab
     double x;
     if (!strcmp(k, "temperature")) {
         r->given |= SERVE_GIVEN_TEMPERATURE;
-        return want_number(f, k, 0, 2, &sp->temperature, e);
+        return serve_want_number(f, k, 0, 2, &sp->temperature, e);
     }
     if (!strcmp(k, "top_p")) {
         r->given |= SERVE_GIVEN_TOP_P;
-        return want_number(f, k, 0, 1, &sp->top_p, e);
+        return serve_want_number(f, k, 0, 1, &sp->top_p, e);
     }
     if (!strcmp(k, "top_k")) {
         r->given |= SERVE_GIVEN_TOP_K;
-        if (want_integer(f, k, -1, INT32_MAX, &x, e))
+        if (serve_want_integer(f, k, -1, INT32_MAX, &x, e))
             return -1;
         sp->top_k = x > 0 ? (uint32_t)x : 0;
         return 0;
     }
     if (!strcmp(k, "min_p")) {
         r->given |= SERVE_GIVEN_MIN_P;
-        return want_number(f, k, 0, 1, &sp->min_p, e);
+        return serve_want_number(f, k, 0, 1, &sp->min_p, e);
     }
     if (!strcmp(k, "repeat_penalty") || !strcmp(k, "repetition_penalty")) {
         r->given |= SERVE_GIVEN_REPEAT_PENALTY;
-        if (want_number(f, k, 0, 100, &x, e))
+        if (serve_want_number(f, k, 0, 100, &x, e))
             return -1;
         return x > 0 ? (sp->repeat_penalty = x, 0) : BAD(e, k, "'%s' must be above 0", k);
     }
     if (!strcmp(k, "repeat_last_n")) {
-        if (want_integer(f, k, -1, INT32_MAX, &x, e))
+        if (serve_want_integer(f, k, -1, INT32_MAX, &x, e))
             return -1;
         sp->repeat_last_n = x < 0 ? UINT32_MAX : (uint32_t)x;
         return 0;
     }
     if (!strcmp(k, "presence_penalty"))
-        return want_number(f, k, -2, 2, &sp->presence_penalty, e);
+        return serve_want_number(f, k, -2, 2, &sp->presence_penalty, e);
     if (!strcmp(k, "frequency_penalty"))
-        return want_number(f, k, -2, 2, &sp->frequency_penalty, e);
+        return serve_want_number(f, k, -2, 2, &sp->frequency_penalty, e);
     if (!strcmp(k, "logit_bias"))
         return read_logit_bias(f, r, vocab, e);
     if (!strcmp(k, "seed")) {
-        if (want_integer(f, k, -9007199254740992.0, 9007199254740992.0, &x, e))
+        if (serve_want_integer(f, k, -9007199254740992.0, 9007199254740992.0, &x, e))
             return -1;
         r->has_seed = true;
         sp->seed = (uint64_t)(int64_t)x;
@@ -429,7 +429,7 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
     if (!strcmp(k, "prompt"))
         return !chat ? read_prompt(f, r, e) : BAD(e, k, "'prompt' belongs to /v1/completions");
     if (!strcmp(k, "max_tokens") || (chat && !strcmp(k, "max_completion_tokens")) || !strcmp(k, "n_predict")) {
-        if (want_integer(f, k, 1, MAX_NEW_TOKENS, &x, e))
+        if (serve_want_integer(f, k, 1, MAX_NEW_TOKENS, &x, e))
             return -1;
         r->has_max_tokens = true;
         r->max_tokens = (uint32_t)x;
@@ -438,40 +438,40 @@ static int read_field(const cJSON *f, enum serve_kind kind, const struct serve_m
     if (!strcmp(k, "stop"))
         return read_stops(f, &r->stops, e);
     if (!strcmp(k, "stream"))
-        return want_bool(f, k, &r->stream, e);
+        return serve_want_bool(f, k, &r->stream, e);
     if (!strcmp(k, "stream_options"))
         return read_stream_options(f, r, e);
     if (chat && !strcmp(k, "chat_template_kwargs"))
         return read_template_kwargs(f, r, e);
     if (!strcmp(k, "cache_prompt") || !strcmp(k, "parallel_tool_calls") || !strcmp(k, "store"))
-        return want_bool(f, k, &b, e);
+        return serve_want_bool(f, k, &b, e);
     if (!strcmp(k, "user"))
         return cJSON_IsString(f) ? 0 : BAD(e, k, "'user' must be a string");
     if (!strcmp(k, "n")) {
-        if (want_integer(f, k, 1, SERVE_MAX_CHOICES, &x, e))
+        if (serve_want_integer(f, k, 1, SERVE_MAX_CHOICES, &x, e))
             return -1;
         r->n_choices = (unsigned)x;
         return 0;
     }
     if (!strcmp(k, "best_of"))
-        return want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "best_of above 1", e);
+        return serve_want_integer(f, k, 1, 128, &x, e) ? -1 : neutral(f, x == 1, "best_of above 1", e);
     /* chat: logprobs true, top_logprobs alternatives; completions:
      * logprobs N, the chosen token's and N alternatives */
     if (!strcmp(k, "logprobs") && chat) {
-        if (want_bool(f, k, &b, e))
+        if (serve_want_bool(f, k, &b, e))
             return -1;
         r->logprobs = b;
         return 0;
     }
     if (!strcmp(k, "logprobs") || (chat && !strcmp(k, "top_logprobs"))) {
-        if (want_integer(f, k, 0, SERVE_MAX_TOP_LOGPROBS, &x, e))
+        if (serve_want_integer(f, k, 0, SERVE_MAX_TOP_LOGPROBS, &x, e))
             return -1;
         r->top_logprobs = (unsigned)x;
         r->logprobs = r->logprobs || !chat;
         return 0;
     }
     if (!strcmp(k, "echo") && !chat)
-        return want_bool(f, k, &r->echo, e);
+        return serve_want_bool(f, k, &r->echo, e);
     if (!strcmp(k, "suffix") && !chat)
         return neutral(f, cJSON_IsString(f) && !*f->valuestring, "a suffix", e);
     if (!strcmp(k, "tools") && chat)

@@ -384,14 +384,6 @@ static int neutral(const cJSON *f, bool ok, const char *what, struct serve_error
     return ok ? 0 : BAD(e, f->string, "'%s': %s is not supported", f->string, what);
 }
 
-static int want_bool(const cJSON *f, bool *out, struct serve_error *e)
-{
-    if (!cJSON_IsBool(f))
-        return BAD(e, f->string, "'%s' must be true or false", f->string);
-    *out = cJSON_IsTrue(f);
-    return 0;
-}
-
 static bool copy_to(cJSON *o, const char *k, const cJSON *v)
 {
     return cJSON_AddItemToObject(o, k, cJSON_Duplicate(v, true));
@@ -460,11 +452,11 @@ static int read_field(const cJSON *f, const struct serve_model_ref *model, cJSON
     if (!strcmp(k, "text"))
         return read_text_field(f, chat, e);
     if (!strcmp(k, "store"))
-        return want_bool(f, &r->store, e);
+        return serve_want_bool(f, f->string, &r->store, e);
     if (!strcmp(k, "metadata"))
         return cJSON_IsObject(f) ? 0 : BAD(e, k, "'metadata' must be an object");
     if (!strcmp(k, "background"))
-        return want_bool(f, &b, e) ? -1 : neutral(f, !b, "background mode", e);
+        return serve_want_bool(f, f->string, &b, e) ? -1 : neutral(f, !b, "background mode", e);
     if (!strcmp(k, "truncation"))
         return neutral(f, cJSON_IsString(f) && !strcmp(f->valuestring, "disabled"), "truncation other than "
                        "\"disabled\"", e);
