@@ -400,6 +400,15 @@ static int add_member(cJSON *obj, const char *key, cJSON *v, qp_json *j, const c
     return 0;
 }
 
+/* a member that may come once: *seen set, or -1 the second time */
+static int once(qp_json *j, int *seen, const char *where, const char *key)
+{
+    if (*seen)
+        return qp_fail(j->err, "%s: %s\"%s\" appears twice", j->name, where, key);
+    *seen = 1;
+    return 0;
+}
+
 typedef struct doc {
     cJSON *root;  /* every top-level member but "model" */
     cJSON *model; /* every model member but vocab and merges */
@@ -415,41 +424,27 @@ static int read_model(qp_tok *tok, qp_json *j, doc *d)
     int first = 1, r;
     while ((r = qp_json_next_member(j, &first, &key, "in \"model\"")) == 1) {
         if (strcmp(key.s, "vocab") == 0 && key.len == 5) {
-            if (d->have_vocab) {
-                r = qp_fail(j->err, "%s: model: \"vocab\" appears twice", j->name);
-                break;
-            }
-            d->have_vocab = 1;
-            if (read_vocab(tok, j) || index_vocab(tok, j->err)) {
+            if (once(j, &d->have_vocab, "model: ", "vocab") || read_vocab(tok, j) || index_vocab(tok, j->err))
                 r = -1;
-                break;
-            }
         } else if (strcmp(key.s, "merges") == 0 && key.len == 6) {
-            if (d->have_merges) {
-                r = qp_fail(j->err, "%s: model: \"merges\" appears twice", j->name);
-                break;
-            }
-            d->have_merges = 1;
-            if (d->have_vocab) {
-                if (read_merges(tok, j)) {
+            if (once(j, &d->have_merges, "model: ", "merges")) {
+                r = -1;
+            } else if (d->have_vocab) {
+                if (read_merges(tok, j))
                     r = -1;
-                    break;
-                }
             } else {
                 qp_json_peek(j);
                 d->merges_at = j->p;
-                if (qp_json_skip(j)) {
+                if (qp_json_skip(j))
                     r = -1;
-                    break;
-                }
             }
         } else {
             cJSON *v = take_value(j);
-            if (!v || add_member(d->model, key.s, v, j, "model: ")) {
+            if (!v || add_member(d->model, key.s, v, j, "model: "))
                 r = -1;
-                break;
-            }
         }
+        if (r < 0)
+            break;
     }
     qp_tok_text_free(&key);
     return r == 0 ? 0 : -1;
@@ -463,22 +458,15 @@ static int read_document(qp_tok *tok, qp_json *j, doc *d)
     int first = 1, r;
     while ((r = qp_json_next_member(j, &first, &key, "in the top-level object")) == 1) {
         if (strcmp(key.s, "model") == 0 && key.len == 5) {
-            if (d->have_model) {
-                r = qp_fail(j->err, "%s: \"model\" appears twice", j->name);
-                break;
-            }
-            d->have_model = 1;
-            if (read_model(tok, j, d)) {
+            if (once(j, &d->have_model, "", "model") || read_model(tok, j, d))
                 r = -1;
-                break;
-            }
         } else {
             cJSON *v = take_value(j);
-            if (!v || add_member(d->root, key.s, v, j, "")) {
+            if (!v || add_member(d->root, key.s, v, j, ""))
                 r = -1;
-                break;
-            }
         }
+        if (r < 0)
+            break;
     }
     qp_tok_text_free(&key);
     if (r != 0 || qp_json_end(j))

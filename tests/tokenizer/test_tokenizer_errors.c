@@ -230,6 +230,9 @@ static const struct bad_variant {
     {"\"ab\": 256", "\"ab\": 256, \"ab\": 300", "\"ab\" appears twice"},
     {"\"ab\": 256", "\"ab\": 255", "id 255 is given to both"},
     {"\"version\": \"1.0\"", "\"version\": \"1.0\", \"normalizer\": null", "\"normalizer\" appears twice"},
+    {"\"version\": \"1.0\"", "\"version\": \"1.0\", \"model\": {}", "test.json: \"model\" appears twice"},
+    {"\"t\"]]}}", "\"t\"]], \"vocab\": {}}}", "model: \"vocab\" appears twice"},
+    {"\"t\"]]}}", "\"t\"]], \"merges\": []}}", "model: \"merges\" appears twice"},
 };
 
 START_TEST(each_bad_variant_is_refused_by_name)
