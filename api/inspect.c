@@ -124,6 +124,17 @@ bool qp_lib_is_pinned(const char *path)
     return !strncmp(path, QP_PIN_PREFIX, strlen(QP_PIN_PREFIX));
 }
 
+/* path opened as a container: a checkpoint folder refused (it wants
+ * --backend ref), a file that is not one refused as a format error */
+static qpack_status open_container(const char *path, struct qpk_file *f, qpack_error *err)
+{
+    qpack_status folder = qp_lib_refuse_folder(path, err);
+    if (folder)
+        return folder;
+    qp_err e = {{0}};
+    return qpk_open(f, path, 0, &e) ? qp_lib_error(err, &e, QPACK_ERR_FORMAT) : QPACK_OK;
+}
+
 int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_info *info, qpack_error *err)
 {
     memset(info, 0, sizeof *info);
@@ -146,12 +157,10 @@ int qpack_model_inspect(const char *path, qpack_backend backend, qpack_model_inf
         if (qp_lib_info_from_folder(path, info, &e))
             return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     } else {
-        qpack_status folder = qp_lib_refuse_folder(path, err);
-        if (folder)
-            return folder;
         struct qpk_file f;
-        if (qpk_open(&f, path, 0, &e))
-            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        qpack_status st = open_container(path, &f, err);
+        if (st)
+            return st;
         qp_lib_info_from_container(&f, info);
         qpk_close(&f);
         info->backend = backend == QPACK_BACKEND_BPF ? "bpf" : "emu";
@@ -225,12 +234,10 @@ int qpack_tokenizer_load_model(qpack_tokenizer **out, const char *path, qpack_ba
         if (!tok)
             return QPACK_OK;
     } else {
-        qpack_status folder = qp_lib_refuse_folder(path, err);
-        if (folder)
-            return folder;
         struct qpk_file f;
-        if (qpk_open(&f, path, 0, &e))
-            return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
+        qpack_status st = open_container(path, &f, err);
+        if (st)
+            return st;
         int rc = qp_lib_container_tokenizer(&f, path, &tok, &e);
         qpk_close(&f);
         if (rc)
