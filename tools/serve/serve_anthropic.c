@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "serve.h"
 
 #define MAX_NEW_TOKENS (1u << 20)   /* as serve_openai.c's bound */
@@ -42,50 +43,32 @@ static bool is_type(const cJSON *block, const char *type)
 
 /* ---- text joined from blocks ---------------------------------------------- */
 
-struct text {
-    char *s;
-    size_t len;
-    bool failed;
-};
-
-static void text_add(struct text *t, const char *p)
-{
-    size_t n = strlen(p);
-    char *s = t->failed ? NULL : realloc(t->s, t->len + n + 1);
-    if (!s) {
-        t->failed = true;
-        return;
-    }
-    memcpy(s + t->len, p, n + 1);
-    t->s = s, t->len += n;
-}
-
 /* the text, malloc'd ("" for none), or NULL when out of memory; t is emptied */
-static char *text_take(struct text *t)
+static char *text_take(struct qp_buf *t)
 {
-    char *s = t->failed ? NULL : t->s ? t->s : strdup("");
-    if (t->failed)
+    char *s = t->oom ? NULL : t->s ? t->s : strdup("");
+    if (t->oom)
         free(t->s);
-    *t = (struct text){0};
+    *t = (struct qp_buf){0};
     return s;
 }
 
 /* {"type": "text", "text": STRING} of a content or a system prompt; param:
  * the top-level field at fault, where: the place in it */
-static int text_block(const cJSON *b, const char *param, const char *where, struct text *t, struct serve_error *e)
+static int text_block(const cJSON *b, const char *param, const char *where, struct qp_buf *t, struct serve_error *e)
 {
     const cJSON *s = field(b, "text");
     if (!cJSON_IsString(s))
         return BAD(e, param, "%s: a text block's 'text' must be a string", where);
-    text_add(t, s->valuestring);
+    qp_buf_adds(t, s->valuestring);
     return 0;
 }
 
 /* a string, or an array of text blocks (a system prompt, a tool's result) */
-static int read_text(const cJSON *v, const char *param, const char *where, struct text *t, struct serve_error *e)
+static int read_text(const cJSON *v, const char *param, const char *where, struct qp_buf *t, struct serve_error *e)
 {
     if (cJSON_IsString(v)) {
-        text_add(t, v->valuestring);
+        qp_buf_adds(t, v->valuestring);
         return 0;
     }
     if (!cJSON_IsArray(v))
@@ -106,7 +89,7 @@ struct conv {
     char where[48];             /* "messages[I]" */
 };
 
-static qpack_chat_message *add_message(struct conv *c, const char *role, struct text *t, struct serve_error *e)
+static qpack_chat_message *add_message(struct conv *c, const char *role, struct qp_buf *t, struct serve_error *e)
 {
     qpack_chat_message *m = &c->r->msgs[c->r->n_msgs++];
     m->role = role;
@@ -123,7 +106,7 @@ static int tool_result(struct conv *c, const cJSON *b, struct serve_error *e)
         return BAD(e, "messages", "%s: a tool_result block's 'tool_use_id' must be a string", c->where);
     if (err && !cJSON_IsBool(err))
         return BAD(e, "messages", "%s: a tool_result block's 'is_error' must be true or false", c->where);
-    struct text t = {0};
+    struct qp_buf t = {0};
     if (content && read_text(content, "messages", c->where, &t, e)) {
         free(t.s);
         return -1;
@@ -144,7 +127,7 @@ static int tool_use(struct conv *c, qpack_tool_call *call, const cJSON *b, struc
 
 static int user_blocks(struct conv *c, const cJSON *content, struct serve_error *e)
 {
-    struct text t = {0};
+    struct qp_buf t = {0};
     bool results = false;
     for (const cJSON *b = content->child; b; b = b->next) {
         int rc;
@@ -164,7 +147,7 @@ static int user_blocks(struct conv *c, const cJSON *content, struct serve_error 
             return -1;
         }
     }
-    if (results && !t.len && !t.failed) {
+    if (results && !t.len && !t.oom) {
         free(t.s);
         return 0;
     }
@@ -173,7 +156,7 @@ static int user_blocks(struct conv *c, const cJSON *content, struct serve_error 
 
 static int assistant_blocks(struct conv *c, const cJSON *content, struct serve_error *e)
 {
-    struct text t = {0}, thought = {0};
+    struct qp_buf t = {0}, thought = {0};
     size_t n_calls = 0;
     for (const cJSON *b = content->child; b; b = b->next)
         n_calls += is_type(b, "tool_use");
@@ -189,7 +172,7 @@ static int assistant_blocks(struct conv *c, const cJSON *content, struct serve_e
         else if (is_type(b, "thinking") && !cJSON_IsString(th))
             rc = BAD(e, "messages", "%s: a thinking block's 'thinking' must be a string", c->where);
         else if (is_type(b, "thinking"))
-            text_add(&thought, th->valuestring);
+            qp_buf_adds(&thought, th->valuestring);
         else if (!is_type(b, "redacted_thinking")) {
             const cJSON *type = field(b, "type");
             rc = BAD(e, "messages", "%s: an assistant's '%.32s' block is not supported (text, tool_use and "
@@ -222,8 +205,8 @@ static int read_message(struct conv *c, const cJSON *m, size_t i, struct serve_e
         return BAD(e, "messages", "%s.role must be \"user\" or \"assistant\" (the system prompt is 'system')",
                    c->where);
     if (cJSON_IsString(content)) {
-        struct text t = {0};
-        text_add(&t, content->valuestring);
+        struct qp_buf t = {0};
+        qp_buf_adds(&t, content->valuestring);
         return add_message(c, user ? "user" : "assistant", &t, e) ? 0 : -1;
     }
     if (!cJSON_IsArray(content))
@@ -247,7 +230,7 @@ static int read_messages(const cJSON *system, const cJSON *v, struct serve_reque
         return BAD(e, "messages", "out of memory");
     struct conv c = {.r = r};
     if (system) {
-        struct text t = {0};
+        struct qp_buf t = {0};
         if (read_text(system, "system", "system", &t, e)) {
             free(t.s);
             return -1;
@@ -606,18 +589,18 @@ char *serve_message_json(const struct serve_reply_meta *r, const struct serve_re
 /* ---- events --------------------------------------------------------------- */
 
 /* "event: TYPE\ndata: JSON\n\n" appended to *t; takes data */
-static void event(struct text *t, cJSON *data)
+static void event(struct qp_buf *t, cJSON *data)
 {
     const cJSON *type = field(data, "type");
     char *json = cJSON_IsString(type) ? cJSON_PrintUnformatted(data) : NULL;
     if (!json) {
-        t->failed = true;
+        t->oom = true;
     } else {
-        text_add(t, "event: ");
-        text_add(t, type->valuestring);
-        text_add(t, "\ndata: ");
-        text_add(t, json);
-        text_add(t, "\n\n");
+        qp_buf_adds(t, "event: ");
+        qp_buf_adds(t, type->valuestring);
+        qp_buf_adds(t, "\ndata: ");
+        qp_buf_adds(t, json);
+        qp_buf_adds(t, "\n\n");
     }
     free(json);
     cJSON_Delete(data);
@@ -632,19 +615,19 @@ static cJSON *indexed(const char *type, unsigned index)
     return o;
 }
 
-static void block_start(struct text *t, unsigned index, cJSON *block)
+static void block_start(struct qp_buf *t, unsigned index, cJSON *block)
 {
     cJSON *o = indexed("content_block_start", index);
     if (!block || !o || !cJSON_AddItemToObject(o, "content_block", block)) {
         cJSON_Delete(block);
         cJSON_Delete(o);
-        t->failed = true;
+        t->oom = true;
         return;
     }
     event(t, o);
 }
 
-static void block_stop(struct text *t, struct serve_message_events *ev)
+static void block_stop(struct qp_buf *t, struct serve_message_events *ev)
 {
     if (!ev->open)
         return;
@@ -653,7 +636,7 @@ static void block_stop(struct text *t, struct serve_message_events *ev)
 }
 
 /* a delta {"type": TYPE, NAME: VALUE} of the open block */
-static void block_delta(struct text *t, unsigned index, const char *type, const char *name, const char *value,
+static void block_delta(struct qp_buf *t, unsigned index, const char *type, const char *name, const char *value,
                         size_t len)
 {
     cJSON *o = indexed("content_block_delta", index), *d = NULL;
@@ -661,7 +644,7 @@ static void block_delta(struct text *t, unsigned index, const char *type, const 
               add_text(d, name, value, len);
     if (!ok) {
         cJSON_Delete(o);
-        t->failed = true;
+        t->oom = true;
         return;
     }
     event(t, o);
@@ -670,7 +653,7 @@ static void block_delta(struct text *t, unsigned index, const char *type, const 
 enum { OPEN_NONE, OPEN_THINKING, OPEN_TEXT };
 
 /* text of the kind `open` goes to its block, started when another is open */
-static void stream_text(struct text *t, struct serve_message_events *ev, int open, const char *s, size_t len)
+static void stream_text(struct qp_buf *t, struct serve_message_events *ev, int open, const char *s, size_t len)
 {
     if (!len)
         return;
@@ -686,7 +669,7 @@ static void stream_text(struct text *t, struct serve_message_events *ev, int ope
 
 char *serve_message_start_events(const struct serve_reply_meta *r)
 {
-    struct text t = {0};
+    struct qp_buf t = {0};
     cJSON *o = cJSON_CreateObject(), *m = message(r, NULL, NULL, r->prompt_tokens, 0);
     if (!o || !m || !cJSON_AddStringToObject(o, "type", "message_start") || !cJSON_AddItemToObject(o, "message", m)) {
         if (!o || !field(o, "message"))
@@ -700,7 +683,7 @@ char *serve_message_start_events(const struct serve_reply_meta *r)
 
 char *serve_message_delta_events(struct serve_message_events *ev, const struct serve_reply_text *t)
 {
-    struct text out = {0};
+    struct qp_buf out = {0};
     stream_text(&out, ev, OPEN_THINKING, t->reasoning, t->reasoning_len);
     stream_text(&out, ev, OPEN_TEXT, t->content, t->content_len);
     for (size_t i = 0; i < t->n_calls; i++) {
@@ -711,7 +694,7 @@ char *serve_message_delta_events(struct serve_message_events *ev, const struct s
         if (json)
             block_delta(&out, ev->index, "input_json_delta", "partial_json", json, strlen(json));
         else
-            out.failed = true;
+            out.oom = true;
         free(json);
         cJSON_Delete(in);
         event(&out, indexed("content_block_stop", ev->index++));
@@ -722,7 +705,7 @@ char *serve_message_delta_events(struct serve_message_events *ev, const struct s
 char *serve_message_end_events(struct serve_message_events *ev, const char *finish, const char *stop_string,
                                const struct serve_usage *u)
 {
-    struct text t = {0};
+    struct qp_buf t = {0};
     block_stop(&t, ev);
     cJSON *o = cJSON_CreateObject(), *d, *usage;
     bool ok = o && cJSON_AddStringToObject(o, "type", "message_delta") && (d = cJSON_AddObjectToObject(o, "delta")) &&
@@ -731,7 +714,7 @@ char *serve_message_end_events(struct serve_message_events *ev, const char *fini
               cJSON_AddNumberToObject(usage, "output_tokens", u->completion_tokens);
     if (!ok) {
         cJSON_Delete(o);
-        t.failed = true;
+        t.oom = true;
     } else {
         event(&t, o);
     }
@@ -739,19 +722,19 @@ char *serve_message_end_events(struct serve_message_events *ev, const char *fini
     if (stop && cJSON_AddStringToObject(stop, "type", "message_stop"))
         event(&t, stop);
     else
-        cJSON_Delete(stop), t.failed = true;
+        cJSON_Delete(stop), t.oom = true;
     return text_take(&t);
 }
 
 char *serve_message_error_event(const struct serve_error *e)
 {
     char *json = serve_anthropic_error_json(e);
-    struct text t = {0};
+    struct qp_buf t = {0};
     if (!json)
         return NULL;
-    text_add(&t, "event: error\ndata: ");
-    text_add(&t, json);
-    text_add(&t, "\n\n");
+    qp_buf_adds(&t, "event: error\ndata: ");
+    qp_buf_adds(&t, json);
+    qp_buf_adds(&t, "\n\n");
     free(json);
     return text_take(&t);
 }
