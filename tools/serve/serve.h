@@ -183,6 +183,9 @@ char *serve_embeddings_json(const float *emb, uint32_t n, uint32_t dim, const st
                             const char *model, uint32_t prompt_tokens);
 /* 'model' checked as every endpoint checks it (404 only when strict). */
 int serve_read_model(const struct cJSON *v, const struct serve_model_ref *model, struct serve_error *err);
+/* The "text" strings of parts (an array whose every item has one: the
+ * caller checked) joined; malloc'd, NULL when out of memory. */
+char *serve_join_texts(const struct cJSON *parts);
 /* A field's value of the type asked, into *out: a finite number from lo
  * to hi; an integer (one a double holds exactly) from lo to hi; true or
  * false. -1 with a 400 naming the field `name`. */

@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #include <utf8proc.h>
 
+#include "buf.h"
 #include "cli_sampling.h"
 #include "json_strict.h"
 #include "serve.h"
@@ -120,7 +121,6 @@ static int read_content(const cJSON *v, size_t i, char **out, struct serve_error
         return (*out = strdup(v->valuestring)) ? 0 : BAD(e, "messages", "out of memory");
     if (!cJSON_IsArray(v))
         return BAD(e, "messages", "messages[%zu].content must be a string or an array of text parts", i);
-    size_t len = 0;
     for (const cJSON *p = v->child; p; p = p->next) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(p, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text");
@@ -128,18 +128,20 @@ static int read_content(const cJSON *v, size_t i, char **out, struct serve_error
             !cJSON_IsString(text) || cJSON_GetArraySize(p) != 2)
             return BAD(e, "messages", "messages[%zu].content: only parts {\"type\": \"text\", \"text\": ...} "
                        "are supported", i);
-        len += strlen(text->valuestring);
     }
-    if (!(*out = malloc(len + 1)))
-        return BAD(e, "messages", "out of memory");
-    len = 0;
-    for (const cJSON *p = v->child; p; p = p->next) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
-        memcpy(*out + len, t, strlen(t));
-        len += strlen(t);
+    return (*out = serve_join_texts(v)) ? 0 : BAD(e, "messages", "out of memory");
+}
+
+char *serve_join_texts(const cJSON *parts)
+{
+    struct qp_buf b = {0};
+    for (const cJSON *p = parts->child; p; p = p->next)
+        qp_buf_adds(&b, cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
+    if (b.oom) {
+        qp_buf_free(&b);
+        return NULL;
     }
-    (*out)[len] = 0;
-    return 0;
+    return b.s ? b.s : strdup("");
 }
 
 /* "developer" is what OpenAI now calls the system role; "tool" is a

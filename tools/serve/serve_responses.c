@@ -131,7 +131,6 @@ static int read_text(const cJSON *v, const char *where, bool output, char **out,
         return (*out = strdup(v->valuestring)) ? 0 : BAD(e, "input", "out of memory");
     if (!cJSON_IsArray(v))
         return BAD(e, "input", "%s must be a string or an array of text parts", where);
-    size_t len = 0;
     for (const cJSON *p = v->child; p; p = p->next) {
         const cJSON *type = field(p, "type"), *text = field(p, "text");
         bool text_type = cJSON_IsString(type) && (!strcmp(type->valuestring, "input_text") ||
@@ -139,18 +138,8 @@ static int read_text(const cJSON *v, const char *where, bool output, char **out,
         if (!cJSON_IsObject(p) || !text_type || !cJSON_IsString(text))
             return BAD(e, "input", "%s: only text parts ({\"type\": \"%s\", \"text\": ...}) are supported", where,
                        output ? "output_text" : "input_text");
-        len += strlen(text->valuestring);
     }
-    if (!(*out = malloc(len + 1)))
-        return BAD(e, "input", "out of memory");
-    len = 0;
-    for (const cJSON *p = v->child; p; p = p->next) {
-        const char *t = field(p, "text")->valuestring;
-        memcpy(*out + len, t, strlen(t));
-        len += strlen(t);
-    }
-    (*out)[len] = 0;
-    return 0;
+    return (*out = serve_join_texts(v)) ? 0 : BAD(e, "input", "out of memory");
 }
 
 static bool is_role(const char *r)
