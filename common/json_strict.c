@@ -135,3 +135,14 @@ int json_refuse_ambiguous(const cJSON *root, const char *text, size_t len, const
                        "(cJSON ends the string there)", name);
     return json_refuse_duplicate_keys(root, name, err);
 }
+
+cJSON *json_parse_object(const char *text, size_t len, const char *name, qp_err *err)
+{
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    int rc = !cJSON_IsObject(root) ? qp_fail(err, "%s: not a JSON object", name)
+                                   : json_refuse_ambiguous(root, text, len, name, err);
+    if (!rc)
+        return root;
+    cJSON_Delete(root);
+    return NULL;
+}

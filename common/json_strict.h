@@ -39,4 +39,8 @@ size_t json_find_unreadable(const char *text, size_t len, const char **why);
  * object. */
 int json_refuse_ambiguous(const cJSON *root, const char *text, size_t len, const char *name, qp_err *err);
 
+/* text parsed, as one JSON object that passes every check above; NULL
+ * with "NAME: not a JSON object" or the check's error. */
+cJSON *json_parse_object(const char *text, size_t len, const char *name, qp_err *err);
+
 #endif

@@ -72,11 +72,8 @@ int gen_config_parse(const char *text, size_t len, const char *name, uint32_t vo
                      qp_err *err)
 {
     *out = (struct qwen3_gen_config){.temperature = 1, .top_k = 50, .top_p = 1, .repetition_penalty = 1};
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    int rc = !cJSON_IsObject(root) ? qp_fail(err, "%s: not a JSON object", name)
-                                   : json_refuse_ambiguous(root, text, len, name, err);
-    if (!rc)
-        rc = read_fields(root, name, vocab, out, err);
+    cJSON *root = json_parse_object(text, len, name, err);
+    int rc = root ? read_fields(root, name, vocab, out, err) : -1;
     cJSON_Delete(root);
     return rc ? -1 : 0;
 }

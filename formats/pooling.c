@@ -43,11 +43,8 @@ static int read_modes(const cJSON *root, const char *name, uint32_t hidden, enum
 int pooling_parse(const char *text, size_t len, const char *name, uint32_t hidden, enum qp_pooling *out, qp_err *err)
 {
     *out = QP_POOLING_NONE;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    int rc = !cJSON_IsObject(root) ? qp_fail(err, "%s: not a JSON object", name)
-                                   : json_refuse_ambiguous(root, text, len, name, err);
-    if (!rc)
-        rc = read_modes(root, name, hidden, out, err);
+    cJSON *root = json_parse_object(text, len, name, err);
+    int rc = root ? read_modes(root, name, hidden, out, err) : -1;
     cJSON_Delete(root);
     if (rc)
         *out = QP_POOLING_NONE;

@@ -67,9 +67,8 @@ int pack_load_tokenizer_files(struct packer *p, qp_err *err)
         return -1;
     if (p->tokenizer_config) {
         snprintf(path, sizeof path, "%s/tokenizer_config.json", p->opt.src);
-        cJSON *j = cJSON_ParseWithLength(p->tokenizer_config, p->tokenizer_config_len);
-        int rc = !cJSON_IsObject(j) ? qp_fail(err, "%s: not a JSON object", path)
-                                    : json_refuse_ambiguous(j, p->tokenizer_config, p->tokenizer_config_len, path, err);
+        cJSON *j = json_parse_object(p->tokenizer_config, p->tokenizer_config_len, path, err);
+        int rc = j ? 0 : -1;
         const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template");
         if (!rc && cJSON_IsString(tpl) && !(p->chat_template = strdup(tpl->valuestring)))
             rc = qp_fail(err, "out of memory");
