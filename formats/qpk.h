@@ -346,6 +346,9 @@ bool qpk_role_is_norm(unsigned role);
 void qpk_config_encode(const struct qpk_config *cfg, uint8_t out[QPK_CONFIG_SIZE]);
 void qpk_config_decode(const uint8_t in[QPK_CONFIG_SIZE], struct qpk_config *cfg);
 void qpk_section_encode(const struct qpk_section *s, uint8_t out[QPK_SECTION_SIZE]);
+void qpk_section_decode(const uint8_t in[QPK_SECTION_SIZE], struct qpk_section *s);
 void qpk_tensor_encode(const struct qpk_tensor *t, uint8_t out[QPK_TENSOR_SIZE]);
+/* every field but the name, which the reader checks byte by byte */
+void qpk_tensor_decode_fields(const uint8_t in[QPK_TENSOR_SIZE], struct qpk_tensor *t);
 
 #endif

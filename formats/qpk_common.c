@@ -4,6 +4,9 @@
 
 #include "le.h"
 
+#include <stddef.h>
+#include <string.h>
+
 static const char *const role_names[QPK_ROLE_MAX + 1] = {
     [QPK_ROLE_EMBED] = "embed", [QPK_ROLE_LM_HEAD] = "lm_head",
     [QPK_ROLE_FINAL_NORM] = "final_norm", [QPK_ROLE_ATTN_NORM] = "attn_norm",
@@ -105,69 +108,124 @@ bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows,
     return true;
 }
 
+/* A record's fixed-width fields: where each lies in the record, how wide
+ * it is and the struct member that holds it, listed once for the encoder
+ * and the decoder. A member is copied bit for bit (a double's IEEE bits,
+ * an int32_t's two's complement), little-endian in the file. */
+struct field {
+    uint16_t at;
+    uint8_t width;
+    uint16_t member;
+};
+
+#define FIELD(at, type, m) {(at), sizeof(((type *)0)->m), offsetof(type, m)}
+
+static const struct field config_fields[] = {
+    FIELD(QPK_CFG_HIDDEN, struct qpk_config, hidden),
+    FIELD(QPK_CFG_INTERMEDIATE, struct qpk_config, intermediate),
+    FIELD(QPK_CFG_N_LAYERS, struct qpk_config, n_layers),
+    FIELD(QPK_CFG_N_HEADS, struct qpk_config, n_heads),
+    FIELD(QPK_CFG_N_KV_HEADS, struct qpk_config, n_kv_heads),
+    FIELD(QPK_CFG_HEAD_DIM, struct qpk_config, head_dim),
+    FIELD(QPK_CFG_VOCAB, struct qpk_config, vocab),
+    FIELD(QPK_CFG_MAX_POSITIONS, struct qpk_config, max_positions),
+    FIELD(QPK_CFG_ROPE_THETA, struct qpk_config, rope_theta),
+    FIELD(QPK_CFG_RMS_EPS, struct qpk_config, rms_eps),
+    FIELD(QPK_CFG_FLAGS, struct qpk_config, flags),
+    FIELD(QPK_CFG_BOS_ID, struct qpk_config, bos_id),
+    FIELD(QPK_CFG_EOS_ID, struct qpk_config, eos_id),
+    FIELD(QPK_CFG_WEIGHT_FORMAT, struct qpk_config, weight_format),
+};
+
+static const struct field section_fields[] = {
+    FIELD(QPK_SE_KIND, struct qpk_section, kind),
+    FIELD(QPK_SE_CODEC, struct qpk_section, codec),
+    FIELD(QPK_SE_OFFSET, struct qpk_section, offset),
+    FIELD(QPK_SE_STORED_SIZE, struct qpk_section, stored_size),
+    FIELD(QPK_SE_RAW_SIZE, struct qpk_section, raw_size),
+    FIELD(QPK_SE_XXH3, struct qpk_section, xxh3),
+};
+
+static const struct field tensor_fields[] = {
+    FIELD(QPK_TE_ROLE, struct qpk_tensor, role),
+    FIELD(QPK_TE_LAYER, struct qpk_tensor, layer),
+    FIELD(QPK_TE_ENCODING, struct qpk_tensor, encoding),
+    FIELD(QPK_TE_FLAGS, struct qpk_tensor, flags),
+    FIELD(QPK_TE_ROWS, struct qpk_tensor, rows),
+    FIELD(QPK_TE_COLS, struct qpk_tensor, cols),
+    FIELD(QPK_TE_SCALE_EXP, struct qpk_tensor, scale_exp),
+    FIELD(QPK_TE_GROUP_SIZE, struct qpk_tensor, group_size),
+    FIELD(QPK_TE_ROW_STRIDE, struct qpk_tensor, row_stride),
+    FIELD(QPK_TE_OFFSET, struct qpk_tensor, offset),
+    FIELD(QPK_TE_NBYTES, struct qpk_tensor, nbytes),
+    FIELD(QPK_TE_XXH3, struct qpk_tensor, xxh3),
+    FIELD(QPK_TE_ROWS_PER_BLOCK, struct qpk_tensor, rows_per_block),
+};
+
+#define N_FIELDS(a) (sizeof(a) / sizeof(a)[0])
+
+static void fields_encode(const struct field *f, size_t n, const void *from, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *m = (const uint8_t *)from + f[i].member;
+        uint8_t *p = out + f[i].at;
+        uint16_t v16;
+        uint32_t v32;
+        uint64_t v64;
+        switch (f[i].width) {
+        case 2: memcpy(&v16, m, 2); put16(p, v16); break;
+        case 4: memcpy(&v32, m, 4); put32(p, v32); break;
+        default: memcpy(&v64, m, 8); put64(p, v64); break;
+        }
+    }
+}
+
+static void fields_decode(const struct field *f, size_t n, const uint8_t *in, void *to)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *m = (uint8_t *)to + f[i].member;
+        const uint8_t *p = in + f[i].at;
+        uint16_t v16;
+        uint32_t v32;
+        uint64_t v64;
+        switch (f[i].width) {
+        case 2: v16 = le16(p); memcpy(m, &v16, 2); break;
+        case 4: v32 = le32(p); memcpy(m, &v32, 4); break;
+        default: v64 = le64(p); memcpy(m, &v64, 8); break;
+        }
+    }
+}
+
 void qpk_config_encode(const struct qpk_config *cfg, uint8_t out[QPK_CONFIG_SIZE])
 {
     memset(out, 0, QPK_CONFIG_SIZE);
-    put32(out + QPK_CFG_HIDDEN, cfg->hidden);
-    put32(out + QPK_CFG_INTERMEDIATE, cfg->intermediate);
-    put32(out + QPK_CFG_N_LAYERS, cfg->n_layers);
-    put32(out + QPK_CFG_N_HEADS, cfg->n_heads);
-    put32(out + QPK_CFG_N_KV_HEADS, cfg->n_kv_heads);
-    put32(out + QPK_CFG_HEAD_DIM, cfg->head_dim);
-    put32(out + QPK_CFG_VOCAB, cfg->vocab);
-    put32(out + QPK_CFG_MAX_POSITIONS, cfg->max_positions);
-    putf64(out + QPK_CFG_ROPE_THETA, cfg->rope_theta);
-    putf64(out + QPK_CFG_RMS_EPS, cfg->rms_eps);
-    put32(out + QPK_CFG_FLAGS, cfg->flags);
-    put32(out + QPK_CFG_BOS_ID, (uint32_t)cfg->bos_id);
-    put32(out + QPK_CFG_EOS_ID, (uint32_t)cfg->eos_id);
-    put32(out + QPK_CFG_WEIGHT_FORMAT, cfg->weight_format);
+    fields_encode(config_fields, N_FIELDS(config_fields), cfg, out);
 }
 
 void qpk_config_decode(const uint8_t in[QPK_CONFIG_SIZE], struct qpk_config *cfg)
 {
-    cfg->hidden = le32(in + QPK_CFG_HIDDEN);
-    cfg->intermediate = le32(in + QPK_CFG_INTERMEDIATE);
-    cfg->n_layers = le32(in + QPK_CFG_N_LAYERS);
-    cfg->n_heads = le32(in + QPK_CFG_N_HEADS);
-    cfg->n_kv_heads = le32(in + QPK_CFG_N_KV_HEADS);
-    cfg->head_dim = le32(in + QPK_CFG_HEAD_DIM);
-    cfg->vocab = le32(in + QPK_CFG_VOCAB);
-    cfg->max_positions = le32(in + QPK_CFG_MAX_POSITIONS);
-    cfg->rope_theta = lef64(in + QPK_CFG_ROPE_THETA);
-    cfg->rms_eps = lef64(in + QPK_CFG_RMS_EPS);
-    cfg->flags = le32(in + QPK_CFG_FLAGS);
-    cfg->bos_id = (int32_t)le32(in + QPK_CFG_BOS_ID);
-    cfg->eos_id = (int32_t)le32(in + QPK_CFG_EOS_ID);
-    cfg->weight_format = le32(in + QPK_CFG_WEIGHT_FORMAT);
+    fields_decode(config_fields, N_FIELDS(config_fields), in, cfg);
 }
 
 void qpk_section_encode(const struct qpk_section *s, uint8_t out[QPK_SECTION_SIZE])
 {
     memset(out, 0, QPK_SECTION_SIZE);
-    put32(out + QPK_SE_KIND, s->kind);
-    put32(out + QPK_SE_CODEC, s->codec);
-    put64(out + QPK_SE_OFFSET, s->offset);
-    put64(out + QPK_SE_STORED_SIZE, s->stored_size);
-    put64(out + QPK_SE_RAW_SIZE, s->raw_size);
-    put64(out + QPK_SE_XXH3, s->xxh3);
+    fields_encode(section_fields, N_FIELDS(section_fields), s, out);
+}
+
+void qpk_section_decode(const uint8_t in[QPK_SECTION_SIZE], struct qpk_section *s)
+{
+    fields_decode(section_fields, N_FIELDS(section_fields), in, s);
 }
 
 void qpk_tensor_encode(const struct qpk_tensor *t, uint8_t out[QPK_TENSOR_SIZE])
 {
     memset(out, 0, QPK_TENSOR_SIZE);
     memcpy(out + QPK_TE_NAME, t->name, strnlen(t->name, QPK_NAME_MAX - 1));
-    put16(out + QPK_TE_ROLE, t->role);
-    put16(out + QPK_TE_LAYER, t->layer);
-    put16(out + QPK_TE_ENCODING, t->encoding);
-    put16(out + QPK_TE_FLAGS, t->flags);
-    put32(out + QPK_TE_ROWS, t->rows);
-    put32(out + QPK_TE_COLS, t->cols);
-    put32(out + QPK_TE_SCALE_EXP, (uint32_t)t->scale_exp);
-    put32(out + QPK_TE_GROUP_SIZE, t->group_size);
-    put64(out + QPK_TE_ROW_STRIDE, t->row_stride);
-    put64(out + QPK_TE_OFFSET, t->offset);
-    put64(out + QPK_TE_NBYTES, t->nbytes);
-    put64(out + QPK_TE_XXH3, t->xxh3);
-    put32(out + QPK_TE_ROWS_PER_BLOCK, t->rows_per_block);
+    fields_encode(tensor_fields, N_FIELDS(tensor_fields), t, out);
+}
+
+void qpk_tensor_decode_fields(const uint8_t in[QPK_TENSOR_SIZE], struct qpk_tensor *t)
+{
+    fields_decode(tensor_fields, N_FIELDS(tensor_fields), in, t);
 }

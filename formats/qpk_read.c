@@ -108,12 +108,7 @@ static int parse_sections(struct qpk_file *f, const char *name, qp_err *err)
     unsigned seen = 0;
     for (uint32_t i = 0; i < f->n_sections; i++, p += QPK_SECTION_SIZE) {
         struct qpk_section *s = &f->sections[i];
-        s->kind = le32(p + QPK_SE_KIND);
-        s->codec = le32(p + QPK_SE_CODEC);
-        s->offset = le64(p + QPK_SE_OFFSET);
-        s->stored_size = le64(p + QPK_SE_STORED_SIZE);
-        s->raw_size = le64(p + QPK_SE_RAW_SIZE);
-        s->xxh3 = le64(p + QPK_SE_XXH3);
+        qpk_section_decode(p, s);
         if (s->kind < 1 || s->kind > QPK_SEC_KIND_MAX)
             return qp_fail(err, "%s: section %u has unknown kind %u", name, i, s->kind);
         if (seen & (1u << s->kind))
@@ -269,19 +264,7 @@ static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err
     for (size_t b = 0; b < name_len; b++)
         if (tname[b] < 0x20 || tname[b] > 0x7e)
             return qp_fail(err, "%s: tensor entry %u: name has a non-printable byte", name, i);
-    t->role = le16(p + QPK_TE_ROLE);
-    t->layer = le16(p + QPK_TE_LAYER);
-    t->encoding = le16(p + QPK_TE_ENCODING);
-    t->flags = le16(p + QPK_TE_FLAGS);
-    t->rows = le32(p + QPK_TE_ROWS);
-    t->cols = le32(p + QPK_TE_COLS);
-    t->scale_exp = (int32_t)le32(p + QPK_TE_SCALE_EXP);
-    t->group_size = le32(p + QPK_TE_GROUP_SIZE);
-    t->row_stride = le64(p + QPK_TE_ROW_STRIDE);
-    t->offset = le64(p + QPK_TE_OFFSET);
-    t->nbytes = le64(p + QPK_TE_NBYTES);
-    t->xxh3 = le64(p + QPK_TE_XXH3);
-    t->rows_per_block = le32(p + QPK_TE_ROWS_PER_BLOCK);
+    qpk_tensor_decode_fields(p, t);
     if (le32(p + QPK_TE_RESERVED) || t->flags)
         return qp_fail(err, "%s: tensor %s: reserved fields are not zero", name, t->name);
 
