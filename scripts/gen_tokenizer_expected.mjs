@@ -16,27 +16,20 @@
 // usage: (cd scripts/tokenizer-oracle && npm ci)
 //        node scripts/gen_tokenizer_expected.mjs [--tokenizer FILE] [--out DIR]
 //                                                [--oracle-dir DIR]
-import { createRequire } from 'node:module';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { loadOracle, opt } from './tokenizer_oracle.mjs';
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..');
-const args = process.argv.slice(2);
-function opt(name, dflt) {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : dflt;
-}
 const tokenizerPath = opt('--tokenizer', path.join(root, 'assets/qwen3-tokenizer/tokenizer.json'));
 const outDir = opt('--out', path.join(root, 'tests/data/tokenizer'));
 const oracleDir = opt('--oracle-dir', path.join(here, 'tokenizer-oracle'));
 
-const require = createRequire(path.join(path.resolve(oracleDir), 'package.json'));
-const { Tokenizer } = require('tokenizers');
-const oracleVersion = JSON.parse(
-  fs.readFileSync(require.resolve('tokenizers/package.json'), 'utf8')).version;
+const { Tokenizer, version: oracleVersion } = loadOracle(oracleDir);
 
 // ---- deterministic randomness (mulberry32) --------------------------------
 function rng(seed) {

@@ -23,24 +23,20 @@
 //
 // usage: node scripts/gen_unicode_tables.mjs [--ucd DIR] [--oracle-dir DIR]
 //                                            [--tokenizer FILE] [--out FILE]
-import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { loadOracle, opt } from './tokenizer_oracle.mjs';
+
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..');
-const args = process.argv.slice(2);
-const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const ucd = opt('--ucd', '/usr/share/unicode');
 const oracleDir = opt('--oracle-dir', path.join(here, 'tokenizer-oracle'));
 const tokenizerPath = opt('--tokenizer', path.join(root, 'assets/qwen3-tokenizer/tokenizer.json'));
 const outPath = opt('--out', path.join(root, 'tokenizer/tok_unicode_tables.h'));
 
-const require = createRequire(path.join(path.resolve(oracleDir), 'package.json'));
-const { Tokenizer } = require('tokenizers');
-const oracleVersion = JSON.parse(
-  fs.readFileSync(require.resolve('tokenizers/package.json'), 'utf8')).version;
+const { Tokenizer, version: oracleVersion } = loadOracle(oracleDir);
 
 // ---- Unicode 15.0 data ---------------------------------------------------
 const age = new Map(); // code point -> "major.minor"
