@@ -64,20 +64,13 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "--version"))
         return qp_print_version("qpack");
-    if (!strcmp(cmd, "pack"))
-        return qp_stdout_finish("qpack", cmd_pack(argc - 1, argv + 1));
-    if (!strcmp(cmd, "info"))
-        return qp_stdout_finish("qpack", cmd_info(argc - 1, argv + 1));
-    if (!strcmp(cmd, "verify"))
-        return qp_stdout_finish("qpack", cmd_verify(argc - 1, argv + 1));
-    if (!strcmp(cmd, "load"))
-        return qp_stdout_finish("qpack", cmd_load(argc - 1, argv + 1));
-    if (!strcmp(cmd, "unload"))
-        return qp_stdout_finish("qpack", cmd_unload(argc - 1, argv + 1));
-    if (!strcmp(cmd, "ps"))
-        return qp_stdout_finish("qpack", cmd_ps(argc - 1, argv + 1));
-    static const char *const commands[] = {"pack", "info", "verify", "load", "unload", "ps"};
-    const char *guess = qp_cli_closest(cmd, commands, sizeof commands / sizeof *commands);
+    static const char *const names[] = {"pack", "info", "verify", "load", "unload", "ps"};
+    static int (*const run[])(int, char **) = {cmd_pack, cmd_info, cmd_verify, cmd_load, cmd_unload, cmd_ps};
+    _Static_assert(sizeof names / sizeof *names == sizeof run / sizeof *run, "a function per command");
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(cmd, names[i]))
+            return qp_stdout_finish("qpack", run[i](argc - 1, argv + 1));
+    const char *guess = qp_cli_closest(cmd, names, sizeof names / sizeof *names);
     if (guess)
         fprintf(stderr, "qpack: unknown command '%s': did you mean %s? (see qpack --help)\n", cmd, guess);
     else
