@@ -1,11 +1,14 @@
 /* buf.c - the growing buffer of buf.h. */
 #include "buf.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int qp_buf_add(struct qp_buf *b, const void *p, size_t n)
+/* room for n more bytes and the NUL; -1 with oom set when there is none */
+static int reserve(struct qp_buf *b, size_t n)
 {
     if (b->oom)
         return -1;
@@ -26,6 +29,13 @@ int qp_buf_add(struct qp_buf *b, const void *p, size_t n)
         b->s = s;
         b->cap = cap;
     }
+    return 0;
+}
+
+int qp_buf_add(struct qp_buf *b, const void *p, size_t n)
+{
+    if (reserve(b, n))
+        return -1;
     if (n)
         memcpy(b->s + b->len, p, n);
     b->len += n;
@@ -36,6 +46,27 @@ int qp_buf_add(struct qp_buf *b, const void *p, size_t n)
 int qp_buf_adds(struct qp_buf *b, const char *s)
 {
     return qp_buf_add(b, s, strlen(s));
+}
+
+int qp_buf_printf(struct qp_buf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = true;
+        return -1;
+    }
+    if (reserve(b, (size_t)n))
+        return -1;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
 }
 
 void qp_buf_free(struct qp_buf *b)

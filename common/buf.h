@@ -20,6 +20,9 @@ int qp_buf_add(struct qp_buf *b, const void *p, size_t n);
 /* Appends the C string s. */
 int qp_buf_adds(struct qp_buf *b, const char *s);
 
+/* Appends printf's text of fmt (an encoding error sets oom too). */
+int qp_buf_printf(struct qp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Frees the bytes; the buffer is empty again, oom cleared. */
 void qp_buf_free(struct qp_buf *b);
 

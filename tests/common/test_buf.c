@@ -58,6 +58,27 @@ START_TEST(a_failed_append_sticks_and_changes_nothing)
 }
 END_TEST
 
+START_TEST(printf_appends_its_text_past_a_growth)
+{
+    struct qp_buf b = {0};
+    ck_assert_int_eq(qp_buf_adds(&b, "n="), 0);
+    ck_assert_int_eq(qp_buf_printf(&b, "%d, %s", 42, "x"), 0);
+    ck_assert_str_eq(b.s, "n=42, x");
+    char wide[301];
+    memset(wide, 'w', 300);
+    wide[300] = 0;
+    ck_assert_int_eq(qp_buf_printf(&b, "[%s]", wide), 0);       /* more than the first capacity */
+    ck_assert_uint_eq(b.len, 7 + 302);
+    ck_assert_int_eq(b.s[7], '[');
+    ck_assert_int_eq(b.s[7 + 301], ']');
+    ck_assert_int_eq(b.s[b.len], 0);
+    b.oom = true;                                               /* sticky for printf too */
+    ck_assert_int_eq(qp_buf_printf(&b, "%d", 1), -1);
+    ck_assert_uint_eq(b.len, 7 + 302);
+    qp_buf_free(&b);
+}
+END_TEST
+
 static Suite *buf_suite(void)
 {
     Suite *s = suite_create("buf");
@@ -65,6 +86,7 @@ static Suite *buf_suite(void)
     tcase_add_test(tc, appends_join_in_order_past_many_growths);
     tcase_add_test(tc, an_empty_append_gives_an_empty_string);
     tcase_add_test(tc, a_failed_append_sticks_and_changes_nothing);
+    tcase_add_test(tc, printf_appends_its_text_past_a_growth);
     suite_add_tcase(s, tc);
     return s;
 }
