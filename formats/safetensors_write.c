@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,28 +35,14 @@ struct stw_writer {
 
 /* ------------------------------------------- the header's growing string */
 
-__attribute__((format(printf, 2, 3)))
-static void text_printf(struct qp_buf *t, const char *fmt, ...)
-{
-    char small[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof(small), fmt, ap);
-    va_end(ap);
-    if (n > 0 && (size_t)n < sizeof(small))
-        qp_buf_add(t, small, (size_t)n);
-    else
-        t->oom = true;                                /* only short fragments are printed */
-}
-
 static void text_json_string(struct qp_buf *t, const char *s)
 {
     qp_buf_add(t, "\"", 1);
     for (; *s; s++) {
         if (*s == '"' || *s == '\\')
-            text_printf(t, "\\%c", *s);
+            qp_buf_printf(t, "\\%c", *s);
         else if ((unsigned char)*s < 0x20)
-            text_printf(t, "\\u%04x", (unsigned char)*s);
+            qp_buf_printf(t, "\\u%04x", (unsigned char)*s);
         else
             qp_buf_add(t, s, 1);
     }
@@ -139,11 +124,11 @@ static int build_header(const struct stw_tensor *t, uint32_t n, struct qp_buf *h
         tensor_bytes(&t[i], &bytes);
         qp_buf_add(h, ",", 1);
         text_json_string(h, t[i].name);
-        text_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t[i].dtype));
+        qp_buf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(t[i].dtype));
         for (uint32_t d = 0; d < t[i].ndim; d++)
-            text_printf(h, d ? ",%llu" : "%llu", (unsigned long long)t[i].shape[d]);
-        text_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-                    (unsigned long long)(at + bytes));
+            qp_buf_printf(h, d ? ",%llu" : "%llu", (unsigned long long)t[i].shape[d]);
+        qp_buf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+                      (unsigned long long)(at + bytes));
         at += bytes;
     }
     qp_buf_add(h, "}", 1);

@@ -1,10 +1,10 @@
 /* serve_metrics.c - the server's counters and GET /metrics, Prometheus's
  * text exposition format (version 0.0.4). Counters are atomics that any
  * thread bumps; the text is a snapshot. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "buf.h"
 #include "serve.h"
 
 struct serve_metrics serve_metrics;
@@ -26,40 +26,9 @@ void serve_metrics_count(enum serve_endpoint ep, int http_status)
     atomic_fetch_add(&serve_metrics.requests[ep][slot], 1);
 }
 
-struct text {
-    char *s;
-    size_t len, cap;
-    bool failed;
-};
-
-static void put(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(struct text *t, const char *fmt, ...)
+static void metric(struct qp_buf *t, const char *name, const char *type, const char *help, double value)
 {
-    for (int tries = 0; tries < 2 && !t->failed; tries++) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->failed = true;
-        } else if ((size_t)n < t->cap - t->len) {
-            t->len += (size_t)n;
-            return;
-        } else {
-            size_t cap = (t->cap + (size_t)n) * 2;
-            char *s = realloc(t->s, cap);
-            if (!s)
-                t->failed = true;
-            else
-                t->s = s, t->cap = cap;
-        }
-    }
-}
-
-static void metric(struct text *t, const char *name, const char *type, const char *help, double value)
-{
-    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %.15g\n", name, help, name, type, name, value);
+    qp_buf_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %.15g\n", name, help, name, type, name, value);
 }
 
 static double seconds(atomic_ullong *us)
@@ -67,20 +36,21 @@ static double seconds(atomic_ullong *us)
     return (double)atomic_load(us) / 1e6;
 }
 
-static void requests(struct text *t)
+static void requests(struct qp_buf *t)
 {
-    put(t, "# HELP qpack_requests_total HTTP requests answered, by endpoint and status code.\n"
-           "# TYPE qpack_requests_total counter\n");
+    qp_buf_adds(t, "# HELP qpack_requests_total HTTP requests answered, by endpoint and status code.\n"
+                   "# TYPE qpack_requests_total counter\n");
     for (int ep = 0; ep < SERVE_EP_COUNT; ep++)
         for (int slot = 0; slot < SERVE_STATUS_SLOTS; slot++) {
             unsigned long long n = atomic_load(&serve_metrics.requests[ep][slot]);
             if (!n)
                 continue;
             if (status_of_slot[slot])
-                put(t, "qpack_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", endpoint_names[ep],
-                    status_of_slot[slot], n);
+                qp_buf_printf(t, "qpack_requests_total{endpoint=\"%s\",code=\"%d\"} %llu\n", endpoint_names[ep],
+                              status_of_slot[slot], n);
             else
-                put(t, "qpack_requests_total{endpoint=\"%s\",code=\"other\"} %llu\n", endpoint_names[ep], n);
+                qp_buf_printf(t, "qpack_requests_total{endpoint=\"%s\",code=\"other\"} %llu\n",
+                              endpoint_names[ep], n);
         }
 }
 
@@ -88,9 +58,7 @@ char *serve_metrics_text(const qpack_model *model)
 {
     const qpack_model_info *i = qpack_model_get_info(model);
     struct serve_metrics *m = &serve_metrics;
-    struct text t = {.s = malloc(4096), .cap = 4096};
-    if (!t.s)
-        return NULL;
+    struct qp_buf t = {0};
     requests(&t);
     metric(&t, "qpack_prompt_tokens_total", "counter", "Prompt tokens of finished prompt feeds.",
            (double)atomic_load(&m->prompt_tokens));
@@ -152,12 +120,14 @@ char *serve_metrics_text(const qpack_model *model)
     metric(&t, "qpack_kv_cache_bytes", "gauge", "Bytes of the KV caches (context x bytes per position x caches).",
            (double)i->ctx * (double)i->kv_bytes_per_position * qpack_model_kv_caches(model));
     metric(&t, "qpack_context_positions", "gauge", "Positions per session.", i->ctx);
-    put(&t, "# HELP qpack_kv_cache_bytes_per_position Bytes of K and V of one position, all layers, one session; "
-            "type: the cache's entries (--kv-cache).\n# TYPE qpack_kv_cache_bytes_per_position gauge\n"
-            "qpack_kv_cache_bytes_per_position{type=\"%s\"} %llu\n",
-        i->kv_cache, (unsigned long long)i->kv_bytes_per_position);
-    if (t.failed) {
-        free(t.s);
+    qp_buf_printf(&t,
+                  "# HELP qpack_kv_cache_bytes_per_position Bytes of K and V of one position, all layers, one "
+                  "session; type: the cache's entries (--kv-cache).\n"
+                  "# TYPE qpack_kv_cache_bytes_per_position gauge\n"
+                  "qpack_kv_cache_bytes_per_position{type=\"%s\"} %llu\n",
+                  i->kv_cache, (unsigned long long)i->kv_bytes_per_position);
+    if (t.oom) {
+        qp_buf_free(&t);
         return NULL;
     }
     return t.s;
