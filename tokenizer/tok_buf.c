@@ -1,4 +1,5 @@
 #include "tok_buf.h"
+#include "buf.h"
 #include "tok_internal.h"
 
 #include <stdlib.h>
@@ -37,16 +38,16 @@ int qp_tok_ids_push(qp_tok_ids *ids, int32_t id)
     return 0;
 }
 
+/* common/buf's append, without its sticky flag: a failure here leaves the
+ * text as it was and the next append may succeed, as tok_buf.h says */
 int qp_tok_text_append(qp_tok_text *t, const void *bytes, size_t n)
 {
-    if (n > SIZE_MAX - t->len - 1)
+    struct qp_buf b = {.s = t->s, .len = t->len, .cap = t->cap};
+    if (qp_buf_add(&b, bytes, n))
         return -1;
-    if (tok_grow((void **)&t->s, &t->cap, t->len + n + 1, 1))
-        return -1;
-    if (n)
-        memcpy(t->s + t->len, bytes, n);
-    t->len += n;
-    t->s[t->len] = '\0';
+    t->s = b.s;
+    t->len = b.len;
+    t->cap = b.cap;
     return 0;
 }
 
