@@ -15,6 +15,7 @@
 #include "stdout_policy.h"
 #include "internal.h"
 #include "pooling.h"
+#include "task.h"
 
 const char *qpack_version(void)
 {
@@ -123,6 +124,27 @@ static int read_kept(qpack_model *m, const char *file, unsigned kind, char **tex
     if (access(name, F_OK))
         return 0;
     return fs_read_input(name, 1u << 20, text, len, err);
+}
+
+/* The task section: a reranker (checked as the packer checks it) */
+static int load_task(qpack_model *m, qp_err *err)
+{
+    if (m->params.backend == QPACK_BACKEND_REF) {  /* a folder has no section: its name says */
+        m->info.task = task_of_path(m->path) == QP_TASK_RERANK ? QPACK_TASK_RERANK : QPACK_TASK_NONE;
+        return 0;
+    }
+    char *text, name[4200];
+    size_t len;
+    snprintf(name, sizeof name, "%s: section task", m->path);
+    if (qpk_read_section(&m->engine.file, QPK_SEC_TASK, &text, &len, err))
+        return -1;
+    if (!text)
+        return 0;
+    enum qp_task task;
+    int rc = task_parse(text, len, name, &task, err);
+    free(text);
+    m->info.task = !rc && task == QP_TASK_RERANK ? QPACK_TASK_RERANK : QPACK_TASK_NONE;
+    return rc;
 }
 
 /* 1_Pooling/config.json: an embedding model (checked as the packer checks it) */
@@ -296,7 +318,7 @@ int qpack_model_open(qpack_model **out, const char *path, const qpack_model_para
     m->info.max_sessions = m->engine.pin ? m->engine.pin->man.slots : p.max_sessions;
     m->params.max_sessions = m->info.max_sessions;
     m->info.path = m->path;
-    if (load_generation_config(m, &e) || load_pooling(m, &e)) {
+    if (load_generation_config(m, &e) || load_pooling(m, &e) || load_task(m, &e)) {
         qpack_model_free(m);
         return qp_lib_error(err, &e, QPACK_ERR_FORMAT);
     }

@@ -21,8 +21,8 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    3                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
-                                                  1.3: pooling */
+#define QPK_VERSION_MINOR    4                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
+                                                  1.3: pooling; 1.4: task */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
@@ -125,7 +125,8 @@ enum qpk_section_kind {
     QPK_SEC_PROVENANCE = 5,        /* JSON: sources, packer, settings, per-tensor error; zstd */
     QPK_SEC_GENERATION_CONFIG = 6, /* generation_config.json, zstd */
     QPK_SEC_POOLING = 7,           /* 1_Pooling/config.json (an embedding checkpoint), zstd */
-    QPK_SEC_KIND_MAX = 7,
+    QPK_SEC_TASK = 8,              /* {"task": "rerank"} (task.h), zstd */
+    QPK_SEC_KIND_MAX = 8,
 };
 
 enum qpk_codec { QPK_CODEC_RAW = 0, QPK_CODEC_ZSTD = 1 };

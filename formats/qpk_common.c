@@ -66,6 +66,7 @@ const char *qpk_section_name(unsigned kind)
     case QPK_SEC_PROVENANCE: return "provenance";
     case QPK_SEC_GENERATION_CONFIG: return "generation_config";
     case QPK_SEC_POOLING: return "pooling";
+    case QPK_SEC_TASK: return "task";
     default: return "unknown";
     }
 }

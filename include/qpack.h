@@ -196,6 +196,14 @@ typedef enum qpack_pooling {
     QPACK_POOLING_MEAN = 2,     /* the mean over the tokens */
 } qpack_pooling;
 
+/* What a checkpoint is for beyond generating, when its weights alone do
+ * not say (the container's task section, which qpack pack writes). */
+typedef enum qpack_task {
+    QPACK_TASK_NONE = 0,        /* a generator (an embedder too, by its pooling) */
+    QPACK_TASK_RERANK = 1,      /* a reranker (Qwen3-Reranker): P("yes") over {"yes", "no"}
+                                   after its prompt scores a (query, document) pair */
+} qpack_task;
+
 typedef struct qpack_model_info {
     uint32_t vocab;             /* rows of the vocabulary projection: ids 0 .. vocab - 1 */
     uint32_t hidden, intermediate, n_layers, n_heads, n_kv_heads, head_dim;
@@ -210,6 +218,7 @@ typedef struct qpack_model_info {
     const char *path;
     bool has_tokenizer;         /* the container carries tokenizer.json */
     qpack_pooling pooling;      /* an embedding model's pooling; NONE for a generator */
+    qpack_task task;            /* ref: RERANK when the folder's path names Qwen3-Reranker */
     uint64_t file_bytes;        /* the container's size; ref: the safetensors files' and index's */
     double bits_per_weight;     /* bytes of the weight tensors * 8 / their parameters */
     uint32_t block_positions;   /* positions a step computes at once (bpf, emu; 1 for ref) */

@@ -13,6 +13,7 @@
 #include "gen_config.h"
 #include "pack.h"
 #include "pooling.h"
+#include "task.h"
 #include "qpk.h"
 #include "show.h"
 #include "stdout_policy.h"
@@ -86,11 +87,13 @@ static cJSON *config_json(const struct qpk_config *c)
 }
 
 /* What the container carries beside the weights for running them: the
- * sampling its authors recommend and an embedding model's pooling. */
+ * sampling its authors recommend, an embedding model's pooling and a
+ * reranker's task. */
 struct carried {
     bool has_gen;
     struct qwen3_gen_config gen;
     enum qp_pooling pooling;
+    enum qp_task task;
 };
 
 static cJSON *gen_config_json(const struct qwen3_gen_config *g)
@@ -125,6 +128,7 @@ static int print_json(const struct qpk_file *f, const struct carried *c, cJSON *
     else
         cJSON_AddNullToObject(root, "generation_config");
     cJSON_AddStringToObject(root, "pooling", pooling_name(c->pooling));
+    cJSON_AddStringToObject(root, "task", task_name(c->task));
     cJSON *secs = cJSON_AddArrayToObject(root, "sections");
     for (uint32_t i = 0; i < f->n_sections; i++) {
         const struct qpk_section *s = &f->sections[i];
@@ -251,6 +255,8 @@ static void print_text(const struct qpk_file *f, const struct carried *carried, 
     printf("pooling     %s\n", carried->pooling == QP_POOLING_LAST   ? "last token (an embedding model)"
                                : carried->pooling == QP_POOLING_MEAN ? "mean of the tokens (an embedding model)"
                                                                      : "none (a generator)");
+    if (carried->task == QP_TASK_RERANK)
+        printf("task        rerank (a reranker: P(\"yes\") after Qwen3-Reranker's prompt)\n");
     if (prov) {
         printf("packed by   ");
         show_text(stdout, string_of(prov, "packer"), 0);
@@ -294,7 +300,7 @@ static void print_text(const struct qpk_file *f, const struct carried *carried, 
     }
 }
 
-/* The generation_config and pooling sections read as the runtime reads
+/* The generation_config, pooling and task sections read as the runtime reads
  * them; a section that does not parse is reported (qpack verify says the
  * same) and shown as absent. */
 static void read_carried(const struct qpk_file *f, struct carried *c)
@@ -315,6 +321,12 @@ static void read_carried(const struct qpk_file *f, struct carried *c)
         report(err.msg);
     else if (text && pooling_parse(text, len, "pooling", f->cfg.hidden, &c->pooling, &err))
         report(err.msg), c->pooling = QP_POOLING_NONE;
+    free(text);
+    text = NULL;
+    if (qpk_read_section(f, QPK_SEC_TASK, &text, &len, &err))
+        report(err.msg);
+    else if (text && task_parse(text, len, "task", &c->task, &err))
+        report(err.msg);
     free(text);
 }
 

@@ -33,7 +33,7 @@ static void fill_config(struct packer *p)
 
 static int write_container(struct packer *p, qp_err *err)
 {
-    struct qpk_blob blobs[5];
+    struct qpk_blob blobs[6];
     unsigned nb = 0;
     if (p->tokenizer)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_TOKENIZER, p->tokenizer, p->tokenizer_len};
@@ -45,6 +45,9 @@ static int write_container(struct packer *p, qp_err *err)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_GENERATION_CONFIG, p->generation_config, p->generation_config_len};
     if (p->pooling)
         blobs[nb++] = (struct qpk_blob){QPK_SEC_POOLING, p->pooling, p->pooling_len};
+    const char *task = task_json(p->opt.task);
+    if (task)
+        blobs[nb++] = (struct qpk_blob){QPK_SEC_TASK, task, strlen(task)};
     struct qpk_tensor *list = calloc(p->n_plan, sizeof *list);
     if (!list)
         return qp_fail(err, "out of memory");

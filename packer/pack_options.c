@@ -15,7 +15,8 @@ static void usage_pack(FILE *out)
 {
     fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8|int4|int4-pure] [--group N]\n"
                  "                  [--quant search|rtn|minmax] [--keep PATTERN=FMT]...\n"
-                 "                  [--calibrate TEXT [--calibrate-tokens N]] [--quiet]\n"
+                 "                  [--calibrate TEXT [--calibrate-tokens N]] [--task rerank|generate]\n"
+                 "                  [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
                  "             model.safetensors.index.json + shards, tokenizer.json (loaded as\n"
                  "             qrun loads it; without one, a warning: qrun -p will need\n"
@@ -62,6 +63,12 @@ static void usage_pack(FILE *out)
                  "             column's squared error by its mean square there (instead of the\n"
                  "             norm's gain); recorded in the provenance\n"
                  "  --calibrate-tokens N   tokens of TEXT run (default " STR(CALIB_DEFAULT_TOKENS) ")\n"
+                 "  --task T   what the checkpoint is for beyond generating, recorded in the\n"
+                 "             container: rerank (a reranker: qrun serve's /v1/rerank scores\n"
+                 "             P(\"yes\") after Qwen3-Reranker's prompt) or generate (nothing\n"
+                 "             recorded). Default: rerank when SRC's path names a\n"
+                 "             Qwen3-Reranker checkpoint (Qwen3-Reranker-0.6B, any case),\n"
+                 "             else generate\n"
                  "  --quiet    no progress line, no warnings, no per-tensor errors, no summary\n"
                  "The matrices are quantised on every core (QPACK_THREADS=N in the environment:\n"
                  "on N threads); the output is the same bytes whatever N. On a terminal a\n"
@@ -133,10 +140,11 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
         {"group", required_argument, 0, 'g'},  {"quant", required_argument, 0, 'Q'},
         {"keep", required_argument, 0, 'k'},   {"quiet", no_argument, 0, 'q'},
         {"calibrate", required_argument, 0, 'C'}, {"calibrate-tokens", required_argument, 0, 'T'},
+        {"task", required_argument, 0, 'K'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     *o = (struct pack_opts){.group = 32, .quant = QNT_SEARCH, .calib_tokens = CALIB_DEFAULT_TOKENS};
-    const char *group = NULL, *quant = NULL, *format = "q24", *calib_tokens = NULL;
+    const char *group = NULL, *quant = NULL, *format = "q24", *calib_tokens = NULL, *task = NULL;
     qp_err err = {{0}};
     optind = 1;
     opterr = 0;                 /* one line of our own per mistake, not getopt's and the usage */
@@ -149,6 +157,7 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
         case 'Q': quant = optarg; break;
         case 'C': o->calib_text = optarg; break;
         case 'T': calib_tokens = optarg; break;
+        case 'K': task = optarg; break;
         case 'k':
             if (precision_add_keep(&o->prec, optarg, &err)) {
                 fprintf(stderr, "qpack pack: %s\n", err.msg);
@@ -169,6 +178,11 @@ int pack_parse_args(struct pack_opts *o, int argc, char **argv)
         return -1;
     }
     o->src = argv[optind];
+    if (task && strcmp(task, "rerank") && strcmp(task, "generate")) {
+        fprintf(stderr, "qpack pack: --task must be rerank or generate, not '%s'\n", task);
+        return -1;
+    }
+    o->task = task ? (!strcmp(task, "rerank") ? QP_TASK_RERANK : QP_TASK_NONE) : task_of_path(o->src);
     if (precision_parse_format(format, &o->prec.format)) {
         fprintf(stderr, "qpack pack: unknown format '%s' (q24, int8, int4 or int4-pure)\n", format);
         return -1;

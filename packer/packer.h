@@ -19,6 +19,7 @@
 #include "precision.h"
 #include "pack_progress.h"
 #include "qpk.h"
+#include "task.h"
 #include "qpk_write.h"
 #include "quant.h"
 #include "safetensors.h"
@@ -34,6 +35,7 @@ struct pack_opts {
     qnt_method quant;         /* --quant: QNT_SEARCH, QNT_ABSMAX (rtn) or QNT_RTN (minmax) */
     const char *calib_text;   /* --calibrate FILE, or NULL */
     uint64_t calib_tokens;    /* --calibrate-tokens */
+    enum qp_task task;        /* --task, else the source's name (task_of_path) */
 };
 
 /* one tensor of the container with its source and what conversion cost */

@@ -13,6 +13,7 @@
 
 #include "gen_config.h"
 #include "pooling.h"
+#include "task.h"
 #include "json_strict.h"
 #include "pack.h"
 #include "qpk.h"
@@ -69,6 +70,14 @@ static int check_pooling(const struct qpk_file *f, const char *text, size_t len,
     return pooling_parse(text, len, name, f->cfg.hidden, &mode, err);
 }
 
+static int check_task(const struct qpk_file *f, const char *text, size_t len, qp_err *err)
+{
+    char name[4200];
+    label(name, sizeof name, f, QPK_SEC_TASK);
+    enum qp_task task;
+    return task_parse(text, len, name, &task, err);
+}
+
 static int check_text(const struct qpk_file *f, unsigned kind, const char *text, size_t len, qp_err *err)
 {
     char name[4200];
@@ -99,6 +108,7 @@ static int check_section(const struct qpk_file *f, unsigned kind, qp_err *err)
     case QPK_SEC_PROVENANCE: rc = check_json_object(f, kind, text, len, err); break;
     case QPK_SEC_GENERATION_CONFIG: rc = check_generation_config(f, text, len, err); break;
     case QPK_SEC_POOLING: rc = check_pooling(f, text, len, err); break;
+    case QPK_SEC_TASK: rc = check_task(f, text, len, err); break;
     default: break;   /* the config: checked field by field at open */
     }
     free(text);

@@ -26,6 +26,7 @@
 #include "q24.h"
 #include "qpk.h"
 #include "safetensors.h"
+#include "task.h"
 
 /* ----------------------------------------------------------------- helpers */
 
@@ -817,6 +818,41 @@ START_TEST(unknown_subcommand_exits_2)
 }
 END_TEST
 
+/* The task section is read strictly: the one known task, no other key, no
+ * key twice; and a source's path names a reranker in any case. */
+START_TEST(task_section_reads_rerank_and_refuses_the_rest)
+{
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"{\"task\": \"embed\"}", "task \"embed\" is not known"},
+        {"{\"task\": 1}", "\"task\" must be a string"},
+        {"{}", "\"task\" must be a string"},
+        {"{\"task\": \"rerank\", \"yes\": \"ja\"}", "unknown key \"yes\""},
+        {"{\"task\": \"rerank\", \"task\": \"rerank\"}", "twice"},
+        {"[\"rerank\"]", "not a JSON object"},
+        {"{\"task\": \"rerank\"", "not a JSON object"},
+    };
+    enum qp_task t;
+    qp_err err = {{0}};
+    const char *ok = task_json(QP_TASK_RERANK);
+    ck_assert_int_eq(task_parse(ok, strlen(ok), "task", &t, &err), 0);
+    ck_assert_int_eq(t, QP_TASK_RERANK);
+    ck_assert_ptr_null(task_json(QP_TASK_NONE));
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        t = QP_TASK_RERANK;
+        ck_assert_int_eq(task_parse(bad[i].text, strlen(bad[i].text), "x.qpk: section task", &t, &err), -1);
+        ck_assert_int_eq(t, QP_TASK_NONE);
+        ck_assert_msg(strstr(err.msg, bad[i].why) && !strncmp(err.msg, "x.qpk: section task: ", 21), "%s: %s",
+                      bad[i].text, err.msg);
+    }
+    ck_assert_int_eq(task_of_path("/models/Qwen3-Reranker-0.6B"), QP_TASK_RERANK);
+    ck_assert_int_eq(task_of_path("hub/models--Qwen--qwen3-reranker-4B/snapshots/1a2b"), QP_TASK_RERANK);
+    ck_assert_int_eq(task_of_path("/models/Qwen3-Embedding-0.6B"), QP_TASK_NONE);
+    ck_assert_int_eq(task_of_path("/models/Qwen3-0.6B"), QP_TASK_NONE);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ suite */
 
 static Suite *suite(void)
@@ -868,6 +904,7 @@ static Suite *suite(void)
     tcase_add_test(tc, info_json_is_valid_utf8_with_control_characters_escaped);
     tcase_add_test(tc, info_reports_lost_output);
     tcase_add_test(tc, unknown_subcommand_exits_2);
+    tcase_add_test(tc, task_section_reads_rerank_and_refuses_the_rest);
     suite_add_tcase(s, tc);
     return s;
 }
