@@ -1,7 +1,9 @@
 /* fuzz_serve_request.c - libFuzzer target: the bodies qrun serve parses.
- * The first byte, mod 9, picks the endpoint (0 chat, 1 completions, 2
+ * The first byte, mod 10, picks the endpoint (0 chat, 1 completions, 2
  * /tokenize, 3 /detokenize, 5 /v1/embeddings, with the Qwen3 tokenizer, 6
- * /v1/responses, 7 Anthropic's /v1/messages, 8 its count_tokens) or 4 a
+ * /v1/responses, 7 Anthropic's /v1/messages, 8 its count_tokens, 9
+ * /v1/rerank, whose request that parses answers with scores drawn from
+ * the input, each result once, best first, top_n of them) or 4 a
  * reply whose <tool_call> blocks are read, whole and in pieces as it would
  * stream; the rest is
  * the body, not NUL-terminated. A refusal must come with a message; a
@@ -219,11 +221,51 @@ static void respond(struct serve_resp *resp, const char *text, size_t len, bool 
     check_events(serve_resp_stream_end(resp, finish, &u));
 }
 
+/* a rerank request that parses: its prompts within the context, and its
+ * answer, with a score per document drawn from the input, JSON that holds
+ * top_n results, each document at most once, best first */
+static void rerank(const struct serve_rerank_request *q, const uint8_t *data, size_t size)
+{
+    if (!q->n_docs || !q->top_n || q->top_n > q->n_docs)
+        abort();
+    float *scores = malloc(q->n_docs * sizeof *scores);
+    bool *seen = calloc(q->n_docs, 1);
+    if (!scores || !seen)
+        abort();
+    for (uint32_t i = 0; i < q->n_docs; i++) {
+        uint32_t start = i ? q->ends[i - 1] : 0;
+        if (q->ends[i] <= start || q->ends[i] - start > 4096)
+            abort();
+        scores[i] = (float)data[i % size] / 255;
+    }
+    char *json = serve_rerank_json(scores, q, "M", q->ends[q->n_docs - 1]);
+    cJSON *root = json ? cJSON_Parse(json) : NULL;
+    const cJSON *results = cJSON_GetObjectItemCaseSensitive(root, "results"), *r;
+    if (!root || cJSON_GetArraySize(results) != (int)q->top_n)
+        abort();
+    double last = 2;
+    cJSON_ArrayForEach(r, results) {
+        const cJSON *index = cJSON_GetObjectItemCaseSensitive(r, "index"),
+                    *score = cJSON_GetObjectItemCaseSensitive(r, "relevance_score");
+        if (!cJSON_IsNumber(index) || index->valueint < 0 || (uint32_t)index->valueint >= q->n_docs ||
+            seen[index->valueint] || !cJSON_IsNumber(score) || score->valuedouble > last ||
+            (float)score->valuedouble != scores[index->valueint] ||
+            q->return_documents != (cJSON_GetObjectItemCaseSensitive(r, "document") != NULL))
+            abort();
+        seen[index->valueint] = true;
+        last = score->valuedouble;
+    }
+    cJSON_Delete(root);
+    free(json);
+    free(seen);
+    free(scores);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    unsigned pick = data[0] % 9;
+    unsigned pick = data[0] % 10;
     size--;
     char *body = malloc(size ? size : 1);   /* exact size: no terminator to lean on */
     if (!body)
@@ -238,8 +280,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(body);
         return 0;
     }
-    bool anthropic = pick >= 7;
-    if (pick < 2 || pick >= 6) {
+    bool anthropic = pick == 7 || pick == 8;
+    if (pick < 2 || (pick >= 6 && pick <= 8)) {
         struct serve_request r;
         struct serve_resp *resp = NULL;
         rc = pick == 6   ? serve_parse_responses(body, size, &model, &r, &resp, &e)
@@ -267,7 +309,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(text);
         }
         if (!rc && resp)
-            respond(resp, body, size, data[0] / 9 & 1);
+            respond(resp, body, size, data[0] / 10 & 1);
         serve_resp_free(resp);
         if (!rc)
             serve_request_free(&r);
@@ -278,6 +320,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!q.n_inputs || q.ends[q.n_inputs - 1] == 0)
                 abort();
             serve_embed_request_free(&q);
+        }
+    } else if (pick == 9) {
+        struct serve_rerank_request q;
+        rc = serve_parse_rerank(body, size, &model, tokenizer(), 4096, &q, &e);
+        if (!rc) {
+            rerank(&q, data, size + 1);
+            serve_rerank_request_free(&q);
         }
     } else if (pick == 2) {
         rc = serve_tokenize_reply(tokenizer(), body, size, &out, &e);

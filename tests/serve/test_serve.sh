@@ -942,6 +942,120 @@ embeddings)
     stop_server
     ;;
 
+rerank)
+    # /v1/rerank on a reranker: a checkpoint whose folder names
+    # Qwen3-Reranker packs as one (qpack info says so; --task overrides the
+    # name either way). Each score must be P(yes) over {yes, no} of the
+    # model card's prompt, written out here whole and tokenized by qrun in
+    # one piece: within 1e-6 of the same engine's logits (qrun --backend
+    # emu --dump-logits, the server's backend) and within 1e-5 of the
+    # float64 reference's (qrun --backend ref on the checkpoint folder:
+    # what the engine's fixed point costs, about 1.5e-6 here). Then the
+    # order, top_n, return_documents, the index mapping, /rerank, usage,
+    # the malformed requests (400 with one line, naming the field) and a
+    # generator's server refusing
+    R=$T/Qwen3-Reranker-tiny
+    "$QP_GEN" "$R" --preset tiny --vocab 151936 --seed 5 --tokenizer-dir "$TOKDIR" >/dev/null ||
+        fail "generating the reranker checkpoint"
+    "$QPACK" pack "$R" -o "$T/rr.qpk" --quiet || fail "packing the reranker checkpoint"
+    [ "$("$QPACK" info --json "$T/rr.qpk" | jq -r .task)" = rerank ] || fail "Qwen3-Reranker-tiny did not pack as a reranker"
+    "$QPACK" pack "$R" -o "$T/gen.qpk" --task generate --quiet || fail "packing with --task generate"
+    [ "$("$QPACK" info --json "$T/gen.qpk" | jq -r .task)" = none ] || fail "--task generate recorded a task"
+    "$QPACK" pack "$WORK/ck" -o "$T/task.qpk" --task rerank --quiet || fail "packing with --task rerank"
+    "$QPACK" info "$T/task.qpk" | grep -q '^task *rerank' || fail "--task rerank: $("$QPACK" info "$T/task.qpk")"
+    "$QPACK" verify "$T/task.qpk" >/dev/null || fail "qpack verify refuses the task section"
+    echo "ok the task is recorded: by the name, by --task"
+    query='What is the capital of France?'
+    docs=('Paris is the capital and largest city of France.' 'Bananas are yellow "and" sweet.'
+          'Berlin — die Hauptstadt Deutschlands.' '')
+    instr='Given a web search query, retrieve relevant passages that answer the query'
+    # expect INSTRUCTION: each document's score from emu's and the
+    # reference's logits, and its prompt's tokens, in $T/want.json
+    expect() {
+        local i
+        for i in "${!docs[@]}"; do
+            printf '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n<Instruct>: %s\n<Query>: %s\n<Document>: %s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n' \
+                "$1" "$query" "${docs[$i]}" >"$T/prompt$i"
+            "$QRUN" tokenize -m "$T/rr.qpk" <"$T/prompt$i" >"$T/ids$i" || fail "tokenizing prompt $i"
+            "$QRUN" -m "$T/rr.qpk" --backend emu --ids "$(cat "$T/ids$i")" -n 0 --dump-logits "$T/emu$i" 2>"$T/qrun.err" &&
+                "$QRUN" -m "$R" --backend ref --ids "$(cat "$T/ids$i")" -n 0 --dump-logits "$T/ref$i" 2>"$T/qrun.err" ||
+                fail "qrun --dump-logits: $(cat "$T/qrun.err")"
+        done
+        yes=$(printf yes | "$QRUN" tokenize -m "$T/rr.qpk") no=$(printf no | "$QRUN" tokenize -m "$T/rr.qpk")
+        python3 - "$T" ${#docs[@]} "$yes" "$no" >"$T/want.json" <<'PY' || fail "reading the logits"
+import json, math, struct, sys
+t, n, yes, no = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def p_yes(path):
+    d = open(path, 'rb').read()
+    l = struct.unpack('<%df' % (len(d) // 4), d)
+    return 1 / (1 + math.exp(l[no] - l[yes]))
+print(json.dumps({'emu': [p_yes(f'{t}/emu{i}') for i in range(n)], 'ref': [p_yes(f'{t}/ref{i}') for i in range(n)],
+                  'tokens': sum(len(open(f'{t}/ids{i}').read().split()) for i in range(n))}))
+PY
+    }
+    # check_scores: every result's score is its document's, sorted best first
+    check_scores() {
+        jq -e --slurpfile w "$T/want.json" '$w[0] as $w | .results as $r | ([$r[].index] | sort) == [range($w.emu | length)] and
+               all($r[]; ((.relevance_score - $w.emu[.index]) | fabs) < 1e-6 and ((.relevance_score - $w.ref[.index]) | fabs) < 1e-5) and
+               ([$r[].relevance_score] == ([$r[].relevance_score] | sort | reverse)) and .usage.prompt_tokens == $w.tokens' \
+            "$T/resp" >/dev/null || fail "$1: $(head -c 600 "$T/resp") want $(cat "$T/want.json")"
+    }
+    body=$(jq -nc --arg q "$query" '{query: $q, documents: $ARGS.positional}' --args "${docs[@]}")
+    M_GEN=$M M=$T/rr.qpk
+    start_server rr --backend emu
+    M=$M_GEN
+    expect "$instr"
+    post /v1/rerank "$body"
+    expect_ok "rerank"
+    check_scores "the scores are not P(yes) of the model card's prompt"
+    cp "$T/want.json" "$T/want_default.json"
+    jq -e '.object == "list" and .model == "rr" and (.results | length == 4) and all(.results[]; has("document") | not) and
+           .usage.total_tokens == .usage.prompt_tokens' "$T/resp" >/dev/null || fail "the response's shape: $(cat "$T/resp")"
+    jq -c '[.results[].index]' "$T/resp" >"$T/order"
+    echo "ok scores within 1e-6 of P(yes) from emu's logits, 1e-5 of the reference's: $(jq -c '[.results[] | [.index, .relevance_score]]' "$T/resp")"
+    post /rerank "$(jq -c '. + {top_n: 2, return_documents: true, model: "anything"}' <<<"$body")"
+    expect_ok "/rerank, top_n 2"
+    jq -e --slurpfile o "$T/order" --argjson d "$(jq -c .documents <<<"$body")" '(.results | length == 2) and
+           [.results[].index] == $o[0][:2] and all(.results[]; .document.text == $d[.index])' "$T/resp" >/dev/null ||
+        fail "top_n 2 with documents: $(cat "$T/resp")"
+    post /v1/rerank "$(jq -c '. + {top_n: 99}' <<<"$body")"
+    [ "$code" = 200 ] && [ "$(jq '.results | length' "$T/resp")" = 4 ] || fail "top_n past the documents: $(cat "$T/resp")"
+    echo "ok top_n, return_documents, the index mapping, /rerank"
+    instr='Judge the passage by the year it names'
+    expect "$instr"
+    post /v1/rerank "$(jq -c --arg i "$instr" '. + {instruction: $i}' <<<"$body")"
+    expect_ok "instruction"
+    check_scores "instruction's scores"
+    echo "ok instruction"
+    long=$(head -c 20000 /dev/zero | tr '\0' 'a' | sed 's/a\{5\}/word /g')
+    many=$(jq -nc '{query: "q", documents: [range(1001) | "d"]}')
+    for bad in '{"documents": ["a"]}' '{"query": 1, "documents": ["a"]}' '{"query": "q"}' '{"query": "q", "documents": "a"}' \
+               '{"query": "q", "documents": []}' '{"query": "q", "documents": ["a", 1]}' '{"query": "q", "documents": [["a"]]}' \
+               '{"query": "q", "documents": ["a"], "top_n": 0}' '{"query": "q", "documents": ["a"], "top_n": 1.5}' \
+               '{"query": "q", "documents": ["a"], "top_n": "2"}' '{"query": "q", "documents": ["a"], "return_documents": "yes"}' \
+               '{"query": "q", "documents": ["a"], "instruction": 3}' '[1]' '{"query": "q", "documents": ["a"]' \
+               "$many" "{\"query\": \"q\", \"documents\": [\"a\", \"$long\"]}"; do
+        post /v1/rerank "$bad"
+        expect_error 400
+        [ "$(wc -l <"$T/resp")" -le 1 ] || fail "the error is not one line: $(cat "$T/resp")"
+    done
+    [ "$(jq -r .error.code "$T/resp")" = context_length_exceeded ] || fail "a long document: $(cat "$T/resp")"
+    head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$T/big"
+    post /v1/rerank "@$T/big"
+    expect_error 413
+    post /v1/rerank "$body"
+    expect_ok "after the malformed requests"
+    cp "$T/want_default.json" "$T/want.json"
+    check_scores "the scores after the malformed requests"
+    [ "$(METRIC='qpack_requests_total{endpoint="/v1/rerank",code="400"}' metric)" = 16 ] ||
+        fail "/metrics does not count the rerank 400s: $(curl -sS "$URL/metrics" | grep rerank)"
+    stop_server
+    start_server gen --backend emu
+    post /v1/rerank "$body"
+    expect_error 400 model_not_reranker
+    stop_server
+    ;;
+
 browser)
     [ -f "$NODE_DIR/unreachable" ] && skip "$(cat "$NODE_DIR/unreachable")"
     [ -d "$NODE_DIR/node_modules/playwright-core" ] || fail "no playwright-core in $NODE_DIR (serve_setup)"

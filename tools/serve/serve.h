@@ -181,6 +181,41 @@ void serve_embed_request_free(struct serve_embed_request *req);
 /* The response: emb holds n vectors of dim values; malloc'd, NULL when out of memory. */
 char *serve_embeddings_json(const float *emb, uint32_t n, uint32_t dim, const struct serve_embed_request *req,
                             const char *model, uint32_t prompt_tokens);
+/* ---- POST /v1/rerank (serve_rerank.c) ---- */
+
+#define SERVE_MAX_DOCUMENTS 1000    /* documents: the texts one rerank request scores (Cohere's limit) */
+
+struct serve_rerank_request {
+    cJSON *body;                /* the request, parsed: its documents' text for return_documents */
+    int32_t *ids;               /* every document's prompt, one after the other (malloc'd) */
+    uint32_t *ends;             /* prompt i is ids[ends[i - 1] .. ends[i]) (ends[-1]: 0) */
+    uint32_t n_docs;
+    uint32_t top_n;             /* the results sent: the best top_n (n_docs when absent) */
+    bool return_documents;      /* each result with its document's text */
+};
+
+/* llama-server's and Jina's rerank request: query (a string), documents (1
+ * to SERVE_MAX_DOCUMENTS strings), instruction (default: the model card's
+ * web search one), top_n (a positive integer), return_documents (a bool),
+ * model as for the other endpoints; each document's prompt is
+ * Qwen3-Reranker's, tokenized, at most ctx tokens. Returns 0, or -1 with a
+ * 400 naming the field. */
+int serve_parse_rerank(const char *body, size_t len, const struct serve_model_ref *model, const qpack_tokenizer *tok,
+                       uint32_t ctx, struct serve_rerank_request *req, struct serve_error *err);
+void serve_rerank_request_free(struct serve_rerank_request *req);
+/* The ids of "yes" and "no", each a single token; -1 when the tokenizer
+ * (NULL: none) has not both. */
+int serve_rerank_tokens(const qpack_tokenizer *tok, int32_t *yes, int32_t *no);
+/* *score = P(yes) over {yes, no} after tokens[0..n) (the softmax of the
+ * last position's two logits); the session keeps what it holds of the
+ * tokens' start and then holds them all. */
+int serve_rerank_score(qpack_session *s, const int32_t *tokens, size_t n, int32_t yes, int32_t no, float *score,
+                       qpack_error *err);
+/* The response: scores[i] document i's; the best top_n first (equal
+ * scores in the documents' order); malloc'd, NULL when out of memory. */
+char *serve_rerank_json(const float *scores, const struct serve_rerank_request *req, const char *model,
+                        uint32_t prompt_tokens);
+
 /* 'model' checked as every endpoint checks it (404 only when strict). */
 int serve_read_model(const struct cJSON *v, const struct serve_model_ref *model, struct serve_error *err);
 /* The "text" strings of parts (an array whose every item has one: the
@@ -428,6 +463,9 @@ void serve_job_want_format(struct serve_job *j, struct serve_format *format, boo
  * between two steps of the other sessions; set before submitting. -1 when
  * out of memory. */
 int serve_job_want_embeddings(struct serve_job *j, const uint32_t *ends, uint32_t n_inputs, uint32_t dim);
+/* The same with one score per input instead of a vector: a rerank job
+ * (serve_rerank_score with the tokens yes and no). */
+int serve_job_want_scores(struct serve_job *j, const uint32_t *ends, uint32_t n_inputs, int32_t yes, int32_t no);
 /* After the end: the n_inputs vectors of dim values (NULL before). */
 const float *serve_job_embeddings(struct serve_job *j);
 /* j is another choice of leader's request: it waits for leader's prompt to
@@ -579,7 +617,7 @@ void serve_conns_resume_all(struct serve_conns *cs);
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
     SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_EMBEDDINGS,
-    SERVE_EP_RESPONSES, SERVE_EP_MESSAGES, SERVE_EP_COUNT_TOKENS,
+    SERVE_EP_RESPONSES, SERVE_EP_MESSAGES, SERVE_EP_COUNT_TOKENS, SERVE_EP_RERANK,
     SERVE_EP_OTHER,
     SERVE_EP_COUNT
 };

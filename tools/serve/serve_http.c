@@ -13,8 +13,10 @@
  * GET /v1/models/ID, GET /health, GET /metrics, GET / (the chat page), and
  * llama-server's POST /tokenize, POST /detokenize, GET /props, GET /slots,
  * and Anthropic's POST /v1/messages and /v1/messages/count_tokens (in
- * serve_anthropic.c's bodies and events). Every error is OpenAI's JSON
- * error object with its HTTP status (Anthropic's on its routes). With an
+ * serve_anthropic.c's bodies and events), and POST /v1/embeddings and
+ * /v1/rerank (or /rerank), answered whole (serve_embed.c,
+ * serve_rerank.c). Every error is OpenAI's JSON error object with its
+ * HTTP status (Anthropic's on its routes). With an
  * API key, everything but / and /health needs "Authorization: Bearer KEY"
  * or "x-api-key: KEY".
  * Request bodies are JSON whatever their Content-Type says (curl -d sends
@@ -111,6 +113,7 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/props", SERVE_EP_PROPS}, {"/slots", SERVE_EP_SLOTS}, {"/apply-template", SERVE_EP_APPLY_TEMPLATE},
         {"/v1/embeddings", SERVE_EP_EMBEDDINGS}, {"/v1/responses", SERVE_EP_RESPONSES},
         {"/v1/messages", SERVE_EP_MESSAGES}, {"/v1/messages/count_tokens", SERVE_EP_COUNT_TOKENS},
+        {"/v1/rerank", SERVE_EP_RERANK}, {"/rerank", SERVE_EP_RERANK},
     };
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
@@ -129,7 +132,8 @@ static bool is_generation(enum serve_endpoint ep)
 static bool is_post(enum serve_endpoint ep)
 {
     return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE ||
-           ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS || ep == SERVE_EP_COUNT_TOKENS;
+           ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS || ep == SERVE_EP_COUNT_TOKENS ||
+           ep == SERVE_EP_RERANK;
 }
 
 /* "Authorization: Bearer KEY", or Anthropic's "x-api-key: KEY"; constant
@@ -483,7 +487,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->responded)
         return MHD_YES;
     if (r->n_ch)                /* resumed */
-        return r->ep == SERVE_EP_EMBEDDINGS ? reply_embeddings(h, c, r) : reply_whole(h, c, r);
+        return r->ep == SERVE_EP_EMBEDDINGS ? reply_embeddings(h, c, r)
+               : r->ep == SERVE_EP_RERANK   ? reply_rerank(h, c, r)
+                                            : reply_whole(h, c, r);
     if (r->too_large)
         return http_fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
                          SERVE_MAX_BODY);
@@ -495,6 +501,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return serve_embeddings(h, c, r);
     if (r->ep == SERVE_EP_COUNT_TOKENS)
         return serve_count_tokens(h, c, r);
+    if (r->ep == SERVE_EP_RERANK)
+        return serve_rerank(h, c, r);
     return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 
@@ -525,6 +533,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     for (unsigned k = 0; k < SERVE_MAX_CHOICES; k++)
         qp_buf_free(&r->ch[k].text);
     serve_embed_request_free(&r->embed);
+    serve_rerank_request_free(&r->rerank);
     serve_resp_free(r->resp);
     free(r);
     atomic_fetch_sub(&h->active, 1);

@@ -55,6 +55,7 @@ struct request {
     char id[48];
     struct stream *stream;      /* an SSE response still open */
     struct serve_embed_request embed;   /* /v1/embeddings: its inputs, until it is answered */
+    struct serve_rerank_request rerank; /* /v1/rerank: its documents, until it is answered */
     struct serve_resp *resp;    /* /v1/responses: the response, until the reply or its stream takes it */
 };
 
@@ -73,5 +74,9 @@ enum MHD_Result reply_whole(struct serve_http *h, struct MHD_Connection *c, stru
 enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, struct request *r);
 /* the stream no longer points at its request (which is freed) */
 void stream_forget_request(struct stream *st);
+
+/* serve_rerank.c: POST /v1/rerank, and its answer once its job ends */
+enum MHD_Result serve_rerank(struct serve_http *h, struct MHD_Connection *c, struct request *r);
+enum MHD_Result reply_rerank(struct serve_http *h, struct MHD_Connection *c, struct request *r);
 
 #endif

@@ -28,7 +28,7 @@ struct serve_job *serve_job_new(int32_t *prompt, uint32_t n, uint32_t max_new, c
     if (!j)
         return NULL;
     *j = (struct serve_job){.prompt = prompt, .n_prompt = n, .max_new = max_new, .sp = *sp, .refs = 1,
-                            .logprobs = -1, .stop_hit = -1};
+                            .logprobs = -1, .stop_hit = -1, .yes = -1, .no = -1};
     if (sp->n_logit_bias) {    /* the request's array goes before the job does */
         qpack_logit_bias *bias = malloc(sp->n_logit_bias * sizeof *bias);
         if (!bias) {
@@ -114,6 +114,15 @@ int serve_job_want_embeddings(struct serve_job *j, const uint32_t *ends, uint32_
     memcpy(j->input_ends, ends, n_inputs * sizeof *ends);
     j->n_inputs = n_inputs;
     j->dim = dim;
+    return 0;
+}
+
+int serve_job_want_scores(struct serve_job *j, const uint32_t *ends, uint32_t n_inputs, int32_t yes, int32_t no)
+{
+    if (serve_job_want_embeddings(j, ends, n_inputs, 1))
+        return -1;
+    j->yes = yes;
+    j->no = no;
     return 0;
 }
 

@@ -163,19 +163,21 @@ static bool waits(const struct serve_job *j)
     return j->leader && !atomic_load(&j->leader->prompt_in);
 }
 
-/* An embedding job's next input, between two steps of the others: the
- * job ends with its last */
+/* An embedding or rerank job's next input, between two steps of the
+ * others: the job ends with its last */
 static void embed_next(struct serve_sched *s, struct slot *sl)
 {
     struct serve_job *j = sl->job;
     qpack_error err = {0};
     uint32_t start = j->embedded ? j->input_ends[j->embedded - 1] : 0, end = j->input_ends[j->embedded];
-    if (qpack_embed(sl->session, j->prompt + start, end - start, j->embeddings + (size_t)j->embedded * j->dim, &err)) {
+    float *out = j->embeddings + (size_t)j->embedded * j->dim;
+    if (j->yes >= 0 ? serve_rerank_score(sl->session, j->prompt + start, end - start, j->yes, j->no, out, &err)
+                    : qpack_embed(sl->session, j->prompt + start, end - start, out, &err)) {
         job_finish(s, sl, NULL, &err);
         return;
     }
     atomic_fetch_add(&serve_metrics.prompt_tokens, end - start);
-    atomic_store(&sl->held, end - start);
+    atomic_store(&sl->held, qpack_session_pos(sl->session));
     if (++j->embedded == j->n_inputs) {
         j->usage.prompt_ms = (qp_now_s() - sl->t_start) * 1e3;
         job_finish(s, sl, "stop", &err);

@@ -45,6 +45,7 @@ struct serve_job {
     uint32_t n_inputs, embedded;    /*   how many, how many done */
     float *embeddings;              /*   [n_inputs][dim] */
     uint32_t dim;
+    int32_t yes, no;                /* a rerank job (dim 1): its score's tokens; -1: an embedding job */
 };
 
 /* a session and the request it runs */
