@@ -1453,6 +1453,43 @@ START_TEST(embeddings_follow_the_reference)
 }
 END_TEST
 
+/* A reranker's container records its task (qpack pack from a folder named
+ * Qwen3-Reranker, or --task rerank) and the model's info says so; the
+ * reference takes it from the folder's name; --task generate records none,
+ * and a container of format 1.0, from before the task section, opens as a
+ * generator's. */
+START_TEST(reranker_container_records_its_task)
+{
+    gen("Qwen3-Reranker-t", "--preset tiny --seed 5");
+    gen("plain", "--preset tiny --seed 5");
+    int rc = run("%s pack %s -o %s --quiet && %s pack %s -o %s --task generate --quiet && %s pack %s -o %s --task rerank "
+                 "--quiet",
+                 QP_QPACK, path_of("Qwen3-Reranker-t"), path_of("rr.qpk"), QP_QPACK, path_of("Qwen3-Reranker-t"),
+                 path_of("gen.qpk"), QP_QPACK, path_of("plain"), path_of("task.qpk"));
+    ck_assert_msg(rc == 0, "pack: %s", out_text);
+    static const struct {
+        const char *path;
+        qpack_backend backend;
+        qpack_task want;
+    } cases[] = {
+        {"rr.qpk", QPACK_BACKEND_EMU, QPACK_TASK_RERANK},
+        {"task.qpk", QPACK_BACKEND_EMU, QPACK_TASK_RERANK},
+        {"gen.qpk", QPACK_BACKEND_EMU, QPACK_TASK_NONE},
+        {"Qwen3-Reranker-t", QPACK_BACKEND_REF, QPACK_TASK_RERANK},
+        {"plain", QPACK_BACKEND_REF, QPACK_TASK_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        qpack_model *m = open_model_at(path_of("%s", cases[i].path), cases[i].backend, 0, 1, false);
+        ck_assert_msg(qpack_model_get_info(m)->task == cases[i].want, "%s: task %d", cases[i].path,
+                      (int)qpack_model_get_info(m)->task);
+        qpack_model_free(m);
+    }
+    qpack_model *old = open_model_at(QP_SOURCE_DIR "/tests/data/format-1.0-int4.qpk", QPACK_BACKEND_EMU, 0, 1, false);
+    ck_assert_int_eq(qpack_model_get_info(old)->task, QPACK_TASK_NONE);
+    qpack_model_free(old);
+}
+END_TEST
+
 /* kv_cache picks the cache: its name and bytes per position in the info
  * (int16: two bytes an entry; int8: one, plus 8 bytes of shift per head
  * vector), and a session runs on it; out of range, or asked of the float64
@@ -1642,6 +1679,7 @@ int main(void)
     tcase_add_test(tc, progress_comes_after_each_block_of_a_feed);
     tcase_add_test(tc, hidden_states_follow_the_reference_and_leave_the_logits_alone);
     tcase_add_test(tc, embeddings_follow_the_reference);
+    tcase_add_test(tc, reranker_container_records_its_task);
     tcase_add_test(tc, inspect_tells_what_open_would_load_and_stats_name_the_kernels);
     tcase_add_test(tc, kv_cache_param_picks_the_cache_and_its_bytes);
     tcase_add_test(tc, tokenizer_of_a_model_without_loading_it);
