@@ -1029,12 +1029,13 @@ PY
     echo "ok instruction"
     long=$(head -c 20000 /dev/zero | tr '\0' 'a' | sed 's/a\{5\}/word /g')
     many=$(jq -nc '{query: "q", documents: [range(1001) | "d"]}')
+    heavy=$(jq -nc --arg q "$(head -c 5000 /dev/zero | tr '\0' 'a' | sed 's/a\{5\}/word /g')" '{query: $q, documents: [range(1000) | "d"]}')
     for bad in '{"documents": ["a"]}' '{"query": 1, "documents": ["a"]}' '{"query": "q"}' '{"query": "q", "documents": "a"}' \
                '{"query": "q", "documents": []}' '{"query": "q", "documents": ["a", 1]}' '{"query": "q", "documents": [["a"]]}' \
                '{"query": "q", "documents": ["a"], "top_n": 0}' '{"query": "q", "documents": ["a"], "top_n": 1.5}' \
                '{"query": "q", "documents": ["a"], "top_n": "2"}' '{"query": "q", "documents": ["a"], "return_documents": "yes"}' \
                '{"query": "q", "documents": ["a"], "instruction": 3}' '[1]' '{"query": "q", "documents": ["a"]' \
-               "$many" "{\"query\": \"q\", \"documents\": [\"a\", \"$long\"]}"; do
+               "$many" "$heavy" "{\"query\": \"q\", \"documents\": [\"a\", \"$long\"]}"; do
         post /v1/rerank "$bad"
         expect_error 400
         [ "$(wc -l <"$T/resp")" -le 1 ] || fail "the error is not one line: $(cat "$T/resp")"
@@ -1047,7 +1048,7 @@ PY
     expect_ok "after the malformed requests"
     cp "$T/want_default.json" "$T/want.json"
     check_scores "the scores after the malformed requests"
-    [ "$(METRIC='qpack_requests_total{endpoint="/v1/rerank",code="400"}' metric)" = 16 ] ||
+    [ "$(METRIC='qpack_requests_total{endpoint="/v1/rerank",code="400"}' metric)" = 17 ] ||
         fail "/metrics does not count the rerank 400s: $(curl -sS "$URL/metrics" | grep rerank)"
     stop_server
     start_server gen --backend emu

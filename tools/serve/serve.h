@@ -184,6 +184,7 @@ char *serve_embeddings_json(const float *emb, uint32_t n, uint32_t dim, const st
 /* ---- POST /v1/rerank (serve_rerank.c) ---- */
 
 #define SERVE_MAX_DOCUMENTS 1000    /* documents: the texts one rerank request scores (Cohere's limit) */
+#define SERVE_MAX_RERANK_TOKENS (1u << 20)  /* the tokens of one rerank request's prompts together */
 
 struct serve_rerank_request {
     cJSON *body;                /* the request, parsed: its documents' text for return_documents */
@@ -198,8 +199,8 @@ struct serve_rerank_request {
  * to SERVE_MAX_DOCUMENTS strings), instruction (default: the model card's
  * web search one), top_n (a positive integer), return_documents (a bool),
  * model as for the other endpoints; each document's prompt is
- * Qwen3-Reranker's, tokenized, at most ctx tokens. Returns 0, or -1 with a
- * 400 naming the field. */
+ * Qwen3-Reranker's, tokenized, at most ctx tokens, and all of them at most
+ * SERVE_MAX_RERANK_TOKENS. Returns 0, or -1 with a 400 naming the field. */
 int serve_parse_rerank(const char *body, size_t len, const struct serve_model_ref *model, const qpack_tokenizer *tok,
                        uint32_t ctx, struct serve_rerank_request *req, struct serve_error *err);
 void serve_rerank_request_free(struct serve_rerank_request *req);

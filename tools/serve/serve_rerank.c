@@ -34,6 +34,9 @@ struct ids {
 
 static int push_ids(struct ids *b, const int32_t *ids, size_t n, struct serve_error *e)
 {
+    /* the tokenizer's work is bounded too, whatever the documents' count */
+    if (n > SERVE_MAX_RERANK_TOKENS - b->n)
+        return BAD(e, "documents", "the documents' prompts hold more than %u tokens together", SERVE_MAX_RERANK_TOKENS);
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 1024;
         while (cap < b->n + n)
@@ -64,9 +67,9 @@ static int push_text(struct ids *b, const qpack_tokenizer *tok, const char *text
 }
 
 /* One document's prompt, its three parts tokenized apart as the model
- * card does; at most ctx tokens. */
-static int push_prompt(struct ids *b, const qpack_tokenizer *tok, const char *instruction, const char *query,
-                       const char *doc, uint32_t i, uint32_t ctx, struct serve_error *e)
+ * card does (the fixed ones, fix, once for all); at most ctx tokens. */
+static int push_prompt(struct ids *b, const struct ids fix[2], const qpack_tokenizer *tok, const char *instruction,
+                       const char *query, const char *doc, uint32_t i, uint32_t ctx, struct serve_error *e)
 {
     static const char *const fmt = "<Instruct>: %s\n<Query>: %s\n<Document>: %s";
     char param[32];
@@ -77,9 +80,8 @@ static int push_prompt(struct ids *b, const qpack_tokenizer *tok, const char *in
         return BAD(e, "documents", "out of memory");
     int n = snprintf(pair, len + 1, fmt, instruction, query, doc);
     uint32_t start = b->n;
-    int rc = push_text(b, tok, prompt_prefix, sizeof prompt_prefix - 1, param, e) ||
-             push_text(b, tok, pair, (size_t)n, param, e) ||
-             push_text(b, tok, prompt_suffix, sizeof prompt_suffix - 1, param, e);
+    int rc = push_ids(b, fix[0].v, fix[0].n, e) || push_text(b, tok, pair, (size_t)n, param, e) ||
+             push_ids(b, fix[1].v, fix[1].n, e);
     free(pair);
     if (!rc && b->n - start > ctx) {
         serve_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "documents",
@@ -97,14 +99,17 @@ static int read_documents(const cJSON *docs, const qpack_tokenizer *tok, const c
         return BAD(e, "documents", "'documents' must be a list of 1 to %d strings", SERVE_MAX_DOCUMENTS);
     if (!(req->ends = calloc((size_t)n, sizeof *req->ends)))
         return BAD(e, "documents", "out of memory");
-    struct ids b = {0};
-    int rc = 0;
+    struct ids b = {0}, fix[2] = {{0}};
+    int rc = push_text(&fix[0], tok, prompt_prefix, sizeof prompt_prefix - 1, "documents", e) ||
+             push_text(&fix[1], tok, prompt_suffix, sizeof prompt_suffix - 1, "documents", e);
     for (const cJSON *d = docs->child; d && !rc; d = d->next) {
         if (!cJSON_IsString(d))
             rc = BAD(e, "documents", "documents[%u] must be a string", req->n_docs);
-        else if (!(rc = push_prompt(&b, tok, instruction, query, d->valuestring, req->n_docs, ctx, e)))
+        else if (!(rc = push_prompt(&b, fix, tok, instruction, query, d->valuestring, req->n_docs, ctx, e)))
             req->ends[req->n_docs++] = b.n;
     }
+    free(fix[0].v);
+    free(fix[1].v);
     req->ids = b.v;
     return rc;
 }
