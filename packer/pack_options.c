@@ -15,8 +15,8 @@ static void usage_pack(FILE *out)
 {
     fprintf(out, "usage: qpack pack SRC -o OUT.qpk [--format q24|int8|int4|int4-pure] [--group N]\n"
                  "                  [--quant search|rtn|minmax] [--keep PATTERN=FMT]...\n"
-                 "                  [--calibrate TEXT [--calibrate-tokens N]] [--task rerank|generate]\n"
-                 "                  [--quiet]\n"
+                 "                  [--calibrate TEXT [--calibrate-tokens N]]\n"
+                 "                  [--task rerank|generate] [--quiet]\n"
                  "  SRC        Hugging Face Qwen3 folder: config.json, model.safetensors or\n"
                  "             model.safetensors.index.json + shards, tokenizer.json (loaded as\n"
                  "             qrun loads it; without one, a warning: qrun -p will need\n"
