@@ -81,6 +81,16 @@ int qp_engine_feed_batch(struct qp_engine *e, const struct qp_entry *ent, const 
  * there, the same bits. */
 int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_t n, qp_err *err);
 
+/* The KV cache's rows per position (a run per layer; the 8-bit cache per
+ * layer and KV head) and bytes per row, the same for K and V. */
+void qp_engine_kv_shape(const struct qp_engine *e, uint32_t *n_runs, uint32_t *row_bytes);
+
+/* Positions [0, n) of slot's K and V caches (bpf, emu) out to rows[0]
+ * and rows[1], or back in from them with to_cache: each [n_runs][n]
+ * [row_bytes] (qp_engine_kv_shape). Not during a step. */
+int qp_engine_slot_rows(struct qp_engine *e, uint32_t slot, uint32_t n, uint8_t *rows[2], bool to_cache,
+                        qp_err *err);
+
 /* One token at pos of slot 0; with want_logits fills e->logits and *next
  * (argmax). */
 int qp_engine_step(struct qp_engine *e, uint32_t token, uint32_t pos, bool want_logits, uint32_t *next,

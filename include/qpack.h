@@ -272,6 +272,23 @@ typedef struct qpack_session qpack_session;
 int qpack_session_new(qpack_session **session, qpack_model *model, qpack_error *err);
 void qpack_session_free(qpack_session *session);
 
+/* Saves the session (bpf, emu) to the file path: its tokens, its last
+ * logits and its KV cache, as rows copied out of the engine's maps, with
+ * the container's checksum, the cache type and an XXH3-64 of the whole
+ * (docs/ENGINE.md, "Saved sessions"). The file is written beside path and
+ * renamed over it whole. Not during a feed of the session. */
+int qpack_session_save(qpack_session *session, const char *path, qpack_error *err);
+
+/* Replaces the session's tokens, logits and KV cache with the file's
+ * (qpack_session_save); *n_restored (may be NULL) gets its token count.
+ * The session then goes on with the same bits as the session saved would
+ * have: qpack_session_rewind to a shorter prefix, then feed. A file of
+ * another model (container checksum) or cache type (QPACK_ERR_ARGUMENT),
+ * with more tokens than the session's context (QPACK_ERR_CONTEXT), or
+ * truncated or corrupted (QPACK_ERR_FORMAT: checksum, size, fields) is
+ * refused with one line and the session is left as it was. */
+int qpack_session_restore(qpack_session *session, const char *path, uint32_t *n_restored, qpack_error *err);
+
 /* Tokens in the session's KV cache (the next position). */
 uint32_t qpack_session_pos(const qpack_session *session);
 
