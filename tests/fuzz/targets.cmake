@@ -9,7 +9,8 @@ set(QP_FUZZ_TARGETS
     fuzz_config
     fuzz_serve_request
     fuzz_gen_config
-    fuzz_gguf)
+    fuzz_gguf
+    fuzz_kvfile)
 set(QP_FUZZ_LIBS_fuzz_qpk qpformats)
 set(QP_FUZZ_LIBS_fuzz_safetensors qpformats)
 set(QP_FUZZ_LIBS_fuzz_safetensors_index qpformats)
@@ -19,5 +20,6 @@ set(QP_FUZZ_LIBS_fuzz_config qpformats)
 set(QP_FUZZ_LIBS_fuzz_serve_request qpserve)
 set(QP_FUZZ_LIBS_fuzz_gen_config qpformats)
 set(QP_FUZZ_LIBS_fuzz_gguf qpformats qptok)
+set(QP_FUZZ_LIBS_fuzz_kvfile qpformats)
 set(QP_FUZZ_DEFS
     QP_FUZZ_TOKENIZER_PATH="${CMAKE_SOURCE_DIR}/assets/qwen3-tokenizer/tokenizer.json")
