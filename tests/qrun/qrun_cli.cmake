@@ -4,7 +4,8 @@
 # case counts the machine's BPF programs, so it runs alone.
 set(_qrun_cli_work ${CMAKE_BINARY_DIR}/qrun_cli)
 set(_qrun_cli_cases tokenize generate emu_bpf chat interactive bad_args context lifecycle unprivileged
-    lost_output closed_pipe detokenize prompt_sources stop sampling chat_commands chat_thinking chat_keys progress stats generation_config pooling notes chat_budget info_units)
+    lost_output closed_pipe detokenize prompt_sources stop sampling chat_commands chat_thinking chat_keys progress stats generation_config pooling notes chat_budget info_units
+    prompt_cache)
 
 add_test(NAME qrun_cli_setup
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_qrun_cli.sh setup

@@ -970,6 +970,52 @@ stats)
     echo "ok: $(tr '\n' '|' <"$T/emu.err")"
     ;;
 
+prompt_cache)
+    # --prompt-cache: the first run saves the session after its prompt; a
+    # second run with a longer prompt restores it, feeds only the rest and
+    # prints what a run without the cache prints (greedy); the same prompt
+    # again reuses all but its last token. Refusals stop qrun with one line.
+    P1="The quick brown fox jumps over the lazy dog."
+    P2="$P1 Then it ran far away into the woods"
+    for b in emu bpf; do
+        [ $b = bpf ] && [ "$(id -u)" != 0 ] && continue
+        C=$T/$b.bin
+        run $b-plain -m "$M" --backend $b -p "$P2" -n 8 --temp 0 --print-ids
+        [ "$rc" = 0 ] || fail "$b plain: $(cat "$T/$b-plain.err")"
+        run $b-first -m "$M" --backend $b -p "$P1" -n 8 --temp 0 --print-ids --prompt-cache "$C" --stats
+        [ "$rc" = 0 ] && [ -s "$C" ] || fail "$b first: $(cat "$T/$b-first.err")"
+        ! grep -q "prompt cache" "$T/$b-first.err" || fail "$b first restored: $(cat "$T/$b-first.err")"
+        n1=$(sed -n 's/.*prompt \([0-9]*\) tokens in.*/\1/p' "$T/$b-first.err")
+        run $b-second -m "$M" --backend $b -p "$P2" -n 8 --temp 0 --print-ids --prompt-cache "$C" --stats
+        [ "$rc" = 0 ] || fail "$b second: $(cat "$T/$b-second.err")"
+        cmp -s "$T/$b-plain.out" "$T/$b-second.out" ||
+            fail "$b: restored run prints $(cat "$T/$b-second.out"), plain $(cat "$T/$b-plain.out")"
+        grep -q "prompt cache $C: $n1 tokens restored, $n1 of the prompt's" "$T/$b-second.err" ||
+            fail "$b second ($n1 tokens saved): $(cat "$T/$b-second.err")"
+        n2=$(sed -n "s/.* of the prompt's \([0-9]*\) reused/\1/p" "$T/$b-second.err")
+        grep -q "prompt $((n2 - n1)) tokens in" "$T/$b-second.err" || fail "$b second fed: $(cat "$T/$b-second.err")"
+        run $b-third -m "$M" --backend $b -p "$P2" -n 8 --temp 0 --print-ids --prompt-cache "$C" --stats
+        cmp -s "$T/$b-plain.out" "$T/$b-third.out" || fail "$b third: $(cat "$T/$b-third.err")"
+        grep -q "prompt cache $C: $n2 tokens restored, $((n2 - 1)) of the prompt's $n2 reused" "$T/$b-third.err" &&
+            grep -q "prompt 1 token in" "$T/$b-third.err" || fail "$b third: $(cat "$T/$b-third.err")"
+        echo "ok $b: $(grep "prompt cache" "$T/$b-third.err")"
+    done
+    cp "$T/emu.bin" "$T/flip.bin"
+    printf '\xff' | dd of="$T/flip.bin" bs=1 seek=100 conv=notrunc status=none
+    run flip -m "$M" --backend emu -p "$P2" -n 2 --prompt-cache "$T/flip.bin"
+    expect_one_line_error flip
+    grep -q "checksum" "$T/flip.err" && [ "$rc" = 1 ] || fail "flip: $(cat "$T/flip.err")"
+    run kv8 -m "$M" --backend emu --kv-cache int8 -p "$P2" -n 2 --prompt-cache "$T/emu.bin"
+    expect_one_line_error kv8
+    grep -q "int16 KV cache" "$T/kv8.err" && [ "$rc" = 1 ] || fail "kv8: $(cat "$T/kv8.err")"
+    run small -m "$M" --backend emu -c 8 --ids "1 2" -n 2 --prompt-cache "$T/emu.bin"
+    expect_one_line_error small
+    grep -q "context of 8" "$T/small.err" && [ "$rc" = 1 ] || fail "small: $(cat "$T/small.err")"
+    run chat -m "$M" --chat --prompt-cache "$T/emu.bin" </dev/null
+    expect_one_line_error chat
+    [ "$rc" = 2 ] || fail "chat: exit $rc"
+    ;;
+
 *)
     fail "unknown case"
     ;;

@@ -124,7 +124,8 @@ static int check_outputs(const struct options *o, qpack_error *err)
     const char *inputs[] = {o->model, o->tokenizer, NULL};
     qp_err e = {{0}};
     if ((o->dump_logits && fs_out_check(o->dump_logits, inputs, &e)) ||
-        (o->dump_logits_all && fs_out_check(o->dump_logits_all, inputs, &e)))
+        (o->dump_logits_all && fs_out_check(o->dump_logits_all, inputs, &e)) ||
+        (o->prompt_cache && fs_out_check(o->prompt_cache, inputs, &e)))
         return fail(err, QPACK_ERR_IO, "%s", e.msg);
     return 0;
 }
@@ -589,9 +590,42 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
 
 /* ---- the two modes -------------------------------------------------------------- */
 
+/* --prompt-cache: the file's session, cut to the longest prefix of the
+ * prompt it holds, but one token short of the whole prompt at most (its
+ * feed gives the logits); *reused its length, *whole whether the file
+ * held the prompt and nothing else. No file yet: an empty session. */
+static int restore_prompt_cache(struct run_state *r, uint32_t *reused, bool *whole, qpack_error *err)
+{
+    const char *path = r->o->prompt_cache;
+    *reused = 0;
+    *whole = false;
+    if (!path || (access(path, F_OK) && errno == ENOENT))
+        return 0;
+    uint32_t n;
+    if (qpack_session_restore(r->s, path, &n, err))
+        return -1;
+    const int32_t *held = qpack_session_tokens(r->s);
+    uint32_t k = 0;
+    while (k < n && k < r->n_prompt && held[k] == r->prompt[k])
+        k++;
+    *whole = k == n && n == r->n_prompt;
+    *reused = k < r->n_prompt || !k ? k : k - 1;
+    if (r->o->stats)
+        fprintf(stderr, "qrun: prompt cache %s: %u tokens restored, %u of the prompt's %zu reused\n", path, n,
+                *reused, r->n_prompt);
+    return qpack_session_rewind(r->s, *reused, err) ? -1 : 0;
+}
+
 static int one_shot(struct run_state *r, qpack_error *err)
 {
-    int rc = qrun_feed(r, r->prompt, r->n_prompt, err);
+    uint32_t reused;
+    bool whole;
+    int rc = restore_prompt_cache(r, &reused, &whole, err);
+    if (rc)
+        return rc;
+    rc = qrun_feed(r, r->prompt + reused, r->n_prompt - reused, err);
+    if (!rc && r->o->prompt_cache && !whole && !stopping())
+        rc = qpack_session_save(r->s, r->o->prompt_cache, err) ? -1 : 0;
     if (rc && stopping())
         return 0;
     if (!rc && !stopping())

@@ -33,6 +33,7 @@ enum {
 
 struct options {
     const char *model, *prompt, *prompt_file, *ids, *tokenizer, *dump_logits, *dump_logits_all, *system;
+    const char *prompt_cache;   /* --prompt-cache FILE: the session after the prompt, saved and reused */
     qpack_model_params mp;
     qpack_sampler_params sp;
     bool repeat_last_n_ctx;     /* --repeat-last-n -1: the whole context */

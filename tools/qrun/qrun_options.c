@@ -130,6 +130,15 @@ void qrun_usage(FILE *out)
             "      --dump-logits-all FILE  every prompt position's logits, [positions x vocab]\n"
             "                         float32 LE (with interactive --chat: the latest turn's),\n"
             "                         on the same terms\n"
+            "      --prompt-cache FILE  keep the session after the prompt in FILE (bpf, emu; as\n"
+            "                         llama.cpp's): when FILE exists it is restored first and\n"
+            "                         the longest prefix of the prompt it holds is reused, only\n"
+            "                         the rest is fed (the same bits as feeding it all); then\n"
+            "                         the session after the prompt is saved there (not when\n"
+            "                         FILE held the prompt already). A file of another model,\n"
+            "                         cache type or a larger context, or a damaged one, stops\n"
+            "                         qrun with one line (status 1). --stats says how many\n"
+            "                         tokens were restored and reused\n"
             "      --tokenizer FILE   use this tokenizer.json instead of the container's\n"
             "      --stats            start-up, prompt and decode timings, kernel calls and time\n"
             "                         per kernel, memory, on stderr (decode ms per token made\n"
@@ -214,7 +223,7 @@ enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
     O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE, O_CALL_US,
-    O_SESSION_WAIT,
+    O_SESSION_WAIT, O_PROMPT_CACHE,
 };
 
 static const struct option longs[] = {
@@ -234,6 +243,7 @@ static const struct option longs[] = {
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
     {"logit-bias", required_argument, 0, O_LOGIT_BIAS}, {"kv-cache", required_argument, 0, O_KV_CACHE},
     {"call-us", required_argument, 0, O_CALL_US}, {"session-wait", required_argument, 0, O_SESSION_WAIT},
+    {"prompt-cache", required_argument, 0, O_PROMPT_CACHE},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -327,6 +337,7 @@ static int take(struct options *o, int c, const char *arg)
     case O_PRINT_IDS: o->print_ids = true; return 0;
     case O_DUMP: o->dump_logits = arg; return 0;
     case O_DUMP_ALL: o->dump_logits_all = arg; return 0;
+    case O_PROMPT_CACHE: o->prompt_cache = arg; return 0;
     case O_TOKENIZER: o->tokenizer = arg; return 0;
     case O_STATS: o->stats = true; return 0;
     case O_CHAT: o->chat = true; return 0;
@@ -371,6 +382,10 @@ static int check_combinations(struct options *o)
     o->until_end = o->chat && o->n_new < 0;   /* a chat reply: until the end of the turn */
     if (o->n_new < 0)
         o->n_new = o->chat ? INT32_MAX : QRUN_DEFAULT_NEW;
+    if (o->prompt_cache && o->interactive)
+        return bad("--prompt-cache saves a one-shot prompt's session: not with an interactive --chat");
+    if (o->prompt_cache && o->dump_logits_all)
+        return bad("--prompt-cache with --dump-logits-all: the positions restored have no logits to write");
     if (o->interactive && o->prompt && !strcmp(o->prompt, "-"))
         return bad("-p - reads the prompt from stdin, where an interactive chat reads its turns");
     if (o->system && !qrun_text_ok("--system", o->system, strlen(o->system), ""))
