@@ -1283,6 +1283,91 @@ lookup)
          "$tokens tokens in $steps steps; a sampled reply beside them unchanged"
     ;;
 
+slots)
+    # llama-server's POST /slots/ID?action=save|restore|erase: without
+    # --slot-save-path 501; with it a session saved, erased and restored
+    # answers the same prompt again with the same text, its prompt but the
+    # last token reused (cached_tokens), as it was before the erase; names,
+    # actions, ids, damaged files, another cache type's file and a busy
+    # session refused, the session unchanged
+    backend=emu
+    [ "$(id -u)" = 0 ] && backend=bpf
+    start_server nosave --backend $backend --quiet
+    post '/slots/0?action=save' '{"filename": "a.bin"}'; expect_error 501
+    stop_server
+    mkdir -p "$T/saves"
+    start_server slots --backend $backend --parallel 2 --quiet --slot-save-path "$T/saves"
+    body='{"prompt": "the cat sat on the mat and then", "max_tokens": 8, "temperature": 0}'
+    post /v1/completions "$body"; expect_ok first
+    cp "$T/resp" "$T/first"
+    n_prompt=$(jq .usage.prompt_tokens "$T/first")
+    get /slots; held=$(jq '.[0].n_past' "$T/resp")
+    [ "$held" -gt "$n_prompt" ] || fail "slot 0 holds $held positions after a prompt of $n_prompt"
+    post '/slots/0?action=save' '{"filename": "a.bin"}'; expect_ok save
+    jq -e --argjson n "$held" --argjson size "$(stat -c %s "$T/saves/a.bin")" \
+        '.id_slot == 0 and .filename == "a.bin" and .n_saved == $n and .n_written == $size and
+         (.timings.save_ms | type == "number")' "$T/resp" >/dev/null || fail "save: $(cat "$T/resp")"
+    post '/slots/0?action=erase' '{}'; expect_ok erase
+    jq -e --argjson n "$held" '. == {"id_slot": 0, "n_erased": $n}' "$T/resp" >/dev/null || fail "erase: $(cat "$T/resp")"
+    get /slots; [ "$(jq '.[0].n_past' "$T/resp")" = 0 ] || fail "erased slot: $(cat "$T/resp")"
+    post '/slots/0?action=restore' '{"filename": "a.bin"}'; expect_ok restore
+    jq -e --argjson n "$held" --argjson size "$(stat -c %s "$T/saves/a.bin")" \
+        '.id_slot == 0 and .filename == "a.bin" and .n_restored == $n and .n_read == $size and
+         (.timings.restore_ms | type == "number")' "$T/resp" >/dev/null || fail "restore: $(cat "$T/resp")"
+    get /slots; [ "$(jq '.[0].n_past' "$T/resp")" = "$held" ] || fail "restored slot: $(cat "$T/resp")"
+    # refusals, slot 0 left holding what it holds
+    for bad in '../x' '.hidden' 'a/b' 'x..y' '' 'a:b' 'trail.' ' lead'; do
+        post '/slots/0?action=save' "$(jq -nc --arg f "$bad" '{filename: $f}')"; expect_error 400
+        grep -q 'Invalid filename' "$T/resp" || fail "'$bad': $(cat "$T/resp")"
+    done
+    [ -z "$(ls -A "$T/saves" | grep -v '^a.bin$')" ] && [ ! -e "$T/x" ] || fail "a refused name wrote: $(ls -A "$T/saves" "$T")"
+    post '/slots/0?action=save' '{}'; expect_error 400
+    post '/slots/0?action=save' 'not json'; expect_error 400
+    post '/slots/0?action=swap' '{"filename": "a.bin"}'; expect_error 400
+    grep -q 'Invalid action' "$T/resp" || fail "action: $(cat "$T/resp")"
+    post '/slots/0' '{"filename": "a.bin"}'; expect_error 400
+    for id in 2 x -1 99999999999; do
+        post "/slots/$id?action=erase" '{}'; expect_error 400
+        grep -q 'Invalid slot ID' "$T/resp" || fail "slot $id: $(cat "$T/resp")"
+    done
+    get '/slots/0?action=erase'; [ "$code" = 405 ] || fail "GET /slots/0: $code"
+    post '/slots/1?action=restore' '{"filename": "none.bin"}'; expect_error 400
+    ! grep -q "$T" "$T/resp" || fail "the reply names the server's folder: $(cat "$T/resp")"
+    cp "$T/saves/a.bin" "$T/saves/flip.bin"
+    printf '\xff' | dd of="$T/saves/flip.bin" bs=1 seek=200 conv=notrunc status=none
+    post '/slots/0?action=restore' '{"filename": "flip.bin"}'; expect_error 400
+    grep -q 'checksum' "$T/resp" || fail "flip: $(cat "$T/resp")"
+    head -c 1000 "$T/saves/a.bin" >"$T/saves/cut.bin"
+    post '/slots/0?action=restore' '{"filename": "cut.bin"}'; expect_error 400
+    "$QRUN" -m "$M" --backend $backend --kv-cache int8 --ids '1 2 3' -n 1 --prompt-cache "$T/saves/kv8.bin" \
+        >/dev/null 2>"$T/qrun.err" || fail "qrun --kv-cache int8: $(cat "$T/qrun.err")"
+    post '/slots/0?action=restore' '{"filename": "kv8.bin"}'; expect_error 400
+    grep -q 'int8 KV cache' "$T/resp" || fail "kv8: $(cat "$T/resp")"
+    get /slots; [ "$(jq '.[0].n_past' "$T/resp")" = "$held" ] || fail "a refused restore changed slot 0: $(cat "$T/resp")"
+    # the restored session serves the prompt again: the same text, its start reused
+    post /v1/completions "$body"; expect_ok again
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(jq -r '.choices[0].text' "$T/first")" ] ||
+        fail "after the restore: $(jq -r '.choices[0].text' "$T/resp"), before: $(jq -r '.choices[0].text' "$T/first")"
+    [ "$(jq .usage.prompt_tokens_details.cached_tokens "$T/resp")" = $((n_prompt - 1)) ] ||
+        fail "after the restore, cached_tokens $(jq .usage.prompt_tokens_details.cached_tokens "$T/resp") of $n_prompt"
+    stop_server
+    # a session running a request: 409, and it goes on
+    start_server busy --backend $backend --quiet --slot-save-path "$T/saves"
+    curl -sS --max-time 120 -o "$T/long" -H "$J" -d '{"prompt": "Hello", "max_tokens": 400, "temperature": 0}' \
+        "$URL/v1/completions" &
+    long=$!
+    for i in $(seq 100); do
+        get /slots; [ "$(jq '.[0].is_processing' "$T/resp")" = true ] && break
+        sleep 0.05
+    done
+    post '/slots/0?action=save' '{"filename": "busy.bin"}'; expect_error 409 slot_busy
+    wait $long
+    jq -e '.usage.completion_tokens > 0' "$T/long" >/dev/null || fail "the busy session's request: $(cat "$T/long")"
+    [ ! -e "$T/saves/busy.bin" ] || fail "a busy session was saved"
+    stop_server
+    echo "ok slots: saved, erased and restored $held positions; the prompt again reused $((n_prompt - 1))"
+    ;;
+
 kv8)
     # --kv-cache int8 on --parallel 2: two concurrent greedy replies, streamed
     # and whole, are qrun's with the same cache token for token; /metrics

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "cli_call.h"
 #include "cli_kv.h"
@@ -29,6 +30,7 @@
 
 struct serve_opts {
     const char *model, *host, *api_key, *name;
+    const char *slot_save_path; /* --slot-save-path DIR */
     unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip, lookup;
     uint32_t ctx;
     qpack_backend backend;
@@ -77,6 +79,11 @@ static const char usage_text[] =
     "  POST /detokenize            {\"tokens\": [...]} to {\"content\": TEXT}\n"
     "  GET  /props, /slots         llama-server's: the settings; each session, busy or free\n"
     "  POST /apply-template        llama-server's: a chat request's prompt, as text\n"
+    "  POST /slots/ID?action=save|restore|erase  llama-server's: session ID's tokens and KV\n"
+    "                              cache to or from {\"filename\": NAME} in --slot-save-path\n"
+    "                              (checksummed; a file of another model, cache type or a\n"
+    "                              larger context is refused, 400), or emptied; 409 while the\n"
+    "                              session runs a request, 501 without --slot-save-path\n"
     "\n"
     "  -m, --model PATH       the .qpk container, or pin:NAME, a model qpack load pinned\n"
     "                         (--parallel N claims N of its sessions)\n"
@@ -113,6 +120,9 @@ static const char usage_text[] =
     "                         past N, a new one closes the one waiting longest for its request\n"
     "      --max-per-ip N     open connections from one address at most (1 to 65536,\n"
     "                         default 256)\n"
+    "      --slot-save-path DIR  the folder of POST /slots/ID's files (names: no '/', no\n"
+    "                         '..', no leading dot, 255 bytes at most); without it those\n"
+    "                         actions get 501\n"
     "      --quiet            no line per request on stderr\n"
     "      --version          the version and the git commit\n"
     "  -h, --help             this text\n"
@@ -155,7 +165,8 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 }
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
-       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE, O_CALL_US };
+       O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE, O_CALL_US,
+       O_SLOT_SAVE_PATH };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -218,6 +229,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"max-per-ip", required_argument, 0, O_MAX_PER_IP}, {"lookup", required_argument, 0, O_LOOKUP},
         {"kv-cache", required_argument, 0, O_KV_CACHE},
         {"call-us", required_argument, 0, O_CALL_US},
+        {"slot-save-path", required_argument, 0, O_SLOT_SAVE_PATH},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
@@ -235,6 +247,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         case O_NO_VERIFY: o->no_verify = true; break;
         case O_QUIET: o->quiet = true; break;
         case O_STRICT_MODEL: o->strict_model = true; break;
+        case O_SLOT_SAVE_PATH: o->slot_save_path = optarg; break;
         case O_BACKEND:
             if (!strcmp(optarg, "bpf"))
                 o->backend = QPACK_BACKEND_BPF;
@@ -266,6 +279,9 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         return bad_usage("%s", "no model: give -m MODEL.qpk");
     if (o->api_key && !*o->api_key)
         return bad_usage("%s", "--api-key must not be empty");
+    struct stat st;
+    if (o->slot_save_path && (stat(o->slot_save_path, &st) || !S_ISDIR(st.st_mode)))
+        return bad_usage("--slot-save-path %s is not a folder", o->slot_save_path);
     return -1;
 }
 
@@ -346,7 +362,7 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
     struct serve_http_config cfg = {
         .model = m, .sched = sched, .model_id = name, .strict_model = o->strict_model, .api_key = o->api_key, .host = o->host, .port = o->port,
         .timeout_s = o->timeout_s, .max_connections = fit_connections(o->max_connections),
-        .max_per_ip = o->max_per_ip, .log = !o->quiet,
+        .max_per_ip = o->max_per_ip, .log = !o->quiet, .slot_save_path = o->slot_save_path,
     };
     struct serve_http *http;
     char msg[600];

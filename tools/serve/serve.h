@@ -502,6 +502,17 @@ struct serve_slot_info {
 /* Fills out[0..) with at most max sessions' info; returns how many. */
 unsigned serve_sched_slots(struct serve_sched *s, struct serve_slot_info *out, unsigned max);
 
+/* Runs act(arg, session) on session id while it runs no job, under the
+ * scheduler's lock: no job starts there, and no other session copies its
+ * tokens, meanwhile. Returns act's result, or SERVE_SLOT_NONE (no such
+ * session) or SERVE_SLOT_BUSY (it runs a job) without calling it. */
+enum { SERVE_SLOT_NONE = -2, SERVE_SLOT_BUSY = -3 };
+int serve_sched_slot_act(struct serve_sched *s, unsigned id, int (*act)(void *arg, qpack_session *ses), void *arg);
+
+/* fs_validate_filename of llama.cpp (common.cpp), which --slot-save-path
+ * names go through, and no leading dot: a name in the folder, no path */
+bool serve_slot_filename_ok(const char *name, size_t len);
+
 /* Stops: waiting jobs end as cancelled, running ones are interrupted, the
  * workers are joined; later submits fail. The sessions stay until
  * serve_sched_free (they must go before the model). */
@@ -522,6 +533,7 @@ struct serve_http_config {
     unsigned timeout_s;         /* a request must arrive whole within it */
     unsigned max_connections, max_per_ip;
     bool log;                   /* a line per request on stderr */
+    const char *slot_save_path; /* --slot-save-path: POST /slots/ID's files; NULL: 501 */
 };
 
 struct serve_http;
@@ -618,7 +630,7 @@ void serve_conns_resume_all(struct serve_conns *cs);
 enum serve_endpoint {
     SERVE_EP_CHAT, SERVE_EP_COMPLETIONS, SERVE_EP_MODELS, SERVE_EP_HEALTH, SERVE_EP_METRICS, SERVE_EP_PAGE,
     SERVE_EP_TOKENIZE, SERVE_EP_DETOKENIZE, SERVE_EP_PROPS, SERVE_EP_SLOTS, SERVE_EP_APPLY_TEMPLATE, SERVE_EP_EMBEDDINGS,
-    SERVE_EP_RESPONSES, SERVE_EP_MESSAGES, SERVE_EP_COUNT_TOKENS, SERVE_EP_RERANK,
+    SERVE_EP_RESPONSES, SERVE_EP_MESSAGES, SERVE_EP_COUNT_TOKENS, SERVE_EP_RERANK, SERVE_EP_SLOT_ACTION,
     SERVE_EP_OTHER,
     SERVE_EP_COUNT
 };

@@ -118,6 +118,8 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
             return routes[i].ep;
+    if (!strncmp(url, "/slots/", 7))
+        return SERVE_EP_SLOT_ACTION;
     *one_model = !strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, model_id);
     if (*one_model)
         return SERVE_EP_MODELS;
@@ -133,7 +135,7 @@ static bool is_post(enum serve_endpoint ep)
 {
     return is_generation(ep) || ep == SERVE_EP_TOKENIZE || ep == SERVE_EP_DETOKENIZE ||
            ep == SERVE_EP_APPLY_TEMPLATE || ep == SERVE_EP_EMBEDDINGS || ep == SERVE_EP_COUNT_TOKENS ||
-           ep == SERVE_EP_RERANK;
+           ep == SERVE_EP_RERANK || ep == SERVE_EP_SLOT_ACTION;
 }
 
 /* "Authorization: Bearer KEY", or Anthropic's "x-api-key: KEY"; constant
@@ -503,6 +505,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return serve_count_tokens(h, c, r);
     if (r->ep == SERVE_EP_RERANK)
         return serve_rerank(h, c, r);
+    if (r->ep == SERVE_EP_SLOT_ACTION)
+        return serve_slot_action(h, c, r);
     return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
 }
 

@@ -67,6 +67,9 @@ enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http,
 int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
                     struct serve_error *e);
 
+/* serve_slots.c: POST /slots/ID?action=save|restore|erase */
+enum MHD_Result serve_slot_action(struct serve_http *h, struct MHD_Connection *c, struct request *r);
+
 /* serve_reply.c */
 void reply_job_failure(const qpack_error *err, struct serve_error *e);
 enum MHD_Result reply_await_jobs(struct serve_http *h, struct MHD_Connection *c, struct request *r, bool *done);

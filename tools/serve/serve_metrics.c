@@ -14,7 +14,7 @@ static const int status_of_slot[SERVE_STATUS_SLOTS] = {200, 400, 401, 403, 404, 
 static const char *const endpoint_names[SERVE_EP_COUNT] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/",
     "/tokenize", "/detokenize", "/props", "/slots", "/apply-template", "/v1/embeddings",
-    "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/rerank", "other",
+    "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/rerank", "/slots/{id}", "other",
 };
 
 void serve_metrics_count(enum serve_endpoint ep, int http_status)

@@ -251,7 +251,9 @@ static void gather(struct serve_sched *s, struct step_items *st)
             break;
         if (!oldest->looked) {
             oldest->looked = true;
+            pthread_mutex_lock(&s->mu);     /* the free sessions stay as they are (serve_sched_slot_act) */
             copy_best_prefix(s, oldest);
+            pthread_mutex_unlock(&s->mu);
         }
         uint32_t left = oldest->job->n_prompt - oldest->fed, take = left < budget ? left : budget;
         items[n] = (qpack_batch_item){oldest->session, oldest->job->prompt + oldest->fed, take};
@@ -461,4 +463,14 @@ unsigned serve_sched_slots(struct serve_sched *s, struct serve_slot_info *out, u
     }
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+int serve_sched_slot_act(struct serve_sched *s, unsigned id, int (*act)(void *arg, qpack_session *ses), void *arg)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = id >= s->n_slots ? SERVE_SLOT_NONE : s->slots[id].job ? SERVE_SLOT_BUSY : act(arg, s->slots[id].session);
+    if (rc != SERVE_SLOT_NONE)
+        atomic_store(&s->slots[id].held, qpack_session_pos(s->slots[id].session));
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
