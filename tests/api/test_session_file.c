@@ -4,7 +4,8 @@
  *     slot whose rows hold another sequence, goes on with the bits of the
  *     session that never stopped: the logits after the restore, after the
  *     rest of the prompt and after each greedy step (memcmp), on emu and
- *     (root) bpf, with the int16 and the int8 cache;
+ *     (root) bpf, with the int16 and the int8 cache; a session saved on
+ *     emu goes on in bpf with emu's bits;
  *   - refusals, each with its code and one line, the session unchanged:
  *     another model (a second container), the other cache type, a context
  *     too small, a flipped byte, a truncated file, a later version, a
@@ -141,6 +142,38 @@ START_TEST(bpf_restored_session_goes_on_as_the_saved_one)
 }
 END_TEST
 
+/* The file names no backend: a session saved on the host twin goes on in
+ * BPF with the bits the host twin gives (the twin is bit-identical) */
+START_TEST(a_session_saved_on_emu_goes_on_in_bpf)
+{
+    if (geteuid() != 0)
+        return;
+    int32_t ids[PROMPT + REST];
+    fill_ids(ids, PROMPT + REST, 3);
+    const char *file = path_of("emu.bin");
+    qpack_error e;
+    qpack_model *emu = open_model(model_path, QPACK_BACKEND_EMU, QPACK_KV_INT16, 0, 1);
+    uint32_t vocab = qpack_model_get_info(emu)->vocab;
+    size_t bytes = (size_t)(1 + STEPS) * vocab * sizeof(double);
+    double *want = malloc(bytes), *have = malloc(bytes);
+    qpack_session *a = new_session(emu);
+    feed(a, ids, PROMPT);
+    ck_assert_msg(qpack_session_save(a, file, &e) == QPACK_OK, "%s", e.message);
+    go_on(a, ids, vocab, want);
+    qpack_session_free(a);
+    qpack_model_free(emu);
+    qpack_model *bpf = open_model(model_path, QPACK_BACKEND_BPF, QPACK_KV_INT16, 0, 1);
+    qpack_session *b = new_session(bpf);
+    ck_assert_msg(qpack_session_restore(b, file, NULL, &e) == QPACK_OK, "%s", e.message);
+    go_on(b, ids, vocab, have);
+    ck_assert_msg(!memcmp(want, have, bytes), "bpf after an emu save differs from emu going on");
+    qpack_session_free(b);
+    qpack_model_free(bpf);
+    free(want);
+    free(have);
+}
+END_TEST
+
 /* restoring path into s fails with code, its message holding needle, and
  * leaves s's tokens and logits as they were */
 static void refused(qpack_session *s, const char *path, qpack_status code, const char *needle)
@@ -245,6 +278,7 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, emu_restored_session_goes_on_as_the_saved_one);
     tcase_add_test(tc, bpf_restored_session_goes_on_as_the_saved_one);
+    tcase_add_test(tc, a_session_saved_on_emu_goes_on_in_bpf);
     tcase_add_test(tc, restores_of_what_does_not_fit_are_refused);
     suite_add_tcase(su, tc);
     return qp_test_main_nofork(su);
