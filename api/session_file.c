@@ -2,6 +2,7 @@
  * (formats/kvfile.h): its tokens, logits and KV cache rows, copied out of
  * and back into the engine's maps, so that the restored session goes on
  * with the bits the saved one would have had. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -69,7 +70,10 @@ int qpack_session_save(qpack_session *s, const char *path, qpack_error *err)
 }
 
 /* Whether the parsed file fits s: the same container and cache type, a
- * context that holds its tokens, ids in the vocabulary. */
+ * context that holds its tokens, ids in the vocabulary, finite logits.
+ * The checksum catches damage, not forgery: the rows themselves are
+ * whatever the file holds (the kernels read any bits without leaving
+ * their maps), so restore files this model's sessions wrote. */
 static int check_fit(const qpack_session *s, const struct qp_kvf_view *v, const char *path, qpack_error *err)
 {
     struct qp_kvf_header want;
@@ -90,6 +94,9 @@ static int check_fit(const qpack_session *s, const struct qp_kvf_view *v, const 
     for (uint32_t i = 0; i < h->n_tokens; i++)
         if (le32(v->tokens + 4ull * i) >= h->vocab)
             return qp_lib_fail(err, QPACK_ERR_FORMAT, "%s: token %u is outside the vocabulary", path, i);
+    for (uint32_t i = 0; v->logits && i < h->vocab; i++)
+        if (!isfinite(lef64(v->logits + 8ull * i)))
+            return qp_lib_fail(err, QPACK_ERR_FORMAT, "%s: logit %u is not a finite number", path, i);
     return QPACK_OK;
 }
 

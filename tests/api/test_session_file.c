@@ -9,12 +9,16 @@
  *   - refusals, each with its code and one line, the session unchanged:
  *     another model (a second container), the other cache type, a context
  *     too small, a flipped byte, a truncated file, a later version, a
- *     missing file, the reference backend. */
+ *     missing file, a NaN logit under a matching checksum, the reference
+ *     backend. */
 #include <check.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "qpack.h"
 #include "qp_test.h"
@@ -225,6 +229,15 @@ START_TEST(restores_of_what_does_not_fit_are_refused)
     refused(b, altered(file, "cut.bin", 0, 0, -100), QPACK_ERR_FORMAT, "checksum");
     refused(b, altered(file, "v2.bin", 0, 3, 0), QPACK_ERR_FORMAT, "version 2");
     refused(b, path_of("none.bin"), QPACK_ERR_IO, "none.bin");
+    /* a NaN logit under a checksum made to match */
+    char *data = slurp(file, &len);
+    const double nan = NAN;
+    memcpy(data + 64 + 4 * PROMPT, &nan, sizeof nan);
+    uint64_t sum = XXH3_64bits(data, len - 8);
+    memcpy(data + len - 8, &sum, 8);            /* little-endian host */
+    spit(path_of("nan.bin"), data, len);
+    free(data);
+    refused(b, path_of("nan.bin"), QPACK_ERR_FORMAT, "logit 0 is not a finite number");
     /* the file's own session is refused nothing: the same bytes restore */
     uint32_t n;
     ck_assert_int_eq(qpack_session_restore(b, file, &n, &e), QPACK_OK);
