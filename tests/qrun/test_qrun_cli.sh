@@ -1014,6 +1014,13 @@ prompt_cache)
     run chat -m "$M" --chat --prompt-cache "$T/emu.bin" </dev/null
     expect_one_line_error chat
     [ "$rc" = 2 ] || fail "chat: exit $rc"
+    run ref -m "$WORK/ckpt" --backend ref -p "$P1" --prompt-cache "$T/ref.bin"
+    expect_one_line_error ref
+    [ "$rc" = 2 ] && [ ! -e "$T/ref.bin" ] || fail "ref: exit $rc"
+    # a prompt the file holds the start of is not saved over it
+    before=$(stat -c %Y.%s "$T/emu.bin"); sleep 1.1
+    run short -m "$M" --backend emu -p "$P1" -n 2 --temp 0 --prompt-cache "$T/emu.bin" --stats
+    [ "$rc" = 0 ] && [ "$(stat -c %Y.%s "$T/emu.bin")" = "$before" ] || fail "short: $(cat "$T/short.err")"
     ;;
 
 *)

@@ -593,7 +593,8 @@ int qrun_reply(struct run_state *r, uint32_t room, qpack_error *err)
 /* --prompt-cache: the file's session, cut to the longest prefix of the
  * prompt it holds, but one token short of the whole prompt at most (its
  * feed gives the logits); *reused its length, *whole whether the file
- * held the prompt and nothing else. No file yet: an empty session. */
+ * holds the whole prompt (then it is not saved again, as llama.cpp does
+ * not). No file yet: an empty session. */
 static int restore_prompt_cache(struct run_state *r, uint32_t *reused, bool *whole, qpack_error *err)
 {
     const char *path = r->o->prompt_cache;
@@ -608,7 +609,7 @@ static int restore_prompt_cache(struct run_state *r, uint32_t *reused, bool *who
     uint32_t k = 0;
     while (k < n && k < r->n_prompt && held[k] == r->prompt[k])
         k++;
-    *whole = k == n && n == r->n_prompt;
+    *whole = k == r->n_prompt;
     *reused = k < r->n_prompt || !k ? k : k - 1;
     if (r->o->stats)
         fprintf(stderr, "qrun: prompt cache %s: %u tokens restored, %u of the prompt's %zu reused\n", path, n,

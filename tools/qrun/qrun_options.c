@@ -135,7 +135,7 @@ void qrun_usage(FILE *out)
             "                         the longest prefix of the prompt it holds is reused, only\n"
             "                         the rest is fed (the same bits as feeding it all); then\n"
             "                         the session after the prompt is saved there (not when\n"
-            "                         FILE held the prompt already). A file of another model\n"
+            "                         FILE held the whole prompt already). A file of another model\n"
             "                         or cache type, with more tokens than the context, or\n"
             "                         damaged, stops qrun with one line (status 1). --stats\n"
             "                         says how many tokens were restored and reused\n"
@@ -384,6 +384,8 @@ static int check_combinations(struct options *o)
         o->n_new = o->chat ? INT32_MAX : QRUN_DEFAULT_NEW;
     if (o->prompt_cache && o->interactive)
         return bad("--prompt-cache saves a one-shot prompt's session: not with an interactive --chat");
+    if (o->prompt_cache && o->mp.backend == QPACK_BACKEND_REF)
+        return bad("--prompt-cache needs --backend bpf or emu: the reference keeps no KV cache maps");
     if (o->prompt_cache && o->dump_logits_all)
         return bad("--prompt-cache with --dump-logits-all: the positions restored have no logits to write");
     if (o->interactive && o->prompt && !strcmp(o->prompt, "-"))
