@@ -74,9 +74,9 @@ static int act(void *arg, qpack_session *ses)
  * server's folder stays its own */
 static const char *client_text(struct slot_call *k, const char *name)
 {
-    size_t n = strlen(k->path);
     char *m = k->err.message;
-    if (!strncmp(m, k->path, n)) {
+    size_t n = k->path ? strlen(k->path) : 0;
+    if (n && !strncmp(m, k->path, n)) {
         char rest[sizeof k->err.message];
         snprintf(rest, sizeof rest, "%s", m + n);
         snprintf(m, sizeof k->err.message, "%s%s", name, rest);
@@ -87,6 +87,18 @@ static const char *client_text(struct slot_call *k, const char *name)
 static enum MHD_Result invalid(struct MHD_Connection *c, struct request *r, const char *param, const char *msg)
 {
     return http_fail(c, r, 400, "invalid_request_error", NULL, param, "%s", msg);
+}
+
+/* ?action=: save, restore or erase */
+static bool action_of(const char *a, enum action *what)
+{
+    static const char *const names[] = {[SAVE] = "save", [RESTORE] = "restore", [ERASE] = "erase"};
+    for (int i = 0; a && i < 3; i++)
+        if (!strcmp(a, names[i])) {
+            *what = (enum action)i;
+            return true;
+        }
+    return false;
 }
 
 /* the session's number in the path /slots/ID */
@@ -116,7 +128,8 @@ static enum MHD_Result take_filename(struct serve_http *h, struct MHD_Connection
         return invalid(c, r, "filename", "\"filename\" (a string) is required");
     if (!serve_slot_filename_ok(f->valuestring, strlen(f->valuestring)))
         return invalid(c, r, "filename", "Invalid filename");
-    snprintf(path, cap, "%s/%s", h->cfg.slot_save_path, f->valuestring);
+    if ((size_t)snprintf(path, cap, "%s/%s", h->cfg.slot_save_path, f->valuestring) >= cap)
+        return invalid(c, r, "filename", "Invalid filename: the path is too long");
     *name_out = f->valuestring;
     return MHD_YES;
 }
@@ -146,10 +159,8 @@ enum MHD_Result serve_slot_action(struct serve_http *h, struct MHD_Connection *c
     unsigned id;
     if (!slot_id(r->url, &id))
         return invalid(c, r, NULL, "Invalid slot ID");
-    const char *a = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action");
-    enum action what = !a ? -1 : !strcmp(a, "save") ? SAVE : !strcmp(a, "restore") ? RESTORE
-                                 : !strcmp(a, "erase") ? ERASE : -1;
-    if ((int)what < 0)
+    enum action what;
+    if (!action_of(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"), &what))
         return invalid(c, r, "action", "Invalid action");
     char path[PATH_MAX];
     const char *name = NULL;
