@@ -1316,11 +1316,14 @@ slots)
          (.timings.restore_ms | type == "number")' "$T/resp" >/dev/null || fail "restore: $(cat "$T/resp")"
     get /slots; [ "$(jq '.[0].n_past' "$T/resp")" = "$held" ] || fail "restored slot: $(cat "$T/resp")"
     # refusals, slot 0 left holding what it holds
-    for bad in '../x' '.hidden' 'a/b' 'x..y' '' 'a:b' 'trail.' ' lead'; do
+    for bad in '../x' '.hidden' 'a/b' 'x..y' '' 'a:b' 'trail.' ' lead' 'a|b' $'a\\b' $'x\uff0ey' $'a\u2215b' \
+               "$(printf 'n%.0s' $(seq 256))"; do
         post '/slots/0?action=save' "$(jq -nc --arg f "$bad" '{filename: $f}')"; expect_error 400
         grep -q 'Invalid filename' "$T/resp" || fail "'$bad': $(cat "$T/resp")"
     done
     [ -z "$(ls -A "$T/saves" | grep -v '^a.bin$')" ] && [ ! -e "$T/x" ] || fail "a refused name wrote: $(ls -A "$T/saves" "$T")"
+    post '/slots/0?action=save' '{"filename": "café 1.bin"}'; expect_ok "a name of UTF-8"
+    [ -s "$T/saves/café 1.bin" ] || fail "café 1.bin: $(ls -A "$T/saves")"
     post '/slots/0?action=save' '{}'; expect_error 400
     post '/slots/0?action=save' 'not json'; expect_error 400
     post '/slots/0?action=swap' '{"filename": "a.bin"}'; expect_error 400
