@@ -329,12 +329,12 @@ void qp_engine_kv_shape(const struct qp_engine *e, uint32_t *n_runs, uint32_t *r
     *row_bytes = (uint32_t)p->maps[QP_MAP_KCACHE].value_size;
 }
 
-int qp_engine_slot_rows(struct qp_engine *e, uint32_t slot, uint32_t n, uint8_t *rows[2], bool to_cache,
+int qp_engine_slot_rows(struct qp_engine *e, uint32_t kv_slot, uint32_t n, uint8_t *rows[2], bool to_cache,
                         qp_err *err)
 {
     const struct qp_plan *p = &e->plan;
-    if (!e->b || slot >= p->cfg.slots || n > e->ctx)
-        return qp_fail(err, "cannot move %u positions of KV cache slot %u", n, slot);
+    if (!e->b || kv_slot >= p->cfg.kv_slots || n > e->ctx)
+        return qp_fail(err, "cannot move %u positions of KV cache slot %u", n, kv_slot);
     uint32_t runs, row;
     qp_engine_kv_shape(e, &runs, &row);
     const enum qp_map_id caches[] = {QP_MAP_KCACHE, QP_MAP_VCACHE};
@@ -342,9 +342,9 @@ int qp_engine_slot_rows(struct qp_engine *e, uint32_t slot, uint32_t n, uint8_t 
         uint8_t *base = e->b->state(e->b, caches[c]);
         if (!base)
             return qp_fail(err, "the KV cache (map %s) cannot be reached", p->maps[caches[c]].name);
-        /* rows as qp_engine_copy_slot's: (slot * runs + run) * ctx + position */
+        /* rows as qp_engine_copy_slot's: (kv_slot * runs + run) * ctx + position */
         for (size_t r = 0; r < runs; r++) {
-            uint8_t *cache = base + ((size_t)slot * runs + r) * e->ctx * row;
+            uint8_t *cache = base + ((size_t)kv_slot * runs + r) * e->ctx * row;
             uint8_t *buf = rows[c] + r * (size_t)n * row;
             memcpy(to_cache ? cache : buf, to_cache ? buf : cache, (size_t)n * row);
         }

@@ -85,10 +85,10 @@ int qp_engine_copy_slot(struct qp_engine *e, uint32_t dst, uint32_t src, uint32_
  * layer and KV head) and bytes per row, the same for K and V. */
 void qp_engine_kv_shape(const struct qp_engine *e, uint32_t *n_runs, uint32_t *row_bytes);
 
-/* Positions [0, n) of slot's K and V caches (bpf, emu) out to rows[0]
+/* Positions [0, n) of kv_slot's K and V caches (bpf, emu) out to rows[0]
  * and rows[1], or back in from them with to_cache: each [n_runs][n]
  * [row_bytes] (qp_engine_kv_shape). Not during a step. */
-int qp_engine_slot_rows(struct qp_engine *e, uint32_t slot, uint32_t n, uint8_t *rows[2], bool to_cache,
+int qp_engine_slot_rows(struct qp_engine *e, uint32_t kv_slot, uint32_t n, uint8_t *rows[2], bool to_cache,
                         qp_err *err);
 
 /* One token at pos of slot 0; with want_logits fills e->logits and *next
