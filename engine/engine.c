@@ -45,6 +45,32 @@ static void report(const qpack_model_params *o, qpack_load_phase phase, uint64_t
         o->progress(o->progress_user, phase, done, total);
 }
 
+#define MEM_POLL_NS 100000000L     /* how often a refused load looks at MemAvailable again */
+#define MEM_SETTLED_POLLS 5         /* polls without growth that end the wait */
+#define MEM_WAIT_POLLS 100          /* and at most this many (10 s) */
+
+/* The kernel frees the BPF maps of a process that just ended in the
+ * background, about a second for gigabytes: qrun run again at once would
+ * find the memory it needs still counted as used. So a load that does not
+ * fit waits while MemAvailable grows, and is refused once it stops. */
+static int fits_memory(const struct qp_plan *plan, bool bpf, uint64_t avail, qp_err *err)
+{
+    for (int polls = 0, settled = 0;; polls++) {
+        if (qp_mem_check(plan, bpf, avail, err) == 0)
+            return 0;
+        const char *fixed = getenv("QP_MEM_AVAILABLE");
+        if ((fixed && *fixed) || settled == MEM_SETTLED_POLLS || polls == MEM_WAIT_POLLS)
+            return -1;
+        nanosleep(&(struct timespec){.tv_nsec = MEM_POLL_NS}, NULL);
+        qp_err again;
+        uint64_t now;
+        if (qp_mem_available(&now, &again))
+            return -1;
+        settled = now > avail + (64u << 20) ? 0 : settled + 1;
+        avail = now;
+    }
+}
+
 /* The context (the asked one, or the default rule's for this host's
  * memory) and the check that the maps fit, before the checksum pass and
  * before any map exists: a model too big for the host is refused at once,
@@ -59,7 +85,7 @@ static int size_for_memory(struct qp_engine *e, const qpack_model_params *o, uin
     e->ctx = o->ctx ? o->ctx : qp_mem_default_ctx(&e->file, slots, block, o->stream, kv8, bpf, avail);
     if (qp_plan_layout(&e->plan, &e->file, e->ctx, slots, block, o->stream, kv8, err))
         return -1;
-    return qp_mem_check(&e->plan, bpf, avail, err);
+    return fits_memory(&e->plan, bpf, avail, err);
 }
 
 /* qpack_model_params.call_us as the kernels' budget (0: unbounded) */
