@@ -9,16 +9,7 @@ build=${1:-$root/build}
 [ $# -gt 0 ] && shift
 start=$(date +%s)
 step() { echo "build.sh: $*" >&2; }
-# run STAGE COMMAND...: its output into the log; on failure, the log's end
-run() {
-    stage=$1
-    shift
-    if ! "$@" >>"$log" 2>&1; then
-        step "$stage failed; the end of $log:"
-        tail -n 25 "$log" >&2
-        exit 1
-    fi
-}
+. "$root/scripts/run_lib.sh"
 
 step "1/3 the Debian packages and the tokenizer qpack needs (apt-get only for what is missing)"
 "$root/scripts/install_deps.sh"

@@ -11,16 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build}
 build=$root/build-deb
 step() { echo "build_deb.sh: $*" >&2; }
-# run STAGE COMMAND...: its output into the log; on failure, the log's end
-run() {
-    stage=$1
-    shift
-    if ! "$@" >>"$log" 2>&1; then
-        step "$stage failed; the end of $log:"
-        tail -n 25 "$log" >&2
-        exit 1
-    fi
-}
+. "$root/scripts/run_lib.sh"
 
 "$root/scripts/install_deps.sh"
 # help2man for the man pages; dpkg-dev (dpkg-shlibdeps) and file for the
