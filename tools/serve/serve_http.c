@@ -408,12 +408,19 @@ static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connect
     if (serve_parse_embeddings(r->body ? r->body : "", r->len, &model, qpack_model_tokenizer(h->cfg.model),
                                h->end_of_text, h->ctx, info->hidden, &r->embed, &e))
         return http_send_error(c, r, &e);
-    uint32_t total = r->embed.ends[r->embed.n_inputs - 1];
+    struct http_inputs in = {&r->embed.ids, r->embed.ends, r->embed.n_inputs, info->hidden, -1, -1};
+    return http_submit_inputs(h, c, r, &in, reply_embeddings);
+}
+
+enum MHD_Result http_submit_inputs(struct serve_http *h, struct MHD_Connection *c, struct request *r,
+                                   const struct http_inputs *in, http_reply_fn reply)
+{
     qpack_sampler_params sp = qpack_sampler_default_params();
-    struct serve_job *j = serve_job_new(r->embed.ids, total, 0, &sp, NULL);
+    struct serve_job *j = serve_job_new(*in->ids, in->ends[in->n - 1], 0, &sp, NULL);
     if (j)
-        r->embed.ids = NULL;    /* the job's now */
-    if (!j || serve_job_want_embeddings(j, r->embed.ends, r->embed.n_inputs, info->hidden)) {
+        *in->ids = NULL;        /* the job's now */
+    if (!j || (in->yes >= 0 ? serve_job_want_scores(j, in->ends, in->n, in->yes, in->no)
+                            : serve_job_want_embeddings(j, in->ends, in->n, in->dim))) {
         serve_job_unref(j);
         return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -426,7 +433,7 @@ static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connect
                          "The server is busy: %u requests are running and %u waiting; try again later",
                          serve_metrics.parallel, serve_metrics.queue_max);
     }
-    return reply_embeddings(h, c, r);
+    return reply(h, c, r);
 }
 
 /* Anthropic's POST /v1/messages/count_tokens: the rendered prompt's tokens */

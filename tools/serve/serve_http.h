@@ -67,6 +67,21 @@ enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http,
 int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
                     struct serve_error *e);
 
+/* A whole-prompt job's inputs: ids (taken by the job) ending at ends[0..n),
+ * each answered with a vector of dim values, or with P(yes) over the tokens
+ * yes and no when yes >= 0 (rerank). */
+struct http_inputs {
+    int32_t **ids;
+    const uint32_t *ends;
+    uint32_t n, dim;
+    int32_t yes, no;
+};
+typedef enum MHD_Result (*http_reply_fn)(struct serve_http *h, struct MHD_Connection *c, struct request *r);
+/* Queues the inputs' job (500 out of memory, 503 when the queue is full)
+ * and answers with reply once it has run. */
+enum MHD_Result http_submit_inputs(struct serve_http *h, struct MHD_Connection *c, struct request *r,
+                                   const struct http_inputs *in, http_reply_fn reply);
+
 /* serve_slots.c: POST /slots/ID?action=save|restore|erase */
 enum MHD_Result serve_slot_action(struct serve_http *h, struct MHD_Connection *c, struct request *r);
 

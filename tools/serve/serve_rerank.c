@@ -309,23 +309,6 @@ enum MHD_Result serve_rerank(struct serve_http *h, struct MHD_Connection *c, str
     struct serve_error e;
     if (serve_parse_rerank(r->body ? r->body : "", r->len, &model, tok, h->ctx, &r->rerank, &e))
         return http_send_error(c, r, &e);
-    uint32_t total = r->rerank.ends[r->rerank.n_docs - 1];
-    qpack_sampler_params sp = qpack_sampler_default_params();
-    struct serve_job *j = serve_job_new(r->rerank.ids, total, 0, &sp, NULL);
-    if (j)
-        r->rerank.ids = NULL;   /* the job's now */
-    if (!j || serve_job_want_scores(j, r->rerank.ends, r->rerank.n_docs, yes, no)) {
-        serve_job_unref(j);
-        return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
-    }
-    serve_job_watch(j, serve_conns_wake, h->conns);
-    r->ch[0].job = j;
-    r->n_ch = 1;
-    if (serve_sched_submit(h->cfg.sched, &j, 1)) {
-        atomic_fetch_add(&serve_metrics.rejected, 1);
-        return http_fail(c, r, 503, "server_error", "server_busy", NULL,
-                         "The server is busy: %u requests are running and %u waiting; try again later",
-                         serve_metrics.parallel, serve_metrics.queue_max);
-    }
-    return reply_rerank(h, c, r);
+    struct http_inputs in = {&r->rerank.ids, r->rerank.ends, r->rerank.n_docs, 1, yes, no};
+    return http_submit_inputs(h, c, r, &in, reply_rerank);
 }
