@@ -9,7 +9,7 @@ fail() { echo "FAIL (build script): $*" >&2; exit 1; }
 W=$(mktemp -d) || fail "mktemp"
 trap 'rm -rf "$W"' EXIT
 mkdir -p "$W/root/scripts" "$W/bin"
-cp "$SRC/scripts/build.sh" "$W/root/scripts/" || fail "copying build.sh"
+cp "$SRC/scripts/build.sh" "$SRC/scripts/run_lib.sh" "$W/root/scripts/" || fail "copying build.sh"
 printf '#!/bin/sh\necho "deps: all there"\n' >"$W/root/scripts/install_deps.sh"
 # the stub cmake: its words on stdout, and "CMake Error" when STUB_FAIL
 # names its first argument
