@@ -16,8 +16,10 @@
 #             no reference to a file outside the repository;
 #   docs      the documents name only files the repository has (with or
 #             without their folder) and, as
-#             `struct.field`, only fields the project's structs have, and
-#             formats/QPK.md's title the version formats/qpk.h writes.
+#             `struct.field`, only fields the project's structs have, as
+#             `name()` or a name of the project's prefixes (qp_, qpack_,
+#             qk_, ...), only what some source has, and formats/QPK.md's
+#             title the version formats/qpk.h writes.
 set -u
 CASE=$1 SRC=$2
 bad=0
@@ -95,8 +97,20 @@ $outside"
     [ $bad = 0 ] && echo "ok: README.md is $n lines, undated, and names only files of the repository"
     ;;
 docs)
+    # every identifier of the sources, for the names the documents give
+    idents=$(mktemp)
+    trap 'rm -f "$idents"' EXIT
+    grep -rhoE '[A-Za-z_][A-Za-z0-9_]*' --include='*.c' --include='*.h' --include='*.sh' --include='*.cmake' \
+        --include='*.py' --include='*.mjs' --include='*.in' --include='CMakeLists.txt' --exclude-dir='build*' \
+        --exclude-dir=.git "$SRC" | sort -u >"$idents"
     for d in "$SRC"/docs/*.md "$SRC"/formats/QPK.md "$SRC"/kernels/KERNELS.md "$SRC"/tokenizer/TOKENIZER.md \
              "$SRC"/include/qpack.h; do
+        # a function (`name()`) or a name of the project's prefixes: some
+        # source has it
+        for w in $( { grep -oE '`[A-Za-z_][A-Za-z0-9_]*\(\)`' "$d"
+                      grep -oE '`(qp|qpack|qk|qpk|qm|serve|http|tok|cli)_[a-z0-9_]+`' "$d"; } | tr -d '`()' | sort -u); do
+            grep -Fxq -- "$w" "$idents" || fail "${d#"$SRC"/} names $w, which no source file has"
+        done
         for p in $(grep -oE '`(scripts|tools|tests|docs|formats|packer|engine|api|kernels|devtools|common|include|examples|tokenizer)/[A-Za-z0-9_./-]+`' "$d" |
                    tr -d '`' | sort -u); do
             [ -e "$SRC/$p" ] || fail "${d#"$SRC"/} names $p, which is not in the repository"
@@ -126,7 +140,7 @@ docs)
     *"format $major.$minor") ;;
     *) fail "formats/QPK.md's title is '$title'; formats/qpk.h writes format $major.$minor" ;;
     esac
-    [ $bad = 0 ] && echo "ok: the documents name files and struct fields that exist, and QPK.md format $major.$minor as qpk.h"
+    [ $bad = 0 ] && echo "ok: the documents name files, struct fields and functions that exist, and QPK.md format $major.$minor as qpk.h"
     ;;
 *)
     echo "test_layout.sh: unknown case $CASE" >&2
