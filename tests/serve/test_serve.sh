@@ -1018,6 +1018,14 @@ PY
     jq -e --slurpfile o "$T/order" --argjson d "$(jq -c .documents <<<"$body")" '(.results | length == 2) and
            [.results[].index] == $o[0][:2] and all(.results[]; .document.text == $d[.index])' "$T/resp" >/dev/null ||
         fail "top_n 2 with documents: $(cat "$T/resp")"
+    # Jina's and Cohere's documents as objects: the same scores, the text
+    # returned as given, the object's other fields ignored
+    post /v1/rerank "$(jq -c '. + {return_documents: true, documents: [.documents[] | {text: ., id: 7}]}' <<<"$body")"
+    expect_ok "documents as objects"
+    check_scores "documents as objects"
+    jq -e --argjson d "$(jq -c .documents <<<"$body")" 'all(.results[]; .document.text == $d[.index])' "$T/resp" \
+        >/dev/null || fail "documents as objects: the text returned: $(cat "$T/resp")"
+    echo "ok documents as {\"text\": ...} objects"
     post /v1/rerank "$(jq -c '. + {top_n: 99}' <<<"$body")"
     [ "$code" = 200 ] && [ "$(jq '.results | length' "$T/resp")" = 4 ] || fail "top_n past the documents: $(cat "$T/resp")"
     echo "ok top_n, return_documents, the index mapping, /rerank"
@@ -1035,6 +1043,7 @@ PY
                '{"query": "q", "documents": ["a"], "top_n": 0}' '{"query": "q", "documents": ["a"], "top_n": 1.5}' \
                '{"query": "q", "documents": ["a"], "top_n": "2"}' '{"query": "q", "documents": ["a"], "return_documents": "yes"}' \
                '{"query": "q", "documents": ["a"], "instruction": 3}' '[1]' '{"query": "q", "documents": ["a"]' \
+               '{"query": "q", "documents": [{"image": "a.png"}]}' '{"query": "q", "documents": [{"text": 1}]}' \
                "$many" "$heavy" "{\"query\": \"q\", \"documents\": [\"a\", \"$long\"]}"; do
         post /v1/rerank "$bad"
         expect_error 400
@@ -1048,7 +1057,7 @@ PY
     expect_ok "after the malformed requests"
     cp "$T/want_default.json" "$T/want.json"
     check_scores "the scores after the malformed requests"
-    [ "$(METRIC='qpack_requests_total{endpoint="/v1/rerank",code="400"}' metric)" = 17 ] ||
+    [ "$(METRIC='qpack_requests_total{endpoint="/v1/rerank",code="400"}' metric)" = 19 ] ||
         fail "/metrics does not count the rerank 400s: $(curl -sS "$URL/metrics" | grep rerank)"
     stop_server
     start_server gen --backend emu

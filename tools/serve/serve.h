@@ -196,7 +196,7 @@ struct serve_rerank_request {
 };
 
 /* llama-server's and Jina's rerank request: query (a string), documents (1
- * to SERVE_MAX_DOCUMENTS strings), instruction (default: the model card's
+ * to SERVE_MAX_DOCUMENTS strings or objects {"text": ...}), instruction (default: the model card's
  * web search one), top_n (a positive integer), return_documents (a bool),
  * model as for the other endpoints; each document's prompt is
  * Qwen3-Reranker's, tokenized, at most ctx tokens, and all of them at most

@@ -91,21 +91,32 @@ static int push_prompt(struct ids *b, const struct ids fix[2], const qpack_token
     return rc ? -1 : 0;
 }
 
+/* A document: a string, or Jina's and Cohere's object {"text": "..."}
+ * (its other fields ignored, as a request's unknown fields are); NULL when
+ * it is neither. */
+static const char *document_text(const cJSON *d)
+{
+    if (cJSON_IsObject(d))
+        d = cJSON_GetObjectItemCaseSensitive(d, "text");
+    return cJSON_IsString(d) ? d->valuestring : NULL;
+}
+
 static int read_documents(const cJSON *docs, const qpack_tokenizer *tok, const char *instruction, const char *query,
                           uint32_t ctx, struct serve_rerank_request *req, struct serve_error *e)
 {
     int n = cJSON_IsArray(docs) ? cJSON_GetArraySize(docs) : 0;
     if (n < 1 || n > SERVE_MAX_DOCUMENTS)
-        return BAD(e, "documents", "'documents' must be a list of 1 to %d strings", SERVE_MAX_DOCUMENTS);
+        return BAD(e, "documents", "'documents' must be a list of 1 to %d documents", SERVE_MAX_DOCUMENTS);
     if (!(req->ends = calloc((size_t)n, sizeof *req->ends)))
         return BAD(e, "documents", "out of memory");
     struct ids b = {0}, fix[2] = {{0}};
     int rc = push_text(&fix[0], tok, prompt_prefix, sizeof prompt_prefix - 1, "documents", e) ||
              push_text(&fix[1], tok, prompt_suffix, sizeof prompt_suffix - 1, "documents", e);
     for (const cJSON *d = docs->child; d && !rc; d = d->next) {
-        if (!cJSON_IsString(d))
-            rc = BAD(e, "documents", "documents[%u] must be a string", req->n_docs);
-        else if (!(rc = push_prompt(&b, fix, tok, instruction, query, d->valuestring, req->n_docs, ctx, e)))
+        const char *text = document_text(d);
+        if (!text)
+            rc = BAD(e, "documents", "documents[%u] must be a string or an object with a string 'text'", req->n_docs);
+        else if (!(rc = push_prompt(&b, fix, tok, instruction, query, text, req->n_docs, ctx, e)))
             req->ends[req->n_docs++] = b.n;
     }
     free(fix[0].v);
@@ -245,7 +256,7 @@ static bool add_result(cJSON *results, const struct ranked *r, const cJSON *doc)
         !cJSON_AddNumberToObject(item, "relevance_score", r->score))
         return false;
     cJSON *d = doc ? cJSON_AddObjectToObject(item, "document") : NULL;
-    return !doc || (d && cJSON_AddStringToObject(d, "text", doc->valuestring));
+    return !doc || (d && cJSON_AddStringToObject(d, "text", document_text(doc)));
 }
 
 char *serve_rerank_json(const float *scores, const struct serve_rerank_request *req, const char *model,
