@@ -318,7 +318,7 @@ void job_finish(struct serve_sched *s, struct slot *sl, const char *finish, cons
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
     s->running--;
-    atomic_store(&serve_metrics.busy, s->running);
+    sched_show_gauges(s);
     pthread_mutex_unlock(&s->mu);
     serve_job_unref(j);
 }

@@ -52,7 +52,7 @@ int serve_sched_submit(struct serve_sched *s, struct serve_job *const *jobs, uns
         s->q[(s->q_head + s->q_len++) % s->q_cap] = j;
     }
     if (!full) {
-        atomic_store(&serve_metrics.waiting, s->q_len);
+        sched_show_gauges(s);
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -70,7 +70,7 @@ static void dequeue(struct serve_sched *s, struct serve_job *j)
             s->q[(s->q_head + k) % s->q_cap] = s->q[(s->q_head + k + 1) % s->q_cap];
         s->q_len--;
         j->queued = false;
-        atomic_store(&serve_metrics.waiting, s->q_len);
+        sched_show_gauges(s);
         return;
     }
 }
@@ -129,8 +129,7 @@ static void admit(struct serve_sched *s, struct slot **started, unsigned *n_star
         pthread_mutex_unlock(&j->mu);
         started[(*n_started)++] = sl;
     }
-    atomic_store(&serve_metrics.waiting, s->q_len);
-    atomic_store(&serve_metrics.busy, s->running);
+    sched_show_gauges(s);
 }
 
 /* Before a job's first prompt chunk: the longest start of its prompt any
@@ -439,6 +438,8 @@ void serve_sched_free(struct serve_sched *s)
     if (!s)
         return;
     serve_sched_stop(s);
+    atomic_fetch_sub(&serve_metrics.waiting, s->shown_waiting);
+    atomic_fetch_sub(&serve_metrics.busy, s->shown_busy);
     for (unsigned i = 0; i < s->n_slots; i++) {
         qpack_decoder_free(s->slots[i].decoder);
         free(s->slots[i].looked_up);

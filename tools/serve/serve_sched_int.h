@@ -80,11 +80,22 @@ struct serve_sched {
     struct serve_job **q;       /* ring of q_max + n_slots: waiting for a free session */
     unsigned q_cap, q_max, q_head, q_len;
     unsigned running;           /* slots holding a job */
+    unsigned shown_waiting, shown_busy; /* q_len and running as added to serve_metrics */
     uint64_t admitted;
     bool stopping;
     pthread_t thread;
     bool started;
 };
+
+/* under s->mu: serve_metrics' gauges of waiting jobs and busy sessions
+ * hold every loaded model's sum */
+static inline void sched_show_gauges(struct serve_sched *s)
+{
+    atomic_fetch_add(&serve_metrics.waiting, s->q_len - s->shown_waiting);
+    atomic_fetch_add(&serve_metrics.busy, s->running - s->shown_busy);
+    s->shown_waiting = s->q_len;
+    s->shown_busy = s->running;
+}
 
 void job_done_cancelled(struct serve_job *j, const char *why);
 uint32_t job_reusable_prefix(const qpack_session *ses, const struct serve_job *j);
