@@ -25,7 +25,7 @@ add_test(NAME serve_setup COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_serve.sh s
 set_tests_properties(serve_setup PROPERTIES FIXTURES_SETUP serve_model SKIP_RETURN_CODE 77 TIMEOUT 360
                      LABELS serve)
 foreach(_case endpoints errors clients choices openai responses anthropic reasoning tools formats embeddings rerank browser signals queue_zero hostile crowded load lookup
-              kv8 slots)
+              kv8 slots models)
   add_test(NAME serve_${_case} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_serve.sh ${_case} ${_serve_args})
   set_tests_properties(serve_${_case} PROPERTIES FIXTURES_REQUIRED serve_model SKIP_RETURN_CODE 77 TIMEOUT 300
                        LABELS serve)

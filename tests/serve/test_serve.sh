@@ -1380,6 +1380,165 @@ slots)
     echo "ok slots: saved, erased and restored $held positions; the prompt again reused $((n_prompt - 1))"
     ;;
 
+models)
+    # several models in one server: --models-dir (a link to M and a second
+    # generated model of another seed; a hidden file and a text file
+    # beside them ignored) and -m, --max-loaded 1 so that every switch
+    # unloads the other. Concurrent mixed requests to both, completions
+    # and chats, whole and streamed, each answer what qrun gives for its
+    # model alone (greedy); a model's new requests wait while the other's
+    # run, none is refused. An unknown model is 404 model_not_found (in
+    # OpenAI's and Anthropic's shapes), none named 400; /v1/models lists
+    # both with their state; /metrics labels each model's series; --name
+    # with several is bad usage; a single model serves any name as before
+    "$QP_GEN" "$T/ckb" --preset tiny --vocab 151936 --seed 7 --tokenizer-dir "$TOKDIR" >/dev/null ||
+        fail "generating the second checkpoint"
+    mkdir -p "$T/dir"
+    "$QPACK" pack "$T/ckb" -o "$T/dir/beta.qpk" --quiet || fail "packing the second model"
+    ln -s "$M" "$T/dir/alpha.qpk"
+    : >"$T/dir/.hidden.qpk"
+    : >"$T/dir/notes.txt"
+    prompts=('Hello' 'the cat sat on the mat' 'Once upon a time')
+    for m in alpha beta; do
+        for i in "${!prompts[@]}"; do
+            "$QRUN" -m "$T/dir/$m.qpk" --temp 0 --backend emu -p "${prompts[$i]}" -n 10 >"$T/want.$m.text.$i" 2>"$T/qrun.err" &&
+                "$QRUN" -m "$T/dir/$m.qpk" --temp 0 --backend emu --chat -p "${prompts[$i]}" -n 10 >"$T/want.$m.chat.$i" \
+                    2>"$T/qrun.err" || fail "qrun on $m: $(cat "$T/qrun.err")"
+        done
+    done
+    cmp -s "$T/want.alpha.text.0" "$T/want.beta.text.0" && fail "the two models answer alike: the test could not tell them apart"
+    # start_models NAME ARGS...: qrun serve ARGS on a free port, as start_server
+    start_models() {
+        local name=$1 port= i
+        shift
+        "$QRUN" serve --port 0 --backend emu "$@" >"$T/$name.out" 2>"$T/$name.err" &
+        PID=$!
+        for i in $(seq 600); do
+            port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/$name.err" 2>/dev/null)
+            [ -n "$port" ] && break
+            kill -0 $PID 2>/dev/null || fail "$name: the server exited: $(cat "$T/$name.err")"
+            sleep 0.1
+        done
+        [ -n "$port" ] || fail "$name: the server did not listen within 60 s"
+        URL=http://127.0.0.1:$port SERVER=$name
+    }
+    start_models dir --models-dir "$T/dir" --max-loaded 1 --parallel 2 --quiet
+    grep -q '2 models, at most 1 loaded at once (alpha, beta)' "$T/dir.err" || fail "the start line: $(cat "$T/dir.err")"
+    get /v1/models; expect_ok "/v1/models"
+    jq -e '[.data[] | [.id, .status.value]] == [["alpha", "unloaded"], ["beta", "unloaded"]]' "$T/resp" >/dev/null ||
+        fail "/v1/models before any request: $(cat "$T/resp")"
+    # 24 requests at once, alternating models, kinds and streaming
+    pids=()
+    for round in 0 1; do
+        for m in alpha beta; do
+            for i in "${!prompts[@]}"; do
+                for kind in text chat; do
+                    k=$m.$kind.$i.$round
+                    if [ $kind = text ]; then
+                        body=$(jq -nc --arg m $m --arg p "${prompts[$i]}" --argjson s $round \
+                               '{model: $m, prompt: $p, max_tokens: 10, temperature: 0, stream: ($s == 1)}')
+                        path=/v1/completions
+                    else
+                        body=$(jq -nc --arg m $m --arg p "${prompts[$i]}" --argjson s $round \
+                               '{model: $m, messages: [{role: "user", content: $p}], max_tokens: 10, temperature: 0, stream: ($s == 1)}')
+                        path=/v1/chat/completions
+                    fi
+                    curl -sS -o "$T/got.$k" -w '%{http_code}' --max-time 120 -H "$J" -d "$body" "$URL$path" \
+                        >"$T/code.$k" 2>&1 &
+                    pids+=($!)
+                done
+            done
+        done
+    done
+    wait "${pids[@]}"
+    for round in 0 1; do
+        for m in alpha beta; do
+            for i in "${!prompts[@]}"; do
+                for kind in text chat; do
+                    k=$m.$kind.$i.$round
+                    [ "$(cat "$T/code.$k")" = 200 ] || fail "$k: status $(cat "$T/code.$k"): $(head -c 300 "$T/got.$k")"
+                    if [ $round = 1 ]; then
+                        cp "$T/got.$k" "$T/resp"
+                        stream_text >"$T/text.$k"
+                        grep '^data: {' "$T/got.$k" | sed 's/^data: //' | jq -r .model | sort -u >"$T/model.$k"
+                    else
+                        jq -r '.choices[0] | (.text // .message.content)' "$T/got.$k" >"$T/text.$k"
+                        jq -r .model "$T/got.$k" >"$T/model.$k"
+                    fi
+                    cmp -s "$T/text.$k" "$T/want.$m.$kind.$i" ||
+                        fail "$k: '$(cat "$T/text.$k")', qrun on $m alone: '$(cat "$T/want.$m.$kind.$i")'"
+                    [ "$(cat "$T/model.$k")" = $m ] || fail "$k names the model $(cat "$T/model.$k")"
+                done
+            done
+        done
+    done
+    echo "ok 24 concurrent requests to two models, one loaded at a time, each its own model's reply"
+    curl -sS --max-time 30 "$URL/metrics" >"$T/metrics"
+    for m in alpha beta; do
+        grep -q "^qpack_model_requests_total{model=\"$m\"} 12$" "$T/metrics" &&
+            grep -q "^qpack_model_completion_tokens_total{model=\"$m\"} 120$" "$T/metrics" &&
+            grep -Eq "^qpack_model_loads_total\{model=\"$m\"\} [1-9]" "$T/metrics" ||
+            fail "/metrics of $m: $(grep "model=\"$m\"" "$T/metrics")"
+    done
+    [ "$(grep -c '^qpack_model_loaded{model="[a-z]*"} 1$' "$T/metrics")" = 1 ] &&
+        [ "$(grep -c '^qpack_context_positions{model="[a-z]*"} [0-9]*$' "$T/metrics")" = 1 ] ||
+        fail "more than --max-loaded 1 loaded: $(grep -E 'loaded|context_positions' "$T/metrics")"
+    unloads=$(awk '/^qpack_model_unloads_total/ { n += $2 } END { print n }' "$T/metrics")
+    [ "$unloads" -ge 1 ] || fail "no model was unloaded: $(grep unloads "$T/metrics")"
+    echo "ok /metrics: each model's requests, tokens and loads; one loaded; $unloads unloads"
+    get /v1/models
+    jq -e '[.data[].id] == ["alpha", "beta"] and ([.data[] | select(.status.value == "loaded")] | length == 1) and
+           all(.data[] | select(.status.value == "loaded"); .meta.n_vocab == 151936)' "$T/resp" >/dev/null ||
+        fail "/v1/models: $(cat "$T/resp")"
+    get /v1/models/beta; expect_ok "/v1/models/beta"
+    [ "$(jq -r .id "$T/resp")" = beta ] || fail "/v1/models/beta: $(cat "$T/resp")"
+    get /v1/models/gamma; expect_error 404
+    post /v1/completions '{"model": "gamma", "prompt": "Hello", "max_tokens": 1}'; expect_error 404 model_not_found
+    post /v1/chat/completions '{"model": "../alpha", "messages": [{"role": "user", "content": "hi"}]}'
+    expect_error 404 model_not_found
+    post /v1/completions '{"prompt": "Hello", "max_tokens": 1}'; expect_error 400
+    [ "$(jq -r .error.param "$T/resp")" = model ] || fail "no model: $(cat "$T/resp")"
+    post /v1/completions '{"model": 3, "prompt": "Hello", "max_tokens": 1}'; expect_error 400
+    post /v1/messages '{"model": "gamma", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}'
+    [ "$code" = 404 ] && jq -e '.type == "error" and .error.type == "not_found_error"' "$T/resp" >/dev/null ||
+        fail "Anthropic's unknown model: $code $(cat "$T/resp")"
+    get '/props?model=beta'; expect_ok "/props?model=beta"
+    get /props; expect_error 400
+    post /tokenize '{"model": "alpha", "content": "Hello"}'; expect_ok "/tokenize of alpha"
+    echo "ok unknown models 404, none named 400, ?model= for /props"
+    stop_server
+    # -m twice, and a name taken twice; --name with several
+    start_models two -m "$T/dir/beta.qpk" -m "$M" --max-loaded 2 --quiet
+    post /v1/completions "$(jq -nc --arg p "${prompts[0]}" '{model: "beta", prompt: $p, max_tokens: 10, temperature: 0}')"
+    expect_ok "-m beta"
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$T/want.beta.text.0")" ] || fail "-m beta: $(cat "$T/resp")"
+    post /v1/completions "$(jq -nc --arg p "${prompts[0]}" '{model: "M", prompt: $p, max_tokens: 10, temperature: 0}')"
+    expect_ok "-m M"
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$T/want.alpha.text.0")" ] || fail "-m M: $(cat "$T/resp")"
+    [ "$(METRIC='qpack_model_loaded{model="beta"}' metric)" = 1 ] || fail "--max-loaded 2 unloaded beta"
+    stop_server
+    timeout 30 "$QRUN" serve -m "$T/dir/alpha.qpk" --models-dir "$T/dir" --port 0 2>"$T/dup.err" && fail "a name twice was served"
+    grep -q "already named 'alpha'" "$T/dup.err" || fail "a name twice: $(cat "$T/dup.err")"
+    timeout 30 "$QRUN" serve -m "$M" -m "$T/dir/beta.qpk" --name x --port 0 2>"$T/name.err"
+    [ $? = 2 ] && grep -q -- '--name' "$T/name.err" || fail "--name with several: $(cat "$T/name.err")"
+    mkdir -p "$T/empty"
+    timeout 30 "$QRUN" serve --models-dir "$T/empty" --port 0 2>"$T/empty.err" && fail "an empty folder was served"
+    grep -q 'holds no NAME.qpk' "$T/empty.err" || fail "an empty folder: $(cat "$T/empty.err")"
+    echo "ok -m twice; a name twice, --name with several, an empty folder refused"
+    # one model (here the folder's only file): any name served, as before
+    mkdir -p "$T/one" && ln -s "$T/dir/beta.qpk" "$T/one/solo.qpk"
+    start_models one --models-dir "$T/one" --quiet
+    post /v1/completions "$(jq -nc --arg p "${prompts[0]}" '{model: "anything", prompt: $p, max_tokens: 10, temperature: 0}')"
+    expect_ok "one model, another name"
+    [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$T/want.beta.text.0")" ] && [ "$(jq -r .model "$T/resp")" = solo ] ||
+        fail "one model: $(cat "$T/resp")"
+    get /metrics
+    grep -q '^qpack_context_positions [0-9]*$' "$T/resp" && ! grep -q 'model=' "$T/resp" ||
+        fail "one model's /metrics: $(grep -E 'model=|context_positions' "$T/resp")"
+    stop_server
+    echo "ok a single model serves any name, its /metrics unlabelled"
+    ;;
+
 kv8)
     # --kv-cache int8 on --parallel 2: two concurrent greedy replies, streamed
     # and whole, are qrun's with the same cache token for token; /metrics

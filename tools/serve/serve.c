@@ -29,7 +29,11 @@
 #define FD_RESERVE 1024         /* descriptors kept for the model's BPF objects and files */
 
 struct serve_opts {
-    const char *model, *host, *api_key, *name;
+    const char *models[SERVE_MAX_MODELS];   /* -m, in order */
+    unsigned n_models;
+    const char *models_dir;     /* --models-dir DIR */
+    unsigned max_loaded;
+    const char *host, *api_key, *name;
     const char *slot_save_path; /* --slot-save-path DIR */
     unsigned port, parallel, queue, timeout_s, threads, max_connections, max_per_ip, lookup;
     uint32_t ctx;
@@ -40,9 +44,10 @@ struct serve_opts {
 };
 
 static const char usage_text[] =
-    "usage: qrun serve -m MODEL.qpk [options]\n"
+    "usage: qrun serve -m MODEL.qpk [-m MODEL.qpk ...] [--models-dir DIR] [options]\n"
     "\n"
-    "An OpenAI-compatible HTTP server: the model is loaded once and answers\n"
+    "An OpenAI-compatible HTTP server: the model is loaded once (several: --max-loaded)\n"
+    "and answers\n"
     "  POST /v1/chat/completions   messages through Qwen3's chat template\n"
     "  POST /v1/completions        a prompt as text or as token ids\n"
     "       (max_tokens, temperature, top_p, top_k, min_p, repeat_penalty,\n"
@@ -70,7 +75,8 @@ static const char usage_text[] =
     "                              query, documents, top_n, return_documents,\n"
     "                              instruction; P(\"yes\") of each document's prompt\n"
     "                              (Qwen3-Reranker's), best first\n"
-    "  GET  /v1/models             the model, named by --name, with its context\n"
+    "  GET  /v1/models             the model, named by --name, with its context; several:\n"
+    "                              each, with status.value loaded, loading or unloaded\n"
     "  GET  /health                {\"status\":\"ok\"}\n"
     "  GET  /metrics               Prometheus text: requests, tokens, seconds, sessions, BPF map bytes\n"
     "  GET  /                      a chat page that streams replies\n"
@@ -87,7 +93,16 @@ static const char usage_text[] =
     "                              without --slot-save-path\n"
     "\n"
     "  -m, --model PATH       the .qpk container, or pin:NAME, a model qpack load pinned\n"
-    "                         (--parallel N claims N of its sessions)\n"
+    "                         (--parallel N claims N of its sessions); again for another\n"
+    "      --models-dir DIR   every DIR/NAME.qpk too (a file or a link to one, not hidden)\n"
+    "      --max-loaded N     several models: each is named by its file (NAME.qpk: NAME;\n"
+    "                         pin:NAME as given) and a request's model picks one (none:\n"
+    "                         400; unknown: 404 model_not_found; GET /props, /slots and\n"
+    "                         POST /slots/ID take ?model=NAME); a model loads on its first\n"
+    "                         request, which waits meanwhile, N at most at once (1 to 256,\n"
+    "                         default 1), each with its own --parallel sessions and --queue;\n"
+    "                         for another, the least recently used no request holds is\n"
+    "                         unloaded, or the least recently used once its requests end\n"
     "      --host ADDR        address to listen on (default 127.0.0.1: this machine only)\n"
     "      --port N           TCP port (default 8080; 0: any free port, printed at start)\n"
     "      --parallel N       sessions generating at once, each with its own sequence, all\n"
@@ -167,7 +182,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
        O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE, O_CALL_US,
-       O_SLOT_SAVE_PATH };
+       O_SLOT_SAVE_PATH, O_MODELS_DIR, O_MAX_LOADED };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -206,6 +221,10 @@ static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
         if (!parse_uint(arg, 1, 65536, &o->max_per_ip))
             return bad_usage("--max-per-ip must be 1 to 65536, not '%s'", arg);
         return -1;
+    case O_MAX_LOADED:
+        if (!parse_uint(arg, 1, SERVE_MAX_MODELS, &o->max_loaded))
+            return bad_usage("--max-loaded must be 1 to 256, not '%s'", arg);
+        return -1;
     case 'c':
         if (!parse_uint(arg, 1, UINT32_MAX, &v))
             return bad_usage("--ctx must be a positive number, not '%s'", arg);
@@ -231,17 +250,23 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"kv-cache", required_argument, 0, O_KV_CACHE},
         {"call-us", required_argument, 0, O_CALL_US},
         {"slot-save-path", required_argument, 0, O_SLOT_SAVE_PATH},
+        {"models-dir", required_argument, 0, O_MODELS_DIR}, {"max-loaded", required_argument, 0, O_MAX_LOADED},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .timeout_s = 60,
-                             .threads = 2, .max_connections = 4096, .max_per_ip = 256,
+                             .threads = 2, .max_connections = 4096, .max_per_ip = 256, .max_loaded = 1,
                              .backend = QPACK_BACKEND_BPF};
     opterr = 0;
     optind = 1;
     int opt, rc;
     while ((opt = getopt_long(argc, argv, ":m:c:h", longs, NULL)) != -1) {
         switch (opt) {
-        case 'm': o->model = optarg; break;
+        case 'm':
+            if (o->n_models == SERVE_MAX_MODELS)
+                return bad_usage("more than %s models", "256");
+            o->models[o->n_models++] = optarg;
+            break;
+        case O_MODELS_DIR: o->models_dir = optarg; break;
         case O_HOST: o->host = optarg; break;
         case O_API_KEY: o->api_key = optarg; break;
         case O_NAME: o->name = optarg; break;
@@ -276,8 +301,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
     }
     if (optind < argc)
         return bad_usage("unexpected argument '%s'", argv[optind]);
-    if (!o->model)
-        return bad_usage("%s", "no model: give -m MODEL.qpk");
+    if (!o->n_models && !o->models_dir)
+        return bad_usage("%s", "no model: give -m MODEL.qpk or --models-dir DIR");
+    if (o->name && (o->n_models != 1 || o->models_dir))
+        return bad_usage("%s", "--name names a single -m model; with several, each is named by its file");
     if (o->api_key && !*o->api_key)
         return bad_usage("%s", "--api-key must not be empty");
     struct stat st;
@@ -329,39 +356,101 @@ static unsigned fit_connections(unsigned want)
     return fit;
 }
 
-static int open_model(const struct serve_opts *o, qpack_model **m)
+/* Several models: each must be a container (its header read, nothing
+ * loaded), or pin:NAME, before the server starts; -1 with a line in msg. */
+static int check_models(const struct serve_opts *o, const struct serve_models *t, char *msg, size_t msg_len)
 {
-    qpack_model_params p = qpack_model_default_params();
-    p.backend = o->backend;
-    p.ctx = o->ctx;
-    p.max_sessions = o->parallel;
-    p.threads = o->threads;
-    p.no_verify = o->no_verify;
-    p.kv_cache = o->kv_cache;
-    p.call_us = o->call_us;
+    for (unsigned i = 0; i < serve_models_count(t); i++) {
+        const char *path = serve_models_path(t, i);
+        qpack_model_info info;
+        qpack_error e;
+        if (strncmp(path, "pin:", 4) && qpack_model_inspect(path, o->backend, &info, &e)) {
+            snprintf(msg, msg_len, "%s", e.message);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The table of -m's models in order, then --models-dir's (names checked,
+ * none twice); a single model is loaded now, its errors at start. */
+static int open_models(const struct serve_opts *o, struct serve_models **out, const qpack_model **single)
+{
+    struct serve_models_config cfg = {.params = qpack_model_default_params(), .parallel = o->parallel,
+                                      .queue = o->queue, .lookup = o->lookup, .max_loaded = o->max_loaded,
+                                      .strict = o->strict_model};
+    cfg.params.backend = o->backend;
+    cfg.params.ctx = o->ctx;
+    cfg.params.threads = o->threads;
+    cfg.params.no_verify = o->no_verify;
+    cfg.params.kv_cache = o->kv_cache;
+    cfg.params.call_us = o->call_us;
+    struct serve_models *t;
+    if (serve_models_new(&t, &cfg)) {
+        fprintf(stderr, "qrun serve: out of memory\n");
+        return 1;
+    }
+    *out = t;
+    char msg[768] = "";
+    int rc = 0;
+    for (unsigned i = 0; i < o->n_models && !rc; i++) {
+        char name[256];
+        if (o->name)
+            snprintf(name, sizeof name, "%s", o->name);
+        else
+            model_name(o->models[i], name, sizeof name);
+        rc = serve_models_add(t, name, o->models[i], msg, sizeof msg);
+    }
+    if (!rc && o->models_dir)
+        rc = serve_models_add_dir(t, o->models_dir, msg, sizeof msg);
+    unsigned n = serve_models_count(t);
+    if (!rc && !n) {
+        snprintf(msg, sizeof msg, "--models-dir %s holds no NAME.qpk", o->models_dir);
+        rc = -1;
+    }
+    if (!rc && n > 1)
+        rc = check_models(o, t, msg, sizeof msg) || serve_models_start(t, msg, sizeof msg);
     qpack_error e;
-    if (qpack_model_open(m, o->model, &p, &e)) {
-        fprintf(stderr, "qrun serve: %s\n", e.message);
+    if (!rc && n == 1 && serve_models_load(t, 0, single, &e)) {
+        snprintf(msg, sizeof msg, "%s", e.message);
+        rc = -1;
+    }
+    if (rc) {
+        fprintf(stderr, "qrun serve: %s\n", msg);
         return 1;
     }
     return 0;
 }
 
-static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
+/* the line that says the server listens (the tests read its port) */
+static void print_start(const struct serve_opts *o, const struct serve_models *t, const qpack_model *single,
+                        unsigned port)
 {
-    char name[256];
-    if (o->name)
-        snprintf(name, sizeof name, "%s", o->name);
-    else
-        model_name(o->model, name, sizeof name);
-    struct serve_sched *sched;
-    qpack_error e;
-    if (serve_sched_new(&sched, m, o->parallel, o->queue, o->lookup, &e)) {
-        fprintf(stderr, "qrun serve: %s\n", e.message);
-        return 1;
+    bool v6 = strchr(o->host, ':') != NULL;
+    char what[600];
+    if (single) {
+        const qpack_model_info *i = qpack_model_get_info(single);
+        snprintf(what, sizeof what, "%s (%s, %s, context %u, KV cache %s)", serve_models_alias(t, 0), i->format,
+                 i->backend, i->ctx, i->kv_cache);
+    } else {
+        int at = snprintf(what, sizeof what, "%u models, at most %u loaded at once (", serve_models_count(t),
+                          o->max_loaded);
+        for (unsigned i = 0; i < serve_models_count(t) && at > 0 && (size_t)at < sizeof what; i++)
+            at += snprintf(what + at, sizeof what - (size_t)at, "%s%s", i ? ", " : "", serve_models_alias(t, i));
+        if (at > 0 && (size_t)at + 1 < sizeof what)
+            snprintf(what + at, sizeof what - (size_t)at, ")");
+        else
+            snprintf(what + sizeof what - 5, 5, "...)");
     }
+    fprintf(stderr, "qrun serve: %s on http://%s%s%s:%u/ with %u session%s and a queue of %u%s\n", what,
+            v6 ? "[" : "", o->host, v6 ? "]" : "", port, o->parallel, o->parallel == 1 ? "" : "s", o->queue,
+            single ? "" : " per loaded model");
+}
+
+static int run(const struct serve_opts *o, struct serve_models *t, const qpack_model *single, const sigset_t *stop)
+{
     struct serve_http_config cfg = {
-        .model = m, .sched = sched, .model_id = name, .strict_model = o->strict_model, .api_key = o->api_key, .host = o->host, .port = o->port,
+        .models = t, .api_key = o->api_key, .host = o->host, .port = o->port,
         .timeout_s = o->timeout_s, .max_connections = fit_connections(o->max_connections),
         .max_per_ip = o->max_per_ip, .log = !o->quiet, .slot_save_path = o->slot_save_path,
     };
@@ -369,23 +458,16 @@ static int run(const struct serve_opts *o, qpack_model *m, const sigset_t *stop)
     char msg[600];
     if (serve_http_start(&http, &cfg, msg, sizeof msg)) {
         fprintf(stderr, "qrun serve: %s\n", msg);
-        serve_sched_free(sched);
         return 1;
     }
-    const qpack_model_info *i = qpack_model_get_info(m);
-    bool v6 = strchr(o->host, ':') != NULL;
-    fprintf(stderr, "qrun serve: %s (%s, %s, context %u, KV cache %s) on http://%s%s%s:%u/ with %u session%s and a "
-            "queue of %u\n",
-            name, i->format, i->backend, i->ctx, i->kv_cache, v6 ? "[" : "", o->host, v6 ? "]" : "", serve_http_port(http),
-            o->parallel, o->parallel == 1 ? "" : "s", o->queue);
+    print_start(o, t, single, serve_http_port(http));
     int sig = 0;
     sigwait(stop, &sig);
     fprintf(stderr, "qrun serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     serve_http_quiesce(http);
-    serve_sched_stop(sched);
+    serve_models_stop(t);
     serve_http_drain(http, DRAIN_MS);
     serve_http_stop(http);
-    serve_sched_free(sched);
     return 0;
 }
 
@@ -397,11 +479,12 @@ int serve_main(int argc, char **argv)
         return rc;
     sigset_t stop;
     block_stop_signals(&stop);
-    qpack_model *m;
-    if (open_model(&o, &m))
-        return 1;
-    rc = run(&o, m, &stop);
-    qpack_model_free(m);
+    struct serve_models *t = NULL;
+    const qpack_model *single = NULL;
+    rc = open_models(&o, &t, &single);
+    if (!rc)
+        rc = run(&o, t, single, &stop);
+    serve_models_free(t);
     if (!rc)
         fprintf(stderr, "qrun serve: stopped\n");
     return rc;

@@ -21,6 +21,7 @@
  *   serve_sched.c    the sessions, batched by one scheduler thread: the queue, the steps
  *   serve_job.c      a reply's state: its job's text for the reader, its run on a session
  *   serve_sched_int.h  what those two share (private to them)
+ *   serve_models.c   the models served: loaded on first use, the least recently used unloaded
  *   serve_metrics.c  counters and their Prometheus text
  *   serve_page.html  the chat page (compiled in as serve_page_html)
  */
@@ -217,6 +218,11 @@ int serve_rerank_score(qpack_session *s, const int32_t *tokens, size_t n, int32_
 char *serve_rerank_json(const float *scores, const struct serve_rerank_request *req, const char *model,
                         uint32_t prompt_tokens);
 
+/* With several models, the one a body names, read before its endpoint's
+ * parser (which then checks it as it checks any model): 0 with *name, in
+ * *root (the body parsed, to cJSON_Delete), NULL when there is no model or
+ * it is null; or -1 with a 400 (not JSON, a model that is not a string). */
+int serve_body_model(const char *body, size_t len, cJSON **root, const char **name, struct serve_error *err);
 /* 'model' checked as every endpoint checks it (404 only when strict). */
 int serve_read_model(const struct cJSON *v, const struct serve_model_ref *model, struct serve_error *err);
 /* The "text" strings of parts (an array whose every item has one: the
@@ -518,15 +524,93 @@ bool serve_slot_filename_ok(const char *name, size_t len);
  * serve_sched_free (they must go before the model). */
 void serve_sched_stop(struct serve_sched *s);
 
+/* ---- the models (serve_models.c) ----------------------------------------- */
+
+#define SERVE_MAX_MODELS 256    /* -m and --models-dir's files together */
+
+/* A loaded model as its requests use it: valid while a request holds it
+ * (serve_models_acquire to serve_models_release). */
+struct serve_model {
+    const char *id;             /* its alias: the name requests and /v1/models give */
+    bool strict;                /* a request naming another model gets 404 (several models: always) */
+    qpack_model *model;
+    struct serve_sched *sched;
+    uint32_t vocab, ctx;
+    int32_t end_of_text;        /* <|endoftext|>, which ends an embedding's input; -1: none */
+    bool has_sampling;
+    qpack_sampler_params sampling[2];   /* the model's, without and with thinking */
+    long long created;          /* unix seconds it was loaded: /v1/models' "created" */
+};
+
+/* How every model is opened and scheduled. */
+struct serve_models_config {
+    qpack_model_params params;  /* max_sessions is parallel */
+    unsigned parallel, queue;   /* each loaded model's sessions and queue */
+    uint32_t lookup;
+    unsigned max_loaded;        /* models loaded at once (several models) */
+    bool strict;                /* one model: --strict-model */
+};
+
+struct serve_models;
+
+int serve_models_new(struct serve_models **out, const struct serve_models_config *cfg);
+/* Adds the model at path (a .qpk or pin:NAME) named alias: -1 with a line
+ * in msg for a name taken, a bad name, or more than SERVE_MAX_MODELS. */
+int serve_models_add(struct serve_models *t, const char *alias, const char *path, char *msg, size_t msg_len);
+/* Adds every DIR/NAME.qpk, a regular file or a link to one (no hidden
+ * one), named NAME, in name order; -1 with a line in msg. */
+int serve_models_add_dir(struct serve_models *t, const char *dir, char *msg, size_t msg_len);
+unsigned serve_models_count(const struct serve_models *t);
+const char *serve_models_alias(const struct serve_models *t, unsigned i);
+const char *serve_models_path(const struct serve_models *t, unsigned i);
+/* Model i's index by alias; -1 when none has it. */
+int serve_models_find(const struct serve_models *t, const char *alias);
+/* Loads model i now, on the caller's thread (a single model, at start):
+ * 0 with *model, or -1 with *err filled. It is then never unloaded:
+ * nothing else wants its place. */
+int serve_models_load(struct serve_models *t, unsigned i, const qpack_model **model, qpack_error *err);
+/* Starts the loader thread; -1 with a line in msg. */
+int serve_models_start(struct serve_models *t, char *msg, size_t msg_len);
+
+/* A request waiting for its model to load: wake(w) is called once, under
+ * the table's lock (it must only signal), when got holds the model (a
+ * reference) or error says why not. */
+struct serve_model_wait {
+    struct serve_model_wait *next;
+    unsigned long long seq;
+    void (*wake)(struct serve_model_wait *w);
+    struct serve_model *got;
+    struct serve_error error;
+};
+
+/* Model i for a request: 0 with *got (a reference) when it is loaded and
+ * not being unloaded; else 1, and the caller, ready for w->wake, calls
+ * serve_models_wait. */
+int serve_models_acquire(struct serve_models *t, unsigned i, struct serve_model **got);
+void serve_models_wait(struct serve_models *t, unsigned i, struct serve_model_wait *w);
+/* The request's end: its reference dropped, its usage counted. */
+void serve_models_release(struct serve_models *t, struct serve_model *m, const struct serve_usage *u);
+
+/* GET /v1/models: every model, or model one's alone (GET /v1/models/ID;
+ * -1: every one); a single model's as serve_models_json; malloc'd */
+char *serve_models_list(struct serve_models *t, int one);
+/* /metrics' lines of the models: a single model's memory; several, each
+ * loaded one's labelled model="ALIAS", and per model its state, loads,
+ * unloads, requests and tokens. */
+struct qp_buf;
+void serve_models_metrics(struct serve_models *t, struct qp_buf *out);
+
+/* Waiting requests get 503, the loader ends, every model's scheduler
+ * stops; serve_models_free then frees them. */
+void serve_models_stop(struct serve_models *t);
+void serve_models_free(struct serve_models *t);
+
 /* ---- HTTP (serve_http.c) ------------------------------------------------- */
 
 #define SERVE_MAX_BODY (1u << 20)   /* bytes of a request body */
 
 struct serve_http_config {
-    qpack_model *model;
-    struct serve_sched *sched;
-    const char *model_id;       /* the name /v1/models gives the model */
-    bool strict_model;          /* a request naming another model gets 404 */
+    struct serve_models *models;
     const char *api_key;        /* NULL: no authentication */
     const char *host;           /* numeric address or name to bind */
     unsigned port;              /* 0: any free port */
@@ -657,9 +741,9 @@ extern struct serve_metrics serve_metrics;
 
 void serve_metrics_count(enum serve_endpoint ep, int http_status);
 
-/* The Prometheus text exposition of the counters and the model's memory;
+/* The Prometheus text exposition of the counters and the models' memory;
  * malloc'd. */
-char *serve_metrics_text(const qpack_model *model);
+char *serve_metrics_text(struct serve_models *models);
 
 /* ---- the chat page (generated from serve_page.html) ---------------------- */
 

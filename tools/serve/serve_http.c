@@ -22,9 +22,11 @@
  * Request bodies are JSON whatever their Content-Type says (curl -d sends
  * another); a browser request from another site's page is refused by its
  * Origin header instead (same_origin), and CORS is never granted. */
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,7 +103,7 @@ enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http,
 
 /* ---- routes and checks before the body ----------------------------------- */
 
-static enum serve_endpoint route(const char *url, const char *model_id, bool *one_model)
+static enum serve_endpoint route(const char *url, const struct serve_models *models, int *one_model)
 {
     static const struct {
         const char *path;
@@ -115,13 +117,14 @@ static enum serve_endpoint route(const char *url, const char *model_id, bool *on
         {"/v1/messages", SERVE_EP_MESSAGES}, {"/v1/messages/count_tokens", SERVE_EP_COUNT_TOKENS},
         {"/v1/rerank", SERVE_EP_RERANK}, {"/rerank", SERVE_EP_RERANK},
     };
+    *one_model = -1;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
         if (!strcmp(url, routes[i].path))
             return routes[i].ep;
     if (!strncmp(url, "/slots/", 7))
         return SERVE_EP_SLOT_ACTION;
-    *one_model = !strncmp(url, "/v1/models/", 11) && !strcmp(url + 11, model_id);
-    if (*one_model)
+    *one_model = strncmp(url, "/v1/models/", 11) ? -1 : serve_models_find(models, url + 11);
+    if (*one_model >= 0)
         return SERVE_EP_MODELS;
     return SERVE_EP_OTHER;
 }
@@ -276,24 +279,22 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
     case SERVE_EP_HEALTH:
         return http_send_json(c, r, 200, strdup("{\"status\":\"ok\"}"));
     case SERVE_EP_MODELS:
-        return http_send_json(c, r, 200,
-                              serve_models_json(h->cfg.model_id, h->started, r->one_model, h->ctx,
-                                                qpack_model_get_info(h->cfg.model)->max_positions, h->vocab));
+        return http_send_json(c, r, 200, serve_models_list(h->cfg.models, r->one_model));
     case SERVE_EP_PROPS: {
-        const qpack_model_info *i = qpack_model_get_info(h->cfg.model);
-        struct serve_props p = {.model_id = h->cfg.model_id, .model_path = i->path, .format = i->format,
-                                .backend = i->backend, .ctx = h->ctx, .ctx_train = i->max_positions,
-                                .vocab = h->vocab, .parallel = serve_metrics.parallel,
-                                .sampling = h->has_sampling ? &h->sampling[0] : NULL};
+        const qpack_model_info *i = qpack_model_get_info(r->m->model);
+        struct serve_props p = {.model_id = r->m->id, .model_path = i->path, .format = i->format,
+                                .backend = i->backend, .ctx = r->m->ctx, .ctx_train = i->max_positions,
+                                .vocab = r->m->vocab, .parallel = serve_metrics.parallel,
+                                .sampling = r->m->has_sampling ? &r->m->sampling[0] : NULL};
         return http_send_json(c, r, 200, serve_props_json(&p));
     }
     case SERVE_EP_SLOTS: {
         struct serve_slot_info slots[64];
-        unsigned n = serve_sched_slots(h->cfg.sched, slots, 64);
-        return http_send_json(c, r, 200, serve_slots_json(slots, n, h->ctx));
+        unsigned n = serve_sched_slots(r->m->sched, slots, 64);
+        return http_send_json(c, r, 200, serve_slots_json(slots, n, r->m->ctx));
     }
     case SERVE_EP_METRICS:
-        return send_body(c, r, 200, serve_metrics_text(h->cfg.model), "text/plain; version=0.0.4; charset=utf-8",
+        return send_body(c, r, 200, serve_metrics_text(h->cfg.models), "text/plain; version=0.0.4; charset=utf-8",
                          NULL, NULL);
     case SERVE_EP_PAGE: {
         char *page = malloc(serve_page_html_len + 1);
@@ -310,16 +311,16 @@ static enum MHD_Result serve_get(struct serve_http *h, struct MHD_Connection *c,
 
 /* ---- llama-server's token endpoints -------------------------------------- */
 
-static enum MHD_Result serve_tokens(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+static enum MHD_Result serve_tokens(struct MHD_Connection *c, struct request *r)
 {
-    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    const qpack_tokenizer *tok = qpack_model_tokenizer(r->m->model);
     if (!tok)
         return http_fail(c, r, 400, "invalid_request_error", NULL, NULL, "the model carries no tokenizer");
     struct serve_error e;
     char *out;
     const char *body = r->body ? r->body : "";
     int rc = r->ep == SERVE_EP_TOKENIZE ? serve_tokenize_reply(tok, body, r->len, &out, &e)
-                                        : serve_detokenize_reply(tok, h->vocab, body, r->len, &out, &e);
+                                        : serve_detokenize_reply(tok, r->m->vocab, body, r->len, &out, &e);
     return rc ? http_send_error(c, r, &e) : http_send_json(c, r, 200, out);
 }
 
@@ -328,12 +329,12 @@ static enum MHD_Result serve_tokens(struct serve_http *h, struct MHD_Connection 
 #define BAD_PROMPT(e, ...) (serve_error_set(e, 400, "invalid_request_error", NULL, "prompt", __VA_ARGS__), -1)
 
 /* ids given as such, checked against the vocabulary */
-static int given_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+static int given_ids(const struct serve_model *m, const struct serve_request *q, int32_t **ids, size_t *n,
                      struct serve_error *e)
 {
     for (size_t i = 0; i < q->n_prompt_ids; i++)
-        if ((uint32_t)q->prompt_ids[i] >= h->vocab)
-            return BAD_PROMPT(e, "token id %d is outside the vocabulary (0 to %u)", q->prompt_ids[i], h->vocab - 1);
+        if ((uint32_t)q->prompt_ids[i] >= m->vocab)
+            return BAD_PROMPT(e, "token id %d is outside the vocabulary (0 to %u)", q->prompt_ids[i], m->vocab - 1);
     if (!(*ids = malloc(q->n_prompt_ids * sizeof **ids)))
         return BAD_PROMPT(e, "out of memory");
     memcpy(*ids, q->prompt_ids, q->n_prompt_ids * sizeof **ids);
@@ -343,14 +344,14 @@ static int given_ids(const struct serve_http *h, const struct serve_request *q, 
 
 /* the prompt's ids: the messages through Qwen3's chat template, or the
  * text, tokenized; or the ids given */
-int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+int http_prompt_ids(const struct serve_model *m, const struct serve_request *q, int32_t **ids, size_t *n,
                     struct serve_error *e)
 {
     *ids = NULL;
     *n = 0;
     if (q->prompt_ids)
-        return given_ids(h, q, ids, n, e);
-    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+        return given_ids(m, q, ids, n, e);
+    const qpack_tokenizer *tok = qpack_model_tokenizer(m->model);
     if (!tok)
         return BAD_PROMPT(e, "the model carries no tokenizer: send the prompt as token ids to /v1/completions");
     qpack_error err;
@@ -390,23 +391,23 @@ static enum MHD_Result reply_embeddings(struct serve_http *h, struct MHD_Connect
         reply_job_failure(&err, &e);
         return http_send_error(c, r, &e);
     }
-    uint32_t dim = qpack_model_get_info(h->cfg.model)->hidden;
+    uint32_t dim = qpack_model_get_info(r->m->model)->hidden;
     r->usage.prompt_tokens = r->embed.n_inputs ? r->embed.ends[r->embed.n_inputs - 1] : 0;
-    char *json = serve_embeddings_json(emb, r->embed.n_inputs, dim, &r->embed, h->cfg.model_id, r->usage.prompt_tokens);
+    char *json = serve_embeddings_json(emb, r->embed.n_inputs, dim, &r->embed, r->m->id, r->usage.prompt_tokens);
     return json ? http_send_json(c, r, 200, json) : http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 static enum MHD_Result serve_embeddings(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
-    const qpack_model_info *info = qpack_model_get_info(h->cfg.model);
+    const qpack_model_info *info = qpack_model_get_info(r->m->model);
     if (info->pooling == QPACK_POOLING_NONE)
         return http_fail(c, r, 400, "invalid_request_error", "model_not_embedding", NULL,
                          "The model '%s' is not an embedding model (its container has no pooling section: pack an "
-                         "embedding checkpoint such as Qwen3-Embedding)", h->cfg.model_id);
-    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+                         "embedding checkpoint such as Qwen3-Embedding)", r->m->id);
+    struct serve_model_ref model = http_model_ref(r->m);
     struct serve_error e;
-    if (serve_parse_embeddings(r->body ? r->body : "", r->len, &model, qpack_model_tokenizer(h->cfg.model),
-                               h->end_of_text, h->ctx, info->hidden, &r->embed, &e))
+    if (serve_parse_embeddings(r->body ? r->body : "", r->len, &model, qpack_model_tokenizer(r->m->model),
+                               r->m->end_of_text, r->m->ctx, info->hidden, &r->embed, &e))
         return http_send_error(c, r, &e);
     struct http_inputs in = {&r->embed.ids, r->embed.ends, r->embed.n_inputs, info->hidden, -1, -1};
     return http_submit_inputs(h, c, r, &in, reply_embeddings);
@@ -427,7 +428,7 @@ enum MHD_Result http_submit_inputs(struct serve_http *h, struct MHD_Connection *
     serve_job_watch(j, serve_conns_wake, h->conns);
     r->ch[0].job = j;
     r->n_ch = 1;
-    if (serve_sched_submit(h->cfg.sched, &j, 1)) {
+    if (serve_sched_submit(r->m->sched, &j, 1)) {
         atomic_fetch_add(&serve_metrics.rejected, 1);
         return http_fail(c, r, 503, "server_error", "server_busy", NULL,
                          "The server is busy: %u requests are running and %u waiting; try again later",
@@ -437,16 +438,16 @@ enum MHD_Result http_submit_inputs(struct serve_http *h, struct MHD_Connection *
 }
 
 /* Anthropic's POST /v1/messages/count_tokens: the rendered prompt's tokens */
-static enum MHD_Result serve_count_tokens(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+static enum MHD_Result serve_count_tokens(struct MHD_Connection *c, struct request *r)
 {
     struct serve_request q;
     struct serve_error e;
-    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    struct serve_model_ref model = http_model_ref(r->m);
     if (serve_parse_messages(r->body ? r->body : "", r->len, true, &model, &q, &e))
         return http_send_error(c, r, &e);
     int32_t *ids;
     size_t n;
-    int rc = http_prompt_ids(h, &q, &ids, &n, &e);
+    int rc = http_prompt_ids(r->m, &q, &ids, &n, &e);
     serve_request_free(&q);
     if (rc)
         return http_send_error(c, r, &e);
@@ -455,14 +456,83 @@ static enum MHD_Result serve_count_tokens(struct serve_http *h, struct MHD_Conne
 }
 
 /* llama-server's POST /apply-template */
-static enum MHD_Result serve_apply_template(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+static enum MHD_Result serve_apply_template(struct MHD_Connection *c, struct request *r)
 {
     struct serve_error e;
-    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+    struct serve_model_ref model = http_model_ref(r->m);
     char *out;
     if (serve_apply_template_reply(&model, r->body ? r->body : "", r->len, &out, &e))
         return http_send_error(c, r, &e);
     return http_send_json(c, r, 200, out);
+}
+
+/* ---- the request's model -------------------------------------------------- */
+
+struct serve_model_ref http_model_ref(const struct serve_model *m)
+{
+    struct serve_model_ref ref = {m->id, m->strict, m->vocab};
+    if (m->has_sampling)
+        ref.sampling[0] = &m->sampling[0], ref.sampling[1] = &m->sampling[1];
+    return ref;
+}
+
+/* the endpoints that answer for one model */
+static bool needs_model(enum serve_endpoint ep)
+{
+    return ep != SERVE_EP_MODELS && ep != SERVE_EP_HEALTH && ep != SERVE_EP_METRICS && ep != SERVE_EP_PAGE &&
+           ep != SERVE_EP_OTHER;
+}
+
+/* With several models, the index of the one a request names: its body's
+ * "model", or ?model= for GET /props, GET /slots and POST /slots/ID, whose
+ * bodies have none; -1 with *e filled (400 none named, 404 none of that
+ * name) */
+static int named_model(const struct serve_http *h, struct MHD_Connection *c, const struct request *r,
+                       struct serve_error *e)
+{
+    const char *name;
+    cJSON *root = NULL;
+    if (r->ep == SERVE_EP_PROPS || r->ep == SERVE_EP_SLOTS || r->ep == SERVE_EP_SLOT_ACTION) {
+        name = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "model");
+    } else if (serve_body_model(r->body ? r->body : "", r->len, &root, &name, e)) {
+        cJSON_Delete(root);
+        return -1;
+    }
+    int i = name ? serve_models_find(h->cfg.models, name) : -1;
+    if (!name)
+        serve_error_set(e, 400, "invalid_request_error", NULL, "model",
+                        "'model' is required: this server has %u models (GET /v1/models)",
+                        serve_models_count(h->cfg.models));
+    else if (i < 0)
+        serve_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                        "The model '%.200s' does not exist: GET /v1/models lists this server's", name);
+    cJSON_Delete(root);
+    return i;
+}
+
+/* a waiting request's model is loaded, or cannot be: its answer goes on */
+static void model_ready(struct serve_model_wait *w)
+{
+    struct request *r = (struct request *)((char *)w - offsetof(struct request, wait));
+    MHD_resume_connection(r->c);
+}
+
+/* r->m: the request's model, held; when it is not loaded, the connection
+ * is suspended until it is (r->m stays NULL, nothing is answered yet) */
+static enum MHD_Result take_model(struct serve_http *h, struct MHD_Connection *c, struct request *r)
+{
+    struct serve_error e;
+    int i = serve_models_count(h->cfg.models) == 1 ? 0 : named_model(h, c, r, &e);
+    if (i < 0)
+        return http_send_error(c, r, &e);
+    if (!serve_models_acquire(h->cfg.models, (unsigned)i, &r->m))
+        return MHD_YES;
+    r->c = c;
+    r->wait.wake = model_ready;
+    r->waited = true;
+    MHD_suspend_connection(c);
+    serve_models_wait(h->cfg.models, (unsigned)i, &r->wait);
+    return MHD_YES;
 }
 
 /* ---- libmicrohttpd's callbacks ------------------------------------------- */
@@ -479,7 +549,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         atomic_fetch_add(&h->active, 1);
         r->t0 = qp_now_s();
-        r->ep = route(url, h->cfg.model_id, &r->one_model);
+        r->ep = route(url, h->cfg.models, &r->one_model);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->url, sizeof r->url, "%s", url);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -499,22 +569,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return r->ep == SERVE_EP_EMBEDDINGS ? reply_embeddings(h, c, r)
                : r->ep == SERVE_EP_RERANK   ? reply_rerank(h, c, r)
                                             : reply_whole(h, c, r);
+    if (r->waited) {            /* resumed: its model is loaded, or cannot be */
+        r->waited = false;
+        if (!r->wait.got)
+            return http_send_error(c, r, &r->wait.error);
+        r->m = r->wait.got;
+    }
     if (r->too_large)
         return http_fail(c, r, 413, "invalid_request_error", "request_too_large", NULL, "The body is over %u bytes",
                          SERVE_MAX_BODY);
+    if (needs_model(r->ep) && !r->m) {
+        enum MHD_Result ok = take_model(h, c, r);
+        if (!r->m)
+            return ok;
+    }
     if (is_generation(r->ep))
         return serve_generate(h, c, r);
     if (r->ep == SERVE_EP_APPLY_TEMPLATE)
-        return serve_apply_template(h, c, r);
+        return serve_apply_template(c, r);
     if (r->ep == SERVE_EP_EMBEDDINGS)
         return serve_embeddings(h, c, r);
     if (r->ep == SERVE_EP_COUNT_TOKENS)
-        return serve_count_tokens(h, c, r);
+        return serve_count_tokens(c, r);
     if (r->ep == SERVE_EP_RERANK)
         return serve_rerank(h, c, r);
     if (r->ep == SERVE_EP_SLOT_ACTION)
         return serve_slot_action(h, c, r);
-    return is_post(r->ep) ? serve_tokens(h, c, r) : serve_get(h, c, r);
+    return is_post(r->ep) ? serve_tokens(c, r) : serve_get(h, c, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -533,6 +614,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
     serve_conn_answered(h->conns, r->conn);
     serve_metrics_count(r->ep, r->status);
+    /* a request resumed but not called again still holds what it was granted */
+    serve_models_release(h->cfg.models, r->m ? r->m : r->waited ? r->wait.got : NULL, &r->usage);
     if (h->cfg.log) {
         char tokens[64] = "";
         if (r->usage.prompt_tokens)
@@ -580,18 +663,6 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- the daemon ---------------------------------------------------------- */
 
-/* the id of <|endoftext|> in the model's tokenizer, -1 without one */
-static int32_t end_of_text_id(const qpack_tokenizer *tok)
-{
-    int32_t *ids = NULL, id = -1;
-    size_t n = 0;
-    qpack_error err;
-    if (tok && !qpack_tokenize(tok, "<|endoftext|>", 13, &ids, &n, &err) && n == 1)
-        id = ids[0];
-    free(ids);
-    return id;
-}
-
 int serve_http_start(struct serve_http **out, const struct serve_http_config *cfg, char *msg, size_t msg_len)
 {
     *out = NULL;
@@ -601,14 +672,6 @@ int serve_http_start(struct serve_http **out, const struct serve_http_config *cf
         return -1;
     }
     h->cfg = *cfg;
-    h->vocab = qpack_model_get_info(cfg->model)->vocab;
-    h->ctx = qpack_model_get_info(cfg->model)->ctx;
-    h->end_of_text = end_of_text_id(qpack_model_tokenizer(cfg->model));
-    h->started = (long long)time(NULL);
-    for (int think = 0; think < 2; think++) {
-        h->sampling[think] = serve_default_sampling();
-        h->has_sampling = qpack_model_sampling(cfg->model, think, &h->sampling[think]);
-    }
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
     char port[16];
     snprintf(port, sizeof port, "%u", cfg->port);

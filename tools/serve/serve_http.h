@@ -16,11 +16,6 @@ struct serve_http {
     struct serve_http_config cfg;
     struct MHD_Daemon *d;
     struct serve_conns *conns;
-    uint32_t vocab, ctx;
-    int32_t end_of_text;        /* <|endoftext|>, which ends an embedding's input; -1: none */
-    bool has_sampling;
-    qpack_sampler_params sampling[2];   /* the model's, without and with thinking */
-    long long started;          /* unix seconds: the model's "created" */
     char log_line[512];         /* libmicrohttpd's last message, for a failed start */
     atomic_bool running;        /* started: messages go to stderr */
     atomic_uint active;         /* requests between their first call and their end */
@@ -37,7 +32,11 @@ struct choice {
 
 struct request {
     enum serve_endpoint ep;
-    bool one_model;             /* GET /v1/models/ID */
+    struct serve_model *m;      /* its model, held until the request ends */
+    struct serve_model_wait wait;   /* while its model loads */
+    struct MHD_Connection *c;   /* suspended while its model loads */
+    bool waited;                /* resumed after waiting for its model */
+    int one_model;              /* GET /v1/models/ID: the model's index; -1: not that route */
     size_t echo_len;            /* the prompt's text at each reply's start (echo) */
     char method[16], url[128];  /* for the log line */
     int status;
@@ -64,8 +63,10 @@ enum MHD_Result http_send_json(struct MHD_Connection *c, struct request *r, int 
 enum MHD_Result http_send_error(struct MHD_Connection *c, struct request *r, const struct serve_error *e);
 enum MHD_Result http_fail(struct MHD_Connection *c, struct request *r, int http, const char *type, const char *code,
                           const char *param, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-int http_prompt_ids(const struct serve_http *h, const struct serve_request *q, int32_t **ids, size_t *n,
+int http_prompt_ids(const struct serve_model *m, const struct serve_request *q, int32_t **ids, size_t *n,
                     struct serve_error *e);
+/* what a request's body is checked against: its model */
+struct serve_model_ref http_model_ref(const struct serve_model *m);
 
 /* A whole-prompt job's inputs: ids (taken by the job) ending at ends[0..n),
  * each answered with a vector of dim values, or with P(yes) over the tokens

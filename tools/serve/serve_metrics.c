@@ -54,9 +54,8 @@ static void requests(struct qp_buf *t)
         }
 }
 
-char *serve_metrics_text(const qpack_model *model)
+char *serve_metrics_text(struct serve_models *models)
 {
-    const qpack_model_info *i = qpack_model_get_info(model);
     struct serve_metrics *m = &serve_metrics;
     struct qp_buf t = {0};
     requests(&t);
@@ -113,19 +112,7 @@ char *serve_metrics_text(const qpack_model *model)
     metric(&t, "qpack_sessions", "gauge", "Sessions (--parallel).", m->parallel);
     metric(&t, "qpack_queue_waiting", "gauge", "Requests waiting for a session.", atomic_load(&m->waiting));
     metric(&t, "qpack_queue_capacity", "gauge", "Requests that may wait (--queue).", m->queue_max);
-    metric(&t, "qpack_bpf_map_bytes", "gauge", "Bytes of every BPF map of the model (0 for emu).",
-           (double)i->map_bytes);
-    metric(&t, "qpack_weight_bytes", "gauge", "Bytes of the weights in BPF maps, shared by every session.",
-           (double)i->weight_bytes);
-    metric(&t, "qpack_kv_cache_bytes", "gauge", "Bytes of the KV caches (context x bytes per position x caches).",
-           (double)i->ctx * (double)i->kv_bytes_per_position * qpack_model_kv_caches(model));
-    metric(&t, "qpack_context_positions", "gauge", "Positions per session.", i->ctx);
-    qp_buf_printf(&t,
-                  "# HELP qpack_kv_cache_bytes_per_position Bytes of K and V of one position, all layers, one "
-                  "session; type: the cache's entries (--kv-cache).\n"
-                  "# TYPE qpack_kv_cache_bytes_per_position gauge\n"
-                  "qpack_kv_cache_bytes_per_position{type=\"%s\"} %llu\n",
-                  i->kv_cache, (unsigned long long)i->kv_bytes_per_position);
+    serve_models_metrics(models, &t);
     if (t.oom) {
         qp_buf_free(&t);
         return NULL;

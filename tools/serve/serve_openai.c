@@ -275,6 +275,18 @@ int serve_read_model(const cJSON *v, const struct serve_model_ref *model, struct
     return 0;
 }
 
+int serve_body_model(const char *body, size_t len, cJSON **root, const char **name, struct serve_error *e)
+{
+    *name = NULL;
+    if (serve_json_parse(body, len, root, e))
+        return -1;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(*root, "model");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v))
+        return BAD(e, "model", "'model' must be a string");
+    *name = cJSON_IsString(v) ? v->valuestring : NULL;
+    return 0;
+}
+
 /* OpenAI's {"ID": bias, ...} or llama-server's [[ID, bias], ...]; a bias
  * of false bans the token (llama-server's) */
 #define MAX_LOGIT_BIAS 1024

@@ -18,13 +18,13 @@
 
 /* The prompt's text for echo, appended to text: as given, or its ids
  * detokenized. -1 when out of memory. */
-static int echo_text(const struct serve_http *h, const struct serve_request *q, const int32_t *ids, size_t n,
+static int echo_text(const struct serve_model *m, const struct serve_request *q, const int32_t *ids, size_t n,
                      struct qp_buf *text)
 {
     if (q->prompt)
         return qp_buf_adds(text, q->prompt);
     qpack_error err;
-    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    const qpack_tokenizer *tok = qpack_model_tokenizer(m->model);
     char *s = NULL;
     size_t len = 0;
     /* ids without a tokenizer: no text to echo */
@@ -564,7 +564,7 @@ static int new_jobs(struct serve_http *h, struct request *r, const struct serve_
     struct serve_job *jobs[SERVE_MAX_CHOICES];
     for (unsigned k = 0; k < r->n_ch; k++)
         jobs[k] = r->ch[k].job;
-    if (!rc && serve_sched_submit(h->cfg.sched, jobs, r->n_ch)) {
+    if (!rc && serve_sched_submit(r->m->sched, jobs, r->n_ch)) {
         atomic_fetch_add(&serve_metrics.rejected, 1);
         rc = 1;
     }
@@ -583,9 +583,7 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
     enum serve_kind kind = r->ep != SERVE_EP_COMPLETIONS ? SERVE_CHAT : SERVE_COMPLETION;
     struct serve_request q;
     struct serve_error e;
-    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
-    if (h->has_sampling)
-        model.sampling[0] = &h->sampling[0], model.sampling[1] = &h->sampling[1];
+    struct serve_model_ref model = http_model_ref(r->m);
     model.max_choices = serve_metrics.parallel + serve_metrics.queue_max;
     bool anthropic = r->ep == SERVE_EP_MESSAGES;
     const char *body = r->body ? r->body : "";
@@ -595,23 +593,23 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
         return http_send_error(c, r, &e);
     int32_t *ids;
     size_t n;
-    if (http_prompt_ids(h, &q, &ids, &n, &e)) {
+    if (http_prompt_ids(r->m, &q, &ids, &n, &e)) {
         serve_request_free(&q);
         return http_send_error(c, r, &e);
     }
-    if (n > h->ctx) {
+    if (n > r->m->ctx) {
         free(ids);
         serve_request_free(&q);
         return http_fail(c, r, 400, "invalid_request_error", "context_length_exceeded",
                          r->resp ? "input" : kind == SERVE_CHAT ? "messages" : "prompt",
-                         "This model's maximum context length is %u tokens, but the prompt has %zu tokens", h->ctx, n);
+                         "This model's maximum context length is %u tokens, but the prompt has %zu tokens", r->m->ctx, n);
     }
     /* echo: each reply's text starts with the prompt's */
     unsigned n_ch = q.n_choices ? q.n_choices : 1;
     for (unsigned k = 0; k < n_ch && q.echo; k++) {
         struct choice *ch = &r->ch[k];
         /* the others' copies of the first's */
-        if (k ? qp_buf_add(&ch->text, r->ch[0].text.s, r->ch[0].text.len) : echo_text(h, &q, ids, n, &ch->text)) {
+        if (k ? qp_buf_add(&ch->text, r->ch[0].text.s, r->ch[0].text.len) : echo_text(r->m, &q, ids, n, &ch->text)) {
             free(ids);
             serve_request_free(&q);
             return http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
@@ -631,8 +629,8 @@ enum MHD_Result serve_generate(struct serve_http *h, struct MHD_Connection *c, s
     else
         serve_random_id(anthropic ? "msg_" : kind == SERVE_CHAT ? "chatcmpl-" : "cmpl-", r->id, sizeof r->id);
     r->meta = (struct serve_reply_meta){.kind = kind, .tools = tools, .logprobs = logprobs,
-                                        .tok = qpack_model_tokenizer(h->cfg.model), .id = r->id,
-                                        .created = (long long)time(NULL), .model = h->cfg.model_id,
+                                        .tok = qpack_model_tokenizer(r->m->model), .id = r->id,
+                                        .created = (long long)time(NULL), .model = r->m->id,
                                         .anthropic = anthropic, .prompt_tokens = (uint32_t)n};
     r->echo_len = echo_len;
     if (stream)

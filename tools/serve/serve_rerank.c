@@ -299,26 +299,26 @@ enum MHD_Result reply_rerank(struct serve_http *h, struct MHD_Connection *c, str
         return http_send_error(c, r, &e);
     }
     r->usage.prompt_tokens = r->rerank.ends[r->rerank.n_docs - 1];
-    char *json = serve_rerank_json(scores, &r->rerank, h->cfg.model_id, r->usage.prompt_tokens);
+    char *json = serve_rerank_json(scores, &r->rerank, r->m->id, r->usage.prompt_tokens);
     return json ? http_send_json(c, r, 200, json) : http_fail(c, r, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 enum MHD_Result serve_rerank(struct serve_http *h, struct MHD_Connection *c, struct request *r)
 {
-    const qpack_model_info *info = qpack_model_get_info(h->cfg.model);
-    const qpack_tokenizer *tok = qpack_model_tokenizer(h->cfg.model);
+    const qpack_model_info *info = qpack_model_get_info(r->m->model);
+    const qpack_tokenizer *tok = qpack_model_tokenizer(r->m->model);
     int32_t yes, no;
     if (info->task != QPACK_TASK_RERANK)
         return http_fail(c, r, 400, "invalid_request_error", "model_not_reranker", NULL,
                          "The model '%s' is not a reranker (its container records no task rerank: pack a "
-                         "Qwen3-Reranker checkpoint, or another with qpack pack --task rerank)", h->cfg.model_id);
+                         "Qwen3-Reranker checkpoint, or another with qpack pack --task rerank)", r->m->id);
     if (serve_rerank_tokens(tok, &yes, &no))
         return http_fail(c, r, 400, "invalid_request_error", "model_not_reranker", NULL,
                          "The model '%s' cannot rerank: its tokenizer has no single tokens \"yes\" and \"no\"",
-                         h->cfg.model_id);
-    struct serve_model_ref model = {h->cfg.model_id, h->cfg.strict_model, h->vocab};
+                         r->m->id);
+    struct serve_model_ref model = http_model_ref(r->m);
     struct serve_error e;
-    if (serve_parse_rerank(r->body ? r->body : "", r->len, &model, tok, h->ctx, &r->rerank, &e))
+    if (serve_parse_rerank(r->body ? r->body : "", r->len, &model, tok, r->m->ctx, &r->rerank, &e))
         return http_send_error(c, r, &e);
     struct http_inputs in = {&r->rerank.ids, r->rerank.ends, r->rerank.n_docs, 1, yes, no};
     return http_submit_inputs(h, c, r, &in, reply_rerank);

@@ -174,7 +174,7 @@ enum MHD_Result serve_slot_action(struct serve_http *h, struct MHD_Connection *c
     }
     struct slot_call k = {.what = what, .path = what == ERASE ? NULL : path};
     double t0 = qp_now_ms();
-    int rc = serve_sched_slot_act(h->cfg.sched, id, act, &k);
+    int rc = serve_sched_slot_act(r->m->sched, id, act, &k);
     double ms = qp_now_ms() - t0;
     enum MHD_Result sent;
     if (rc == SERVE_SLOT_NONE)
