@@ -18,7 +18,8 @@
  * value, and what it ends with parses (a call reads back as one call).
  * A Responses request that parses answers with the body as its reply's
  * text (its <tool_call> blocks its calls), whole and as the stream's
- * events, every one of which must be JSON. */
+ * events, every one of which must be JSON. Every body's model is also
+ * read as a server of several models reads it first (body_model). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,6 +262,30 @@ static void rerank(const struct serve_rerank_request *q, const uint8_t *data, si
     free(scores);
 }
 
+/* the model a body names, as a server of several models reads it before
+ * the endpoint's parser: a refusal is a 400 with a message, and a chat or
+ * completion request that names a model parses, checked strictly against
+ * that name, without a 404 */
+static void body_model(const char *body, size_t size, unsigned pick)
+{
+    cJSON *root = NULL;
+    const char *name;
+    struct serve_error e = {0};
+    int rc = serve_body_model(body, size, &root, &name, &e);
+    if (rc && (e.http != 400 || !e.message[0]))
+        abort();
+    if (!rc && name && pick < 2) {
+        struct serve_model_ref ref = {name, true, 151936};
+        struct serve_request r;
+        struct serve_error pe = {0};
+        if (!serve_parse_request(pick ? SERVE_COMPLETION : SERVE_CHAT, body, size, &ref, &r, &pe))
+            serve_request_free(&r);
+        else if (pe.http == 404)
+            abort();
+    }
+    cJSON_Delete(root);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -271,6 +296,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!body)
         return 0;
     memcpy(body, data + 1, size);
+    body_model(body, size, pick);
     struct serve_error e = {0};
     struct serve_model_ref model = {"M", false, 151936};
     int rc;
