@@ -21,8 +21,9 @@ PID=
 fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
 skip() { echo "SKIP ($CASE): $*"; exit 77; }
 need_root() { [ "$(id -u)" = 0 ] || skip "loading BPF programs needs root"; }
-PID2=
-trap '[ -n "$PID" ] && kill -KILL $PID 2>/dev/null; [ -n "$PID2" ] && kill -KILL $PID2 2>/dev/null' EXIT
+PID2= PIN=
+trap '[ -n "$PID" ] && kill -KILL $PID 2>/dev/null; [ -n "$PID2" ] && kill -KILL $PID2 2>/dev/null
+      [ -n "$PIN" ] && "$QPACK" unload "$PIN" 2>/dev/null' EXIT
 
 if [ "$CASE" != setup ]; then
     [ -f "$TOKDIR/tokenizer.json" ] || skip "no $TOKDIR/tokenizer.json (scripts/fetch_tokenizer.sh)"
@@ -1537,6 +1538,33 @@ models)
         fail "one model's /metrics: $(grep -E 'model=|context_positions' "$T/resp")"
     stop_server
     echo "ok a single model serves any name, its /metrics unlabelled"
+    # a model qpack load keeps in the kernel attaches instead of loading,
+    # and detaches when it gives its place: on bpf, each reply is its
+    # file's on emu; once the other model is loaded, the pinned one's
+    # sessions are all free again (qpack ps)
+    if [ "$(id -u)" != 0 ]; then
+        echo "skip pin:NAME on bpf (loading BPF programs needs root)"
+        exit 0
+    fi
+    PIN=qpserve$$
+    "$QPACK" load "$T/dir/beta.qpk" --name $PIN --sessions 2 >/dev/null 2>"$T/load.err" ||
+        fail "qpack load: $(cat "$T/load.err")"
+    start_models pin -m pin:$PIN -m "$M" --backend bpf --max-loaded 1 --quiet
+    for m in pin:$PIN M pin:$PIN M; do
+        want=$T/want.beta.text.0
+        [ $m = M ] && want=$T/want.alpha.text.0
+        post /v1/completions "$(jq -nc --arg m $m --arg p "${prompts[0]}" '{model: $m, prompt: $p, max_tokens: 10, temperature: 0}')"
+        expect_ok "$m on bpf"
+        [ "$(jq -r '.choices[0].text' "$T/resp")" = "$(cat "$want")" ] || fail "$m on bpf: $(cat "$T/resp")"
+    done
+    "$QPACK" ps >"$T/ps.out" || fail "qpack ps"
+    grep -q "^$PIN .* sessions 0/2 " "$T/ps.out" || fail "pin:$PIN is still attached once unloaded: $(cat "$T/ps.out")"
+    [ "$(METRIC="qpack_model_unloads_total{model=\"pin:$PIN\"}" metric)" = 2 ] ||
+        fail "pin:$PIN's unloads: $(curl -sS "$URL/metrics" | grep unloads)"
+    stop_server
+    "$QPACK" unload $PIN || fail "qpack unload $PIN"
+    PIN=
+    echo "ok pin:NAME attaches on bpf, its replies its file's, and detaches when it gives its place"
     ;;
 
 kv8)
