@@ -1,12 +1,13 @@
 /* serve.c - `qrun serve`: options, start-up, signals and shutdown.
  *
- * The model is loaded once; `--parallel` sessions share its weight maps
+ * A single model is loaded once, at start; several load on first use
+ * (serve_models.c). `--parallel` sessions share a model's weight maps
  * (serve_sched.c); libmicrohttpd answers on threads of its own
  * (serve_http.c, serve_conn.c). The main thread only waits for SIGINT or SIGTERM, which
  * every thread blocks, and then shuts down in order: stop accepting, end
  * what waits and interrupt what runs (each client gets its answer or its
- * error), close the connections, free the sessions and the model (every
- * BPF object with it), exit 0. */
+ * error), close the connections, free the sessions and the models (every
+ * BPF object with them), exit 0. */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>

@@ -610,7 +610,7 @@ void serve_models_free(struct serve_models *t);
 #define SERVE_MAX_BODY (1u << 20)   /* bytes of a request body */
 
 struct serve_http_config {
-    struct serve_models *models;
+    struct serve_models *models;    /* what requests are answered with */
     const char *api_key;        /* NULL: no authentication */
     const char *host;           /* numeric address or name to bind */
     unsigned port;              /* 0: any free port */

@@ -19,6 +19,9 @@
  * HTTP status (Anthropic's on its routes). With an
  * API key, everything but / and /health needs "Authorization: Bearer KEY"
  * or "x-api-key: KEY".
+ * A request for one model takes it from the table (serve_models.c) once
+ * its body is in: with several, the one it names, its connection
+ * suspended while that model loads.
  * Request bodies are JSON whatever their Content-Type says (curl -d sends
  * another); a browser request from another site's page is refused by its
  * Origin header instead (same_origin), and CORS is never granted. */
