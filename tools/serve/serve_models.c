@@ -432,7 +432,7 @@ void serve_models_release(struct serve_models *t, struct serve_model *m, const s
 static cJSON *model_object(const struct entry *e)
 {
     cJSON *m = cJSON_CreateObject(), *status, *meta;
-    const char *state = e->m.model && !e->evicting ? "loaded" : e->loading ? "loading" : "unloaded";
+    const char *state = e->m.model ? "loaded" : e->loading ? "loading" : "unloaded";
     bool ok = m && cJSON_AddStringToObject(m, "id", e->alias) && cJSON_AddStringToObject(m, "object", "model") &&
               cJSON_AddNumberToObject(m, "created", (double)e->m.created) &&
               cJSON_AddStringToObject(m, "owned_by", "qpack") && (status = cJSON_AddObjectToObject(m, "status")) &&
