@@ -149,7 +149,7 @@ typedef struct grp {
     v8f wf[MAX_V8];
     double sw, sx, sxx;   /* Σ w, Σ w X, Σ w X^2 */
     double min, max, amax, amax_signed;
-    double i8max;         /* INT8's largest code: 127, or 31 for 6-bit codes (i6g) */
+    double i8max;         /* INT8's largest code: 127, 63 for 7-bit codes (i7g), 31 for 6-bit (i6g) */
 } grp;
 
 /* min, max, largest |x| and the first value that has it */
@@ -563,7 +563,7 @@ HOT static void i4_damage(const grp *g, const uint8_t *q, uint16_t d, uint16_t m
 /* ======================= INT8 ======================= */
 
 /* The search's candidates: scales amax / steps for steps 120.5, 121, ...,
- * 128 (scaled by i8max / 127 for 6-bit codes), 16 at once; the best fit is refined (at most I8_ROUNDS rounds). */
+ * 128 (scaled by i8max / 127 for 6- and 7-bit codes), 16 at once; the best fit is refined (at most I8_ROUNDS rounds). */
 #define I8_CAND_V8 2
 #define I8_CANDS (8 * I8_CAND_V8)
 #define I8_ROUNDS 4
@@ -780,6 +780,12 @@ void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E,
                 int8_t *q, uint16_t *d, qnt_damage *dmg)
 {
     i8_row(x, w, cols, group, E, method, QNT_I6_MAX, q, d, dmg);
+}
+
+void qnt_i7_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg)
+{
+    i8_row(x, w, cols, group, E, method, QNT_I7_MAX, q, d, dmg);
 }
 
 /* ======================= INT4 super-blocks (i4k) ======================= */

@@ -166,6 +166,11 @@ void qnt_i8_row(const float *x, const float *w, uint32_t cols, int group, int E,
 void qnt_i6_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
                 int8_t *q, uint16_t *d, qnt_damage *dmg);
 
+/* And with codes in -63..63 (7 bits; the i7g encoding). */
+#define QNT_I7_MAX 63
+void qnt_i7_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                int8_t *q, uint16_t *d, qnt_damage *dmg);
+
 /* INT4 with the parameters in super-blocks of QNT_I4K_GROUPS groups (the
  * i4k encoding, after llama.cpp's k-quants): per super-block si, scales
  * sd[si] and sm[si] (pf16 with 6-bit mantissas) and 6-bit multiples

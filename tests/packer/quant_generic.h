@@ -18,4 +18,5 @@
 #define qnt_i4_row qnt_generic_i4_row
 #define qnt_i8_row qnt_generic_i8_row
 #define qnt_i6_row qnt_generic_i6_row
+#define qnt_i7_row qnt_generic_i7_row
 #define qnt_i4k_row qnt_generic_i4k_row

@@ -486,21 +486,23 @@ END_TEST
 
 void qnt_generic_i6_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
                         int8_t *q, uint16_t *d, qnt_damage *dmg);
+void qnt_generic_i7_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
+                        int8_t *q, uint16_t *d, qnt_damage *dmg);
 void qnt_generic_i4k_row(const float *x, const float *w, uint32_t cols, int group, int E, qnt_method method,
                          uint8_t *q, uint16_t *sd, uint16_t *sm, uint8_t *sub, qnt_damage *dmg);
 
-/* 6-bit codes (i6g) and super-block parameters (i4k) on Gaussian rows: the
- * codes in range, the damage what the codes and (expanded) parameters
- * give, recomputed in long double; the error about what the fewer bits
- * cost with the search: i6 ~ (127 / 31)^2 x i8's squared error, i4k within
- * 5 % of i4g's;
- * and the generic build gives the same bits. */
+/* 6- and 7-bit codes (i6g, i7g) and super-block parameters (i4k) on
+ * Gaussian rows: the codes in range, the damage what the codes and
+ * (expanded) parameters give, recomputed in long double; the error about
+ * what the fewer bits cost with the search: i6 ~ (127 / 31)^2 x i8's
+ * squared error, i7 ~ (31 / 63)^2 x i6's (half its RMS error), i4k within
+ * 5 % of i4g's; and the generic build gives the same bits. */
 START_TEST(packed_rows)
 {
     rng = 91;
     const uint32_t cols = 512;
     float x[512], w[512];
-    long double ss6 = 0, ss8 = 0, ssk = 0, ss4 = 0;
+    long double ss6 = 0, ss7 = 0, ss8 = 0, ssk = 0, ss4 = 0;
     for (int it = 0; it < 40; it++) {
         int group = (int[]){32, 64}[it % 2];
         for (uint32_t j = 0; j < cols; j++) {
@@ -510,50 +512,63 @@ START_TEST(packed_rows)
         const float *wp = it % 2 ? w : NULL;
         int E = group_E(x, (int)cols);
         qnt_method method = it % 3 == 0 ? QNT_RTN : it % 3 == 1 ? QNT_ABSMAX : QNT_SEARCH;
-        int8_t q6[512], q8[512], g6[512];
+        int8_t q6[512], q7[512], q8[512], g6[512], g7[512];
         uint8_t qk[512], q4[512], gk[512], sub[32], gsub[32];
-        uint16_t d6[16], d8[16], d4[16], m4[16], sd[2], sm[2], gd[16], gsd[2], gsm[2];
-        qnt_damage dmg6 = {0}, dmg8 = {0}, dmgk = {0}, dmg4 = {0}, g6d = {0}, gkd = {0};
+        uint16_t d6[16], d7[16], d8[16], d4[16], m4[16], sd[2], sm[2], gd[16], gd7[16], gsd[2], gsm[2];
+        qnt_damage dmg6 = {0}, dmg7 = {0}, dmg8 = {0}, dmgk = {0}, dmg4 = {0}, g6d = {0}, g7d = {0}, gkd = {0};
         qnt_i6_row(x, wp, cols, group, E, method == QNT_ABSMAX ? QNT_RTN : method, q6, d6, &dmg6);
+        qnt_i7_row(x, wp, cols, group, E, method == QNT_ABSMAX ? QNT_RTN : method, q7, d7, &dmg7);
         qnt_i8_row(x, wp, cols, group, E, method == QNT_ABSMAX ? QNT_RTN : method, q8, d8, &dmg8);
         qnt_i4k_row(x, wp, cols, group, E, method, qk, sd, sm, sub, &dmgk);
         qnt_i4_row(x, wp, cols, group, E, method, q4, d4, m4, &dmg4);
         qnt_generic_i6_row(x, wp, cols, group, E, method == QNT_ABSMAX ? QNT_RTN : method, g6, gd, &g6d);
+        qnt_generic_i7_row(x, wp, cols, group, E, method == QNT_ABSMAX ? QNT_RTN : method, g7, gd7, &g7d);
         qnt_generic_i4k_row(x, wp, cols, group, E, method, gk, gsd, gsm, gsub, &gkd);
         ck_assert(memcmp(q6, g6, cols) == 0 && memcmp(d6, gd, sizeof d6) == 0 && memcmp(&dmg6, &g6d, sizeof g6d) == 0);
+        ck_assert(memcmp(q7, g7, cols) == 0 && memcmp(d7, gd7, sizeof d7) == 0 && memcmp(&dmg7, &g7d, sizeof g7d) == 0);
         ck_assert(memcmp(qk, gk, cols) == 0 && memcmp(sub, gsub, sizeof sub) == 0 && memcmp(sd, gsd, sizeof sd) == 0 &&
                   memcmp(sm, gsm, sizeof sm) == 0 && memcmp(&dmgk, &gkd, sizeof gkd) == 0);
-        long double r6 = 0, rk = 0;
-        double mx6 = 0, mxk = 0;
+        long double r6 = 0, r7 = 0, rk = 0;
+        double mx6 = 0, mx7 = 0, mxk = 0;
+        int top7 = 0;
         uint32_t span = (uint32_t)group * QNT_I4K_GROUPS;
         for (uint32_t j = 0; j < cols; j++) {
             uint32_t gi = j / (uint32_t)group, si = j / span, i = gi % QNT_I4K_GROUPS;
             ck_assert_int_le(abs(q6[j]), 31);
+            ck_assert_int_le(abs(q7[j]), 63);
+            top7 = abs(q7[j]) > top7 ? abs(q7[j]) : top7;
             ck_assert_uint_le(qk[j], 15);
             ck_assert_uint_le(sub[16 * si + i], 63);
             ck_assert_uint_le(sub[16 * si + 8 + i], 63);
             ck_assert(pf16_i4k_scale_valid(sd[si]) && pf16_i4k_scale_valid(sm[si]));
             uint16_t d = pf16_i4k_param(sd[si], sub[16 * si + i]), m = pf16_i4k_param(sm[si], sub[16 * si + 8 + i]);
             long double e6 = (long double)x[j] - ldexpl((long double)pf16_int(d6[gi]) * q6[j], -E);
+            long double e7 = (long double)x[j] - ldexpl((long double)pf16_int(d7[gi]) * q7[j], -E);
             long double ek = (long double)x[j] - ldexpl((long double)qnt_i4_int(qk[j], d, m), -E);
             r6 += e6 * e6;
+            r7 += e7 * e7;
+            mx7 = fmax(mx7, (double)fabsl(e7));
             rk += ek * ek;
             mx6 = fmax(mx6, (double)fabsl(e6));
             mxk = fmax(mxk, (double)fabsl(ek));
         }
         close_enough(dmg6.sum_sq, r6);
+        close_enough(dmg7.sum_sq, r7);
         close_enough(dmgk.sum_sq, rk);
-        ck_assert(dmg6.max_err == mx6 && dmgk.max_err == mxk);
+        ck_assert(dmg6.max_err == mx6 && dmg7.max_err == mx7 && dmgk.max_err == mxk);
+        ck_assert_int_gt(top7, 31);     /* the codes use the seventh bit */
         if (method != QNT_SEARCH)
             continue;   /* i4k refits m, which makes up for much of rtn's error: compare the search */
         ss6 += dmg6.sum_sq;
+        ss7 += dmg7.sum_sq;
         ss8 += dmg8.sum_sq;
         ssk += dmgk.sum_sq;
         ss4 += dmg4.sum_sq;
     }
-    double r68 = (double)(ss6 / ss8), rk4 = (double)(ssk / ss4);
-    printf("squared error: i6 / i8 %.2f, i4k / i4g %.4f\n", r68, rk4);
+    double r68 = (double)(ss6 / ss8), r76 = (double)(ss7 / ss6), rk4 = (double)(ssk / ss4);
+    printf("squared error: i6 / i8 %.2f, i7 / i6 %.3f, i4k / i4g %.4f\n", r68, r76, rk4);
     ck_assert_msg(r68 > 12 && r68 < 22, "i6 / i8 %g", r68);
+    ck_assert_msg(r76 > 0.18 && r76 < 0.32, "i7 / i6 %g", r76);
     ck_assert_msg(rk4 >= 0.99 && rk4 < 1.05, "i4k / i4g %g", rk4);
 }
 END_TEST
