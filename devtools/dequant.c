@@ -7,8 +7,8 @@
  * weights against the original) and what the integer kernels add on top
  * (the container against the reference on these weights).
  *
- * Decoding follows formats/QPK.md's layouts (a packed tensor, i6g or
- * i4k, through the i8g or i4g block qrun rewrites it to); the values are
+ * Decoding follows formats/QPK.md's layouts (a packed tensor, i6g, i7g
+ * or i4k, through the i8g or i4g block qrun rewrites it to); the values are
  * the exact integers times 2^-scale_exp, rounded once to float. */
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* emu.c - the host twin: kernels/qk_kernels.h compiled for the host. A "map" is
  * a bounds-checked view: a lookup past the last entry gives NULL exactly as
  * an array map lookup does, and weight maps read the container in place
- * through the plan's segments (a packed tensor's, i6g or i4k, from a copy
- * expanded when the emu is made). */
+ * through the plan's segments (a packed tensor's, i6g, i7g or i4k, from a
+ * copy expanded when the emu is made). */
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>

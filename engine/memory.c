@@ -40,7 +40,7 @@ static uint64_t page_round(uint64_t n)
     return (n + page - 1) / page * page;
 }
 
-/* emu's own copies of the packed tensors (i6g, i4k) and of every i4g one
+/* emu's own copies of the packed tensors (i6g, i7g, i4k) and of every i4g one
  * (a w4 map's blocks, their parameters widened), expanded to map blocks */
 static uint64_t packed_copies(const struct qpk_file *f)
 {

@@ -24,7 +24,7 @@ double qp_sf_to_double(struct qm_sf v)
     return ldexp((double)v.m, v.e);
 }
 
-/* the encoding the kernels read t in (i6g as i8g, i4k as i4g) */
+/* the encoding the kernels read t in (i6g and i7g as i8g, i4k as i4g) */
 static unsigned kernel_enc(const struct qpk_tensor *t)
 {
     return qpk_kernel_encoding(t->encoding);
@@ -71,7 +71,8 @@ static enum qp_map_id matrix_map(unsigned role, const struct qpk_tensor *t)
 /* Whether the embedding or lm_head t runs as i6 lanes: an i6g tensor among
  * i8g wide matrices (it shares their map and scale layout), with groups of
  * whole act blocks and the quantised act vector at hand (an i4g matrix).
- * Else it expands to i8g and the i8g kernel reads it. */
+ * Else (and always for i7g, whose codes do not fit the lanes' 6 bits) it
+ * expands to i8g and the i8g kernel reads it. */
 static bool as_i6_lanes(const struct qk_config *c, const struct qpk_tensor *t)
 {
     return t->encoding == QPK_ENC_I6G && c->w_enc == QK_ENC_I8G && c->has_i4 && c->w_group % QK_XQ_BLOCK == 0;
@@ -245,7 +246,7 @@ static void fill_matrix_encoding(struct qk_config *c, const struct qpk_file *f)
 
 /* Every wide matrix shares one kernel encoding and every grouped encoding
  * one power-of-two group size (i4g: at least one 32-entry act block); i6g
- * counts as i8g and i4k as i4g. */
+ * and i7g count as i8g and i4k as i4g. */
 static int check_matrix_encodings(const struct qpk_file *f, qp_err *err)
 {
     const struct qpk_tensor *wide = NULL, *i4 = NULL;

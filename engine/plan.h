@@ -21,7 +21,7 @@ enum qp_map_id {
 struct qp_segment {
     uint32_t first_key, n_keys;
     const uint8_t *data;        /* n_keys * value_size bytes, or packed's stored row blocks */
-    /* a packed tensor (i6g, i4k) or one to widen (widen4): data holds
+    /* a packed tensor (i6g, i7g, i4k) or one to widen (widen4): data holds
      * n_keys of its row blocks, each expanded to value_size bytes as it is
      * copied (qp_segment_expand); NULL: data is the map's bytes verbatim */
     const struct qpk_tensor *packed;

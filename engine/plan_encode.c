@@ -1,5 +1,5 @@
 /* plan_encode.c - what qrun rewrites as it fills a weight map: packed
- * tensors (i6g, i4k) expanded into the kernels' encodings, the embedding
+ * tensors (i6g, i7g, i4k) expanded into the kernels' encodings, the embedding
  * or lm_head of an int4 container into i6 lanes, and every i4g block's
  * pf16 parameters widened to int32 (a load each in the kernels, not a
  * decode). */

@@ -34,7 +34,7 @@ static int read_blocks(const struct qp_plan *plan, uint8_t *work, const uint8_t 
     return 0;
 }
 
-/* Reads n row blocks of a packed tensor (i6g, i4k), from block
+/* Reads n row blocks of a packed tensor (i6g, i7g, i4k), from block
  * `first` of segment seg, and expands them to work keys [key, key + n),
  * IOV_BATCH blocks per read. */
 static int read_packed(const struct qp_plan *plan, uint8_t *work, const struct qp_segment *seg, uint32_t first,

@@ -3,8 +3,8 @@
  * just before it runs, so that one thread reads while the other computes.
  * Row blocks are read with preadv, not copied from the mapping: the model
  * stays out of this process's memory, and no page faults are taken (on
- * this VM they cost more than the copy). Packed tensors (i6g, i4k) are
- * expanded into the kernels' layout as they are read. */
+ * this VM they cost more than the copy). Packed tensors (i6g, i7g, i4k)
+ * are expanded into the kernels' layout as they are read. */
 #ifndef QP_STREAM_H
 #define QP_STREAM_H
 

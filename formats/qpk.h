@@ -21,8 +21,8 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    4                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
-                                                  1.3: pooling; 1.4: task */
+#define QPK_VERSION_MINOR    5                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
+                                                  1.3: pooling; 1.4: task; 1.5: the packed encoding i7g */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
@@ -180,6 +180,9 @@ enum qpk_encoding {
      * them per group (0.5 bits per weight instead of 32 / group_size).
      * qrun expands it to i4g as it loads. */
     QPK_ENC_I4K = 6,
+    /* i6g with 7-bit codes q in [-64, 63], eight to 7 bytes (QPK.md): half
+     * i6g's error for one more bit per weight. Expanded to i8g as i6g. */
+    QPK_ENC_I7G = 7,
 };
 
 #define QPK_I4K_GROUPS       8                 /* i4k: groups per super-block */
@@ -312,11 +315,11 @@ const char *qpk_encoding_name(unsigned encoding);
 const char *qpk_section_name(unsigned kind);
 const char *qpk_format_name(unsigned weight_format);
 
-/* Bytes of one 4-row block of a grouped matrix (i8g, i4g, i6g, i4k) of
+/* Bytes of one 4-row block of a grouped matrix (i8g, i4g, i6g, i7g, i4k) of
  * cols columns in groups of group; 0 for other encodings. */
 uint64_t qpk_block_bytes(unsigned encoding, uint32_t cols, uint32_t group);
 
-/* The encoding the kernels read for a stored one: i6g is run as i8g and
+/* The encoding the kernels read for a stored one: i6g and i7g are run as i8g and
  * i4k as i4g (qpk_expand_blocks); every other encoding as itself. */
 unsigned qpk_kernel_encoding(unsigned encoding);
 bool qpk_encoding_packed(unsigned encoding);
@@ -335,6 +338,11 @@ void qpk_expand_blocks(const struct qpk_tensor *t, const uint8_t *src, uint64_t 
  * stream, bits [6i, 6i + 6), four fields to 3 bytes. */
 unsigned qpk_bits6_get(const uint8_t *stream, uint64_t i);
 void qpk_bits6_put(uint8_t *stream, uint64_t i, unsigned v);
+
+/* The 7-bit fields of i7g: field i of a little-endian bit stream, bits
+ * [7i, 7i + 7), eight fields to 7 bytes. */
+unsigned qpk_bits7_get(const uint8_t *stream, uint64_t i);
+void qpk_bits7_put(uint8_t *stream, uint64_t i, unsigned v);
 
 /* Expected logical shape of a role under cfg; false for unknown roles. */
 bool qpk_role_shape(const struct qpk_config *cfg, unsigned role, uint32_t *rows, uint32_t *cols);

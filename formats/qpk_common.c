@@ -30,6 +30,7 @@ const char *qpk_encoding_name(unsigned encoding)
     case QPK_ENC_I4G: return "i4g";
     case QPK_ENC_I6G: return "i6g";
     case QPK_ENC_I4K: return "i4k";
+    case QPK_ENC_I7G: return "i7g";
     default: return "unknown";
     }
 }
@@ -51,6 +52,7 @@ uint64_t qpk_block_bytes(unsigned encoding, uint32_t cols, uint32_t group)
     case QPK_ENC_I8G: return c * 4 + groups * 16;     /* 4 x (8-bit code), 4 x i32 D per group */
     case QPK_ENC_I4G: return c * 2 + groups * 16;     /* 4 x (4-bit code), 4 x (d, m) per group */
     case QPK_ENC_I6G: return c * 3 + groups * 8;      /* 4 x (6-bit code), 4 x pf16 d per group */
+    case QPK_ENC_I7G: return c * 7 / 2 + groups * 8;  /* 4 x (7-bit code), 4 x pf16 d per group */
     case QPK_ENC_I4K: return c * 2 + groups / QPK_I4K_GROUPS * QPK_I4K_SUPER_BYTES;
     default: return 0;
     }

@@ -1,9 +1,10 @@
-/* qpk_packed.c - the packed encodings, i6g and i4k, and their expansion to
- * the i8g and i4g blocks the kernels read (QPK.md, "Packed encodings").
+/* qpk_packed.c - the packed encodings, i6g, i7g and i4k, and their
+ * expansion to the i8g and i4g blocks the kernels read (QPK.md, "Packed
+ * encodings").
  *
  * They exist to make the file smaller where bits are scarce: i6g holds a
  * vocabulary matrix at 6.25 bits per weight instead of 8.5 (groups of
- * 64), i4k spends 0.5 bits per weight on an int4 matrix's parameters
+ * 64), i7g at 7.25 with half i6g's error, i4k spends 0.5 bits per weight on an int4 matrix's parameters
  * instead of 1.0 (at groups of 32). The BPF kernels stay as they are: qrun rewrites each block
  * as it fills a map (or stages a --stream block), so nothing is converted
  * per token. Every expanded value is the one the packer measured its error
@@ -18,12 +19,17 @@
 
 unsigned qpk_kernel_encoding(unsigned encoding)
 {
-    return encoding == QPK_ENC_I6G ? QPK_ENC_I8G : encoding == QPK_ENC_I4K ? QPK_ENC_I4G : encoding;
+    switch (encoding) {
+    case QPK_ENC_I6G:
+    case QPK_ENC_I7G: return QPK_ENC_I8G;
+    case QPK_ENC_I4K: return QPK_ENC_I4G;
+    default: return encoding;
+    }
 }
 
 bool qpk_encoding_packed(unsigned encoding)
 {
-    return encoding == QPK_ENC_I6G || encoding == QPK_ENC_I4K;
+    return encoding == QPK_ENC_I6G || encoding == QPK_ENC_I7G || encoding == QPK_ENC_I4K;
 }
 
 uint64_t qpk_kernel_stride(const struct qpk_tensor *t)
@@ -50,6 +56,23 @@ void qpk_bits6_put(uint8_t *stream, uint64_t i, unsigned v)
     p[2] = (uint8_t)(word >> 16);
 }
 
+unsigned qpk_bits7_get(const uint8_t *stream, uint64_t i)
+{
+    const uint8_t *p = stream + 7 * (i / 8);
+    uint64_t word = le32(p) | (uint64_t)le16(p + 4) << 32 | (uint64_t)p[6] << 48;
+    return (unsigned)(word >> (7 * (i % 8))) & 127;
+}
+
+void qpk_bits7_put(uint8_t *stream, uint64_t i, unsigned v)
+{
+    uint8_t *p = stream + 7 * (i / 8);
+    uint32_t shift = 7 * (i % 8);
+    uint64_t word = le32(p) | (uint64_t)le16(p + 4) << 32 | (uint64_t)p[6] << 48;
+    word = (word & ~(127ull << shift)) | (uint64_t)(v & 127) << shift;
+    for (unsigned b = 0; b < 7; b++)
+        p[b] = (uint8_t)(word >> (8 * b));
+}
+
 /* Eight 6-bit two's-complement fields of a 48-bit little-endian word as
  * eight bytes of int8: the fields spread to their bytes in three halvings
  * (24-bit halves to 32-bit lanes, 12-bit to 16-bit, 6-bit to 8-bit), then
@@ -65,13 +88,27 @@ static uint64_t sext6_x8(uint64_t fields)
     return (bytes + 0x6060606060606060ull) ^ 0x8080808080808080ull;
 }
 
-/* i6g -> i8g: the codes sign-extended to bytes in the same order (eight
- * from each 6 bytes), each pf16 d as the int32 D it encodes */
-static void expand_i6g(const struct qpk_tensor *t, const uint8_t *src, uint8_t *dst)
+/* The same for eight 7-bit fields of a 56-bit word (28-bit halves, 14-bit,
+ * 7-bit), then per byte (v ^ 64) - 64: v ^ 64 < 128, so adding 0x40 stays
+ * in the byte and flipping bit 7 does the rest. */
+static uint64_t sext7_x8(uint64_t fields)
 {
+    uint64_t x = (fields & 0xfffffffull) | (fields & 0xfffffff0000000ull) << 4;
+    x = (x & 0x00003fff00003fffull) | (x & 0x0fffc0000fffc000ull) << 2;
+    x = (x & 0x007f007f007f007full) | (x & 0x3f803f803f803f80ull) << 1;
+    uint64_t bytes = x ^ 0x4040404040404040ull;
+    return (bytes + 0x4040404040404040ull) ^ 0x8080808080808080ull;
+}
+
+/* i6g, i7g -> i8g: the codes sign-extended to bytes in the same order
+ * (eight from each 6 or 7 bytes), each pf16 d as the int32 D it encodes */
+static void expand_packed_i8g(const struct qpk_tensor *t, const uint8_t *src, uint8_t *dst)
+{
+    bool seven = t->encoding == QPK_ENC_I7G;
     uint64_t n_codes = (uint64_t)t->cols * 4, n_params = (uint64_t)t->cols / t->group_size * 4;
-    for (uint64_t n = 0; n < n_codes; n += 8, src += 6)
-        put64(dst + n, sext6_x8(le32(src) | (uint64_t)le16(src + 4) << 32));
+    for (uint64_t n = 0; n < n_codes; n += 8, src += seven ? 7 : 6)
+        put64(dst + n, seven ? sext7_x8(le32(src) | (uint64_t)le16(src + 4) << 32 | (uint64_t)src[6] << 48)
+                             : sext6_x8(le32(src) | (uint64_t)le16(src + 4) << 32));
     for (uint64_t i = 0; i < n_params; i++)
         put32(dst + n_codes + 4 * i, (uint32_t)pf16_int((uint16_t)le16(src + 2 * i)));
 }
@@ -105,8 +142,8 @@ void qpk_expand_blocks(const struct qpk_tensor *t, const uint8_t *src, uint64_t 
 {
     uint64_t out = qpk_kernel_stride(t);
     for (uint64_t b = 0; b < n_blocks; b++, src += t->row_stride, dst += out) {
-        if (t->encoding == QPK_ENC_I6G)
-            expand_i6g(t, src, dst);
+        if (t->encoding == QPK_ENC_I6G || t->encoding == QPK_ENC_I7G)
+            expand_packed_i8g(t, src, dst);
         else if (t->encoding == QPK_ENC_I4K)
             expand_i4k(t, src, dst);
         else

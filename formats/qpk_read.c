@@ -192,7 +192,7 @@ static int check_i32s(const struct qpk_tensor *t, const char *name, qp_err *err)
     return 0;
 }
 
-/* i8g, i4g, i6g and i4k: 4-row blocks of codes then per-group parameters
+/* i8g, i4g, i6g, i7g and i4k: 4-row blocks of codes then per-group parameters
  * (i4k: per super-block of QPK_I4K_GROUPS groups) */
 static int check_grouped(const struct qpk_tensor *t, const char *name, qp_err *err)
 {
@@ -224,6 +224,7 @@ static int check_tensor_encoding(const struct qpk_tensor *t, const char *name, q
     case QPK_ENC_I8G:
     case QPK_ENC_I4G:
     case QPK_ENC_I6G:
+    case QPK_ENC_I7G:
     case QPK_ENC_I4K: return check_grouped(t, name, err);
     default:
         return qp_fail(err, "%s: tensor %s has unknown encoding %u (made by a newer qpack?)", name,
@@ -323,8 +324,8 @@ static int check_complete(const struct qpk_file *f, const char *name, qp_err *er
 }
 
 /* The kernels keep one group size per encoding: every i8g tensor of a
- * container has the same one, and every i4g tensor; i6g counts as i8g and
- * i4k as i4g, which they are expanded to. */
+ * container has the same one, and every i4g tensor; i6g and i7g count as
+ * i8g and i4k as i4g, which they are expanded to. */
 static int check_groups(const struct qpk_file *f, const char *name, qp_err *err)
 {
     const struct qpk_tensor *first[QPK_ENC_I4G + 1] = {0};

@@ -71,7 +71,7 @@ static int check_i32s_row(const char *path, const struct qpk_tensor *t, const ui
 }
 
 /* i8g: codes in [-127, 127] (no -128) and |D| <= QPK_I8_MAX_SCALE; t may
- * be the i8g view of an i6g tensor (enc names the stored encoding) */
+ * be the i8g view of an i6g or i7g tensor (enc names the stored encoding) */
 static int check_i8g_block(const char *path, const struct qpk_tensor *t, const char *enc, const uint8_t *blk,
                            uint32_t row0, qp_err *err)
 {
@@ -132,20 +132,23 @@ static int check_embed_block(const char *path, const struct qpk_tensor *t, const
     return 0;
 }
 
-/* i6g, on the stored bytes: the scales as i8g's (|D| <= 2^20); sets
- * *embed_near when an embedding's group could reach the residual stream's
- * bound (|D| x 32, the largest |q|), which the expanded block then decides */
-static int check_i6g_block(const char *path, const struct qpk_tensor *t, const uint8_t *blk, uint32_t row0,
-                           bool *embed_near, qp_err *err)
+/* i6g and i7g, on the stored bytes: the scales as i8g's (|D| <= 2^20);
+ * sets *embed_near when an embedding's group could reach the residual
+ * stream's bound (|D| x 32 or 64, the largest |q|), which the expanded
+ * block then decides */
+static int check_packed_i8g_block(const char *path, const struct qpk_tensor *t, const uint8_t *blk, uint32_t row0,
+                                  bool *embed_near, qp_err *err)
 {
-    const uint8_t *params = blk + (uint64_t)t->cols * 3;
+    bool seven = t->encoding == QPK_ENC_I7G;
+    const uint8_t *params = blk + (seven ? (uint64_t)t->cols * 7 / 2 : (uint64_t)t->cols * 3);
+    double max_q = seven ? 64.0 : 32.0;
     *embed_near = false;
     for (uint32_t i = 0; i < t->cols / t->group_size * 4; i++) {
         int32_t d = pf16_int((uint16_t)le16(params + 2 * i));
         if (abs32(d) > QPK_I8_MAX_SCALE)
-            return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside i6g's +-2^20", path,
-                           t->name, row0 + i % 4, i / 4, d);
-        *embed_near |= t->role == QPK_ROLE_EMBED && ldexp(32.0 * abs32(d), -t->scale_exp) >= EMBED_MAX_MAG;
+            return qp_fail(err, "%s: tensor %s: row %u, group %u: scale %" PRId32 ", outside %s's +-2^20", path,
+                           t->name, row0 + i % 4, i / 4, d, qpk_encoding_name(t->encoding));
+        *embed_near |= t->role == QPK_ROLE_EMBED && ldexp(max_q * abs32(d), -t->scale_exp) >= EMBED_MAX_MAG;
     }
     return 0;
 }
@@ -184,10 +187,10 @@ static int check_i4k_block(const char *path, const struct qpk_tensor *t, const u
     return 0;
 }
 
-/* A packed tensor (i6g, i4k) is checked as the kernels will read it: its
- * own rules on the stored bytes, and where more is to check (an embedding;
- * for i6g only one near the residual stream's bound) each block expanded
- * first, as qrun expands it. */
+/* A packed tensor (i6g, i7g, i4k) is checked as the kernels will read it:
+ * its own rules on the stored bytes, and where more is to check (an
+ * embedding; for i6g and i7g only one near the residual stream's bound)
+ * each block expanded first, as qrun expands it. */
 int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t first_block,
                      const uint8_t *data, uint64_t n_blocks, qp_err *err)
 {
@@ -206,8 +209,8 @@ int qpk_check_values(const char *path, const struct qpk_tensor *t, uint64_t firs
         const uint8_t *blk = data + b * t->row_stride;
         uint32_t row0 = (uint32_t)((first_block + b) * t->rows_per_block);
         bool expand = false;
-        if (t->encoding == QPK_ENC_I6G)
-            rc = check_i6g_block(path, t, blk, row0, &expand, err);
+        if (t->encoding == QPK_ENC_I6G || t->encoding == QPK_ENC_I7G)
+            rc = check_packed_i8g_block(path, t, blk, row0, &expand, err);
         else if (t->encoding == QPK_ENC_I4K)
             rc = check_i4k_block(path, t, blk, row0, &expand, err);
         if (rc || (packed && !expand))

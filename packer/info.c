@@ -190,7 +190,7 @@ static void print_encodings(const struct qpk_file *f)
 {
     printf("encodings   %s:", qpk_format_name(f->cfg.weight_format));
     const char *sep = " ";
-    for (unsigned enc = QPK_ENC_Q24; enc <= QPK_ENC_I4K; enc++) {
+    for (unsigned enc = QPK_ENC_Q24; enc <= QPK_ENC_I7G; enc++) {
         uint32_t n = 0, group = 0;
         for (uint32_t i = 0; i < f->n_tensors; i++)
             if (f->tensors[i].encoding == enc) {

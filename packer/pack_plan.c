@@ -181,7 +181,7 @@ static int plan_one(struct packer *p, unsigned role, unsigned layer, qp_err *err
     return 0;
 }
 
-/* The group of every i8g and i6g matrix: --group for --format int8; in an
+/* The group of every i8g, i6g and i7g matrix: --group for --format int8; in an
  * int4 container PRECISION_INT8_GROUP, halved while it does not divide some
  * such matrix's columns (small test models; every matrix's columns are a
  * multiple of 16, so it stops at QPK_GROUP_MIN at the latest). */

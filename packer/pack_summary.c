@@ -23,30 +23,32 @@ static void print_tensor_errors(const struct packer *p)
     }
 }
 
-/* The tensors of each encoding in a family, "140 i4k + 12 i4g", or ""
- * when it has none; true when it had some. */
-static bool print_family(const struct packer *p, const unsigned enc[2], const char *lead)
+/* The tensors of each of the n encodings of a family, "140 i4k + 12 i4g",
+ * or "" when it has none; true when it had some. */
+static bool print_family(const struct packer *p, const unsigned *enc, unsigned n, const char *lead)
 {
-    uint32_t n[2] = {0, 0};
-    for (uint32_t i = 0; i < p->n_plan; i++)
-        for (unsigned k = 0; k < 2; k++)
-            n[k] += p->plan[i].t.encoding == enc[k];
-    for (unsigned k = 0; k < 2; k++)
-        if (n[k])
-            fprintf(stderr, "%s %u %s", k && n[0] ? " +" : lead, n[k], qpk_encoding_name(enc[k]));
-    return n[0] || n[1];
+    bool any = false;
+    for (unsigned k = 0; k < n; k++) {
+        uint32_t count = 0;
+        for (uint32_t i = 0; i < p->n_plan; i++)
+            count += p->plan[i].t.encoding == enc[k];
+        if (count)
+            fprintf(stderr, "%s %u %s", any ? " +" : lead, count, qpk_encoding_name(enc[k]));
+        any |= count > 0;
+    }
+    return any;
 }
 
 /* "140 i4k + 12 i4g (groups of 32), 1 i6g + 3 i8g (groups of 64)": a
  * quantised pack's matrices */
 static void print_matrix_mix(const struct packer *p)
 {
-    static const unsigned int4[2] = {QPK_ENC_I4K, QPK_ENC_I4G}, int8[2] = {QPK_ENC_I6G, QPK_ENC_I8G};
+    static const unsigned int4[] = {QPK_ENC_I4K, QPK_ENC_I4G}, int8[] = {QPK_ENC_I6G, QPK_ENC_I7G, QPK_ENC_I8G};
     fprintf(stderr, "qpack: matrices:");
-    bool any4 = print_family(p, int4, "");
+    bool any4 = print_family(p, int4, 2, "");
     if (any4)
         fprintf(stderr, " (groups of %u)", p->opt.group);
-    if (print_family(p, int8, any4 ? "," : ""))
+    if (print_family(p, int8, 3, any4 ? "," : ""))
         fprintf(stderr, " (groups of %u%s)", p->i8_group,
                 p->opt.prec.format != PACK_INT8 && p->i8_group != PRECISION_INT8_GROUP
                     ? ": " STR(PRECISION_INT8_GROUP) " does not divide their columns" : "");

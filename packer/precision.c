@@ -59,12 +59,14 @@ int precision_add_keep(struct precision *p, const char *arg, qp_err *err)
     struct keep_rule *r = &p->keep[p->n_keep];
     if (!strcmp(eq + 1, "int8"))
         r->encoding = QPK_ENC_I8G;
+    else if (!strcmp(eq + 1, "int7"))
+        r->encoding = QPK_ENC_I7G;
     else if (!strcmp(eq + 1, "int6"))
         r->encoding = QPK_ENC_I6G;
     else if (!strcmp(eq + 1, "int4"))
         r->encoding = QPK_ENC_I4G;
     else
-        return qp_fail(err, "--keep '%s': unknown format '%s' (int8, int6 or int4)", arg, eq + 1);
+        return qp_fail(err, "--keep '%s': unknown format '%s' (int8, int7, int6 or int4)", arg, eq + 1);
     r->arg = arg;
     memcpy(r->pattern, arg, (size_t)(eq - arg));
     r->pattern[eq - arg] = 0;

@@ -23,7 +23,7 @@ enum pack_format {
 struct keep_rule {
     const char *arg;          /* "PATTERN=FMT" as given, for messages */
     char pattern[256];        /* fnmatch(3) glob over Hugging Face names */
-    unsigned encoding;        /* QPK_ENC_I8G, QPK_ENC_I6G or QPK_ENC_I4G */
+    unsigned encoding;        /* QPK_ENC_I8G, QPK_ENC_I7G, QPK_ENC_I6G or QPK_ENC_I4G */
     uint32_t matched;         /* matrices the pattern matched */
 };
 
@@ -43,7 +43,7 @@ unsigned precision_weight_format(enum pack_format format);
 /* Whether the format quantises (int8, int4, int4-pure). */
 int precision_quantised(enum pack_format format);
 
-/* Adds --keep PATTERN=FMT (FMT int8, int6 or int4); later rules win. Fails on bad
+/* Adds --keep PATTERN=FMT (FMT int8, int7, int6 or int4); later rules win. Fails on bad
  * syntax, an unknown FMT or too many rules; the message quotes arg. */
 int precision_add_keep(struct precision *p, const char *arg, qp_err *err);
 

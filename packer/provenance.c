@@ -141,7 +141,7 @@ static cJSON *source_files_json(struct packer *p, qp_err *err)
  * "q24", "i8g", "i4g+i8g", "i8g+i6g+i4k", ... */
 static void matrix_encodings(const struct packer *p, char *out, size_t n)
 {
-    static const unsigned order[] = {QPK_ENC_Q24, QPK_ENC_I4G, QPK_ENC_I8G, QPK_ENC_I6G, QPK_ENC_I4K};
+    static const unsigned order[] = {QPK_ENC_Q24, QPK_ENC_I4G, QPK_ENC_I8G, QPK_ENC_I6G, QPK_ENC_I7G, QPK_ENC_I4K};
     size_t len = 0;
     out[0] = 0;
     for (unsigned k = 0; k < sizeof order / sizeof *order; k++) {

@@ -32,7 +32,7 @@ struct quant_matrix {
     qnt_method method;
     const float *importance;      /* cols weights of the search's error, or NULL */
     const char *format;           /* "int4" or "int8", for error messages */
-    unsigned encoding;            /* QPK_ENC_I8G, I6G, I4G or I4K */
+    unsigned encoding;            /* QPK_ENC_I8G, I6G, I7G, I4G or I4K */
 };
 
 /* Quantises the finite source row x of m into row k of its block (block_bytes,

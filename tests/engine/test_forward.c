@@ -192,6 +192,7 @@ START_TEST(quantised_containers_run_exactly_and_follow_reference)
         {"--format int4-pure", 97, 0.3},
         {"--format int4-pure --group 64 --quant rtn", 95, 0.4},
         {"--format int4 --keep 'model.layers.0.*=int8'", 97, 0.2},
+        {"--format int4 --keep 'model.embed_tokens.weight=int7'", 97, 0.2},
     };
     char ckpt[256], qpk[256];
     make_model("quant", "--preset tiny --seed 12", "", ckpt, qpk);
@@ -261,7 +262,7 @@ START_TEST(real_widths_0_6b_and_1_7b_run_exactly)
 }
 END_TEST
 
-/* Writes dest: the container src with every packed tensor (i6g, i4k)
+/* Writes dest: the container src with every packed tensor (i6g, i7g, i4k)
  * stored as the i8g / i4g blocks qpk_expand_blocks makes of it. Returns
  * how many tensors were packed. */
 static unsigned write_expanded(const char *src, const char *dest)
@@ -410,6 +411,44 @@ START_TEST(packed_encodings_run_as_their_expansion)
         ck_assert_uint_eq(a, c);
     }
     free(by_hand);
+    qp_engine_close(&res);
+    qp_engine_close(&str);
+    qp_engine_close(&emu);
+    qp_engine_close(&exp);
+}
+END_TEST
+
+/* An i7g embedding (--keep ...=int7) has no lanes of its own: it runs as
+ * the i8g it expands to, so resident, --stream and the host twin give the
+ * logits of the container that stores the expansion, bit for bit. */
+START_TEST(i7g_embedding_runs_as_its_expansion)
+{
+    char ckpt[256], qpk[256], packed[300], expanded[300];
+    make_model("i7", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 16", "", ckpt, qpk);
+    snprintf(packed, sizeof packed, "%s", path_of("i7-int4.qpk"));
+    snprintf(expanded, sizeof expanded, "%s", path_of("i7-expanded.qpk"));
+    pack_checkpoint(ckpt, packed, "--quiet --format int4 --keep 'model.embed_tokens.weight=int7'");
+    ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
+    check_emu_memory(packed, expanded);
+    struct qp_engine res, str, emu, exp;
+    open_session(&res, packed, QPACK_BACKEND_BPF, 64);
+    open_session_mode(&str, packed, QPACK_BACKEND_BPF, 64, true);
+    open_session(&emu, packed, QPACK_BACKEND_EMU, 64);
+    open_session(&exp, expanded, QPACK_BACKEND_BPF, 64);
+    ck_assert(!res.plan.cfg.lm_i6 && !res.plan.cfg.embed_i6);
+    size_t bytes = res.vocab * sizeof(int64_t);
+    qp_err err = {{0}};
+    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
+        uint32_t a, b, c, d;
+        ck_assert_msg(qp_engine_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
+        ck_assert_msg(memcmp(res.b->logits, exp.b->logits, bytes) == 0, "resident != expanded at %u", pos);
+        ck_assert_msg(memcmp(str.b->logits, exp.b->logits, bytes) == 0, "--stream != expanded at %u", pos);
+        ck_assert_msg(memcmp(emu.b->logits, exp.b->logits, bytes) == 0, "emu != expanded at %u", pos);
+        ck_assert(a == b && a == c && a == d);
+    }
     qp_engine_close(&res);
     qp_engine_close(&str);
     qp_engine_close(&emu);
@@ -818,8 +857,9 @@ int main(void)
     tcase_add_test(tc, stream_mode_equals_resident_mode);
     tcase_add_test(tc, real_widths_0_6b_and_1_7b_run_exactly);
     tcase_add_test(tc, packed_encodings_run_as_their_expansion);
+    tcase_add_test(tc, i7g_embedding_runs_as_its_expansion);
     tcase_add_test(tc, format_1_0_container_still_runs);
-    tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 6);
+    tcase_add_loop_test(tc, quantised_containers_run_exactly_and_follow_reference, 0, 7);
     tcase_add_loop_test(tc, blocks_give_the_bits_of_one_step_per_position, 0, 5);
     tcase_add_test(tc, stress_blocks_give_the_bits_of_one_step_per_position);
     tcase_add_loop_test(tc, long_prompt_in_blocks_gives_the_bits_of_one_step_per_position, 0, 3);

@@ -208,6 +208,22 @@ START_TEST(mixed_int4_container_checks_its_i8g_and_i32s_values)
 }
 END_TEST
 
+/* An i7g scale is checked as the i8g one it expands to: the pf16 d of
+ * (row, group) after the block's 3.5 bytes per column (QPK.md, i7g) */
+START_TEST(i7g_scale_outside_2_pow_20_is_refused)
+{
+    pack_checkpoint("ck", "int7.qpk", "--quiet --format int4 --keep 'model.layers.1.mlp.up_proj.weight=int7'");
+    struct image im = load("int7.qpk");
+    const char *t = "model.layers.1.mlp.up_proj.weight";
+    const uint8_t *e = tensor_entry(&im, t);
+    ck_assert_uint_eq(le16(e + 68), QPK_ENC_I7G);
+    uint32_t cols = le32(e + 76);
+    put16(tensor_data(&im, t) + le64(e + 88) + (uint64_t)cols * 7 / 2 + 2, (uint16_t)(10 << 12 | 1025));
+    forge(&im, t, "i7g_scale.qpk", "row 5, group 0: scale 1049600, outside i7g's +-2^20");
+    free(im.bytes);
+}
+END_TEST
+
 START_TEST(q24_minus_2_pow_31_and_row_sums_past_the_bound_are_refused)
 {
     pack_checkpoint("ck", "q24.qpk", "--quiet");
@@ -555,6 +571,7 @@ static Suite *suite(void)
     tcase_add_test(tc, i8g_code_minus_128_is_refused);
     tcase_add_test(tc, i32s_values_past_2_pow_30_are_refused);
     tcase_add_test(tc, mixed_int4_container_checks_its_i8g_and_i32s_values);
+    tcase_add_test(tc, i7g_scale_outside_2_pow_20_is_refused);
     tcase_add_test(tc, q24_minus_2_pow_31_and_row_sums_past_the_bound_are_refused);
     tcase_add_test(tc, embedding_exponent_past_the_residual_range_is_refused);
     tcase_add_test(tc, forged_tokenizer_section_fields_are_refused_at_open);

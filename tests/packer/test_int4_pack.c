@@ -82,6 +82,7 @@ static uint64_t expected_nbytes(const struct qpk_tensor *t)
     case QPK_ENC_I4G: return n / 2 + n / g * 4;     /* 4 bits + 2 x u16 per group */
     case QPK_ENC_I8G: return n + n / g * 4;         /* 8 bits + i32 per group */
     case QPK_ENC_I6G: return n * 3 / 4 + n / g * 2; /* 6 bits + pf16 per group */
+    case QPK_ENC_I7G: return n * 7 / 8 + n / g * 2; /* 7 bits + pf16 per group */
     case QPK_ENC_I4K: return n / 2 + n / (8 * g) * 16;  /* 4 bits + 16 bytes per 8 groups */
     case QPK_ENC_I32S: return ((uint64_t)t->cols * 4 + 7) / 8 * 8;
     default: return n * 4;
@@ -277,31 +278,38 @@ START_TEST(int4_pack_is_deterministic)
 }
 END_TEST
 
-/* ------------------------------- 1b. the packed encodings i6g and i4k */
+/* ------------------------- 1b. the packed encodings i6g, i7g and i4k */
 
-/* 6-bit field i of a little-endian bit stream: bits [6i, 6i + 6), bit by bit */
-static unsigned field6(const uint8_t *p, uint64_t i)
+/* bits-wide field i of a little-endian bit stream: bits [bits i, bits (i
+ * + 1)), bit by bit */
+static unsigned field_bits(const uint8_t *p, unsigned bits, uint64_t i)
 {
     unsigned v = 0;
-    for (unsigned b = 0; b < 6; b++) {
-        uint64_t bit = 6 * i + b;
+    for (unsigned b = 0; b < bits; b++) {
+        uint64_t bit = bits * i + b;
         v |= (unsigned)(p[bit / 8] >> (bit % 8) & 1) << b;
     }
     return v;
 }
 
-/* i6g, from the bytes: the code of (r, c) and its group's d */
+static unsigned field6(const uint8_t *p, uint64_t i) { return field_bits(p, 6, i); }
+
+/* i6g and i7g, from the bytes: the code of (r, c) and its group's d */
+static unsigned code_bits(const struct qpk_tensor *t) { return t->encoding == QPK_ENC_I7G ? 7 : 6; }
+
 static int i6_code(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
     const uint8_t *block = t->data + (uint64_t)(r / 4) * t->row_stride;
-    int v = (int)field6(block, (uint64_t)(c / 16) * 64 + (r % 4) * 16 + c % 16);
-    return v >= 32 ? v - 64 : v;
+    unsigned bits = code_bits(t);
+    int v = (int)field_bits(block, bits, (uint64_t)(c / 16) * 64 + (r % 4) * 16 + c % 16);
+    return v >= 1 << (bits - 1) ? v - (1 << bits) : v;
 }
 
 static uint16_t i6_param(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
     const uint8_t *block = t->data + (uint64_t)(r / 4) * t->row_stride;
-    return le16(block + 3 * (uint64_t)t->cols + 2 * ((uint64_t)(c / t->group_size) * 4 + r % 4));
+    return le16(block + (uint64_t)t->cols * 4 * code_bits(t) / 8 +
+                2 * ((uint64_t)(c / t->group_size) * 4 + r % 4));
 }
 
 /* i4k, from the bytes: group c / g's super-block scale (m: the offset's)
@@ -326,13 +334,13 @@ static int64_t i4k_param(const struct qpk_tensor *t, uint32_t r, uint32_t c, boo
 
 static double packed_value(const struct qpk_tensor *t, uint32_t r, uint32_t c)
 {
-    if (t->encoding == QPK_ENC_I6G)
+    if (t->encoding == QPK_ENC_I6G || t->encoding == QPK_ENC_I7G)
         return ldexp((double)pf16_value(i6_param(t, r, c)) * i6_code(t, r, c), -t->scale_exp);
     int64_t D = i4k_param(t, r, c, false), M = i4k_param(t, r, c, true);
     return ldexp((double)(D * (int64_t)i4_code(t, r, c) - M), -t->scale_exp);
 }
 
-/* One packed matrix against qnt_i6_row / qnt_i4k_row run on its source
+/* One packed matrix against qnt_i6_row / qnt_i7_row / qnt_i4k_row run on its source
  * rows: the same codes and parameters, and the error of the values decoded
  * by QPK.md is the provenance's. */
 static void check_packed_against_quantiser(struct st_model *m, const struct qpk_tensor *t, bool tied, cJSON *prov)
@@ -349,15 +357,17 @@ static void check_packed_against_quantiser(struct st_model *m, const struct qpk_
         const float *xr = x + (uint64_t)r * t->cols, *wr = w ? w + (uint64_t)r * t->cols : NULL;
         if (t->encoding == QPK_ENC_I6G)
             qnt_i6_row(xr, wr, t->cols, (int)t->group_size, t->scale_exp, QNT_SEARCH, (int8_t *)q, d, &dmg);
+        else if (t->encoding == QPK_ENC_I7G)
+            qnt_i7_row(xr, wr, t->cols, (int)t->group_size, t->scale_exp, QNT_SEARCH, (int8_t *)q, d, &dmg);
         else
             qnt_i4k_row(xr, wr, t->cols, (int)t->group_size, t->scale_exp, QNT_SEARCH, q, sd, sm, sub, &dmg);
         for (uint32_t c = 0; c < t->cols; c++) {
             uint32_t gi = c / t->group_size;
-            if (t->encoding == QPK_ENC_I6G) {
+            if (t->encoding == QPK_ENC_I6G || t->encoding == QPK_ENC_I7G) {
                 ck_assert_msg(i6_code(t, r, c) == (int8_t)q[c] && i6_param(t, r, c) == d[gi],
                               "%s[%u, %u]: code %d d %04x, quantiser %d %04x", t->name, r, c, i6_code(t, r, c),
                               i6_param(t, r, c), (int8_t)q[c], d[gi]);
-                ck_assert_int_le(abs(i6_code(t, r, c)), 31);
+                ck_assert_int_le(abs(i6_code(t, r, c)), t->encoding == QPK_ENC_I7G ? 63 : 31);
             } else {
                 uint16_t s_d, s_m;
                 unsigned a, b;
@@ -410,6 +420,44 @@ START_TEST(int4_preset_packed_matrices_match_quantiser)
 }
 END_TEST
 
+/* --keep ...=int7: the embedding i7g, its codes and parameters those of
+ * qnt_i7_row, its bytes 7.25 bits per weight; against the preset's i6g
+ * embedding of the same checkpoint about half the RMS error (the step of
+ * 63 codes instead of 31); the summary and provenance name i7g. */
+START_TEST(keep_int7_embedding_matches_quantiser_with_half_i6g_error)
+{
+    make_dir();
+    gen("ck", WIDER " --seed 77");
+    pack_checkpoint("ck", "i6.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "i7.qpk", "--format int4 --keep 'model.embed_tokens.weight=int7'");
+    assert_out_has("qpack: matrices: 10 i4k + 2 i4g (groups of 32), 1 i7g + 2 i8g (groups of 64)\n");
+    qp_err err = {{0}};
+    struct st_model m;
+    ck_assert_msg(st_open_dir(&m, path_of("ck"), &err) == 0, "%s", err.msg);
+    struct qpk_file f6 = open_qpk("i6.qpk"), f7 = open_qpk("i7.qpk");
+    const struct qpk_tensor *e6 = qpk_tensor_of(&f6, QPK_ROLE_EMBED, QPK_NO_LAYER),
+                            *e7 = qpk_tensor_of(&f7, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    ck_assert_uint_eq(e6->encoding, QPK_ENC_I6G);
+    ck_assert_uint_eq(e7->encoding, QPK_ENC_I7G);
+    ck_assert_uint_eq(e7->group_size, 64);
+    ck_assert_uint_eq(e7->nbytes, expected_nbytes(e7));
+    ck_assert_uint_eq(8 * e7->nbytes, (uint64_t)e7->rows * e7->cols * 29 / 4);     /* 7.25 bits */
+    cJSON *p6 = provenance(&f6), *p7 = provenance(&f7);
+    check_packed_against_quantiser(&m, e7, f7.cfg.flags & QPK_CONFIG_TIED, p7);
+    double r6 = number(provenance_tensor(p6, e6->name), "rms_error"),
+           r7 = number(provenance_tensor(p7, e7->name), "rms_error");
+    ck_assert_msg(r7 > 0.35 * r6 && r7 < 0.6 * r6, "rms error i7g %g, i6g %g", r7, r6);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(p7, "settings"),
+                                                      "matrices")->valuestring, "i4g+i8g+i7g+i4k");
+    cJSON_Delete(p6);
+    cJSON_Delete(p7);
+    qpk_close(&f6);
+    qpk_close(&f7);
+    st_close(&m);
+    remove_dir();
+}
+END_TEST
+
 /* qpk_expand_blocks by hand: an i6g block's codes sign-extended and its
  * pf16 d as int32 D; an i4k block's parameters as the pf16 of scale x
  * multiple: the scale's shift, the mantissas multiplied */
@@ -431,6 +479,32 @@ START_TEST(expansion_gives_the_kernel_encodings)
     }
     for (unsigned i = 0; i < 8; i++)
         ck_assert_int_eq((int32_t)le32(out + 128 + 4 * i), (int)(5 + i) * 8);
+
+    /* i7g: codes -64..63, eight to 7 bytes; the first eight by hand */
+    t.encoding = QPK_ENC_I7G;
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    ck_assert_uint_eq(t.row_stride, 7 * 32 / 2 + 2 * 8);
+    ck_assert_uint_eq(qpk_kernel_stride(&t), 4 * 32 + 4 * 2 * 4);
+    memset(in, 0, sizeof in);
+    for (unsigned n = 0; n < 128; n++)
+        qpk_bits7_put(in, n, (unsigned)((int)n - 64) & 127);           /* codes -64..63 */
+    /* codes -64..-57: the fields 64..71, bits 7n.. of a 56-bit word */
+    uint64_t word = 0;
+    for (unsigned n = 0; n < 8; n++)
+        word |= (uint64_t)(64 + n) << (7 * n);
+    for (unsigned b = 0; b < 7; b++)
+        ck_assert_uint_eq(in[b], (uint8_t)(word >> (8 * b)));
+    for (unsigned i = 0; i < 8; i++)
+        put16(in + 112 + 2 * i, (uint16_t)(0xfff & -(int)(3 + i)));   /* D = -(3 + i) */
+    memset(out, 0xaa, sizeof out);
+    qpk_expand_blocks(&t, in, 1, out);
+    for (unsigned n = 0; n < 128; n++) {
+        ck_assert_uint_eq(qpk_bits7_get(in, n), (unsigned)((int)n - 64) & 127);
+        ck_assert_uint_eq(field_bits(in, 7, n), (unsigned)((int)n - 64) & 127);
+        ck_assert_int_eq((int8_t)out[n], (int)n - 64);
+    }
+    for (unsigned i = 0; i < 8; i++)
+        ck_assert_int_eq((int32_t)le32(out + 128 + 4 * i), -(int)(3 + i));
 
     t = (struct qpk_tensor){.encoding = QPK_ENC_I4K, .rows = 4, .cols = 128, .group_size = 16, .rows_per_block = 4};
     t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
@@ -482,6 +556,30 @@ START_TEST(packed_values_out_of_range_are_refused)
     put16(block + 48 + 2, (uint16_t)(9 << 12 | 1024));        /* D = 2^19: 32 D 2^10 = 2^34 */
     ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);     /* every code 0 */
     qpk_bits6_put(block, 16, 1);                              /* row 1, column 0: q = 1, 2^29 */
+    ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1 holds a value of magnitude 5.37e+08"), "%s", err.msg);
+
+    /* i7g: its scales after 3.5 bytes per column and row block, its codes
+     * up to 64 |D| */
+    t.encoding = QPK_ENC_I7G;
+    t.role = QPK_ROLE_O;
+    t.scale_exp = 0;
+    t.row_stride = qpk_block_bytes(t.encoding, t.cols, t.group_size);
+    ck_assert_uint_eq(t.row_stride, 56 + 8);
+    memset(block, 0, sizeof block);
+    put16(block + 56 + 6, (uint16_t)(9 << 12 | 2047));
+    ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    put16(block + 56 + 6, (uint16_t)(10 << 12 | 1025));
+    ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 3, group 0: scale 1049600, outside i7g's +-2^20"), "%s",
+                  err.msg);
+    t.role = QPK_ROLE_EMBED;
+    t.scale_exp = -4;
+    memset(block, 0, sizeof block);
+    put16(block + 56 + 2, (uint16_t)(9 << 12 | 1024));        /* D = 2^19: 64 D 2^4 = 2^29 */
+    qpk_bits7_put(block, 16, 63);                             /* row 1, column 0: q = 63, below 2^29 */
+    ck_assert_int_eq(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
+    qpk_bits7_put(block, 17, 64);                             /* row 1, column 1: q = -64, 2^29 */
     ck_assert_int_ne(qpk_check_values("f.qpk", &t, 0, block, 1, &err), 0);
     ck_assert_msg(strstr(err.msg, "f.qpk: tensor w: row 1 holds a value of magnitude 5.37e+08"), "%s", err.msg);
 
@@ -624,7 +722,8 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
               "--keep 'model.embed_tokens.weight=int8' "
               "--keep 'model.layers.*.self_attn.v_proj.weight=int4' "
               "--keep 'model.layers.2.self_attn.v_proj.weight=int8' "
-              "--keep 'model.layers.5.mlp.up_proj.weight=int6'");
+              "--keep 'model.layers.5.mlp.up_proj.weight=int6' "
+              "--keep 'model.layers.6.mlp.up_proj.weight=int7'");
     struct qpk_file f = open_qpk("out.qpk");
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_GATE, 3), QPK_ENC_I8G);
     ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_GATE, 3)->group_size, 64);
@@ -640,9 +739,11 @@ START_TEST(keep_overrides_preset_and_later_rules_win)
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_DOWN, 1), QPK_ENC_I4K);   /* 256 columns: super-blocks */
     ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_UP, 5), QPK_ENC_I6G);
     ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_UP, 5)->group_size, 64);
+    ck_assert_uint_eq(encoding_of(&f, QPK_ROLE_UP, 6), QPK_ENC_I7G);
+    ck_assert_uint_eq(qpk_tensor_of(&f, QPK_ROLE_UP, 6)->group_size, 64);
     cJSON *prov = provenance(&f);
     const cJSON *keep = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(prov, "settings"), "keep");
-    ck_assert_int_eq(cJSON_GetArraySize(keep), 5);
+    ck_assert_int_eq(cJSON_GetArraySize(keep), 6);
     ck_assert_str_eq(cJSON_GetArrayItem(keep, 3)->valuestring, "model.layers.2.self_attn.v_proj.weight=int8");
     cJSON_Delete(prov);
     qpk_close(&f);
@@ -693,7 +794,7 @@ START_TEST(keep_is_rejected_outside_int4_and_when_malformed)
         {"--format int8 --keep 'model.*=int8'", "not int8"},
         {"--format int4 --keep 'model.*'", "expected PATTERN=FMT"},
         {"--format int4 --keep '=int8'", "expected PATTERN=FMT"},
-        {"--format int4 --keep 'model.*=int2'", "unknown format 'int2' (int8, int6 or int4)"},
+        {"--format int4 --keep 'model.*=int2'", "unknown format 'int2' (int8, int7, int6 or int4)"},
         {"--format int5", "unknown format 'int5'"},
         {"--format q24 --group 64", "--group and --quant apply to --format int8, int4 and int4-pure"},
     };
@@ -878,6 +979,11 @@ static void i6g_stride_plus_8(struct qpk_config *c, struct qpk_tensor *t, uint32
     (void)c;
     first_encoded(t, n, QPK_ENC_I6G)->row_stride += 8;
 }
+static void i7g_stride_plus_8(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
+{
+    (void)c;
+    first_encoded(t, n, QPK_ENC_I7G)->row_stride += 8;
+}
 static void i4k_as_i4g(struct qpk_config *c, struct qpk_tensor *t, uint32_t n)
 {
     (void)c;
@@ -951,6 +1057,13 @@ START_TEST(reader_checks_packed_encodings)
                                   "(has rows_per_block 4, row_stride 576)");
     rewrite("ck.qpk", "int8.qpk", int8_container);
     expect_rejected("int8.qpk", "in int8 containers");
+    pack_checkpoint("ck", "i7.qpk", "--format int4 --quiet --keep 'model.embed_tokens.weight=int7'");
+    rewrite("i7.qpk", "same7.qpk", keep_all);
+    f = open_qpk("same7.qpk");
+    qpk_close(&f);
+    rewrite("i7.qpk", "stride7.qpk", i7g_stride_plus_8);
+    expect_rejected("stride7.qpk", "model.embed_tokens.weight: i7g [512, 256] with groups of 64 needs 4-row blocks "
+                                   "of 928 bytes (has rows_per_block 4, row_stride 936)");
     remove_dir();
 }
 END_TEST
@@ -962,6 +1075,9 @@ START_TEST(info_shows_format_encodings_and_groups)
     qp_test_model("ck", "--preset tiny --seed 111", "--format int4");
     ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("ck.qpk")), 0);
     assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 12 i4g g32, 1 i6g g64");
+    pack_checkpoint("ck", "ck7.qpk", "--format int4 --quiet --keep 'model.embed_tokens.weight=int7'");
+    ck_assert_int_eq(run("%s info %s", QP_QPACK, path_of("ck7.qpk")), 0);
+    assert_out_has("encodings   int4: 9 i32s, 2 i8g g64, 12 i4g g32, 1 i7g g64");
     ck_assert_int_eq(run("%s info %s --json", QP_QPACK, path_of("ck.qpk")), 0);
     cJSON *root = cJSON_Parse(out_text);
     ck_assert_ptr_nonnull(root);
@@ -1048,6 +1164,7 @@ static Suite *suite(void)
 
     tc = tcase_create("packed");
     tcase_add_test(tc, int4_preset_packed_matrices_match_quantiser);
+    tcase_add_test(tc, keep_int7_embedding_matches_quantiser_with_half_i6g_error);
     tcase_add_test(tc, expansion_gives_the_kernel_encodings);
     tcase_add_test(tc, packed_values_out_of_range_are_refused);
     suite_add_tcase(s, tc);
