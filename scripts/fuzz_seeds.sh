@@ -70,6 +70,9 @@ cp "$trimmed" "$tmp/tok/tokenizer.json"
 "$gen" "$tmp/packed" --hidden 256 --intermediate 32 --layers 1 --heads 1 --kv-heads 1 \
     --head-dim 32 --vocab 32 --max-pos 16 --seed 10 >/dev/null
 "$qpack" pack "$tmp/packed" -o "$corpus/fuzz_qpk/int4_packed.qpk" --format int4 --quiet
+# the same with a 7-bit embedding (i7g)
+"$qpack" pack "$tmp/packed" -o "$corpus/fuzz_qpk/int4_i7g.qpk" --format int4 --quiet \
+    --keep 'model.embed_tokens.weight=int7'
 "$qpack" pack "$tmp/mini" -o "$tmp/mini.qpk" --quiet
 cp "$tmp/mini.qpk" "$corpus/fuzz_qpk/mini_untied.qpk"
 head -c 128 "$tmp/mini.qpk" > "$corpus/fuzz_qpk/header_only.qpk"
