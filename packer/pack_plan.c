@@ -218,6 +218,36 @@ static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
     return 0;
 }
 
+/* The int4 preset's embedding: i6g, or i7g where it holds most of the
+ * matrices' weights (a tied model with a vocabulary large for its layers).
+ * There its error is the largest share of the logits' error and its
+ * seventh bit halves it, for less than one bit per weight over the whole
+ * model; Qwen3's own models (the embedding a quarter of 0.6B's weights,
+ * less above) keep i6g and its faster vocabulary projection. A --keep rule
+ * for the embedding decides alone. */
+static void settle_int4_embedding(struct packer *p)
+{
+    if (p->opt.prec.format != PACK_INT4 || p->by_source_type)
+        return;
+    struct planned *embed = NULL;
+    uint64_t all = 0;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        struct planned *pl = &p->plan[i];
+        if (pl->t.encoding == QPK_ENC_I32S)
+            continue;
+        if (pl->t.role == QPK_ROLE_LM_HEAD)
+            return;
+        if (pl->t.role == QPK_ROLE_EMBED)
+            embed = pl;
+        all += (uint64_t)pl->t.rows * pl->t.cols;
+    }
+    if (!embed || embed->t.encoding != QPK_ENC_I6G || precision_kept(&p->opt.prec, embed->t.name) ||
+        2 * (uint64_t)embed->t.rows * embed->t.cols <= all)
+        return;
+    embed->t.encoding = QPK_ENC_I7G;
+    embed->t.row_stride = qpk_block_bytes(QPK_ENC_I7G, embed->t.cols, embed->t.group_size);
+}
+
 /* After planning: every --keep rule matched, and every quantised matrix
  * has its layout. */
 int pack_settle_matrices(struct packer *p, qp_err *err)
@@ -232,6 +262,7 @@ int pack_settle_matrices(struct packer *p, qp_err *err)
         if ((enc == QPK_ENC_I8G || enc == QPK_ENC_I4G) && settle_quantised(p, &p->plan[i], err))
             return -1;
     }
+    settle_int4_embedding(p);
     return 0;
 }
 

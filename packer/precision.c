@@ -4,7 +4,8 @@
  * costs the most keep more bits (Q4_K_M: token_embd/output at 6 bits, and
  * attn_v and ffn_down in the first and last eighth of the layers and every
  * third layer between). Here: the embedding (the vocabulary projection of
- * a tied model) is i6g, 6-bit codes in groups of 64 (6.25 bits); every
+ * a tied model) is i6g, 6-bit codes in groups of 64 (6.25 bits), or i7g
+ * where it holds most of the weights (pack_plan.c); every
  * v_proj, and down_proj of the first and last eighth of the layers, are
  * i8g with groups of 64, as is a separate lm_head (untied models);
  * everything else int4 with --group, as i4k (parameters in super-blocks,
@@ -109,6 +110,14 @@ unsigned precision_encoding(struct precision *p, const char *name, unsigned role
             p->keep[i].matched++;
         }
     return enc;
+}
+
+bool precision_kept(const struct precision *p, const char *name)
+{
+    for (unsigned i = 0; i < p->n_keep; i++)
+        if (fnmatch(p->keep[i].pattern, name, 0) == 0)
+            return true;
+    return false;
 }
 
 const struct keep_rule *precision_unmatched(const struct precision *p)

@@ -4,6 +4,7 @@
 #ifndef QP_PACK_PRECISION_H
 #define QP_PACK_PRECISION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -51,6 +52,9 @@ int precision_add_keep(struct precision *p, const char *arg, qp_err *err);
  * unless a --keep rule matches (the last one wins). Counts the matches. */
 unsigned precision_encoding(struct precision *p, const char *name, unsigned role, unsigned layer,
                             unsigned n_layers);
+
+/* Whether a --keep rule matches the matrix name. */
+bool precision_kept(const struct precision *p, const char *name);
 
 /* The first --keep rule that matched no matrix, or NULL. */
 const struct keep_rule *precision_unmatched(const struct precision *p);

@@ -672,6 +672,45 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g64)
 }
 END_TEST
 
+/* The embedding of a tied model is i7g where it holds more than half of
+ * the matrices' weights (as the tensors' shapes say), else i6g; an untied
+ * model's and one a --keep rule names keep theirs. Both outcomes occur. */
+static unsigned embedding_encoding(const char *ck, const char *args)
+{
+    pack_checkpoint(ck, "out.qpk", args);
+    struct qpk_file f = open_qpk("out.qpk");
+    uint64_t all = 0, embed = 0;
+    bool tied = qpk_tensor_of(&f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER) == NULL;
+    for (uint32_t i = 0; i < f.n_tensors; i++) {
+        const struct qpk_tensor *t = &f.tensors[i];
+        if (qpk_role_is_norm(t->role))
+            continue;
+        all += (uint64_t)t->rows * t->cols;
+        embed += t->role == QPK_ROLE_EMBED ? (uint64_t)t->rows * t->cols : 0;
+    }
+    unsigned enc = encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER);
+    bool keep = strstr(args, "--keep") != NULL;
+    ck_assert_uint_eq(enc, tied && !keep && 2 * embed > all ? QPK_ENC_I7G : QPK_ENC_I6G);
+    qpk_close(&f);
+    return enc;
+}
+
+START_TEST(int4_preset_gives_a_large_vocabulary_seven_bits)
+{
+    make_dir();
+    gen("small", WIDE " --layers 2 --vocab 1024 --seed 84");
+    gen("large", WIDE " --layers 2 --vocab 4096 --seed 84");
+    gen("untied", WIDE " --layers 2 --vocab 4096 --seed 84 --untied");
+    ck_assert_uint_eq(embedding_encoding("small", "--format int4"), QPK_ENC_I6G);
+    ck_assert_uint_eq(embedding_encoding("large", "--format int4"), QPK_ENC_I7G);
+    assert_out_has("1 i7g + ");
+    ck_assert_uint_eq(embedding_encoding("large", "--format int4 --keep model.embed_tokens.weight=int6"),
+                      QPK_ENC_I6G);
+    ck_assert_uint_eq(embedding_encoding("untied", "--format int4"), QPK_ENC_I6G);
+    remove_dir();
+}
+END_TEST
+
 START_TEST(int4_preset_on_narrow_model_halves_int8_group)
 {
     make_dir();
@@ -1172,6 +1211,7 @@ static Suite *suite(void)
     tc = tcase_create("preset");
     tcase_add_test(tc, int4_preset_keeps_lm_head_v_and_outer_down_int8_g64);
     tcase_add_test(tc, int4_preset_on_narrow_model_halves_int8_group);
+    tcase_add_test(tc, int4_preset_gives_a_large_vocabulary_seven_bits);
     tcase_add_test(tc, file_bits_per_weight_is_the_sum_over_tensors);
     suite_add_tcase(s, tc);
 
