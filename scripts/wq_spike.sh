@@ -1,0 +1,28 @@
+#!/bin/bash
+# wq_spike.sh - what BPF work items allow on this kernel: builds
+# devtools/wq_spike/ into a temporary folder and runs its experiments
+# (docs/SCHEDULE.md reports them). Needs root; the unprivileged run uses
+# the nobody account.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+src=$root/devtools/wq_spike
+T=$(mktemp -d /tmp/qp-wq-spike-XXXXXX)
+trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*' EXIT
+arch=$(gcc -dumpmachine)
+for o in wq_spike wq_spike_tail; do
+    clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
+done
+gcc -O2 -Wall -o "$T/wq_spike" "$src/wq_spike.c" -lbpf -lpthread
+chmod 755 "$T" "$T/wq_spike"
+"$T/wq_spike" "$T/wq_spike.bpf.o"
+echo "a callback that tail-calls:"
+"$T/wq_spike" --load "$T/wq_spike_tail.bpf.o" 2>/dev/null || true
+echo "unprivileged (nobody), loading:"
+setpriv --reuid=nobody --regid=nogroup --clear-groups "$T/wq_spike" --load "$T/wq_spike.bpf.o" 2>/dev/null || true
+for items in "" 1; do
+    rm -f /sys/fs/bpf/qp_wq_spike_start*
+    env ${items:+PIN_ITEMS=1} "$T/wq_spike" "$T/wq_spike.bpf.o" --pin /sys/fs/bpf/qp_wq_spike_start >/dev/null
+    chmod 666 /sys/fs/bpf/qp_wq_spike_start*
+    echo "unprivileged (nobody), start_chain pinned and opened for all, the items' map $([ -n "$items" ] && echo also || echo not) pinned:"
+    setpriv --reuid=nobody --regid=nogroup --clear-groups "$T/wq_spike" --run /sys/fs/bpf/qp_wq_spike_start 2>&1 | tail -1 || true
+done
