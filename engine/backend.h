@@ -4,6 +4,7 @@
 #ifndef QP_BACKEND_H
 #define QP_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -46,6 +47,16 @@ struct qp_backend {
     /* the verifier's processed instructions per kernel (bpf_prog_info's
      * verified_insns; 0 for emu) */
     uint32_t verified_insns[QP_K_COUNT];
+    /* the kernel schedule (docs/SCHEDULE.md; NULL unless the plan asked for
+     * it): the job list's memory, QK_CHAIN_MAX_JOBS entries, and the one
+     * submission that runs its first n jobs as a chain of BPF work items and
+     * waits for the last; interrupt (may be NULL) cancels the chain before
+     * its next work item. out gets the chain's final state. Returns 0 when
+     * the chain ran, whatever its status; -1 (err set) when it could not
+     * be started or waited for */
+    struct qk_job *jobs;
+    int (*run_chain)(struct qp_backend *b, uint32_t n, const atomic_bool *interrupt, struct qk_chain *out,
+                     qp_err *err);
 };
 
 const char *qp_kernel_name(enum qp_kernel k);

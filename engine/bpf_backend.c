@@ -35,6 +35,11 @@ struct bpfb {
     const struct qp_plan *plan;
     void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
     size_t mapped_len[QP_MAP_COUNT];
+    /* the kernel schedule (plan->kernel_schedule) */
+    struct qk_job *jobs;                /* map m_jobs, mapped */
+    struct qk_chain *chain;             /* map m_chain, mapped */
+    struct ring_buffer *chain_done;     /* the last work item's record */
+    int chain_start_fd;
 };
 
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -78,9 +83,12 @@ static int bpfb_run(struct qp_backend *b, enum qp_kernel k, const struct qk_args
     return 0;
 }
 
+static void chain_close(struct bpfb *s);
+
 static void bpfb_destroy(struct qp_backend *b)
 {
     struct bpfb *s = (struct bpfb *)b;
+    chain_close(s);
     for (int i = 0; i < QP_MAP_COUNT; i++)
         if (s->mapped[i])
             munmap(s->mapped[i], s->mapped_len[i]);
@@ -385,6 +393,126 @@ static void load_cache_programs(struct qwen3 *skel, bool kv8)
     bpf_program__set_autoload(skel->progs.attention8, kv8);
 }
 
+/* ---- the kernel schedule (docs/SCHEDULE.md) ---- */
+
+/* How often a wait looks at its interrupt flag when no signal woke it
+ * (a signal does, EINTR): a decode step of Qwen3-0.6B is about one such
+ * wait, so a step costs the host two system calls, the submission and
+ * the wait. */
+#define CHAIN_POLL_MS 250
+
+static int chain_record(void *ctx, void *data, size_t len)
+{
+    (void)ctx, (void)data, (void)len;
+    return 0;   /* the status is in the chain map; the record only wakes the wait */
+}
+
+/* Waits for a running chain's last work item; cancels it when interrupt
+ * is set (the chain stops before its next item). */
+static int chain_wait(struct bpfb *s, const atomic_bool *interrupt, qp_err *err)
+{
+    for (;;) {
+        if (__atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) != QK_CHAIN_RUNNING)
+            return 0;
+        if (interrupt && atomic_load(interrupt))
+            __atomic_store_n(&s->chain->cancel, 1, __ATOMIC_RELEASE);
+        int n = ring_buffer__poll(s->chain_done, interrupt ? CHAIN_POLL_MS : -1);
+        if (n < 0 && n != -EINTR)
+            return qp_fail(err, "waiting for the kernel schedule's chain failed: %s", strerror(-n));
+    }
+}
+
+static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *interrupt, struct qk_chain *out,
+                          qp_err *err)
+{
+    struct bpfb *s = (struct bpfb *)b;
+    if (n == 0 || n > QK_CHAIN_MAX_JOBS)
+        return qp_fail(err, "internal: a chain of %u jobs (1..%u)", n, QK_CHAIN_MAX_JOBS);
+    s->chain->n = n;
+    __atomic_store_n(&s->chain->cancel, 0, __ATOMIC_RELEASE);
+    LIBBPF_OPTS(bpf_test_run_opts, opts);
+    if (bpf_prog_test_run_opts(s->chain_start_fd, &opts) != 0)
+        return qp_fail(err, "starting the kernel schedule's chain failed: %s", strerror(errno));
+    if (opts.retval != 0)
+        return qp_fail(err, "internal: the kernel schedule's chain did not start (a chain was still running)");
+    int rc = chain_wait(s, interrupt, err);
+    *out = *s->chain;
+    return rc;
+}
+
+static void *map_memory(struct bpf_map *m)
+{
+    size_t len = (size_t)bpf_map__value_size(m) * bpf_map__max_entries(m);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(m), 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Runs each kernel's name_sched program once: it gives the kernel's work
+ * item its callback. */
+static int chain_open(struct bpfb *s, qp_err *err)
+{
+    struct bpf_program *sched[QP_K_COUNT] = {
+#define QP_SCHED_OF(NAME, name, kernel) s->skel->progs.name##_sched,
+        QK_PROGRAMS(QP_SCHED_OF)
+#undef QP_SCHED_OF
+    };
+    for (int k = 0; k < QP_K_COUNT; k++) {
+        if (!bpf_program__autoload(sched[k]))
+            continue;
+        LIBBPF_OPTS(bpf_test_run_opts, opts);
+        if (bpf_prog_test_run_opts(bpf_program__fd(sched[k]), &opts) != 0 || opts.retval != 0)
+            return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the work item of %s",
+                                qp_kernel_name(k));
+    }
+    s->jobs = map_memory(s->skel->maps.m_jobs);
+    s->chain = map_memory(s->skel->maps.m_chain);
+    if (!s->jobs || !s->chain)
+        return qp_fail(err, "the kernel schedule: cannot map its job list: %s", strerror(errno));
+    s->chain_done = ring_buffer__new(bpf_map__fd(s->skel->maps.m_chain_done), chain_record, NULL, NULL);
+    if (!s->chain_done)
+        return qp_fail(err, "the kernel schedule: cannot open its ring buffer: %s", strerror(errno));
+    s->chain_start_fd = bpf_program__fd(s->skel->progs.chain_start);
+    return 0;
+}
+
+/* A model closed while a chain runs (a step abandoned) must not leave work
+ * queued on maps about to be freed: the chain is cancelled and waited for. */
+static void chain_close(struct bpfb *s)
+{
+    if (s->chain && s->chain_done && s->chain->status == QK_CHAIN_RUNNING) {
+        __atomic_store_n(&s->chain->cancel, 1, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) == QK_CHAIN_RUNNING)
+            ring_buffer__poll(s->chain_done, CHAIN_POLL_MS);
+    }
+    if (s->chain_done)
+        ring_buffer__free(s->chain_done);
+    if (s->jobs)
+        munmap(s->jobs, (size_t)QK_CHAIN_MAX_JOBS * sizeof *s->jobs);
+    if (s->chain)
+        munmap(s->chain, sizeof *s->chain);
+}
+
+/* the work-item programs only when the plan asks for the kernel schedule,
+ * and then each kernel's that is loaded itself */
+static void load_chain_programs(struct qwen3 *skel, bool on)
+{
+    struct bpf_program *kernels[QP_K_COUNT] = {
+#define QP_PROGRAM_OF(NAME, name, kernel) skel->progs.name,
+        QK_PROGRAMS(QP_PROGRAM_OF)
+#undef QP_PROGRAM_OF
+    };
+    struct bpf_program *sched[QP_K_COUNT] = {
+#define QP_SCHED_OF(NAME, name, kernel) skel->progs.name##_sched,
+        QK_PROGRAMS(QP_SCHED_OF)
+#undef QP_SCHED_OF
+    };
+    for (int k = 0; k < QP_K_COUNT; k++)
+        bpf_program__set_autoload(sched[k], on && bpf_program__autoload(kernels[k]));
+    bpf_program__set_autoload(skel->progs.chain_start, on);
+    if (!on)    /* the job list's megabyte only for a model that runs it */
+        bpf_map__set_max_entries(skel->maps.m_jobs, 1);
+}
+
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     *out = NULL;
@@ -396,8 +524,10 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qwen3__open();
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
-    if (!rc)
+    if (!rc) {
         load_cache_programs(s->skel, plan->cfg.kv8);
+        load_chain_programs(s->skel, plan->kernel_schedule);
+    }
     double t0 = qp_now_ms();
     if (!rc && qwen3__load(s->skel) != 0) {
         int e = errno;
@@ -413,6 +543,8 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         s->map_fd[i] = bpf_map__fd(map_of(s->skel, i));
     if (!rc)
         rc = fill_maps(s, plan, err);
+    if (!rc && plan->kernel_schedule)
+        rc = chain_open(s, err);
     double t2 = qp_now_ms();
     if (rc) {
         if (s->skel)
@@ -444,7 +576,8 @@ static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms,
     s->b = (struct qp_backend){.name = "bpf", .run = bpfb_run, .destroy = bpfb_destroy, .state = bpfb_state,
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
                                .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .seq = s->mapped[QP_MAP_SEQ],
-                               .map_bytes = bytes, .verify_ms = verify_ms, .copy_ms = copy_ms};
+                               .map_bytes = bytes, .verify_ms = verify_ms, .copy_ms = copy_ms,
+                               .jobs = s->jobs, .run_chain = s->jobs ? bpfb_run_chain : NULL};
     for (int k = 0; k < QP_K_COUNT; k++)
         s->b.verified_insns[k] = s->prog_fd[k] >= 0 ? verified_insns(s->prog_fd[k]) : 0;
 }

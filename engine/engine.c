@@ -119,6 +119,7 @@ static int open_container(struct qp_engine *e, const char *path, const qpack_mod
     if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, o->kv_cache == QPACK_KV_INT8, err))
         return -1;
     e->plan.cfg.call_budget_ns = call_budget_ns(o->call_us);
+    e->plan.kernel_schedule = o->schedule == QPACK_SCHEDULE_KERNEL;
     report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
     int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
                                           : qp_emu_create(&e->b, &e->plan, err);
@@ -186,10 +187,32 @@ static int open_resident(struct qp_engine *e, const char *name, const qpack_mode
     return qp_forward_create(&e->fw, e->b, &e->plan, o->threads ? o->threads : 2, err);
 }
 
+/* What the kernel schedule does not run yet is refused, never run by the
+ * host instead. */
+static int check_schedule(const char *path, const qpack_model_params *o, qp_err *err)
+{
+    if (o->schedule == QPACK_SCHEDULE_HOST)
+        return 0;
+    if (o->schedule != QPACK_SCHEDULE_KERNEL)
+        return qp_fail_code(err, QP_E_ARGUMENT, "unknown schedule %d", (int)o->schedule);
+    if (o->backend != QPACK_BACKEND_BPF)
+        return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel runs in BPF: not with --backend %s",
+                            qp_backend_name(o->backend));
+    if (o->stream)
+        return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel does not run --stream yet (its jobs stage "
+                            "weights from the host)");
+    if (!strncmp(path, QP_PIN_PREFIX, strlen(QP_PIN_PREFIX)))
+        return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel does not run a loaded model (%s...) yet",
+                            QP_PIN_PREFIX);
+    return 0;
+}
+
 int qp_engine_open(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block, qp_err *err)
 {
     memset(e, 0, sizeof *e);
     e->kind = o->backend;
+    if (check_schedule(path, o, err))
+        return -1;
     double t0 = qp_now_ms();
     size_t np = strlen(QP_PIN_PREFIX);
     int rc = !strncmp(path, QP_PIN_PREFIX, np)      ? open_resident(e, path + np, o, err)

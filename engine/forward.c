@@ -49,6 +49,8 @@ struct qp_forward {
     void (*on_layer)(void *, uint32_t);
     void *on_layer_arg;
     const atomic_bool *interrupt;       /* when set, every later invocation fails at once */
+    bool recording;             /* --schedule kernel: invocations go to the backend's job list */
+    uint32_t recorded;          /* ... this many so far */
 };
 
 /* the kernels that stop at the model's call_budget_ns and resume (QK_RET_PARTIAL):
@@ -104,6 +106,19 @@ static int call_once(struct qp_forward *fw, enum qp_kernel k, const struct qk_ar
     return rc;
 }
 
+/* --schedule kernel: an invocation becomes the next job of the backend's
+ * list, which the kernel runs after the whole step is listed */
+static int record(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a, qp_err *err)
+{
+    if (fw->recorded == QK_CHAIN_MAX_JOBS)
+        return qp_fail_code(err, QP_E_ARGUMENT, "a step of more than %u kernel invocations is too long for "
+                            "--schedule kernel (use a smaller block, or --schedule host)", QK_CHAIN_MAX_JOBS);
+    fw->b->jobs[fw->recorded++] = (struct qk_job){.program = k, .args = *a};
+    fw->stats.calls++;
+    fw->stats.kernel_calls[k]++;
+    return 0;
+}
+
 /* One kernel invocation, in as many calls as its time budget needs: a
  * product or attention that runs out of the call budget returns to user space,
  * where the scheduler may give the core to another task, and goes on
@@ -114,6 +129,8 @@ static int call(struct qp_forward *fw, enum qp_kernel k, const struct qk_args *a
     for (bool first = true;; first = false) {
         if (fw->interrupt && atomic_load(fw->interrupt))
             return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
+        if (fw->recording)
+            return record(fw, k, a, err);
         int rc = call_once(fw, k, &rest, first, err);
         if (rc < QK_RET_PARTIAL)
             return rc;
@@ -141,7 +158,12 @@ static int run_job(void *ctx, uint32_t i, uint32_t thread, qp_err *err)
 /* Runs the prepared job list on every thread and waits for all of it. */
 static int run_jobs(struct qp_forward *fw, qp_err *err)
 {
-    return qp_pool_run(fw->pool, fw->jobs.n, err);
+    if (!fw->recording)
+        return qp_pool_run(fw->pool, fw->jobs.n, err);
+    for (uint32_t i = 0; i < fw->jobs.n; i++)     /* listed in order: the chain runs one job at a time */
+        if (run_job(fw, i, 0, err))
+            return -1;
+    return 0;
 }
 
 /* --stream: runs fw->pending[0, n) in batches that fit the work map. */
@@ -429,6 +451,78 @@ static int embed(struct qp_forward *fw, uint32_t token, uint32_t b, qp_err *err)
     return call(fw, QP_K_EMBED, &a, err) || check_range(fw, "embedding", 0, err);
 }
 
+/* The step's schedule: the embedding of each entry, every layer, then the
+ * vocabulary of entries [first_logits, n). */
+static int schedule(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
+                    uint32_t last, qp_err *err)
+{
+    const struct qk_config *c = fw->cfg;
+    for (uint32_t b = 0; b < n; b++) {
+        fw->b->seq[b] = (struct qk_seq){.pos = e[b].pos, .kv_slot = e[b].kv_slot};
+        if (embed(fw, e[b].token, b, err))
+            return -1;
+    }
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        if (layer(fw, l, last, n, err))
+            return -1;
+        if (fw->on_layer)
+            fw->on_layer(fw->on_layer_arg, l);
+    }
+    return first_logits < n ? vocabulary(fw, first_logits, n - first_logits, err) : 0;
+}
+
+/* what a chain's flagged job computed, for check_range's message */
+static const char *chain_job_place(const struct qk_job *j)
+{
+    if (j->program == QP_K_EMBED)
+        return "embedding";
+    if (j->args.mode == QK_MV_LOGITS && j->program >= QP_K_MATVEC_Q24 && j->program <= QP_K_MATVEC_I6_BLOCK)
+        return "vocabulary projection";
+    return NULL;
+}
+
+/* --schedule kernel: the step listed as the host schedule would run it,
+ * then run by the kernel as one chain of work items (docs/SCHEDULE.md) */
+static int schedule_in_kernel(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
+                              uint32_t last, qp_err *err)
+{
+    if (fw->on_layer)
+        return qp_fail_code(err, QP_E_ARGUMENT, "a per-layer trace needs --schedule host: the kernel schedule "
+                            "runs every layer in one submission");
+    fw->recording = true;
+    fw->recorded = 0;
+    int rc = schedule(fw, e, n, first_logits, last, err);
+    fw->recording = false;
+    struct qk_chain chain;
+    if (rc || fw->b->run_chain(fw->b, fw->recorded, fw->interrupt, &chain, err))
+        return -1;
+    fw->stats.paused_calls += chain.items - (chain.items < fw->recorded ? chain.items : fw->recorded);
+    double item_ms = chain.max_item_ns / 1e6;
+    fw->stats.slow_progs += item_ms > QP_SLOW_CALL_MS;
+    if (item_ms > fw->stats.max_prog_ms) {
+        fw->stats.max_prog_ms = item_ms;
+        snprintf(fw->stats.max_prog_kernel, sizeof fw->stats.max_prog_kernel, "%s",
+                 chain.max_item_job < fw->recorded ? qp_kernel_name(fw->b->jobs[chain.max_item_job].program) : "?");
+    }
+    const struct qk_job *stop = &fw->b->jobs[chain.stop_job < fw->recorded ? chain.stop_job : 0];
+    switch (chain.status) {
+    case QK_CHAIN_DONE:
+        return 0;
+    case QK_CHAIN_CANCELLED:
+        return qp_fail_code(err, QP_E_INTERRUPTED, "interrupted");
+    case QK_CHAIN_REFUSED:
+        return qp_fail(err, "BPF kernel %s rejected its arguments (job %u of the kernel schedule)",
+                       qp_kernel_name(stop->program), chain.stop_job);
+    case QK_CHAIN_FLAGGED:
+        if (check_seq(fw, err) || check_range(fw, chain_job_place(stop), stop->args.layer, err))
+            return -1;
+        return qp_fail(err, "internal: the kernel schedule stopped at a flag no kernel raised");
+    default:
+        return qp_fail(err, "internal: the kernel schedule's chain broke at job %u (status %u)", chain.stop_job,
+                       chain.status);
+    }
+}
+
 int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
                      qp_err *err)
 {
@@ -447,18 +541,9 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
             return qp_fail(err, "token id %u is outside the vocabulary (%u)", e[b].token, c->vocab);
         last = e[b].pos > last ? e[b].pos : last;
     }
-    for (uint32_t b = 0; b < n; b++) {
-        fw->b->seq[b] = (struct qk_seq){.pos = e[b].pos, .kv_slot = e[b].kv_slot};
-        if (embed(fw, e[b].token, b, err))
-            return -1;
-    }
-    for (uint32_t l = 0; l < c->n_layers; l++) {
-        if (layer(fw, l, last, n, err))
-            return -1;
-        if (fw->on_layer)
-            fw->on_layer(fw->on_layer_arg, l);
-    }
-    return first_logits < n ? vocabulary(fw, first_logits, n - first_logits, err) : 0;
+    if (fw->b->run_chain)
+        return schedule_in_kernel(fw, e, n, first_logits, last, err);
+    return schedule(fw, e, n, first_logits, last, err);
 }
 
 int qp_forward_block(struct qp_forward *fw, uint32_t kv_slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,

@@ -117,6 +117,16 @@ typedef enum qpack_kv_cache {
                                    small accuracy cost (docs/BENCHMARKS.md) */
 } qpack_kv_cache;
 
+/* Who orders a step's kernel invocations (qrun --schedule, docs/SCHEDULE.md). */
+typedef enum qpack_schedule {
+    QPACK_SCHEDULE_HOST = 0,    /* the default: the host runs each invocation (bpf_prog_test_run)
+                                   from two threads */
+    QPACK_SCHEDULE_KERNEL = 1,  /* the host lists the step's invocations once and one submission
+                                   runs them in the kernel as a chain of BPF work items; the same
+                                   bits. bpf backend only, resident weights (not --stream, not a
+                                   pinned model); one core for now */
+} qpack_schedule;
+
 #define QPACK_DEFAULT_CALL_US 50    /* chosen by scripts/bench_latency.sh (docs/BENCHMARKS.md) */
 #define QPACK_CALL_US_NONE UINT32_MAX
 
@@ -137,6 +147,7 @@ typedef struct qpack_model_params {
                                    from the core. 0: the default,
                                    QPACK_DEFAULT_CALL_US; QPACK_CALL_US_NONE: bounded by work
                                    alone (about half a millisecond a call on a quiet core) */
+    qpack_schedule schedule;    /* default QPACK_SCHEDULE_HOST */
     bool stream;                /* matrices read from the file per step into a 64 MiB work
                                    map instead of copied into BPF maps at load (saves the
                                    weights' map memory; slower) */

@@ -136,6 +136,14 @@ static inline u32 qk_attn_head_tasks(const struct qk_config *c)
     X(SWIGLU, swiglu, qk_swiglu)                                       \
     X(ARGMAX_REDUCE, argmax_reduce, qk_argmax_reduce)
 
+/* the programs' numbers, in QK_PROGRAMS's order (the host's enum qp_kernel) */
+enum qk_program {
+#define QK_PROGRAM_ENUM(NAME, name, kernel) QK_P_##NAME,
+    QK_PROGRAMS(QK_PROGRAM_ENUM)
+#undef QK_PROGRAM_ENUM
+    QK_PROGRAM_COUNT
+};
+
 /* kernel invocation arguments, little-endian, at the start of data_in */
 struct qk_args {
     u32 layer;
@@ -150,6 +158,43 @@ struct qk_args {
     u32 work_key;       /* ... from this key on (--stream) */
     u32 scratch;        /* matvec_*_block: the calling thread's `unpk` entry */
     u32 resume;         /* matvec QK_MV_LOGITS: rows before begin are already in the amax_slot */
+};
+
+/* The kernel schedule (docs/SCHEDULE.md): a step's invocations, in the
+ * order the host schedule would run them, written by the host into map
+ * `jobs` and run by the kernel as a chain of BPF work items, one job (or
+ * its part within the call budget) per item. */
+#define QK_CHAIN_MAX_JOBS 16384
+
+struct qk_job {
+    u32 program;        /* enum qk_program */
+    u32 pad;
+    struct qk_args args;
+};
+
+enum qk_chain_status {
+    QK_CHAIN_IDLE = 0,
+    QK_CHAIN_RUNNING = 1,
+    QK_CHAIN_DONE = 2,
+    QK_CHAIN_REFUSED = 3,   /* job stop_job's kernel refused its arguments */
+    QK_CHAIN_FLAGGED = 4,   /* job stop_job raised scal.range_error or scal.seq_error */
+    QK_CHAIN_CANCELLED = 5, /* the host set cancel: stopped before job stop_job */
+    QK_CHAIN_BROKEN = 6,    /* a job or work item could not be found or started */
+};
+
+/* the chain's state (map `chain`, one value): the host writes n and
+ * cancel, the work items the rest */
+struct qk_chain {
+    u32 n;              /* jobs in the list */
+    u32 next;           /* the job under way */
+    u32 status;         /* enum qk_chain_status */
+    u32 cancel;         /* set by the host: stop before the next work item */
+    u32 stop_job;       /* where the chain stopped, when not DONE */
+    u32 items;          /* work items run (a job's parts count each) */
+    u64 item_t0;        /* the running item's start (bpf_ktime_get_ns) */
+    u64 max_item_ns;    /* the longest item's kernel time */
+    u32 max_item_job;   /* ... and its job */
+    u32 pad;
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from

@@ -24,7 +24,9 @@
  *     add up, the tokenizer of a container read alone, the recorded source
  *     files equal the folder's hashes (and a changed file differs);
  *   - (root) a model qpack load pinned opens as pin:NAME with the loaded
- *     context and sessions and the bits of the container in-process. */
+ *     context and sessions and the bits of the container in-process;
+ *   - (root) batch steps under --schedule kernel give the host schedule's
+ *     bits, and an interrupt cancels a kernel-scheduled feed. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -901,9 +903,10 @@ static void *feed_long(void *arg)
     return NULL;
 }
 
-START_TEST(interrupt_stops_a_feed_from_another_thread)
+/* A feed interrupted from another thread fails QPACK_ERR_INTERRUPTED and
+ * leaves the session as it was; the next feed runs normally. */
+static void interrupt_stops_a_feed_on(qpack_model *m)
 {
-    qpack_model *m = open_model(QPACK_BACKEND_EMU, 2048, 1);
     struct long_feed f = {.s = new_session(m), .n = 2000};
     f.ids = calloc(f.n, sizeof *f.ids);
     for (size_t i = 0; i < f.n; i++)
@@ -919,6 +922,88 @@ START_TEST(interrupt_stops_a_feed_from_another_thread)
     ck_assert_uint_eq(qpack_session_pos(f.s), 4);
     free(f.ids);
     qpack_session_free(f.s);
+}
+
+START_TEST(interrupt_stops_a_feed_from_another_thread)
+{
+    qpack_model *m = open_model(QPACK_BACKEND_EMU, 2048, 1);
+    interrupt_stops_a_feed_on(m);
+    qpack_model_free(m);
+}
+END_TEST
+
+/* ---- the kernel schedule (docs/SCHEDULE.md) ---------------------------- */
+
+static qpack_model *open_scheduled(const char *path, qpack_schedule schedule, uint32_t ctx, uint32_t sessions)
+{
+    qpack_model_params p = qpack_model_default_params();
+    p.ctx = ctx;
+    p.max_sessions = sessions;
+    p.schedule = schedule;
+    qpack_model *m;
+    qpack_error e;
+    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
+    return m;
+}
+
+/* Batch steps of several sessions run as kernel chains give, step by step,
+ * the bits the host schedule gives the same steps of the same container. */
+static void kernel_schedule_batches_on(const char *path)
+{
+    qpack_model *m[2] = {open_scheduled(path, QPACK_SCHEDULE_HOST, 64, BATCH_SESSIONS),
+                         open_scheduled(path, QPACK_SCHEDULE_KERNEL, 64, BATCH_SESSIONS)};
+    const qpack_model_info *info = qpack_model_get_info(m[0]);
+    uint32_t B = info->block_positions;
+    int32_t seq[BATCH_SESSIONS][BATCH_TOKENS];
+    for (int k = 0; k < BATCH_SESSIONS; k++)
+        for (int t = 0; t < BATCH_TOKENS; t++)
+            seq[k][t] = (int32_t)((k * 7919 + t * 104729 + 13) % 151000);
+    qpack_session *s[2][BATCH_SESSIONS];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < BATCH_SESSIONS; k++)
+            s[h][k] = new_session(m[h]);
+    struct { int k; uint32_t n; } steps[][BATCH_SESSIONS] = {
+        {{0, 1}},                               /* a decode step */
+        {{0, 5}, {1, 9}},                       /* two prompts in one block */
+        {{1, 1}, {2, 1}, {0, 1}},               /* a token of each */
+        {{2, B + 4}},                           /* across two blocks */
+    };
+    uint32_t fed[BATCH_SESSIONS] = {0};
+    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+        for (int h = 0; h < 2; h++) {
+            qpack_batch_item items[BATCH_SESSIONS];
+            size_t n = 0;
+            for (int i = 0; i < BATCH_SESSIONS && steps[st][i].n; i++, n++) {
+                int k = steps[st][i].k;
+                items[n] = (qpack_batch_item){s[h][k], seq[k] + fed[k], steps[st][i].n};
+            }
+            qpack_error e;
+            ck_assert_msg(qpack_feed_batch(items, n, &e) == QPACK_OK, "%s step %zu: %s", path, st, e.message);
+        }
+        for (int i = 0; i < BATCH_SESSIONS && steps[st][i].n; i++) {
+            int k = steps[st][i].k;
+            fed[k] += steps[st][i].n;
+            ck_assert_msg(memcmp(qpack_logits(s[0][k]), qpack_logits(s[1][k]), info->vocab * sizeof(double)) == 0,
+                          "%s, step %zu: session %d's logits differ between the host and kernel schedules", path,
+                          st, k);
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        for (int k = 0; k < BATCH_SESSIONS; k++)
+            qpack_session_free(s[h][k]);
+        qpack_model_free(m[h]);
+    }
+}
+
+START_TEST(kernel_schedule_gives_the_host_schedules_bits)
+{
+    if (geteuid() != 0)     /* BPF needs root */
+        return;
+    kernel_schedule_batches_on(model_path);
+    kernel_schedule_batches_on(path_of("int4.qpk"));
+    kernel_schedule_batches_on(path_of("stress-int4-pure.qpk"));
+    qpack_model *m = open_scheduled(model_path, QPACK_SCHEDULE_KERNEL, 2048, 1);
+    interrupt_stops_a_feed_on(m);
     qpack_model_free(m);
 }
 END_TEST
@@ -1686,6 +1771,7 @@ int main(void)
     tcase_add_test(tc, chat_render_next_closes_the_reply_first);
     tcase_add_test(tc, sources_of_a_container_match_its_checkpoint);
     tcase_add_test(tc, a_loaded_model_gives_the_bits_of_one_opened_in_process);
+    tcase_add_test(tc, kernel_schedule_gives_the_host_schedules_bits);
     suite_add_tcase(su, tc);
     return qp_test_main_nofork(su);
 }

@@ -1,6 +1,7 @@
 /* cli_call.c - --call-us (cli_call.h). */
 #include "cli_call.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "cli_num.h"
@@ -19,5 +20,18 @@ int cli_call_us(const char *prog, const char *arg, uint32_t *out)
     if (cli_uint(prog, "--call-us", arg, CALL_US_MIN, CALL_US_MAX, &v))
         return -1;
     *out = (uint32_t)v;
+    return 0;
+}
+
+int cli_schedule(const char *prog, const char *arg, qpack_schedule *out)
+{
+    if (!strcmp(arg, "host"))
+        *out = QPACK_SCHEDULE_HOST;
+    else if (!strcmp(arg, "kernel"))
+        *out = QPACK_SCHEDULE_KERNEL;
+    else {
+        fprintf(stderr, "%s: --schedule takes host or kernel, got '%s'\n", prog, arg);
+        return -1;
+    }
     return 0;
 }

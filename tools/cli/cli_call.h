@@ -1,5 +1,6 @@
-/* cli_call.h - the kernel call bound every tool that loads a model takes:
- * --call-us N|none (qpack_model_params.call_us). */
+/* cli_call.h - how kernel calls are made, options every tool that loads a
+ * model takes: --call-us N|none (qpack_model_params.call_us) and
+ * --schedule host|kernel (qpack_model_params.schedule). */
 #ifndef QP_CLI_CALL_H
 #define QP_CLI_CALL_H
 
@@ -17,5 +18,15 @@
 /* A whole number of microseconds from 10 to 1,000,000 or "none"
  * (QPACK_CALL_US_NONE) into *out; otherwise one line naming --call-us and -1. */
 int cli_call_us(const char *prog, const char *arg, uint32_t *out);
+
+/* What --schedule says, for the tools' --help. */
+#define CLI_SCHEDULE_HELP                                                                         \
+    "      --schedule S       host (default): qrun runs each kernel invocation; kernel: one\n"   \
+    "                         submission a step, the kernel runs its invocations as a chain\n"  \
+    "                         of BPF work items (the same bits; bpf, resident weights only;\n"  \
+    "                         docs/SCHEDULE.md)\n"
+
+/* "host" or "kernel" into *out; otherwise one line naming --schedule and -1. */
+int cli_schedule(const char *prog, const char *arg, qpack_schedule *out);
 
 #endif

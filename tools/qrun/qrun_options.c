@@ -86,6 +86,7 @@ void qrun_usage(FILE *out)
             "                         truncated meanwhile qrun stops with an error\n"
             CLI_KV_CACHE_HELP
             CLI_CALL_US_HELP
+            CLI_SCHEDULE_HELP
             "      --session-wait S   -m pin:NAME whose sessions are all held by other processes:\n"
             "                         wait up to S seconds for one to be freed (default 0: refuse)\n"
             "      --temp T           sampling temperature, 0 to 100 (0: greedy). When none of\n"
@@ -223,7 +224,7 @@ enum {
     O_IDS = 256, O_BACKEND, O_THREADS, O_NO_VERIFY, O_STREAM, O_RESIDENT, O_TEMP, O_TOPK, O_TOPP, O_MINP,
     O_REPEAT_PENALTY, O_REPEAT_LAST_N, O_SEED, O_STOP, O_PRINT_IDS, O_DUMP, O_TOKENIZER, O_STATS, O_CHAT,
     O_SYSTEM, O_THINK, O_LOOKUP, O_DUMP_ALL, O_LOGIT_BIAS, O_VERSION, O_KV_CACHE, O_CALL_US,
-    O_SESSION_WAIT, O_PROMPT_CACHE,
+    O_SESSION_WAIT, O_PROMPT_CACHE, O_SCHEDULE,
 };
 
 static const struct option longs[] = {
@@ -243,7 +244,7 @@ static const struct option longs[] = {
     {"lookup", required_argument, 0, O_LOOKUP}, {"dump-logits-all", required_argument, 0, O_DUMP_ALL},
     {"logit-bias", required_argument, 0, O_LOGIT_BIAS}, {"kv-cache", required_argument, 0, O_KV_CACHE},
     {"call-us", required_argument, 0, O_CALL_US}, {"session-wait", required_argument, 0, O_SESSION_WAIT},
-    {"prompt-cache", required_argument, 0, O_PROMPT_CACHE},
+    {"prompt-cache", required_argument, 0, O_PROMPT_CACHE}, {"schedule", required_argument, 0, O_SCHEDULE},
     {"quiet", no_argument, 0, 'q'}, {"version", no_argument, 0, O_VERSION}, {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -304,6 +305,7 @@ static int take(struct options *o, int c, const char *arg)
     case O_RESIDENT: o->mp.stream = false; return 0;
     case O_KV_CACHE: return cli_kv_cache("qrun", arg, &o->mp.kv_cache);
     case O_CALL_US: return cli_call_us("qrun", arg, &o->mp.call_us);
+    case O_SCHEDULE: return cli_schedule("qrun", arg, &o->mp.schedule);
     case O_SESSION_WAIT:
         if (cli_uint("qrun", "--session-wait", arg, 0, 3600, &v))
             return -1;
