@@ -1,14 +1,16 @@
 #!/bin/bash
-# test_schedule_cli.sh QRUN QPACK QP_GEN - qrun --schedule kernel (the step
-# run in the kernel as a chain of BPF work items, docs/SCHEDULE.md) gives
-# the bits of --schedule host and of the host twin: every prompt position's
-# logits (a block of 16 and one of 4) and the greedy continuation, for q24,
-# int8, int4 and int4-pure, both KV caches, a stress checkpoint, and a call
-# budget small enough that jobs pause and resume in further work items.
-# What it does not run yet is refused with one line. Needs root (BPF):
-# skipped otherwise.
+# test_schedule_cli.sh QRUN QPACK QP_GEN QEVAL TOKENIZER_DIR - qrun
+# --schedule kernel (the step run in the kernel as a chain of BPF work
+# items, docs/SCHEDULE.md) gives the bits of --schedule host and of the
+# host twin: every prompt position's logits (a block of 16 and one of 4)
+# and the greedy continuation, for q24, int8, int4 and int4-pure, both KV
+# caches, a stress checkpoint, and a call budget small enough that jobs
+# pause and resume in further work items. qrun serve's replies (their
+# logprobs to 17 digits; two requests at once, batched) and qeval's
+# figures are those of --schedule host too. What it does not run yet is
+# refused with one line. Needs root (BPF): skipped otherwise.
 set -u
-QRUN=$1 QPACK=$2 QP_GEN=$3
+QRUN=$1 QPACK=$2 QP_GEN=$3 QEVAL=$4 TOKENIZER=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "SKIP: loading BPF programs needs root"; exit 77; }
 T=$(mktemp -d /tmp/qp-schedule-XXXXXX) || fail "mktemp"
@@ -53,6 +55,49 @@ same "$T/s-q24.qpk" --call-us 10
 paused=$(sed -n 's/.* \([0-9]*\) runs paused at --call-us.*/\1/p' "$T/kernel.err")
 [ -n "$paused" ] && [ "$paused" -gt 0 ] || fail "--call-us 10 paused no work item: $(grep generated "$T/kernel.err")"
 
+# qeval: every figure but the timings
+"$QPACK" pack "$T/m" -o "$T/m-int4.qpk" --format int4 --quiet || fail "qpack --format int4"
+figures='.models[0] | del(.load_ms, .prompt_ms_per_token, .decode_ms_per_token, .peak_rss_bytes)'
+for schedule in host kernel; do
+    "$QEVAL" --ref "$T/m" "$T/m-int4.qpk" --schedule $schedule --positions 16 --force --json -q \
+        >"$T/qeval-$schedule.json" 2>"$T/qeval.err" || fail "qeval --schedule $schedule: $(cat "$T/qeval.err")"
+done
+cmp -s <(jq -S "$figures" "$T/qeval-host.json") <(jq -S "$figures" "$T/qeval-kernel.json") ||
+    fail "qeval's figures differ between the schedules: $(jq -c "$figures" "$T/qeval-kernel.json")"
+
+# qrun serve: two completions at once (one batch), then one alone, with logprobs
+"$QP_GEN" "$T/t" --preset tiny --vocab 151936 --seed 9 --tokenizer-dir "$TOKENIZER" >/dev/null || fail "generator (tokenizer)"
+"$QPACK" pack "$T/t" -o "$T/t.qpk" --format int4 --quiet || fail "qpack (tokenizer)"
+serve() {
+    local schedule=$1 port= i pid
+    "$QRUN" serve -m "$T/t.qpk" --port 0 --parallel 2 --schedule "$schedule" >/dev/null 2>"$T/serve.err" &
+    pid=$!
+    for i in $(seq 300); do
+        port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/serve.err")
+        [ -n "$port" ] && break
+        kill -0 $pid 2>/dev/null || fail "qrun serve --schedule $schedule exited: $(cat "$T/serve.err")"
+        sleep 0.1
+    done
+    [ -n "$port" ] || { kill $pid; fail "qrun serve --schedule $schedule did not listen within 30 s"; }
+    for p in "Hello, world" "The sky is"; do
+        curl -sS -d "{\"prompt\":\"$p\",\"max_tokens\":8,\"temperature\":0,\"logprobs\":2}" \
+            "http://127.0.0.1:$port/v1/completions" >"$T/$schedule-${p%% *}.json" &
+    done
+    wait $(jobs -p | grep -v "^$pid\$")
+    curl -sS -d '{"prompt":"Once","max_tokens":8,"temperature":0,"logprobs":2}' \
+        "http://127.0.0.1:$port/v1/completions" >"$T/$schedule-Once.json"
+    kill $pid
+    wait $pid
+}
+serve host
+serve kernel
+for p in Hello, The Once; do
+    jq -e '.choices[0].logprobs.token_logprobs | length == 8' "$T/kernel-$p.json" >/dev/null ||
+        fail "qrun serve --schedule kernel, '$p': $(head -c 300 "$T/kernel-$p.json")"
+    cmp -s <(jq -S .choices "$T/host-$p.json") <(jq -S .choices "$T/kernel-$p.json") ||
+        fail "qrun serve: the reply to '$p' differs between the schedules"
+done
+
 # refused with one line, exit status 1 or 2, never run by the host instead
 refused() {
     local want=$1
@@ -67,4 +112,4 @@ refused() {
 refused "not with --backend emu" --schedule kernel --backend emu
 refused "does not run --stream" --schedule kernel --stream
 refused "takes host or kernel" --schedule both
-echo "ok: --schedule kernel gives the bits of host and emu ($paused work items paused at --call-us 10)"
+echo "ok: --schedule kernel gives the bits of host and emu ($paused work items paused at --call-us 10), in qrun serve and qeval too"

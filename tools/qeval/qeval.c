@@ -6,7 +6,7 @@
  *
  *   qeval --ref DIR A.qpk [B.qpk ...] [--prompts FILE] [--text FILE]
  *         [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8] [--call-us N]
- *         [--json | --csv]
+ *         [--schedule host|kernel] [--json | --csv]
  *         [--trace-layers] [--ref-cache DIR] [--force] [--quiet]
  *
  * Cheap checks come first: the options, the reference folder's config and
@@ -113,6 +113,8 @@ static void usage(FILE *out)
             "                      reference keeps float64)\n"
             "  --call-us N         how long a kernel call may hold a core, in microseconds\n"
             "                      (default 50; none: bounded by work alone; the same bits)\n"
+            "  --schedule S        the containers' steps: host (default) or kernel, a chain of\n"
+            "                      BPF work items a step (the same bits; not with --trace-layers)\n"
             "  --json              print one JSON object instead of the table\n"
             "  --csv               print CSV instead: a header line, then one line per model\n"
             "                      (the reference first), the keys of --json (not the trace)\n"
@@ -148,7 +150,7 @@ static void usage(FILE *out)
 static int parse_options(struct options *o, int argc, char **argv)
 {
     enum { O_REF = 256, O_PROMPTS, O_TEXT, O_POSITIONS, O_SEED, O_BACKEND, O_JSON, O_CSV, O_TRACE, O_CACHE, O_FORCE,
-           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US, O_TEXT_WINDOWS };
+           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US, O_TEXT_WINDOWS, O_SCHEDULE };
     static const struct option longs[] = {
         {"ref", required_argument, 0, O_REF}, {"prompts", required_argument, 0, O_PROMPTS},
         {"text", required_argument, 0, O_TEXT}, {"positions", required_argument, 0, O_POSITIONS},
@@ -158,7 +160,7 @@ static int parse_options(struct options *o, int argc, char **argv)
         {"force", no_argument, 0, O_FORCE}, {"quiet", no_argument, 0, 'q'},
         {"version", no_argument, 0, O_VERSION}, {"plot", required_argument, 0, O_PLOT},
         {"kv-cache", required_argument, 0, O_KV_CACHE}, {"call-us", required_argument, 0, O_CALL_US},
-        {"text-windows", required_argument, 0, O_TEXT_WINDOWS},
+        {"text-windows", required_argument, 0, O_TEXT_WINDOWS}, {"schedule", required_argument, 0, O_SCHEDULE},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct options){.positions = 32, .text_windows = 1, .seed = 1, .backend = QPACK_BACKEND_BPF};
@@ -206,6 +208,10 @@ static int parse_options(struct options *o, int argc, char **argv)
             break;
         case O_CALL_US:
             if (cli_call_us(prog, optarg, &o->call_us))
+                return -1;
+            break;
+        case O_SCHEDULE:
+            if (cli_schedule(prog, optarg, &o->schedule))
                 return -1;
             break;
         case O_JSON: o->json = true; break;
@@ -726,6 +732,7 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     mp.backend = index ? x->o->backend : QPACK_BACKEND_REF;
     mp.kv_cache = index ? x->o->kv_cache : QPACK_KV_INT16;
     mp.call_us = x->o->call_us;
+    mp.schedule = index ? x->o->schedule : QPACK_SCHEDULE_HOST;
     mp.ctx = x->ctx;
     mp.skip_tokenizer = true;
     mp.progress = on_load_progress;

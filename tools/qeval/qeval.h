@@ -58,6 +58,7 @@ struct options {
     qpack_backend backend;
     qpack_kv_cache kv_cache;      /* the containers'; the reference keeps float64 */
     uint32_t call_us;             /* qpack_model_params.call_us */
+    qpack_schedule schedule;      /* the containers' qpack_model_params.schedule */
     bool json, csv, trace, force, quiet;
 };
 

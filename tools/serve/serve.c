@@ -41,6 +41,7 @@ struct serve_opts {
     qpack_backend backend;
     qpack_kv_cache kv_cache;
     uint32_t call_us;
+    qpack_schedule schedule;
     bool no_verify, quiet, strict_model;
 };
 
@@ -126,6 +127,7 @@ static const char usage_text[] =
     "                         prompt gets 400 context_length_exceeded, a reply stops there\n"
     CLI_KV_CACHE_HELP
     CLI_CALL_US_HELP
+    CLI_SCHEDULE_HELP
     "      --backend B        bpf (default; needs root or CAP_BPF + CAP_PERFMON) or emu\n"
     "      --threads N        1 or 2 threads computing each step (default 2)\n"
     "      --no-verify        skip the container's checksums at start-up (your own files only)\n"
@@ -183,7 +185,7 @@ static bool parse_uint(const char *s, unsigned long lo, unsigned long hi, unsign
 
 enum { O_HOST = 256, O_PORT, O_PARALLEL, O_QUEUE, O_API_KEY, O_NAME, O_BACKEND, O_THREADS, O_NO_VERIFY, O_TIMEOUT,
        O_QUIET, O_VERSION, O_STRICT_MODEL, O_MAX_CONNECTIONS, O_MAX_PER_IP, O_LOOKUP, O_KV_CACHE, O_CALL_US,
-       O_SLOT_SAVE_PATH, O_MODELS_DIR, O_MAX_LOADED };
+       O_SLOT_SAVE_PATH, O_MODELS_DIR, O_MAX_LOADED, O_SCHEDULE };
 
 /* returns -1 to go on, else an exit status */
 static int parse_number_option(int opt, const char *arg, struct serve_opts *o)
@@ -250,6 +252,7 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
         {"max-per-ip", required_argument, 0, O_MAX_PER_IP}, {"lookup", required_argument, 0, O_LOOKUP},
         {"kv-cache", required_argument, 0, O_KV_CACHE},
         {"call-us", required_argument, 0, O_CALL_US},
+        {"schedule", required_argument, 0, O_SCHEDULE},
         {"slot-save-path", required_argument, 0, O_SLOT_SAVE_PATH},
         {"models-dir", required_argument, 0, O_MODELS_DIR}, {"max-loaded", required_argument, 0, O_MAX_LOADED},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
@@ -289,6 +292,10 @@ static int parse_options(int argc, char **argv, struct serve_opts *o)
             break;
         case O_CALL_US:
             if (cli_call_us("qrun serve", optarg, &o->call_us))
+                return 2;
+            break;
+        case O_SCHEDULE:
+            if (cli_schedule("qrun serve", optarg, &o->schedule))
                 return 2;
             break;
         case O_VERSION: exit(qp_print_version("qrun"));
@@ -386,6 +393,7 @@ static int open_models(const struct serve_opts *o, struct serve_models **out, co
     cfg.params.no_verify = o->no_verify;
     cfg.params.kv_cache = o->kv_cache;
     cfg.params.call_us = o->call_us;
+    cfg.params.schedule = o->schedule;
     struct serve_models *t;
     if (serve_models_new(&t, &cfg)) {
         fprintf(stderr, "qrun serve: out of memory\n");
