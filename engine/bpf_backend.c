@@ -428,6 +428,9 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
     struct bpfb *s = (struct bpfb *)b;
     if (n == 0 || n > QK_CHAIN_MAX_JOBS)
         return qp_fail(err, "internal: a chain of %u jobs (1..%u)", n, QK_CHAIN_MAX_JOBS);
+    /* a chain that ended before its wait looked left its record: taken now,
+     * or a full ring buffer would drop this chain's and the wait not wake */
+    ring_buffer__consume(s->chain_done);
     s->chain->n = n;
     __atomic_store_n(&s->chain->cancel, 0, __ATOMIC_RELEASE);
     LIBBPF_OPTS(bpf_test_run_opts, opts);
