@@ -8,6 +8,7 @@
 #include <linux/capability.h>
 #include <stddef.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -35,11 +36,14 @@ struct bpfb {
     const struct qp_plan *plan;
     void *mapped[QP_MAP_COUNT];         /* state maps, mapped when first needed */
     size_t mapped_len[QP_MAP_COUNT];
-    /* the kernel schedule (plan->kernel_schedule) */
+    /* the kernel schedule (plan->kernel_lanes) */
     struct qk_job *jobs;                /* map m_jobs, mapped */
     struct qk_chain *chain;             /* map m_chain, mapped */
-    struct ring_buffer *chain_done;     /* the last work item's record */
-    int chain_start_fd;
+    struct ring_buffer *chain_done;     /* the lanes' records: the step stopped, the last lane ended */
+    int lane_start_fd;
+    uint32_t lanes;
+    struct lane_thread *lane_threads[2]; /* two lanes: a thread pinned to each CPU, the one the caller
+                                            is not on starts lane 1 */
 };
 
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -395,28 +399,84 @@ static void load_cache_programs(struct qwen3 *skel, bool kv8)
 
 /* ---- the kernel schedule (docs/SCHEDULE.md) ---- */
 
-/* How often a wait looks at its interrupt flag when no signal woke it
- * (a signal does, EINTR): a decode step of Qwen3-0.6B is about one such
- * wait, so a step costs the host two system calls, the submission and
- * the wait. */
+/* How often a wait looks at its interrupt flag and at a lane thread that
+ * has not started its lane when no record or signal (EINTR) woke it. */
 #define CHAIN_POLL_MS 250
+
+/* A thread pinned to one CPU that starts lane 1 there when asked: a work
+ * item runs on the CPU that started it. */
+struct lane_thread {
+    struct bpfb *s;
+    pthread_t thread;
+    int cpu;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    uint64_t asked, seen;       /* steps asked for, taken */
+    bool quit;
+};
 
 static int chain_record(void *ctx, void *data, size_t len)
 {
     (void)ctx, (void)data, (void)len;
-    return 0;   /* the status is in the chain map; the record only wakes the wait */
+    return 0;   /* the status is in the chain map; a record only wakes the wait */
 }
 
-/* Waits for a running chain's last work item; cancels it when interrupt
- * is set (the chain stops before its next item). */
+/* Runs lane_start: lane `lane` begins on this thread's CPU, unless the
+ * host dropped it. false when the program did not run. */
+static bool start_lane(struct bpfb *s, uint32_t lane)
+{
+    struct qk_lane_start ctx = {.lane = lane};
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .ctx_in = &ctx, .ctx_size_in = sizeof ctx);
+    return bpf_prog_test_run_opts(s->lane_start_fd, &opts) == 0;
+}
+
+/* a lane that has not started is taken off the step (its thread's start
+ * then does nothing) */
+static void drop_lane(struct bpfb *s, uint32_t lane)
+{
+    uint32_t waiting = QK_LANE_WAITING;
+    if (__atomic_compare_exchange_n(&s->chain->lane_state[lane], &waiting, QK_LANE_DROPPED, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        __atomic_sub_fetch(&s->chain->lanes, 1, __ATOMIC_ACQ_REL);
+}
+
+static void *lane_thread_main(void *arg)
+{
+    struct lane_thread *t = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(t->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->quit && t->seen == t->asked)
+            pthread_cond_wait(&t->wake, &t->mu);
+        if (t->quit)
+            break;
+        t->seen = t->asked;
+        pthread_mutex_unlock(&t->mu);
+        start_lane(t->s, 1);    /* when it cannot run, the host drops the lane once the step stops */
+        pthread_mutex_lock(&t->mu);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Waits until every lane has ended; cancels the step when interrupt is
+ * set (each lane stops before its next item). A lane thread that has not
+ * started lane 1 by the time the step stopped is not waited for. */
 static int chain_wait(struct bpfb *s, const atomic_bool *interrupt, qp_err *err)
 {
     for (;;) {
-        if (__atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) != QK_CHAIN_RUNNING)
+        bool stopped = __atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) != QK_CHAIN_RUNNING;
+        if (stopped)
+            for (uint32_t lane = 0; lane < s->lanes; lane++)
+                drop_lane(s, lane);
+        if (stopped && __atomic_load_n(&s->chain->lanes, __ATOMIC_ACQUIRE) == 0)
             return 0;
         if (interrupt && atomic_load(interrupt))
             __atomic_store_n(&s->chain->cancel, 1, __ATOMIC_RELEASE);
-        int n = ring_buffer__poll(s->chain_done, interrupt ? CHAIN_POLL_MS : -1);
+        int n = ring_buffer__poll(s->chain_done, CHAIN_POLL_MS);
         if (n < 0 && n != -EINTR)
             return qp_fail(err, "waiting for the kernel schedule's chain failed: %s", strerror(-n));
     }
@@ -426,21 +486,87 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
                           qp_err *err)
 {
     struct bpfb *s = (struct bpfb *)b;
+    struct qk_chain *c = s->chain;
     if (n == 0 || n > QK_CHAIN_MAX_JOBS)
         return qp_fail(err, "internal: a chain of %u jobs (1..%u)", n, QK_CHAIN_MAX_JOBS);
-    /* a chain that ended before its wait looked left its record: taken now,
-     * or a full ring buffer would drop this chain's and the wait not wake */
+    if (__atomic_load_n(&c->lanes, __ATOMIC_ACQUIRE))
+        return qp_fail(err, "internal: the kernel schedule's last step still runs");
+    /* the records of a step whose lanes ended before its wait looked: taken
+     * now, or a full ring buffer would drop this step's and the wait sleep */
     ring_buffer__consume(s->chain_done);
-    s->chain->n = n;
-    __atomic_store_n(&s->chain->cancel, 0, __ATOMIC_RELEASE);
-    LIBBPF_OPTS(bpf_test_run_opts, opts);
-    if (bpf_prog_test_run_opts(s->chain_start_fd, &opts) != 0)
-        return qp_fail(err, "starting the kernel schedule's chain failed: %s", strerror(errno));
-    if (opts.retval != 0)
-        return qp_fail(err, "internal: the kernel schedule's chain did not start (a chain was still running)");
+    *c = (struct qk_chain){.n = n, .lanes = s->lanes, .phase_end = s->jobs[0].phase_end,
+                           .status = QK_CHAIN_RUNNING};
+    for (uint32_t lane = s->lanes; lane < QK_CHAIN_LANES; lane++)
+        c->lane_state[lane] = QK_LANE_DROPPED;
+    if (s->lanes > 1) {
+        int cpu = sched_getcpu();
+        struct lane_thread *t = s->lane_threads[cpu == s->lane_threads[0]->cpu];
+        pthread_mutex_lock(&t->mu);
+        t->asked++;
+        pthread_cond_signal(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+    }
+    if (!start_lane(s, 0)) {   /* the step stops; a started lane 1 ends after its item */
+        int e = errno;
+        uint32_t running = QK_CHAIN_RUNNING;
+        __atomic_compare_exchange_n(&c->status, &running, QK_CHAIN_BROKEN, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
+        chain_wait(s, NULL, err);
+        return qp_fail(err, "starting the kernel schedule failed: %s", strerror(e));
+    }
     int rc = chain_wait(s, interrupt, err);
-    *out = *s->chain;
+    *out = *c;
     return rc;
+}
+
+static void lane_threads_stop(struct bpfb *s)
+{
+    for (int i = 0; i < 2; i++) {
+        struct lane_thread *t = s->lane_threads[i];
+        if (!t)
+            continue;
+        pthread_mutex_lock(&t->mu);
+        t->quit = true;
+        pthread_cond_signal(&t->wake);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->thread, NULL);
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->wake);
+        free(t);
+        s->lane_threads[i] = NULL;
+    }
+}
+
+/* two lanes: a thread on each of the first two CPUs the process may use */
+static int lane_threads_start(struct bpfb *s, qp_err *err)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        CPU_ZERO(&allowed);
+    int cpus[2], found = 0;
+    for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+        if (CPU_ISSET(c, &allowed))
+            cpus[found++] = c;
+    if (found < 2) {
+        s->lanes = 1;   /* one CPU: one lane */
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct lane_thread *t = calloc(1, sizeof *t);
+        if (!t)
+            return qp_fail(err, "out of memory");
+        *t = (struct lane_thread){.s = s, .cpu = cpus[i]};
+        pthread_mutex_init(&t->mu, NULL);
+        pthread_cond_init(&t->wake, NULL);
+        if (pthread_create(&t->thread, NULL, lane_thread_main, t) != 0) {
+            pthread_mutex_destroy(&t->mu);
+            pthread_cond_destroy(&t->wake);
+            free(t);
+            return qp_fail(err, "the kernel schedule: cannot start a lane thread");
+        }
+        s->lane_threads[i] = t;
+    }
+    return 0;
 }
 
 static void *map_memory(struct bpf_map *m)
@@ -474,18 +600,22 @@ static int chain_open(struct bpfb *s, qp_err *err)
     s->chain_done = ring_buffer__new(bpf_map__fd(s->skel->maps.m_chain_done), chain_record, NULL, NULL);
     if (!s->chain_done)
         return qp_fail(err, "the kernel schedule: cannot open its ring buffer: %s", strerror(errno));
-    s->chain_start_fd = bpf_program__fd(s->skel->progs.chain_start);
-    return 0;
+    LIBBPF_OPTS(bpf_test_run_opts, opts);
+    if (bpf_prog_test_run_opts(bpf_program__fd(s->skel->progs.lane_sched), &opts) != 0 || opts.retval != 0)
+        return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the lanes' idle work items");
+    s->lane_start_fd = bpf_program__fd(s->skel->progs.lane_start);
+    s->lanes = s->plan->kernel_lanes;
+    return s->lanes > 1 ? lane_threads_start(s, err) : 0;
 }
 
 /* A model closed while a chain runs (a step abandoned) must not leave work
  * queued on maps about to be freed: the chain is cancelled and waited for. */
 static void chain_close(struct bpfb *s)
 {
-    if (s->chain && s->chain_done && s->chain->status == QK_CHAIN_RUNNING) {
+    lane_threads_stop(s);
+    if (s->chain && s->chain_done && __atomic_load_n(&s->chain->lanes, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&s->chain->cancel, 1, __ATOMIC_RELEASE);
-        while (__atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) == QK_CHAIN_RUNNING)
-            ring_buffer__poll(s->chain_done, CHAIN_POLL_MS);
+        chain_wait(s, NULL, &(qp_err){0});
     }
     if (s->chain_done)
         ring_buffer__free(s->chain_done);
@@ -511,7 +641,8 @@ static void load_chain_programs(struct qwen3 *skel, bool on)
     };
     for (int k = 0; k < QP_K_COUNT; k++)
         bpf_program__set_autoload(sched[k], on && bpf_program__autoload(kernels[k]));
-    bpf_program__set_autoload(skel->progs.chain_start, on);
+    bpf_program__set_autoload(skel->progs.lane_sched, on);
+    bpf_program__set_autoload(skel->progs.lane_start, on);
     if (!on)    /* the job list's megabyte only for a model that runs it */
         bpf_map__set_max_entries(skel->maps.m_jobs, 1);
 }
@@ -529,7 +660,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
     if (!rc) {
         load_cache_programs(s->skel, plan->cfg.kv8);
-        load_chain_programs(s->skel, plan->kernel_schedule);
+        load_chain_programs(s->skel, plan->kernel_lanes > 0);
     }
     double t0 = qp_now_ms();
     if (!rc && qwen3__load(s->skel) != 0) {
@@ -546,7 +677,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
         s->map_fd[i] = bpf_map__fd(map_of(s->skel, i));
     if (!rc)
         rc = fill_maps(s, plan, err);
-    if (!rc && plan->kernel_schedule)
+    if (!rc && plan->kernel_lanes)
         rc = chain_open(s, err);
     double t2 = qp_now_ms();
     if (rc) {

@@ -119,7 +119,7 @@ static int open_container(struct qp_engine *e, const char *path, const qpack_mod
     if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, o->kv_cache == QPACK_KV_INT8, err))
         return -1;
     e->plan.cfg.call_budget_ns = call_budget_ns(o->call_us);
-    e->plan.kernel_schedule = o->schedule == QPACK_SCHEDULE_KERNEL;
+    e->plan.kernel_lanes = o->schedule != QPACK_SCHEDULE_KERNEL ? 0 : o->threads == 1 ? 1 : 2;
     report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
     int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
                                           : qp_emu_create(&e->b, &e->plan, err);

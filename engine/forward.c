@@ -113,7 +113,9 @@ static int record(struct qp_forward *fw, enum qp_kernel k, const struct qk_args 
     if (fw->recorded == QK_CHAIN_MAX_JOBS)
         return qp_fail_code(err, QP_E_ARGUMENT, "a step of more than %u kernel invocations is too long for "
                             "--schedule kernel (use a smaller block, or --schedule host)", QK_CHAIN_MAX_JOBS);
-    fw->b->jobs[fw->recorded++] = (struct qk_job){.program = k, .args = *a};
+    /* a phase of its own, unless run_jobs lists a phase of several */
+    fw->b->jobs[fw->recorded] = (struct qk_job){.program = k, .phase_end = fw->recorded + 1, .args = *a};
+    fw->recorded++;
     fw->stats.calls++;
     fw->stats.kernel_calls[k]++;
     return 0;
@@ -160,9 +162,14 @@ static int run_jobs(struct qp_forward *fw, qp_err *err)
 {
     if (!fw->recording)
         return qp_pool_run(fw->pool, fw->jobs.n, err);
-    for (uint32_t i = 0; i < fw->jobs.n; i++)     /* listed in order: the chain runs one job at a time */
+    /* listed as one phase: the kernel's lanes share its jobs, and the next
+     * phase opens once they are all done */
+    uint32_t first = fw->recorded;
+    for (uint32_t i = 0; i < fw->jobs.n; i++)
         if (run_job(fw, i, 0, err))
             return -1;
+    for (uint32_t i = first; i < fw->recorded; i++)
+        fw->b->jobs[i].phase_end = fw->recorded;
     return 0;
 }
 

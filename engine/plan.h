@@ -66,7 +66,7 @@ struct qp_plan {
     uint64_t state_bytes;       /* every other map: bytes.kv + bytes.state */
     uint64_t kv_bytes_per_pos;  /* K and V of one position, all layers (of one slot) */
     bool stream;                /* matrices staged per job into `work` */
-    bool kernel_schedule;       /* the backend loads the work-item chain (docs/SCHEDULE.md) */
+    uint32_t kernel_lanes;      /* the kernel schedule's lanes, 1 or 2 (docs/SCHEDULE.md); 0: the host's */
 };
 
 /* --stream: bytes of the work map the matrices are staged through */

@@ -121,10 +121,10 @@ typedef enum qpack_kv_cache {
 typedef enum qpack_schedule {
     QPACK_SCHEDULE_HOST = 0,    /* the default: the host runs each invocation (bpf_prog_test_run)
                                    from two threads */
-    QPACK_SCHEDULE_KERNEL = 1,  /* the host lists the step's invocations once and one submission
-                                   runs them in the kernel as a chain of BPF work items; the same
-                                   bits. bpf backend only, resident weights (not --stream, not a
-                                   pinned model); one core for now */
+    QPACK_SCHEDULE_KERNEL = 1,  /* the host lists the step's invocations once and the kernel runs
+                                   them as chains of BPF work items, one per thread (`threads`),
+                                   each on its own CPU; the same bits. bpf backend only, resident
+                                   weights (not stream, not a pinned model) */
 } qpack_schedule;
 
 #define QPACK_DEFAULT_CALL_US 50    /* chosen by scripts/bench_latency.sh (docs/BENCHMARKS.md) */

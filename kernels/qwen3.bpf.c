@@ -51,12 +51,16 @@ QK_PROGRAMS(QK_PROGRAM_OF)
 
 /* ---- the kernel schedule (docs/SCHEDULE.md) ----
  * Each kernel also has a BPF_PROG_TYPE_SYSCALL program, run once at load:
- * it makes work item `wq[kernel]` call the kernel on the chain's current
- * job. Only a sleepable program may set a work item's callback, and every
- * program keeps its own verifier budget: one callback holding every
- * kernel would pass the 1 M instructions. A job done, its item starts the
- * item of the next job's kernel (or itself for the rest of a paused job);
- * the last reports through ring buffer `chain_done`. */
+ * it makes each lane's work item of that kernel call the kernel on the
+ * lane's current job. Only a sleepable program may set a work item's
+ * callback, and every program keeps its own verifier budget: one callback
+ * holding every kernel would pass the 1 M instructions. A work item runs
+ * on the CPU that started it, so a lane stays on the CPU its host thread
+ * started it from. A job done, a lane claims the next job of the phase and
+ * starts its kernel's item (or its own item again for the rest of a
+ * paused job); with nothing to claim yet it runs its idle item, which
+ * looks again. The last lane to stop reports through ring buffer
+ * `chain_done`. */
 
 /* Debian 12's linux/bpf.h predates it; the verifier knows it by its BTF name */
 struct bpf_wq {
@@ -74,7 +78,7 @@ struct qk_wq_item {
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, QK_PROGRAM_COUNT);
+    __uint(max_entries, QK_CHAIN_LANES * QK_LANE_ITEMS);
     __type(key, u32);
     __type(value, struct qk_wq_item);
 } m_wq SEC(".maps");
@@ -128,112 +132,168 @@ static __always_inline struct qk_chain *qk_chain(void)
     return bpf_map_lookup_elem(&m_chain, &key);
 }
 
-/* the chain ends here: the host's wait wakes on the record */
-static __always_inline void qk_chain_end(struct qk_chain *c, u32 status)
+/* The step stops here with status, unless a lane stopped it first. When a
+ * lane has not started yet, a record wakes the host to drop it. */
+static __always_inline void qk_chain_stop(struct qk_chain *c, u32 job, u32 status)
 {
-    c->stop_job = c->next;
-    *(volatile u32 *)&c->status = status;
-    u32 record = status;
-    bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
+    if (__sync_val_compare_and_swap(&c->status, QK_CHAIN_RUNNING, status) != QK_CHAIN_RUNNING)
+        return;
+    c->stop_job = job;
+    if (qk_volatile_load(&c->lane_state[QK_CHAIN_LANES - 1]) == QK_LANE_WAITING) {
+        u32 record = status;
+        bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
+    }
 }
 
-/* queues the work item of job c->next's kernel, or ends the chain */
-static __always_inline int qk_chain_next(struct qk_chain *c)
+/* the lane queues nothing more; the last lane's record wakes the host */
+static __always_inline void qk_lane_exit(struct qk_chain *c)
 {
-    u32 i = c->next;
-    if (qk_volatile_load(&c->cancel)) {
-        qk_chain_end(c, QK_CHAIN_CANCELLED);
-        return 0;
+    if (__sync_sub_and_fetch(&c->lanes, 1) == 0) {
+        u32 record = qk_volatile_load(&c->status);
+        bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
     }
-    if (i >= c->n) {
-        qk_chain_end(c, QK_CHAIN_DONE);
-        return 0;
-    }
-    struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &i);
-    u32 program = j ? j->program : QK_PROGRAM_COUNT;
-    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &program);
-    if (!w || bpf_wq_start(&w->wq, 0))
-        qk_chain_end(c, QK_CHAIN_BROKEN);
-    return 0;
 }
 
-/* Copies the current job's arguments, or ends the chain. Nothing stays
- * live across the kernel but the arguments: the attention kernels use the
- * whole 512-byte stack. */
-static __always_inline int qk_chain_load(struct qk_args *a, u32 program)
+static __always_inline int qk_lane_start(struct qk_chain *c, u32 lane, u32 item, u32 job)
+{
+    u32 key = (lane & (QK_CHAIN_LANES - 1)) * QK_LANE_ITEMS + item;
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    if (w && !bpf_wq_start(&w->wq, 0))
+        return 0;
+    qk_chain_stop(c, job, QK_CHAIN_BROKEN);
+    qk_lane_exit(c);
+    return -1;
+}
+
+/* Claims the next job of the open phase and queues its kernel's item on
+ * this lane; with none to claim yet, the lane's idle item; with none left,
+ * or the step stopped, the lane ends. */
+static __always_inline void qk_lane_next(struct qk_chain *c, u32 lane)
+{
+    u32 cur = qk_volatile_load(&c->claim);
+    if (qk_volatile_load(&c->cancel))
+        qk_chain_stop(c, cur, QK_CHAIN_CANCELLED);
+    if (qk_volatile_load(&c->status) != QK_CHAIN_RUNNING || cur >= c->n) {
+        qk_lane_exit(c);
+        return;
+    }
+    if (cur < qk_volatile_load(&c->phase_end) && __sync_val_compare_and_swap(&c->claim, cur, cur + 1) == cur) {
+        struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &cur);
+        if (!j || j->program >= QK_PROGRAM_COUNT) {
+            qk_chain_stop(c, cur, QK_CHAIN_BROKEN);
+            qk_lane_exit(c);
+            return;
+        }
+        c->lane_job[lane & (QK_CHAIN_LANES - 1)] = cur;
+        qk_lane_start(c, lane, j->program, cur);
+        return;
+    }
+    qk_lane_start(c, lane, QK_PROGRAM_COUNT, cur);
+}
+
+/* the lane of a work item: its key's */
+static __always_inline u32 qk_lane_of(const int *key)
+{
+    return (u32)*key / QK_LANE_ITEMS & (QK_CHAIN_LANES - 1);
+}
+
+/* Copies the lane's job's arguments, or ends the lane. Nothing stays live
+ * across the kernel but the arguments: the attention kernels use the whole
+ * 512-byte stack. */
+static __always_inline int qk_chain_load(struct qk_args *a, u32 program, u32 lane)
 {
     struct qk_chain *c = qk_chain();
     if (!c)
         return -1;
-    u32 i = c->next;
+    u32 i = c->lane_job[lane];
     struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &i);
     if (!j || j->program != program || i >= c->n) {
-        qk_chain_end(c, QK_CHAIN_BROKEN);
+        qk_chain_stop(c, i, QK_CHAIN_BROKEN);
+        qk_lane_exit(c);
         return -1;
     }
     *a = j->args;
-    c->item_t0 = bpf_ktime_get_ns();
+    a->scratch = lane;      /* the block products' unpk entry: one per lane, as per host thread */
+    c->lane_t0[lane] = bpf_ktime_get_ns();
     return 0;
 }
 
-/* After the kernel returned r: the rest of a paused job in another item
- * of the same kernel (the return to the work queue lets the core go to
- * another task, as a return to user space does), else the next job. */
-static __always_inline void qk_chain_after(u32 program, int r)
+/* After the kernel returned r on the lane's job: the rest of a paused job
+ * in another item of the same kernel (the return to the work queue lets
+ * the core go to another task, as a return to user space does), else the
+ * lane's next job; the last job's lane ends the step. */
+static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
 {
     struct qk_chain *c = qk_chain();
     u32 key = 0;
     struct qk_scalars *sc = bpf_map_lookup_elem(&m_scal, &key);
     if (!c || !sc)
         return;
-    u32 i = c->next, unit = qk_resume_unit(program);
-    u64 ns = bpf_ktime_get_ns() - c->item_t0;
-    if (ns > c->max_item_ns) {
+    u32 i = c->lane_job[lane], unit = qk_resume_unit(program);
+    u64 ns = bpf_ktime_get_ns() - c->lane_t0[lane];
+    if (ns > c->max_item_ns) {      /* a figure for --stats: a race between lanes only blurs it */
         c->max_item_ns = ns;
         c->max_item_job = i;
     }
-    c->items++;
+    __sync_fetch_and_add(&c->items, 1);
+    c->lane_items[lane]++;
+    c->lane_cpu[lane] = bpf_get_smp_processor_id();
     struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &i);
     if (!j || r < 0 || (r > 0 && !unit)) {
-        qk_chain_end(c, j ? QK_CHAIN_REFUSED : QK_CHAIN_BROKEN);
+        qk_chain_stop(c, i, j ? QK_CHAIN_REFUSED : QK_CHAIN_BROKEN);
+        qk_lane_exit(c);
         return;
     }
     if (sc->range_error || sc->seq_error) {
-        qk_chain_end(c, QK_CHAIN_FLAGGED);
+        qk_chain_stop(c, i, QK_CHAIN_FLAGGED);
+        qk_lane_exit(c);
         return;
     }
     if (r > 0) {
         j->args.begin += unit * (u32)r;
         j->args.resume = unit == 4;
-        if (qk_volatile_load(&c->cancel)) {
-            qk_chain_end(c, QK_CHAIN_CANCELLED);
+        if (qk_volatile_load(&c->cancel) || qk_volatile_load(&c->status) != QK_CHAIN_RUNNING) {
+            qk_chain_stop(c, i, QK_CHAIN_CANCELLED);
+            qk_lane_exit(c);
             return;
         }
-        struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &program);
-        if (!w || bpf_wq_start(&w->wq, 0))
-            qk_chain_end(c, QK_CHAIN_BROKEN);
+        qk_lane_start(c, lane, program, i);
         return;
     }
-    c->next = i + 1;
-    qk_chain_next(c);
+    u32 done = __sync_add_and_fetch(&c->done, 1);
+    if (done == c->n) {
+        qk_chain_stop(c, done, QK_CHAIN_DONE);
+        qk_lane_exit(c);
+        return;
+    }
+    if (done == qk_volatile_load(&c->phase_end)) {  /* this phase's last job: the next phase opens */
+        struct qk_job *nx = bpf_map_lookup_elem(&m_jobs, &done);
+        c->phase_end = nx ? nx->phase_end : done;
+    }
+    qk_lane_next(c, lane);
 }
 
-static __always_inline int qk_chain_init(u32 program, int (*cb)(void *, int *, void *))
+static __always_inline int qk_chain_init(u32 item, int (*cb)(void *, int *, void *))
 {
-    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &program);
-    if (!w || bpf_wq_init(&w->wq, &m_wq, 0) || bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL))
-        return 1;
+    for (u32 lane = 0; lane < QK_CHAIN_LANES; lane++) {
+        u32 key = lane * QK_LANE_ITEMS + item;
+        struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+        if (!w || bpf_wq_init(&w->wq, &m_wq, 0) || bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL))
+            return 1;
+    }
     return 0;
 }
 
-/* name_sched: run once, sets wq[NAME]'s callback, which runs one job */
+/* name_sched: run once, sets each lane's item of kernel NAME, which runs
+ * the lane's job */
 #define QK_SCHED_PROGRAM(NAME, name, kernel)                           \
     static int name##_item(void *map, int *key, void *value)           \
     {                                                                  \
         struct qk_args a;                                              \
-        if (qk_chain_load(&a, QK_P_##NAME))                            \
+        u32 lane = qk_lane_of(key);                                    \
+        if (qk_chain_load(&a, QK_P_##NAME, lane))                      \
             return 0;                                                  \
-        qk_chain_after(QK_P_##NAME, kernel(&a));                       \
+        qk_chain_after(QK_P_##NAME, qk_lane_of(key), kernel(&a));      \
         return 0;                                                      \
     }                                                                  \
     SEC("syscall")                                                     \
@@ -244,18 +304,33 @@ static __always_inline int qk_chain_init(u32 program, int (*cb)(void *, int *, v
 
 QK_PROGRAMS(QK_SCHED_PROGRAM)
 
-/* One submission: runs the chain of map `jobs`' first chain.n jobs. */
-SEC("syscall")
-int chain_start(void *ctx)
+/* a lane's idle item: claims a job when the phase has one */
+static int lane_idle_item(void *map, int *key, void *value)
 {
     struct qk_chain *c = qk_chain();
-    if (!c || qk_volatile_load(&c->status) == QK_CHAIN_RUNNING)
+    if (c)
+        qk_lane_next(c, qk_lane_of(key));
+    return 0;
+}
+
+SEC("syscall")
+int lane_sched(void *ctx)
+{
+    return qk_chain_init(QK_PROGRAM_COUNT, lane_idle_item);
+}
+
+/* Starts lane ctx->lane on the CPU that runs this (the host prepared map
+ * `chain`). */
+SEC("syscall")
+int lane_start(struct qk_lane_start *ctx)
+{
+    struct qk_chain *c = qk_chain();
+    u32 lane = ctx->lane & (QK_CHAIN_LANES - 1);
+    if (!c)
         return 1;
-    c->next = 0;
-    c->items = 0;
-    c->max_item_ns = 0;
-    c->status = QK_CHAIN_RUNNING;
-    return qk_chain_next(c);
+    if (__sync_val_compare_and_swap(&c->lane_state[lane], QK_LANE_WAITING, QK_LANE_STARTED) != QK_LANE_WAITING)
+        return 0;   /* dropped: the step ended without it */
+    return qk_lane_start(c, lane, QK_PROGRAM_COUNT, 0) ? 1 : 0;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

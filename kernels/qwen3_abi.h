@@ -162,13 +162,21 @@ struct qk_args {
 
 /* The kernel schedule (docs/SCHEDULE.md): a step's invocations, in the
  * order the host schedule would run them, written by the host into map
- * `jobs` and run by the kernel as a chain of BPF work items, one job (or
- * its part within the call budget) per item. */
+ * `jobs` and run by the kernel as chains of BPF work items, one job (or
+ * its part within the call budget) per item. A phase is a run of jobs that
+ * do not depend on each other (a list the host schedule shares between its
+ * threads); each of up to QK_CHAIN_LANES lanes, a chain of work items on
+ * its own CPU, claims the next job of the phase, and the next phase opens
+ * when the last job of this one is done. */
 #define QK_CHAIN_MAX_JOBS 16384
+#define QK_CHAIN_LANES 2
+/* work items per lane (map `wq`, lane * QK_LANE_ITEMS + program): one per
+ * kernel, then the lane's idle item, which waits for a job to claim */
+#define QK_LANE_ITEMS (QK_PROGRAM_COUNT + 1)
 
 struct qk_job {
     u32 program;        /* enum qk_program */
-    u32 pad;
+    u32 phase_end;      /* the first job after this job's phase */
     struct qk_args args;
 };
 
@@ -178,23 +186,41 @@ enum qk_chain_status {
     QK_CHAIN_DONE = 2,
     QK_CHAIN_REFUSED = 3,   /* job stop_job's kernel refused its arguments */
     QK_CHAIN_FLAGGED = 4,   /* job stop_job raised scal.range_error or scal.seq_error */
-    QK_CHAIN_CANCELLED = 5, /* the host set cancel: stopped before job stop_job */
+    QK_CHAIN_CANCELLED = 5, /* the host set cancel */
     QK_CHAIN_BROKEN = 6,    /* a job or work item could not be found or started */
 };
 
-/* the chain's state (map `chain`, one value): the host writes n and
- * cancel, the work items the rest */
+/* the chains' state (map `chain`, one value): the host writes n, lanes,
+ * phase_end, status and cancel before it starts the lanes, the work items
+ * the rest; the lanes' last item ends the step (lanes reaches 0) */
 struct qk_chain {
     u32 n;              /* jobs in the list */
-    u32 next;           /* the job under way */
-    u32 status;         /* enum qk_chain_status */
-    u32 cancel;         /* set by the host: stop before the next work item */
-    u32 stop_job;       /* where the chain stopped, when not DONE */
+    u32 lanes;          /* lanes still running */
+    u32 status;         /* enum qk_chain_status: the first lane to stop the step sets it */
+    u32 cancel;         /* set by the host: every lane stops before its next work item */
+    u32 claim;          /* the next job a lane may claim ... */
+    u32 phase_end;      /* ... when below this */
+    u32 done;           /* jobs finished */
+    u32 stop_job;       /* where the step stopped, when not DONE */
     u32 items;          /* work items run (a job's parts count each) */
-    u64 item_t0;        /* the running item's start (bpf_ktime_get_ns) */
+    u32 max_item_job;   /* the job of the longest item */
     u64 max_item_ns;    /* the longest item's kernel time */
-    u32 max_item_job;   /* ... and its job */
-    u32 pad;
+    u32 lane_job[QK_CHAIN_LANES];       /* the job each lane runs */
+    u64 lane_t0[QK_CHAIN_LANES];        /* the start of each lane's running item */
+    u32 lane_cpu[QK_CHAIN_LANES];       /* the CPU each lane's last item ran on */
+    u32 lane_items[QK_CHAIN_LANES];     /* items each lane ran */
+    u32 lane_state[QK_CHAIN_LANES];     /* QK_LANE_*: whether lane_start or the host took the lane */
+};
+
+enum qk_lane_state {
+    QK_LANE_WAITING = 0,    /* not started yet */
+    QK_LANE_STARTED = 1,    /* lane_start ran it */
+    QK_LANE_DROPPED = 2,    /* the host gave up on it: the step stopped before it started */
+};
+
+/* lane_start's context: the lane it starts (on the CPU that runs it) */
+struct qk_lane_start {
+    u32 lane;
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from

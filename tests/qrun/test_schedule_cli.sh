@@ -4,8 +4,8 @@
 # items, docs/SCHEDULE.md) gives the bits of --schedule host and of the
 # host twin: every prompt position's logits (a block of 16 and one of 4)
 # and the greedy continuation, for q24, int8, int4 and int4-pure, both KV
-# caches, a stress checkpoint, and a call budget small enough that jobs
-# pause and resume in further work items. qrun serve's replies (their
+# caches, a stress checkpoint, one lane and two, and a call budget small
+# enough that jobs pause and resume in further work items. qrun serve's replies (their
 # logprobs to 17 digits; two requests at once, batched) and qeval's
 # figures are those of --schedule host too. What it does not run yet is
 # refused with one line. Needs root (BPF): skipped otherwise.
@@ -50,6 +50,8 @@ for format in q24 int4; do
     "$QPACK" pack "$T/s" -o "$T/s-$format.qpk" --format "$format" --quiet || fail "qpack --stress --format $format"
     same "$T/s-$format.qpk"
 done
+# one lane (one host thread): the whole step on one CPU
+same "$T/s-int4.qpk" --threads 1
 # a budget that pauses products: their rest runs in another work item
 same "$T/s-q24.qpk" --call-us 10
 paused=$(sed -n 's/.* \([0-9]*\) runs paused at --call-us.*/\1/p' "$T/kernel.err")

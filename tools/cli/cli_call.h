@@ -21,10 +21,10 @@ int cli_call_us(const char *prog, const char *arg, uint32_t *out);
 
 /* What --schedule says, for the tools' --help. */
 #define CLI_SCHEDULE_HELP                                                                         \
-    "      --schedule S       host (default): qrun runs each kernel invocation; kernel: one\n"   \
-    "                         submission a step, the kernel runs its invocations as a chain\n"  \
-    "                         of BPF work items (the same bits; bpf, resident weights only;\n"  \
-    "                         docs/SCHEDULE.md)\n"
+    "      --schedule S       host (default): qrun runs each kernel invocation; kernel: the\n"   \
+    "                         kernel runs a step's invocations as chains of BPF work items,\n"  \
+    "                         one per thread on its own CPU (the same bits; bpf, resident\n"    \
+    "                         weights only; docs/SCHEDULE.md)\n"
 
 /* "host" or "kernel" into *out; otherwise one line naming --schedule and -1. */
 int cli_schedule(const char *prog, const char *arg, qpack_schedule *out);
