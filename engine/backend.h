@@ -48,12 +48,13 @@ struct qp_backend {
      * verified_insns; 0 for emu) */
     uint32_t verified_insns[QP_K_COUNT];
     /* the kernel schedule (docs/SCHEDULE.md; NULL unless the plan asked for
-     * it): the job list's memory, QK_CHAIN_MAX_JOBS entries, and the one
-     * submission that runs its first n jobs as a chain of BPF work items and
-     * waits for the last; interrupt (may be NULL) cancels the chain before
-     * its next work item. out gets the chain's final state. Returns 0 when
-     * the chain ran, whatever its status; -1 (err set) when it could not
-     * be started or waited for */
+     * it): the job list's memory, QK_CHAIN_MAX_JOBS entries, and the step
+     * that runs its first n jobs in the kernel, a lane of BPF work items on
+     * each of the plan's kernel_lanes CPUs, and waits for the lanes to end;
+     * interrupt (may be NULL) cancels the step before each lane's next work
+     * item. out gets the step's final state. Returns 0 when the step ran,
+     * whatever its status; -1 (err set) when it could not be started or
+     * waited for */
     struct qk_job *jobs;
     int (*run_chain)(struct qp_backend *b, uint32_t n, const atomic_bool *interrupt, struct qk_chain *out,
                      qp_err *err);

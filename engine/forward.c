@@ -489,7 +489,7 @@ static const char *chain_job_place(const struct qk_job *j)
 }
 
 /* --schedule kernel: the step listed as the host schedule would run it,
- * then run by the kernel as one chain of work items (docs/SCHEDULE.md) */
+ * then run by the kernel in lanes of work items (docs/SCHEDULE.md) */
 static int schedule_in_kernel(struct qp_forward *fw, const struct qp_entry *e, uint32_t n, uint32_t first_logits,
                               uint32_t last, qp_err *err)
 {
