@@ -9,6 +9,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,9 +86,16 @@ static void start_busy(int which)
     bpf_prog_test_run_opts(prog_fd("start_busy"), &o);
 }
 
+static atomic_int ready, go;
+
+/* pinned to CPU 1 before main starts its item: a thread still queued on
+ * CPU 0 would wait there for main's 5 ms item (no preemption) */
 static void *start_on_cpu1(void *arg)
 {
     pin_cpu(1);
+    atomic_store(&ready, 1);
+    while (!atomic_load(&go))
+        ;
     start_busy(1);
     return arg;
 }
@@ -184,10 +192,16 @@ int main(int argc, char **argv)
         memset(s, 0, sizeof *s);
         pin_cpu(0);
         pthread_t t;
-        if (two_cpus)
+        if (two_cpus) {
+            atomic_store(&ready, 0);
+            atomic_store(&go, 0);
             pthread_create(&t, NULL, start_on_cpu1, NULL);
-        else
+            while (!atomic_load(&ready))
+                ;
+            atomic_store(&go, 1);
+        } else {
             start_busy(1);
+        }
         start_busy(0);
         if (two_cpus)
             pthread_join(t, NULL);
