@@ -588,10 +588,19 @@ static int chain_open(struct bpfb *s, qp_err *err)
     for (int k = 0; k < QP_K_COUNT; k++) {
         if (!bpf_program__autoload(sched[k]))
             continue;
-        LIBBPF_OPTS(bpf_test_run_opts, opts);
-        if (bpf_prog_test_run_opts(bpf_program__fd(sched[k]), &opts) != 0 || opts.retval != 0)
-            return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the work item of %s",
-                                qp_kernel_name(k));
+        /* bpf_wq_init allocates without sleeping, which fails now and
+         * then under memory pressure: a few tries before giving up */
+        int rc = -1, ret = 0;
+        for (int attempt = 0; attempt < 5 && rc; attempt++) {
+            LIBBPF_OPTS(bpf_test_run_opts, opts);
+            if (attempt)
+                usleep(20000);
+            rc = bpf_prog_test_run_opts(bpf_program__fd(sched[k]), &opts) != 0 || opts.retval != 0;
+            ret = rc && opts.retval ? (int)opts.retval : errno;
+        }
+        if (rc)
+            return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the work item of %s: %s",
+                                qp_kernel_name(k), strerror(ret));
     }
     s->jobs = map_memory(s->skel->maps.m_jobs);
     s->chain = map_memory(s->skel->maps.m_chain);

@@ -273,13 +273,22 @@ static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
     qk_lane_next(c, lane);
 }
 
+#define QK_EBUSY 16
+
 static __always_inline int qk_chain_init(u32 item, int (*cb)(void *, int *, void *))
 {
     for (u32 lane = 0; lane < QK_CHAIN_LANES; lane++) {
         u32 key = lane * QK_LANE_ITEMS + item;
         struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
-        if (!w || bpf_wq_init(&w->wq, &m_wq, 0) || bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL))
+        if (!w)
             return 1;
+        /* -EBUSY: set by an earlier run that failed on a later lane */
+        int r = bpf_wq_init(&w->wq, &m_wq, 0);
+        if (r && r != -QK_EBUSY)
+            return -r;
+        r = bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL);
+        if (r)
+            return -r;
     }
     return 0;
 }
