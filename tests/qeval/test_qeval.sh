@@ -1,5 +1,5 @@
 #!/bin/bash
-# test_qeval.sh CASE QEVAL QPACK QP_GEN TOKENIZER_DIR WORK_DIR
+# test_qeval.sh CASE QEVAL QPACK QP_GEN TOKENIZER_DIR WORK_DIR [QRUN]
 #
 # qeval end to end, one CASE per ctest test (tests/qeval/qeval.cmake). "setup"
 # writes tiny random checkpoints into WORK_DIR and packs them; the other
@@ -23,9 +23,14 @@
 #   csv     --csv has --json's keys and values, a line per model
 #   progress  a progress line on a terminal only (script), none with --quiet
 #   signals SIGINT and SIGTERM end it within 0.5 s, nothing left in the cache
+#   logits  --prompt-ids and logits:FILE: the logits qrun --dump-logits-all
+#           writes of a container score what qeval measures of the
+#           container itself (to float32's rounding); the reference's own
+#           logits score 0; a file of the wrong size, an id past the
+#           vocabulary, --text with a logits file are refused in one line
 set -u
 
-CASE=$1 QEVAL=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 WORK=$6
+CASE=$1 QEVAL=$2 QPACK=$3 QP_GEN=$4 TOKDIR=$5 WORK=$6 QRUN=${7:-}
 T=$WORK/$CASE.tmp
 
 fail() { echo "FAIL ($CASE): $*" >&2; exit 1; }
@@ -355,6 +360,54 @@ signals)
         [ -z "$(ls -A "$C")" ] || fail "$sig: left in the cache: $(ls -A "$C")"
         echo "ok SIG$sig: exit $rc after $took ms"
     done
+    ;;
+logits)
+    # two prompts as ids; qrun writes each one's logits, every position
+    printf '5 17 3 99 250 7 7 1\n\n 42 8 300 12\r\n' >"$T/ids.txt"
+    for m in I4 ref; do
+        : >"$T/$m.f32"
+        while read -r line; do
+            line=${line%$'\r'}
+            [ -n "$line" ] || continue
+            if [ $m = ref ]; then args=(-m ck --backend ref); else args=(-m $m.qpk --backend emu); fi
+            "$QRUN" "${args[@]}" --ids "$line" -n 0 --dump-logits-all "$T/one.f32" >/dev/null 2>"$T/qrun.err" ||
+                fail "qrun $m: $(cat "$T/qrun.err")"
+            cat "$T/one.f32" >>"$T/$m.f32"
+        done <"$T/ids.txt"
+    done
+    run json --ref ck I4.qpk "logits:$T/I4.f32" "logits:$T/ref.f32" --prompt-ids "$T/ids.txt" --json --backend emu
+    [ "$rc" = 0 ] || fail "json: exit $rc: $(cat "$T/json.err")"
+    jqt json '.prompts == 2 and .positions == 12 and .prompts_source == "'"$T/ids.txt"'"'
+    jqt json '.models[1].backend == "file" and .models[1].positions == 12 and (.models[1] | has("file_bytes") | not)'
+    # the container's logits through a file: the same figures, less float32's rounding
+    jqt json '.models[0].kl_mean > 1e-4 and .models[0].top1_agree == .models[1].top1_agree'
+    jqt json '(.models[1].kl_mean / .models[0].kl_mean - 1 | fabs) < 1e-3'
+    jqt json '(.models[1].logit_max_abs_err - .models[0].logit_max_abs_err | fabs) < 1e-4'
+    jqt json '(.models[1].logit_mae - .models[0].logit_mae | fabs) < 1e-5'
+    jqt json '.models[2].kl_max < 1e-9 and .models[2].logit_max_abs_err < 1e-4 and .models[2].top1_agree == 12'
+    echo "ok $(jq -c '.models[:2] | map({path, kl_mean, logit_max_abs_err, top1_agree})' "$T/json.out")"
+    run table --ref ck "logits:$T/I4.f32" --prompt-ids "$T/ids.txt" --backend emu
+    [ "$rc" = 0 ] || fail "table: exit $rc: $(cat "$T/table.err")"
+    grep -Eq '^file size +[0-9.]+ kB +-$' "$T/table.out" || fail "table: $(grep 'file size' "$T/table.out")"
+    grep -q "^2 prompts from $T/ids.txt, 12 positions" "$T/table.out" || fail "table: $(head -1 "$T/table.out")"
+    # mistakes: one line each
+    head -c 100 "$T/I4.f32" >"$T/short.f32"
+    run short --ref ck "logits:$T/short.f32" --prompt-ids "$T/ids.txt" --backend emu
+    [ "$rc" = 1 ] && [ "$(wc -l <"$T/short.err")" = 1 ] &&
+        grep -q "logits file $T/short.f32: 100 bytes, not the .* of 12 positions x" "$T/short.err" ||
+        fail "short: exit $rc: $(cat "$T/short.err")"
+    printf '1 2 3\n4 x 5\n' >"$T/bad.txt"
+    run badid --ref ck "logits:$T/I4.f32" --prompt-ids "$T/bad.txt" --backend emu
+    [ "$rc" = 1 ] && [ "$(cat "$T/badid.err")" = "qeval: $T/bad.txt line 2: 'x' is not a token id of the model's vocabulary (0 to $(jq '.vocab_size - 1' ck/config.json))" ] ||
+        fail "badid: exit $rc: $(cat "$T/badid.err")"
+    printf '1 2 %s\n' "$(jq .vocab_size ck/config.json)" >"$T/past.txt"
+    run past --ref ck M.qpk --prompt-ids "$T/past.txt" --backend emu
+    [ "$rc" = 1 ] && grep -q "past.txt line 1: '[0-9]*' is not a token id" "$T/past.err" || fail "past: exit $rc: $(cat "$T/past.err")"
+    run withtext --ref ck "logits:$T/I4.f32" --prompt-ids "$T/ids.txt" --text "$T/ids.txt"
+    [ "$rc" = 2 ] && grep -q "a logits file has no --text score" "$T/withtext.err" || fail "withtext: exit $rc: $(cat "$T/withtext.err")"
+    run both --ref ck M.qpk --prompt-ids "$T/ids.txt" --prompts "$T/ids.txt"
+    [ "$rc" = 2 ] && grep -q "give --prompts or --prompt-ids, not both" "$T/both.err" || fail "both: exit $rc: $(cat "$T/both.err")"
+    echo "ok: the mistakes refused"
     ;;
 *) fail "unknown case" ;;
 esac

@@ -4,8 +4,8 @@
  * memory, speed and (optionally) the hidden-state error after every layer.
  * Built on include/qpack.h alone.
  *
- *   qeval --ref DIR A.qpk [B.qpk ...] [--prompts FILE] [--text FILE]
- *         [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8] [--call-us N]
+ *   qeval --ref DIR A.qpk [B.qpk ...] [logits:FILE ...] [--prompts FILE | --prompt-ids FILE]
+ *         [--text FILE] [--positions N] [--seed S] [--backend bpf|emu] [--kv-cache int16|int8] [--call-us N]
  *         [--schedule host|kernel] [--json | --csv]
  *         [--trace-layers] [--ref-cache DIR] [--force] [--quiet]
  *
@@ -18,6 +18,8 @@
  * number of positions (with --ref-cache, in a cache file that the next run
  * reads instead). Then each container is opened in turn, runs the same
  * sequences, is compared and closed: one model is loaded at a time.
+ * logits:FILE is another program's (llama.cpp's, scripts/compare_llamacpp.sh)
+ * float32 logits of the same sequences, compared as a container's are.
  *
  * Exit status: 0 done, 1 error (also when stdout cannot be written), 2 bad
  * usage, 130/143 interrupted, 141 when the reader of stdout went away.
@@ -80,7 +82,7 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: qeval --ref DIR|FILE.gguf A.qpk [B.qpk ...] [options]\n"
+            "usage: qeval --ref DIR|FILE.gguf A.qpk [B.qpk ...] [logits:FILE ...] [options]\n"
             "\n"
             "Compares each container with the float64 reference computed from the Hugging Face\n"
             "checkpoint folder DIR (or a GGUF file), on the same token sequences, and measures its\n"
@@ -96,9 +98,16 @@ static void usage(FILE *out)
             "                      precision, as a GGUF stores them)\n"
             "  --force             run even when the source files differ (a warning instead of\n"
             "                      an error; a container packed from a GGUF of DIR needs it)\n"
+            "  logits:FILE         in place of a container: another program's logits of the same\n"
+            "                      sequences, float32 in host byte order, [position][vocabulary],\n"
+            "                      every position of every prompt in order; compared with the\n"
+            "                      reference as a container is (no text score, no continuation,\n"
+            "                      no size or speed); best with --prompt-ids\n"
             "  --prompts FILE      one prompt per line (empty lines skipped), tokenized with\n"
             "                      DIR/tokenizer.json, else the first container's tokenizer.\n"
             "                      Default: %u seeded random token sequences of --positions tokens\n"
+            "  --prompt-ids FILE   instead of --prompts: one prompt per line as token ids\n"
+            "                      separated by blanks (what `qrun tokenize` prints)\n"
             "  --positions N       length of the random prompts (default 32)\n"
             "  --seed S            seed of the random prompts (default 1)\n"
             "  --text FILE         also score FILE teacher-forced: NLL per token and perplexity,\n"
@@ -147,10 +156,12 @@ static void usage(FILE *out)
             N_RANDOM_PROMPTS, TEXT_MAX, GEN_MAX);
 }
 
+static bool is_logits_file(const char *model) { return !strncmp(model, "logits:", 7); }
+
 static int parse_options(struct options *o, int argc, char **argv)
 {
     enum { O_REF = 256, O_PROMPTS, O_TEXT, O_POSITIONS, O_SEED, O_BACKEND, O_JSON, O_CSV, O_TRACE, O_CACHE, O_FORCE,
-           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US, O_TEXT_WINDOWS, O_SCHEDULE };
+           O_VERSION, O_PLOT, O_KV_CACHE, O_CALL_US, O_TEXT_WINDOWS, O_SCHEDULE, O_PROMPT_IDS };
     static const struct option longs[] = {
         {"ref", required_argument, 0, O_REF}, {"prompts", required_argument, 0, O_PROMPTS},
         {"text", required_argument, 0, O_TEXT}, {"positions", required_argument, 0, O_POSITIONS},
@@ -161,6 +172,7 @@ static int parse_options(struct options *o, int argc, char **argv)
         {"version", no_argument, 0, O_VERSION}, {"plot", required_argument, 0, O_PLOT},
         {"kv-cache", required_argument, 0, O_KV_CACHE}, {"call-us", required_argument, 0, O_CALL_US},
         {"text-windows", required_argument, 0, O_TEXT_WINDOWS}, {"schedule", required_argument, 0, O_SCHEDULE},
+        {"prompt-ids", required_argument, 0, O_PROMPT_IDS},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     *o = (struct options){.positions = 32, .text_windows = 1, .seed = 1, .backend = QPACK_BACKEND_BPF};
@@ -174,6 +186,7 @@ static int parse_options(struct options *o, int argc, char **argv)
         switch (c) {
         case O_REF: o->ref_dir = optarg; break;
         case O_PROMPTS: o->prompts_file = optarg; break;
+        case O_PROMPT_IDS: o->prompt_ids_file = optarg; break;
         case O_TEXT: o->text_file = optarg; break;
         case O_TEXT_WINDOWS:
             if (!strcmp(optarg, "all"))
@@ -245,6 +258,16 @@ static int parse_options(struct options *o, int argc, char **argv)
         fprintf(stderr, "%s: give --json or --csv, not both\n", prog);
         return -1;
     }
+    if (o->prompts_file && o->prompt_ids_file) {
+        fprintf(stderr, "%s: give --prompts or --prompt-ids, not both\n", prog);
+        return -1;
+    }
+    for (int i = 0; i < o->n_models; i++)
+        if (is_logits_file(o->models[i]) && (o->text_file || o->trace)) {
+            fprintf(stderr, "%s: %s: a logits file has no %s to compare; leave it out\n", prog, o->models[i],
+                    o->text_file ? "--text score" : "hidden states (--trace-layers)");
+            return -1;
+        }
     return 0;
 }
 
@@ -435,6 +458,61 @@ static int read_prompts(struct ctx *x, const qpack_tokenizer *tok)
     return rc;
 }
 
+/* --prompt-ids: a line's ids (blank-separated decimal numbers, each in
+ * the vocabulary) into s */
+static int parse_id_line(struct ctx *x, const char *what, char *p, size_t n, struct seq *s)
+{
+    s->ids = malloc((n / 2 + 1) * sizeof *s->ids);
+    if (!s->ids)
+        return die("out of memory");
+    p[n] = '\0';
+    for (char *tok = strtok(p, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(tok, &end, 10);
+        if (*end || errno || tok[0] == '-' || v >= x->cfg->vocab)
+            return die("%s: '%s' is not a token id of the model's vocabulary (0 to %u)", what, tok,
+                       x->cfg->vocab - 1);
+        s->ids[s->n++] = (int32_t)v;
+    }
+    return 0;
+}
+
+static int read_prompt_ids(struct ctx *x)
+{
+    const char *file = x->o->prompt_ids_file;
+    char *buf;
+    size_t len;
+    if (read_all(file, &buf, &len))
+        return -1;
+    uint32_t lines = 1;
+    for (size_t i = 0; i < len; i++)
+        lines += buf[i] == '\n';
+    x->prompts = calloc(lines, sizeof *x->prompts);
+    char *p = buf, *end = buf + len;
+    uint32_t line_no = 0;
+    int rc = x->prompts ? 0 : die("out of memory");
+    while (!rc && p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        char what[4200];
+        snprintf(what, sizeof what, "%s line %u", file, ++line_no);
+        struct seq *s = &x->prompts[x->n_prompts];
+        rc = parse_id_line(x, what, p, n, s);
+        if (!rc && s->n)
+            x->n_prompts++;
+        else {
+            free(s->ids);
+            s->ids = NULL;
+        }
+        p = nl ? nl + 1 : end;
+    }
+    free(buf);
+    if (!rc && !x->n_prompts)
+        rc = die("%s: no prompts (one prompt per line, token ids separated by blanks)", file);
+    return rc;
+}
+
 /* the sequences of devtools/accuracy.c */
 static int random_prompts(struct ctx *x)
 {
@@ -500,7 +578,7 @@ static int make_inputs(struct ctx *x)
     qpack_tokenizer *tok = NULL;
     if ((o->prompts_file || o->text_file) && load_tokenizer(x, &tok))
         return -1;
-    int rc = o->prompts_file ? read_prompts(x, tok) : random_prompts(x);
+    int rc = o->prompts_file ? read_prompts(x, tok) : o->prompt_ids_file ? read_prompt_ids(x) : random_prompts(x);
     if (!rc && o->text_file)
         rc = read_text(x, tok);
     qpack_tokenizer_free(tok);
@@ -751,9 +829,47 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     return 0;
 }
 
+/* logits:FILE: its rows, widened to double, against the reference's */
+static int compare_logits_file(struct ctx *x, struct result *r)
+{
+    uint32_t vocab = x->cfg->vocab;
+    size_t row = (size_t)vocab * sizeof(double);
+    float *f = malloc(vocab * sizeof *f);
+    double *ours = malloc(row), *ref = malloc(row);
+    qp_err err;
+    int fd = fs_open_input(r->path, NULL, &err), rc = 0;
+    if (fd < 0)
+        rc = die("logits file %s", err.msg);
+    else if (!f || !ours || !ref)
+        rc = die("out of memory");
+    uint64_t at = 0;
+    for (uint32_t p = 0; !rc && p < x->n_prompts; p++) {
+        for (uint32_t pos = 0; !rc && pos < x->prompts[p].n; pos++, at++) {
+            ssize_t got = pread(fd, f, vocab * sizeof *f, (off_t)(at * vocab * sizeof *f));
+            if (got != (ssize_t)(vocab * sizeof *f))
+                rc = die("logits file %s: %s", r->path, got < 0 ? strerror(errno) : "shorter than when checked");
+            else if (pread(x->ref.fd, ref, row, x->ref.rows_off + (off_t)(at * row)) != (ssize_t)row)
+                rc = die("temporary file for the reference's logits: %s", strerror(errno ? errno : EIO));
+            for (uint32_t i = 0; !rc && i < vocab; i++)
+                ours[i] = f[i];
+            if (!rc)
+                qe_acc_add(&r->acc, ref, ours, vocab);
+        }
+        r->prompt_tokens += x->prompts[p].n;
+    }
+    if (fd >= 0)
+        close(fd);
+    free(f);
+    free(ours);
+    free(ref);
+    return rc;
+}
+
 /* Runs the reference (index 0) or a container over every sequence. */
 static int run_model(struct ctx *x, struct result *r, int index)
 {
+    if (r->logits_file)
+        return compare_logits_file(x, r);
     const qpack_model_info *c = x->cfg;
     qpack_model *m = NULL;
     qpack_session *s = NULL;
@@ -784,15 +900,17 @@ static int run_model(struct ctx *x, struct result *r, int index)
 /* Every file qeval reads, which --plot must not replace. */
 static const char **input_paths(const struct options *o)
 {
-    const char **in = calloc((size_t)o->n_models + 4, sizeof *in);
+    const char **in = calloc((size_t)o->n_models + 5, sizeof *in);
     int n = 0;
     if (!in)
         return NULL;
     in[n++] = o->ref_dir;
     for (int i = 0; i < o->n_models; i++)
-        in[n++] = o->models[i];
+        in[n++] = is_logits_file(o->models[i]) ? o->models[i] + 7 : o->models[i];
     if (o->prompts_file)
         in[n++] = o->prompts_file;
+    if (o->prompt_ids_file)
+        in[n++] = o->prompt_ids_file;
     if (o->text_file)
         in[n++] = o->text_file;
     return in;
@@ -810,12 +928,14 @@ static int plot(const struct ctx *x, bool check)
     else if (check)
         rc = fs_out_check(x->o->plot_file, in, &err) ? die("--plot %s", err.msg) : 0;
     else {
+        int n = 0;          /* a logits file has no bits per weight */
         for (int i = 0; i < x->o->n_models; i++) {
             const struct result *r = &x->res[i + 1];
-            pts[i] = (struct qe_point){r->label, r->info.bits_per_weight, qe_acc_kl_mean(&r->acc)};
+            if (!r->logits_file)
+                pts[n++] = (struct qe_point){r->label, r->info.bits_per_weight, qe_acc_kl_mean(&r->acc)};
         }
         size_t len;
-        char *svg = qe_plot_svg(pts, x->o->n_models, "qeval: mean KL against bits per weight", &len);
+        char *svg = qe_plot_svg(pts, n, "qeval: mean KL against bits per weight", &len);
         if (!svg)
             rc = die("out of memory");
         else if (fs_write_file(x->o->plot_file, svg, len, in, &err))
@@ -825,6 +945,23 @@ static int plot(const struct ctx *x, bool check)
     free(in);
     free(pts);
     return rc;
+}
+
+/* A logits file holds a float32 row for every position of every prompt. */
+static int check_logits_size(const struct ctx *x, const struct result *r)
+{
+    uint64_t positions = 0;
+    for (uint32_t p = 0; p < x->n_prompts; p++)
+        positions += x->prompts[p].n;
+    uint64_t want = positions * x->cfg->vocab * sizeof(float);
+    struct stat st;
+    if (stat(r->path, &st))
+        return die("logits file %s: %s", r->path, strerror(errno));
+    if ((uint64_t)st.st_size != want)
+        return die("logits file %s: %" PRIu64 " bytes, not the %" PRIu64 " of %" PRIu64
+                   " positions x %u logits x 4 bytes (float32)", r->path, (uint64_t)st.st_size, want, positions,
+                   x->cfg->vocab);
+    return 0;
 }
 
 /* Everything checkable before the reference runs. */
@@ -843,14 +980,15 @@ static int check_inputs(struct ctx *x)
     snprintf(path, sizeof path, "%s/config.json", o->ref_dir);
     if (!gguf && need_file(path, "reference config"))
         return -1;
-    bool all_pinned = true;     /* loaded models (pin:NAME) need no privilege and have no file to check */
+    bool all_pinned = true;     /* loaded models (pin:NAME) and logits files need no privilege */
     for (int i = 0; i < o->n_models; i++) {
-        bool pinned = !strncmp(o->models[i], "pin:", 4);
-        all_pinned &= pinned;
-        if (!pinned && need_file(o->models[i], "container"))
+        bool pinned = !strncmp(o->models[i], "pin:", 4), logits = is_logits_file(o->models[i]);
+        all_pinned &= pinned || logits;
+        if (!pinned && need_file(logits ? o->models[i] + 7 : o->models[i], logits ? "logits file" : "container"))
             return -1;
     }
     if ((o->prompts_file && need_file(o->prompts_file, "--prompts")) ||
+        (o->prompt_ids_file && need_file(o->prompt_ids_file, "--prompt-ids")) ||
         (o->text_file && need_file(o->text_file, "--text")) || (o->ref_cache && check_cache_dir(o->ref_cache)) ||
         (o->plot_file && plot(x, true)))
         return -1;
@@ -863,6 +1001,11 @@ static int check_inputs(struct ctx *x)
     x->cfg = &x->res[0].info;
     for (int i = 0; i < o->n_models; i++) {
         struct result *r = &x->res[i + 1];
+        if (is_logits_file(o->models[i])) {
+            *r = (struct result){.path = o->models[i] + 7, .label = base_name(o->models[i] + 7), .backend = "file",
+                                 .logits_file = true};
+            continue;
+        }
         *r = (struct result){.path = o->models[i], .label = base_name(o->models[i]),
                              .backend = o->backend == QPACK_BACKEND_BPF ? "bpf" : "emu"};
         if (inspect_container(x, r))
@@ -872,11 +1015,14 @@ static int check_inputs(struct ctx *x)
     if (qpack_checkpoint_sources(o->ref_dir, &x->sources, &x->n_sources, &err))
         return die("%s", err.message);
     for (int i = 0; i < o->n_models; i++)
-        if (check_sources(x, &x->res[i + 1]))
+        if (!x->res[i + 1].logits_file && check_sources(x, &x->res[i + 1]))
             return -1;
     progress_clear();
     if (make_inputs(x))
         return -1;
+    for (int i = 0; i < o->n_models; i++)
+        if (x->res[i + 1].logits_file && check_logits_size(x, &x->res[i + 1]))
+            return -1;
     if (o->backend == QPACK_BACKEND_BPF && !all_pinned && !qpack_bpf_permitted())
         return die("loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u; "
                    "--backend emu needs neither)", (unsigned)geteuid());

@@ -49,7 +49,7 @@ double qe_acc_rel_rms(const struct qe_acc *a); /* RMS error / reference SD: comp
 #define N_RANDOM_PROMPTS 4
 
 struct options {
-    const char *ref_dir, *prompts_file, *text_file, *ref_cache, *plot_file;
+    const char *ref_dir, *prompts_file, *prompt_ids_file, *text_file, *ref_cache, *plot_file;
     const char **models;
     int n_models;
     uint32_t positions;
@@ -73,6 +73,7 @@ struct result {
     const char *path, *label;
     const char *backend;
     bool cached;                  /* the reference's results came from --ref-cache */
+    bool logits_file;             /* logits:FILE, another program's logits: compared, not run */
     qpack_model_info info;        /* inspected */
     uint64_t map_bytes, peak_rss;
     double load_ms;

@@ -56,18 +56,22 @@ static void add_row(struct table *t, const struct ctx *x, const char *label,
 #define MODEL_CELL_FN(name, body) CELL_FN(name, if (c == 0) { snprintf(out, CELL, "-"); return; } body)
 /* a measured cell: "cached" for a reference from --ref-cache */
 #define TIMED_CELL_FN(name, body) CELL_FN(name, if (!timed(r)) { snprintf(out, CELL, "cached"); return; } body)
+/* a cell of what runs: a logits file's is "-" */
+#define RUN_CELL_FN(name, body) CELL_FN(name, if (r->logits_file) { snprintf(out, CELL, "-"); return; } body)
+#define RUN_TIMED_CELL_FN(name, body) RUN_CELL_FN(name, if (!timed(r)) { snprintf(out, CELL, "cached"); return; } body)
+#define RUN_MODEL_CELL_FN(name, body) RUN_CELL_FN(name, if (c == 0) { snprintf(out, CELL, "-"); return; } body)
 
 CELL_FN(c_backend, snprintf(out, CELL, "%s", r->backend))
-CELL_FN(c_file, fmt_bytes(out, CELL, (double)r->info.file_bytes))
+RUN_CELL_FN(c_file, fmt_bytes(out, CELL, (double)r->info.file_bytes))
 CELL_FN(c_maps, if (strcmp(r->backend, "bpf")) snprintf(out, CELL, "-"); else fmt_bytes(out, CELL, (double)r->map_bytes))
-CELL_FN(c_bits, snprintf(out, CELL, "%.2f", r->info.bits_per_weight))
-CELL_FN(c_kv, char b[24]; fmt_bytes(b, sizeof b, (double)r->info.kv_bytes_per_position);
+RUN_CELL_FN(c_bits, snprintf(out, CELL, "%.2f", r->info.bits_per_weight))
+RUN_CELL_FN(c_kv, char b[24]; fmt_bytes(b, sizeof b, (double)r->info.kv_bytes_per_position);
         snprintf(out, CELL, "%s %s", r->info.kv_cache ? r->info.kv_cache : "?", b))
-TIMED_CELL_FN(c_rss, fmt_bytes(out, CELL, (double)r->peak_rss))
-TIMED_CELL_FN(c_load, snprintf(out, CELL, "%.1f", r->load_ms))
-TIMED_CELL_FN(c_prompt_ms, snprintf(out, CELL, "%.3f", per(r->prompt_ms, r->prompt_tokens)))
-TIMED_CELL_FN(c_decode_ms, snprintf(out, CELL, "%.3f", per(r->decode_ms, r->decode_steps)))
-MODEL_CELL_FN(c_calls, snprintf(out, CELL, "%.1f", per((double)r->prompt_calls, r->prompt_tokens)))
+RUN_TIMED_CELL_FN(c_rss, fmt_bytes(out, CELL, (double)r->peak_rss))
+RUN_TIMED_CELL_FN(c_load, snprintf(out, CELL, "%.1f", r->load_ms))
+RUN_TIMED_CELL_FN(c_prompt_ms, snprintf(out, CELL, "%.3f", per(r->prompt_ms, r->prompt_tokens)))
+RUN_TIMED_CELL_FN(c_decode_ms, snprintf(out, CELL, "%.3f", per(r->decode_ms, r->decode_steps)))
+RUN_MODEL_CELL_FN(c_calls, snprintf(out, CELL, "%.1f", per((double)r->prompt_calls, r->prompt_tokens)))
 CELL_FN(c_positions, snprintf(out, CELL, "%" PRIu64, r->prompt_tokens))
 MODEL_CELL_FN(c_max_err, snprintf(out, CELL, "%.3g", r->acc.max_err))
 MODEL_CELL_FN(c_rms, snprintf(out, CELL, "%.3g", qe_acc_rms(&r->acc)))
@@ -77,7 +81,7 @@ MODEL_CELL_FN(c_kl_max, snprintf(out, CELL, "%.3g", r->acc.max_kl))
 MODEL_CELL_FN(c_top1, snprintf(out, CELL, "%" PRIu64 "/%" PRIu64 " (%.2f%%)", r->acc.top1, r->acc.positions,
                                qe_acc_top1_pct(&r->acc)))
 MODEL_CELL_FN(c_top5, snprintf(out, CELL, "%.4f", qe_acc_top5(&r->acc)))
-MODEL_CELL_FN(c_greedy, snprintf(out, CELL, "%.2f of %u", per((double)r->greedy_prefix_sum, r->greedy_prompts),
+RUN_MODEL_CELL_FN(c_greedy, snprintf(out, CELL, "%.2f of %u", per((double)r->greedy_prefix_sum, r->greedy_prompts),
                                  x->prompts[0].gen))
 /* the reference's spread is measured beside the first container's */
 static double logit_sd(const struct ctx *x, const struct result *r, bool is_ref)
@@ -163,9 +167,9 @@ int qe_print_table(const struct ctx *x)
             if ((int)strlen(t.cell[c][i]) > w[c])
                 w[c] = (int)strlen(t.cell[c][i]);
     }
-    if (x->o->prompts_file)
-        printf("%u prompts from %s, %" PRIu64 " positions", x->n_prompts, x->o->prompts_file,
-               x->res[0].prompt_tokens);
+    const char *prompts = x->o->prompts_file ? x->o->prompts_file : x->o->prompt_ids_file;
+    if (prompts)
+        printf("%u prompts from %s, %" PRIu64 " positions", x->n_prompts, prompts, x->res[0].prompt_tokens);
     else
         printf("%u random prompts x %u positions (seed %" PRIu64 ")", x->n_prompts, x->o->positions, x->o->seed);
     if (x->n_text)
@@ -193,12 +197,36 @@ int qe_print_table(const struct ctx *x)
 
 /* ---- JSON and CSV: the same keys ----------------------------------------------------- */
 
+static void add_accuracy(const struct result *r, cJSON *j)
+{
+    cJSON_AddNumberToObject(j, "logit_max_abs_err", r->acc.max_err);
+    cJSON_AddNumberToObject(j, "logit_mae", qe_acc_mae(&r->acc));
+    cJSON_AddNumberToObject(j, "logit_rms_err", qe_acc_rms(&r->acc));
+    cJSON_AddNumberToObject(j, "kl_mean", qe_acc_kl_mean(&r->acc));
+    cJSON_AddNumberToObject(j, "kl_max", r->acc.max_kl);
+    cJSON_AddNumberToObject(j, "top1_agree", (double)r->acc.top1);
+    cJSON_AddNumberToObject(j, "top1_percent", qe_acc_top1_pct(&r->acc));
+    cJSON_AddNumberToObject(j, "top5_overlap", qe_acc_top5(&r->acc));
+}
+
+/* logits:FILE: what its logits tell, no sizes, timings or continuation */
+static cJSON *logits_file_json(const struct result *r, cJSON *j)
+{
+    cJSON_AddNumberToObject(j, "positions", (double)r->prompt_tokens);
+    add_accuracy(r, j);
+    cJSON_AddNumberToObject(j, "logit_sd", qe_acc_sd(&r->acc));
+    cJSON_AddNumberToObject(j, "rms_err_per_ref_sd", qe_acc_rel_rms(&r->acc));
+    return j;
+}
+
 /* One model's numbers as a JSON object (also the CSV's columns). */
 static cJSON *result_json(const struct ctx *x, const struct result *r, bool is_ref)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "path", r->path);
     cJSON_AddStringToObject(j, "backend", r->backend);
+    if (r->logits_file)
+        return logits_file_json(r, j);
     cJSON_AddNumberToObject(j, "file_bytes", (double)r->info.file_bytes);
     if (!is_ref)
         cJSON_AddNumberToObject(j, "map_bytes", (double)r->map_bytes);
@@ -217,14 +245,7 @@ static cJSON *result_json(const struct ctx *x, const struct result *r, bool is_r
         cJSON_AddNumberToObject(j, "calls_per_token", per((double)r->prompt_calls, r->prompt_tokens));
     cJSON_AddNumberToObject(j, "positions", (double)r->prompt_tokens);
     if (!is_ref) {
-        cJSON_AddNumberToObject(j, "logit_max_abs_err", r->acc.max_err);
-        cJSON_AddNumberToObject(j, "logit_mae", qe_acc_mae(&r->acc));
-        cJSON_AddNumberToObject(j, "logit_rms_err", qe_acc_rms(&r->acc));
-        cJSON_AddNumberToObject(j, "kl_mean", qe_acc_kl_mean(&r->acc));
-        cJSON_AddNumberToObject(j, "kl_max", r->acc.max_kl);
-        cJSON_AddNumberToObject(j, "top1_agree", (double)r->acc.top1);
-        cJSON_AddNumberToObject(j, "top1_percent", qe_acc_top1_pct(&r->acc));
-        cJSON_AddNumberToObject(j, "top5_overlap", qe_acc_top5(&r->acc));
+        add_accuracy(r, j);
         cJSON_AddNumberToObject(j, "greedy_prefix_mean", per((double)r->greedy_prefix_sum, r->greedy_prompts));
     }
     cJSON_AddNumberToObject(j, "logit_sd", logit_sd(x, r, is_ref));
@@ -265,9 +286,10 @@ static int put_string(char *s)
 int qe_print_json(const struct ctx *x)
 {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "prompts_source", x->o->prompts_file ? x->o->prompts_file : "random");
+    const char *prompts = x->o->prompts_file ? x->o->prompts_file : x->o->prompt_ids_file;
+    cJSON_AddStringToObject(j, "prompts_source", prompts ? prompts : "random");
     cJSON_AddNumberToObject(j, "prompts", x->n_prompts);
-    if (!x->o->prompts_file)
+    if (!prompts)
         cJSON_AddNumberToObject(j, "seed", (double)x->o->seed);
     cJSON_AddNumberToObject(j, "positions", (double)x->res[0].prompt_tokens);
     cJSON_AddNumberToObject(j, "greedy_tokens", x->prompts[0].gen);
