@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """train_tiny_qwen3.py - trains the small Qwen3 with learned weights that the
-tests and measurements use (tests/data/tiny-learned/), from nothing but Debian
+tests and measurements use (tests/data/tiny-learned/, vocabulary 2048, and
+tests/data/tiny-learned-16k/, vocabulary 16384), from nothing but Debian
 packages:
 
     apt-get install -y python3-torch python3-regex libopenblas0-openmp \\
         python3.11-doc debian-reference-en debian-policy developers-reference maint-guide
-    /usr/bin/python3 scripts/train_tiny_qwen3.py --out tests/data/tiny-learned \\
+    /usr/bin/python3 scripts/train_tiny_qwen3.py [--preset tiny-learned-16k] \\
         [--qrun build/bin/qrun]
 
 (libopenblas0-openmp: Debian's torch calls the system BLAS, and the reference
@@ -65,7 +66,14 @@ QWEN3_TOKENIZER_DIR = REPO / "assets" / "qwen3-tokenizer"  # scripts/fetch_token
 # ---------------------------------------------------------------- settings
 
 SEED = 1234
-VOCAB_SIZE = 2048            # bytes + merges + added tokens
+VOCAB_SIZE = 2048            # bytes + merges + added tokens (--preset sets it)
+SPLIT_SALT = ""              # prefixed to document names before hashing them (--preset sets it)
+# --preset NAME: the models the tests use, each trained into tests/data/NAME. A salt of its
+# own gives a model its own evaluation and calibration documents.
+PRESETS = {
+    "tiny-learned": dict(vocab=2048, salt=""),
+    "tiny-learned-16k": dict(vocab=16384, salt="16k:"),
+}
 ADDED_TOKENS = [             # (content, special), after the BPE vocabulary, in Qwen3's order
     ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
     ("<think>", False), ("</think>", False),
@@ -284,7 +292,7 @@ def build_corpus():
 def split_corpus(docs):
     """Evaluation, calibration, training documents: in the order of the hash of their
     names, the first that fit under SPLIT_MAX_BYTES go to eval, the next to calib."""
-    order = sorted(docs, key=lambda d: hashlib.sha256(d[0].encode()).hexdigest())
+    order = sorted(docs, key=lambda d: hashlib.sha256((SPLIT_SALT + d[0]).encode()).hexdigest())
     split = {"eval": [], "calib": [], "train": []}
     for name, text in order:
         for part in ("eval", "calib", "train"):
@@ -812,9 +820,11 @@ def train_and_export(out, threads):
 
 
 def main():
-    global STEPS
+    global STEPS, VOCAB_SIZE, SPLIT_SALT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "tiny-learned")
+    ap.add_argument("--preset", choices=PRESETS, default="tiny-learned",
+                    help="which model: its vocabulary size and its documents' split (default %(default)s)")
+    ap.add_argument("--out", type=Path, help="folder to write (default tests/data/PRESET)")
     ap.add_argument("--qrun", help="qrun binary: check the exported files against the C code")
     ap.add_argument("--check-only", action="store_true",
                     help="no training: score and check the model already in OUT")
@@ -823,6 +833,8 @@ def main():
                     "the committed model's count: change it only to try things)")
     args = ap.parse_args()
     STEPS = args.steps
+    VOCAB_SIZE, SPLIT_SALT = PRESETS[args.preset]["vocab"], PRESETS[args.preset]["salt"]
+    args.out = args.out or REPO / "tests" / "data" / args.preset
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
     if args.check_only:
