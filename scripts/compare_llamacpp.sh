@@ -9,7 +9,8 @@
 # nothing of it is copied here and CI never needs it. Per model:
 #
 #   - eval.txt's tokens (qrun tokenize), 6 windows of 128 from the start to
-#     the end, evenly spaced: 768 positions, each window from an empty cache;
+#     the end, evenly spaced (their starts in llamacpp.json): 768 positions,
+#     each window from an empty cache;
 #   - the checkpoint as a GGUF (devtools' qp-gguf-write, llama.cpp's layout)
 #     in F32 and BF16; llama-quantize makes Q8_0, Q4_0 and Q4_K_M of the BF16;
 #   - llama.cpp's float32 logits of the windows from each (scripts/
@@ -20,12 +21,13 @@
 #   - qeval --ref model/ over the containers and logits:FILE of llama.cpp's,
 #     on --prompt-ids of the windows.
 #
-# Prints a table per model, which replaces its section of docs/BENCHMARKS.md
-# (QP_RECORD=0: not), and writes the figures to tests/data/MODEL/llamacpp.json
-# for the tests that hold qpack to llama.cpp's. QP_BUILD (default build/)
-# holds qpack's binaries; QP_BACKEND (default bpf as root, else emu) is the
-# containers' backend; QP_MODELS (default "tiny-learned tiny-learned-16k")
-# the folders of tests/data measured. Takes ~3 minutes on 2 cores. Needs jq and a C compiler.
+# Prints a table per model, which replaces its section of docs/BENCHMARKS.md,
+# and writes the figures to tests/data/MODEL/llamacpp.json for the tests
+# that hold qpack to llama.cpp's (QP_RECORD=0: neither). QP_BUILD (default
+# build/) holds qpack's binaries; QP_BACKEND (default bpf as root, else emu)
+# is the containers' backend; QP_MODELS (default "tiny-learned
+# tiny-learned-16k") the folders of tests/data measured. Takes ~3 minutes
+# on 2 cores. Needs jq, bc and a C compiler.
 set -euo pipefail
 [ $# = 1 ] || { echo "usage: compare_llamacpp.sh LLAMA_CPP_DIR" >&2; exit 2; }
 llama=$(cd "$1" && pwd)
@@ -52,6 +54,7 @@ cc -O2 -o "$work/llamacpp_logits" "$root/scripts/llamacpp_logits.c" -I"$llama/in
     -L"$llama/build/bin" -lllama -Wl,-rpath,"$llama/build/bin" || die "cannot build llamacpp_logits.c"
 
 # windows DATA OUT: WINDOWS lines of POSITIONS token ids of DATA/eval.txt
+# (their first tokens' offsets into the text's tokens in OUT.starts)
 windows() {
     "$build/bin/qrun" tokenize --tokenizer "$1/model/tokenizer.json" <"$1/eval.txt" | tr -s ' \n' '\n' |
         grep . >"$work/ids" || die "qrun tokenize $1/eval.txt"
@@ -59,8 +62,9 @@ windows() {
     n=$(wc -l <"$work/ids")
     for k in $(seq 0 $((WINDOWS - 1))); do
         s=$((k * (n - POSITIONS) / (WINDOWS - 1)))
-        sed -n "$((s + 1)),$((s + POSITIONS))p" "$work/ids" | paste -sd' '
-    done >"$2"
+        sed -n "$((s + 1)),$((s + POSITIONS))p" "$work/ids" | paste -sd' ' >>"$2"
+        echo "$s" >>"$2.starts"
+    done
 }
 
 # measure NAME: the comparison of tests/data/NAME, its JSON in $work/NAME.json
@@ -87,6 +91,7 @@ measure() {
         --json -q >"$w/qeval.json"
     # file sizes: the GGUFs' from here, the containers' from qeval
     jq --arg name "$1" --arg version "$version" --argjson windows $WINDOWS --argjson positions $POSITIONS \
+        --argjson starts "$(jq -s -c . "$w/windows.txt.starts")" \
         --argjson sizes "$(for t in F32 Q8_0 Q4_0 Q4_K_M; do
             printf '{"%s": %s}\n' "$t" "$(stat -c %s "$w/$t.gguf")"; done | jq -s add)" '
         def name_of: if .backend == "file" then "llama.cpp " + (.path | sub(".*/"; "") | sub("\\.f32$"; ""))
@@ -94,7 +99,7 @@ measure() {
                    end;
         {what: "scripts/compare_llamacpp.sh: llama.cpp and qpack against qeval'"'"'s float64 reference",
          model: $name, llama_cpp: $version, windows: $windows, positions_per_window: $positions,
-         positions: .positions,
+         window_starts: $starts, positions: .positions,
          models: [.models[] | {name: name_of,
                                file_bytes: (if .backend == "file"
                                             then $sizes[.path | sub(".*/"; "") | sub("\\.f32$"; "")]
@@ -126,8 +131,9 @@ for m in "${models[@]}"; do
     print_table "$work/$m.json"
 done
 echo "F32: the GGUF, the windows and the driver checked (llama.cpp's float32 error alone)."
-echo "qpack int4 and int4-pure calibrated: --calibrate calib.txt (the model's own calibration text)."
+echo "qpack ..., calibrated: qpack pack --calibrate calib.txt (the model's own calibration text)."
 bench_recorded
+[ "${QP_RECORD:-1}" = 1 ] || exit 0
 for m in "${models[@]}"; do
     cp "$work/$m.json" "$root/tests/data/$m/llamacpp.json"
 done
