@@ -7,3 +7,12 @@ add_test(NAME tiny_learned
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_tiny_learned.sh
                  $<TARGET_FILE:qpack> $<TARGET_FILE:qeval> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned)
 set_tests_properties(tiny_learned PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")
+
+# tiny_learned_16k: the same checks on the model with a vocabulary of 16,384
+# (tests/data/tiny-learned-16k), whose context-blind bound is its own
+# (its README: the unigram model of its training text scores 812 on
+# these tokens, the model 123).
+add_test(NAME tiny_learned_16k
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_tiny_learned.sh
+                 $<TARGET_FILE:qpack> $<TARGET_FILE:qeval> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned-16k 300)
+set_tests_properties(tiny_learned_16k PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")
