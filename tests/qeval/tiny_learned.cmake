@@ -16,3 +16,14 @@ add_test(NAME tiny_learned_16k
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_tiny_learned.sh
                  $<TARGET_FILE:qpack> $<TARGET_FILE:qeval> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned-16k 300)
 set_tests_properties(tiny_learned_16k PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")
+
+# vs_llamacpp_16k, vs_llamacpp: qpack's int4 and int8 against llama.cpp's
+# Q4_K_M and Q8_0 figures that scripts/compare_llamacpp.sh recorded in each
+# model's llamacpp.json, on the same windows (tests/qeval/test_vs_llamacpp.sh).
+add_test(NAME vs_llamacpp_16k
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_vs_llamacpp.sh $<TARGET_FILE:qpack> $<TARGET_FILE:qeval>
+                 $<TARGET_FILE:qrun> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned-16k)
+add_test(NAME vs_llamacpp
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_vs_llamacpp.sh $<TARGET_FILE:qpack> $<TARGET_FILE:qeval>
+                 $<TARGET_FILE:qrun> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned no-max)
+set_tests_properties(vs_llamacpp_16k vs_llamacpp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")
