@@ -420,42 +420,10 @@ static int encode(struct ctx *x, const qpack_tokenizer *tok, const char *what, c
     return 0;
 }
 
-static int read_prompts(struct ctx *x, const qpack_tokenizer *tok)
+/* --prompts: a line's text, tokenized */
+static int encode_line(struct ctx *x, const qpack_tokenizer *tok, const char *what, char *p, size_t n, struct seq *s)
 {
-    const char *file = x->o->prompts_file;
-    char *buf;
-    size_t len;
-    if (read_all(file, &buf, &len))
-        return -1;
-    uint32_t lines = 1;
-    for (size_t i = 0; i < len; i++)
-        lines += buf[i] == '\n';
-    x->prompts = calloc(lines, sizeof *x->prompts);
-    char *p = buf, *end = buf + len;
-    uint32_t line_no = 0;
-    int rc = x->prompts ? 0 : die("out of memory");
-    while (!rc && p < end) {
-        char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        line_no++;
-        if (n && p[n - 1] == '\r')
-            n--;
-        if (n) {
-            char what[4200];
-            snprintf(what, sizeof what, "%s line %u", file, line_no);
-            struct seq *s = &x->prompts[x->n_prompts];
-            rc = encode(x, tok, what, p, n, &s->ids, &s->n);
-            if (!rc && s->n)
-                x->n_prompts++;
-            else if (!rc)
-                free(s->ids);
-        }
-        p = nl ? nl + 1 : end;
-    }
-    free(buf);
-    if (!rc && !x->n_prompts)
-        rc = die("%s: no prompts (one prompt per line)", file);
-    return rc;
+    return encode(x, tok, what, p, n, &s->ids, &s->n);
 }
 
 /* --prompt-ids: a line's ids (blank-separated decimal numbers, each in
@@ -478,9 +446,21 @@ static int parse_id_line(struct ctx *x, const char *what, char *p, size_t n, str
     return 0;
 }
 
-static int read_prompt_ids(struct ctx *x)
+static int id_line(struct ctx *x, const qpack_tokenizer *tok, const char *what, char *p, size_t n, struct seq *s)
 {
-    const char *file = x->o->prompt_ids_file;
+    (void)tok;
+    return parse_id_line(x, what, p, n, s);
+}
+
+typedef int line_parser(struct ctx *x, const qpack_tokenizer *tok, const char *what, char *p, size_t n,
+                        struct seq *s);
+
+/* One prompt per line of file (a trailing CR dropped; a line that gives
+ * no ids skipped), each made by parse; none at all is an error that
+ * names what a line should hold. */
+static int read_prompt_lines(struct ctx *x, const char *file, const qpack_tokenizer *tok, line_parser *parse,
+                             const char *a_line)
+{
     char *buf;
     size_t len;
     if (read_all(file, &buf, &len))
@@ -495,21 +475,26 @@ static int read_prompt_ids(struct ctx *x)
     while (!rc && p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        char what[4200];
-        snprintf(what, sizeof what, "%s line %u", file, ++line_no);
-        struct seq *s = &x->prompts[x->n_prompts];
-        rc = parse_id_line(x, what, p, n, s);
-        if (!rc && s->n)
-            x->n_prompts++;
-        else {
-            free(s->ids);
-            s->ids = NULL;
+        line_no++;
+        if (n && p[n - 1] == '\r')
+            n--;
+        if (n) {
+            char what[4200];
+            snprintf(what, sizeof what, "%s line %u", file, line_no);
+            struct seq *s = &x->prompts[x->n_prompts];
+            rc = parse(x, tok, what, p, n, s);
+            if (!rc && s->n)
+                x->n_prompts++;
+            else {
+                free(s->ids);
+                *s = (struct seq){0};
+            }
         }
         p = nl ? nl + 1 : end;
     }
     free(buf);
     if (!rc && !x->n_prompts)
-        rc = die("%s: no prompts (one prompt per line, token ids separated by blanks)", file);
+        rc = die("%s: no prompts (one prompt per line%s)", file, a_line);
     return rc;
 }
 
@@ -578,7 +563,10 @@ static int make_inputs(struct ctx *x)
     qpack_tokenizer *tok = NULL;
     if ((o->prompts_file || o->text_file) && load_tokenizer(x, &tok))
         return -1;
-    int rc = o->prompts_file ? read_prompts(x, tok) : o->prompt_ids_file ? read_prompt_ids(x) : random_prompts(x);
+    int rc = o->prompts_file      ? read_prompt_lines(x, o->prompts_file, tok, encode_line, "")
+             : o->prompt_ids_file ? read_prompt_lines(x, o->prompt_ids_file, tok, id_line,
+                                                      ", token ids separated by blanks")
+                                  : random_prompts(x);
     if (!rc && o->text_file)
         rc = read_text(x, tok);
     qpack_tokenizer_free(tok);
