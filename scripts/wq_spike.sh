@@ -9,16 +9,21 @@ src=$root/devtools/wq_spike
 T=$(mktemp -d /tmp/qp-wq-spike-XXXXXX)
 trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*' EXIT
 arch=$(gcc -dumpmachine)
-for o in wq_spike wq_spike_tail wq_spike_socket; do
+for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp; do
     clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
 done
 gcc -O2 -Wall -o "$T/wq_spike" "$src/wq_spike.c" -lbpf -lpthread
+gcc -O2 -Wall -o "$T/wq_spike_xdp" "$src/wq_spike_xdp.c" -lbpf
 chmod 755 "$T" "$T/wq_spike"
 "$T/wq_spike" "$T/wq_spike.bpf.o"
 echo "a socket filter that sets a callback:"
 "$T/wq_spike" --load "$T/wq_spike_socket.bpf.o" 2>/dev/null || true
 echo "a callback that tail-calls:"
 "$T/wq_spike" --load "$T/wq_spike_tail.bpf.o" 2>/dev/null || true
+echo "a callback that sends a packet:"
+"$T/wq_spike" --load "$T/wq_spike_cbtx.bpf.o" 2>/dev/null || true
+echo "packets that start a work item (loopback of a network namespace of its own):"
+unshare -n sh -c "ip link set lo up && '$T/wq_spike_xdp' '$T/wq_spike_xdp.bpf.o'"
 echo "unprivileged (nobody), loading:"
 setpriv --reuid=nobody --regid=nogroup --clear-groups "$T/wq_spike" --load "$T/wq_spike.bpf.o" 2>/dev/null || true
 for items in "" 1; do
