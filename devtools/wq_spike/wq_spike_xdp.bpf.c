@@ -60,7 +60,7 @@ struct {
 /* a job list template and the list a step would run (struct qk_job's size) */
 struct job {
     u32 program, phase_end;
-    u32 args[13];
+    u32 args[14];
 };
 
 struct {
