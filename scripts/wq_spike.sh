@@ -7,9 +7,10 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=$root/devtools/wq_spike
 T=$(mktemp -d /tmp/qp-wq-spike-XXXXXX)
-trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*' EXIT
+A=qp-wq-a$$ B=qp-wq-b$$
+trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*; ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null' EXIT
 arch=$(gcc -dumpmachine)
-for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp; do
+for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp wq_spike_pass; do
     clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
 done
 gcc -O2 -Wall -o "$T/wq_spike" "$src/wq_spike.c" -lbpf -lpthread
@@ -24,6 +25,18 @@ echo "a callback that sends a packet:"
 "$T/wq_spike" --load "$T/wq_spike_cbtx.bpf.o" 2>/dev/null || true
 echo "packets that start a work item (loopback of a network namespace of its own):"
 unshare -n sh -c "ip link set lo up && '$T/wq_spike_xdp' '$T/wq_spike_xdp.bpf.o'"
+ip netns add $A
+ip netns add $B
+ip link add qpwq0 netns $A type veth peer name qpwq1 netns $B
+ip -n $A addr add 10.201.0.1/24 dev qpwq0
+ip -n $B addr add 10.201.0.2/24 dev qpwq1
+ip -n $A link set qpwq0 up
+ip -n $B link set qpwq1 up
+for pass in "" 1; do
+    [ -z "$pass" ] || ip -n $A link set dev qpwq0 xdpdrv obj "$T/wq_spike_pass.bpf.o" sec xdp
+    echo "the same over a veth pair, native XDP on the far end, $([ -n "$pass" ] && echo an || echo no) XDP program on the sender's end:"
+    ip netns exec $B "$T/wq_spike_xdp" "$T/wq_spike_xdp.bpf.o" qpwq1 /var/run/netns/$A 10.201.0.2
+done
 echo "unprivileged (nobody), loading:"
 setpriv --reuid=nobody --regid=nogroup --clear-groups "$T/wq_spike" --load "$T/wq_spike.bpf.o" 2>/dev/null || true
 for items in "" 1; do

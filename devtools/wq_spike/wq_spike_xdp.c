@@ -3,7 +3,10 @@
  * the work item's callback, then packets start it from XDP and from tc,
  * and a later packet is answered by XDP_TX. Prints what happened.
  * scripts/wq_spike.sh runs it in a network namespace of its own. */
+#define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <linux/if_link.h>
 #include <net/if.h>
 #include <stdio.h>
@@ -35,21 +38,28 @@ static struct spike read_state(void)
     return s;
 }
 
+static struct in_addr dest = {.s_addr = 0x0100007f};  /* 127.0.0.1 */
+
 static void send_udp(int fd, char what)
 {
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(PORT)};
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(PORT), .sin_addr = dest};
     char buf[8] = {what};
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sendto(fd, buf, sizeof buf, 0, (struct sockaddr *)&to, sizeof to);
     usleep(20000);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: wq_spike_xdp OBJ\n");
+    /* wq_spike_xdp OBJ [IF NETNS DEST]: the programs on IF, the sender in
+     * network namespace NETNS sending to DEST (a veth pair's far end) */
+    if (argc != 2 && argc != 5) {
+        fprintf(stderr, "usage: wq_spike_xdp OBJ [IF NETNS DEST]\n");
         return 2;
     }
+    const char *ifname = argc == 5 ? argv[2] : "lo";
+    int xdp_mode = argc == 5 ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+    if (argc == 5 && !inet_aton(argv[4], &dest))
+        return 2;
     struct bpf_object *obj = bpf_object__open_file(argv[1], NULL);
     if (!obj || bpf_object__load(obj)) {
         perror("load");
@@ -62,17 +72,20 @@ int main(int argc, char **argv)
         printf("init failed: %u\n", run.retval);
         return 1;
     }
-    int lo = if_nametoindex("lo");
+    int lo = if_nametoindex(ifname);
     int xdp = bpf_program__fd(bpf_object__find_program_by_name(obj, "on_xdp"));
     int tc = bpf_program__fd(bpf_object__find_program_by_name(obj, "on_tc"));
+    int here = open("/proc/self/ns/net", O_RDONLY), there = argc == 5 ? open(argv[3], O_RDONLY) : here;
+    if (here < 0 || there < 0 || setns(there, CLONE_NEWNET)) {
+        perror("netns");
+        return 1;
+    }
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in me = {.sin_family = AF_INET};
-    me.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, (struct sockaddr *)&me, sizeof me);
+    setns(here, CLONE_NEWNET);
     struct timeval tv = {.tv_usec = 200000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
-    if (bpf_xdp_attach(lo, xdp, XDP_FLAGS_SKB_MODE, NULL)) {
+    if (bpf_xdp_attach(lo, xdp, xdp_mode, NULL)) {
         perror("xdp attach");
         return 1;
     }
@@ -91,7 +104,7 @@ int main(int argc, char **argv)
     s = read_state();
     printf("xdp: 'R' turned round %u time(s); the sender got %zd bytes, '%c', answer %u\n",
            s.replies, n, n > 0 ? buf[0] : '-', answer);
-    bpf_xdp_detach(lo, XDP_FLAGS_SKB_MODE, NULL);
+    bpf_xdp_detach(lo, xdp_mode, NULL);
 
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = lo, .attach_point = BPF_TC_INGRESS);
     LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = tc);
