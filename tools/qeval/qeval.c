@@ -54,8 +54,7 @@
 
 static const char *prog = "qeval";
 
-static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int die(const char *fmt, ...)
+int qe_die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -178,7 +177,7 @@ static int parse_options(struct options *o, int argc, char **argv)
     *o = (struct options){.positions = 32, .text_windows = 1, .seed = 1, .backend = QPACK_BACKEND_BPF};
     o->models = calloc((size_t)argc, sizeof *o->models);
     if (!o->models)
-        return die("out of memory"), -1;
+        return qe_die("out of memory"), -1;
     int c;
     uint64_t v;
     opterr = 0;
@@ -277,9 +276,9 @@ static int need_file(const char *path, const char *what)
 {
     struct stat st;
     if (stat(path, &st))
-        return die("%s %s: %s", what, path, strerror(errno));
+        return qe_die("%s %s: %s", what, path, strerror(errno));
     if (!S_ISREG(st.st_mode))
-        return die("%s %s: not a regular file", what, path);
+        return qe_die("%s %s: not a regular file", what, path);
     return 0;
 }
 
@@ -289,21 +288,21 @@ static int check_cache_dir(const char *dir)
 {
     struct stat st;
     if (stat(dir, &st) && errno == ENOENT && mkdir(dir, 0755))
-        return die("--ref-cache %s: cannot create it: %s", dir, strerror(errno));
+        return qe_die("--ref-cache %s: cannot create it: %s", dir, strerror(errno));
     if (stat(dir, &st))
-        return die("--ref-cache %s: %s", dir, strerror(errno));
+        return qe_die("--ref-cache %s: %s", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return die("--ref-cache %s: not a folder", dir);
+        return qe_die("--ref-cache %s: not a folder", dir);
     if (access(dir, W_OK | X_OK))
-        return die("--ref-cache %s: not writable: %s", dir, strerror(errno));
+        return qe_die("--ref-cache %s: not writable: %s", dir, strerror(errno));
     return 0;
 }
 
 /* A FIFO or device is refused at once, not waited on (fsafe.h). */
-static int read_all(const char *path, char **out, size_t *len)
+int qe_read_all(const char *path, char **out, size_t *len)
 {
     qp_err err;
-    return fs_read_input(path, INPUT_MAX, out, len, &err) ? die("%s", err.msg) : 0;
+    return fs_read_input(path, INPUT_MAX, out, len, &err) ? qe_die("%s", err.msg) : 0;
 }
 
 static const char *base_name(const char *path)
@@ -325,7 +324,7 @@ static int inspect_container(struct ctx *x, struct result *r)
 {
     qpack_error err;
     if (qpack_model_inspect(r->path, x->o->backend, &r->info, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     const qpack_model_info *c = &r->info, *h = x->cfg;
     char what[128] = "";
 #define DIFF_WHEN(name, a, b, differ)                                                                               \
@@ -346,7 +345,7 @@ static int inspect_container(struct ctx *x, struct result *r)
 #undef DIFF
 #undef DIFF_WHEN
     if (what[0])
-        return die("%s: config differs from the reference %s: %s (container vs reference)", r->path,
+        return qe_die("%s: config differs from the reference %s: %s (container vs reference)", r->path,
                    x->o->ref_dir, what);
     return 0;
 }
@@ -359,7 +358,7 @@ static int check_sources(struct ctx *x, const struct result *r)
     qpack_source_file *rec;
     size_t n;
     if (qpack_container_sources(r->path, &rec, &n, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     char why[600] = "";
     if (!n)
         snprintf(why, sizeof why, "%s records no source files: it cannot be checked against %s", r->path,
@@ -381,7 +380,7 @@ static int check_sources(struct ctx *x, const struct result *r)
     if (!why[0])
         return 0;
     if (!x->o->force)
-        return die("%s (--force compares them anyway)", why);
+        return qe_die("%s (--force compares them anyway)", why);
     progress_clear();
     fprintf(stderr, "%s: warning: %s\n", prog, why);
     return 0;
@@ -391,13 +390,13 @@ static int load_tokenizer(struct ctx *x, qpack_tokenizer **tok)
 {
     qpack_error err;
     if (qpack_tokenizer_load_model(tok, x->o->ref_dir, QPACK_BACKEND_REF, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     for (int i = 0; !*tok && i < x->o->n_models; i++)
         if (qpack_tokenizer_load_model(tok, x->o->models[i], QPACK_BACKEND_EMU, &err))
-            return die("%s", err.message);
+            return qe_die("%s", err.message);
     if (*tok)
         return 0;
-    return die("no tokenizer for --prompts/--text: %s has no tokenizer.json and no container carries one",
+    return qe_die("no tokenizer for --prompts/--text: %s has no tokenizer.json and no container carries one",
                x->o->ref_dir);
 }
 
@@ -408,10 +407,10 @@ static int encode(struct ctx *x, const qpack_tokenizer *tok, const char *what, c
     qpack_error err;
     size_t count;
     if (qpack_tokenize(tok, text, len, out, &count, &err))
-        return die("%s: %s", what, err.message);
+        return qe_die("%s: %s", what, err.message);
     for (size_t i = 0; i < count; i++)
         if ((uint32_t)(*out)[i] >= x->cfg->vocab) {
-            int rc = die("%s: token id %d is outside the model's vocabulary (%u)", what, (*out)[i], x->cfg->vocab);
+            int rc = qe_die("%s: token id %d is outside the model's vocabulary (%u)", what, (*out)[i], x->cfg->vocab);
             free(*out);
             *out = NULL;
             return rc;
@@ -432,14 +431,14 @@ static int parse_id_line(struct ctx *x, const char *what, char *p, size_t n, str
 {
     s->ids = malloc((n / 2 + 1) * sizeof *s->ids);
     if (!s->ids)
-        return die("out of memory");
+        return qe_die("out of memory");
     p[n] = '\0';
     for (char *tok = strtok(p, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
         char *end;
         errno = 0;
         unsigned long v = strtoul(tok, &end, 10);
         if (*end || errno || tok[0] == '-' || v >= x->cfg->vocab)
-            return die("%s: '%s' is not a token id of the model's vocabulary (0 to %u)", what, tok,
+            return qe_die("%s: '%s' is not a token id of the model's vocabulary (0 to %u)", what, tok,
                        x->cfg->vocab - 1);
         s->ids[s->n++] = (int32_t)v;
     }
@@ -463,7 +462,7 @@ static int read_prompt_lines(struct ctx *x, const char *file, const qpack_tokeni
 {
     char *buf;
     size_t len;
-    if (read_all(file, &buf, &len))
+    if (qe_read_all(file, &buf, &len))
         return -1;
     uint32_t lines = 1;
     for (size_t i = 0; i < len; i++)
@@ -471,7 +470,7 @@ static int read_prompt_lines(struct ctx *x, const char *file, const qpack_tokeni
     x->prompts = calloc(lines, sizeof *x->prompts);
     char *p = buf, *end = buf + len;
     uint32_t line_no = 0;
-    int rc = x->prompts ? 0 : die("out of memory");
+    int rc = x->prompts ? 0 : qe_die("out of memory");
     while (!rc && p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
@@ -494,7 +493,7 @@ static int read_prompt_lines(struct ctx *x, const char *file, const qpack_tokeni
     }
     free(buf);
     if (!rc && !x->n_prompts)
-        rc = die("%s: no prompts (one prompt per line%s)", file, a_line);
+        rc = qe_die("%s: no prompts (one prompt per line%s)", file, a_line);
     return rc;
 }
 
@@ -504,14 +503,14 @@ static int random_prompts(struct ctx *x)
     x->n_prompts = N_RANDOM_PROMPTS;
     x->prompts = calloc(N_RANDOM_PROMPTS, sizeof *x->prompts);
     if (!x->prompts)
-        return die("out of memory");
+        return qe_die("out of memory");
     uint64_t rng = x->o->seed * 0x9e3779b97f4a7c15ull + 1;
     for (uint32_t p = 0; p < N_RANDOM_PROMPTS; p++) {
         struct seq *s = &x->prompts[p];
         s->n = x->o->positions;
         s->ids = malloc(s->n * sizeof *s->ids);
         if (!s->ids)
-            return die("out of memory");
+            return qe_die("out of memory");
         for (uint32_t i = 0; i < s->n; i++) {
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -546,12 +545,12 @@ static int read_text(struct ctx *x, const qpack_tokenizer *tok)
 {
     char *buf;
     size_t len;
-    if (read_all(x->o->text_file, &buf, &len))
+    if (qe_read_all(x->o->text_file, &buf, &len))
         return -1;
     int rc = encode(x, tok, x->o->text_file, buf, len, &x->text, &x->n_text);
     free(buf);
     if (!rc && x->n_text < 2)
-        rc = die("%s: the text has %u token(s); scoring needs at least 2", x->o->text_file, x->n_text);
+        rc = qe_die("%s: the text has %u token(s); scoring needs at least 2", x->o->text_file, x->n_text);
     if (!rc)
         cut_text(x);
     return rc;
@@ -578,7 +577,7 @@ static int make_inputs(struct ctx *x)
     for (uint32_t p = 0; p < x->n_prompts; p++) {
         struct seq *s = &x->prompts[p];
         if (s->n > max_pos)
-            return die("prompt %u has %u tokens, past the model's %u positions", p + 1, s->n, max_pos);
+            return qe_die("prompt %u has %u tokens, past the model's %u positions", p + 1, s->n, max_pos);
         s->gen = max_pos - s->n + 1 < GEN_MAX ? max_pos - s->n + 1 : GEN_MAX;
         uint32_t need = s->n + s->gen - 1;
         if (need > x->ctx)
@@ -686,8 +685,8 @@ static int score_text(void *arg, size_t pos, const double *logits)
 static int feed_failed(struct result *r, const struct scorer *sc, const qpack_error *err)
 {
     if (sc && sc->failed)
-        return die("temporary file for the reference's logits: %s", strerror(sc->failed));
-    return die("%s: %s", r->path, err->message);
+        return qe_die("temporary file for the reference's logits: %s", strerror(sc->failed));
+    return qe_die("%s: %s", r->path, err->message);
 }
 
 /* the traced prompt one position at a time: its hidden states after each layer */
@@ -724,7 +723,7 @@ static int run_prompts(struct ctx *x, struct result *r, int index, qpack_session
     uint32_t vocab = x->cfg->vocab;
     double *ref_logits = index ? malloc((size_t)vocab * sizeof *ref_logits) : NULL;
     if (index && !ref_logits)
-        return die("out of memory");
+        return qe_die("out of memory");
     int32_t gen[GEN_MAX];
     uint64_t at = 0;
     qpack_error err;
@@ -808,7 +807,7 @@ static int open_model(struct ctx *x, struct result *r, int index, qpack_model **
     if (!index)
         progress_show(true, "[1/%d] %s: mapping the checkpoint", x->o->n_models + 1, r->label);
     if (qpack_model_open(m, r->path, &mp, &err) || qpack_session_new(s, *m, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     r->load_ms = qp_now_ms() - t0;
     const qpack_model_info *i = qpack_model_get_info(*m);
     r->map_bytes = i->map_bytes;
@@ -827,17 +826,17 @@ static int compare_logits_file(struct ctx *x, struct result *r)
     qp_err err;
     int fd = fs_open_input(r->path, NULL, &err), rc = 0;
     if (fd < 0)
-        rc = die("logits file %s", err.msg);
+        rc = qe_die("logits file %s", err.msg);
     else if (!f || !ours || !ref)
-        rc = die("out of memory");
+        rc = qe_die("out of memory");
     uint64_t at = 0;
     for (uint32_t p = 0; !rc && p < x->n_prompts; p++) {
         for (uint32_t pos = 0; !rc && pos < x->prompts[p].n; pos++, at++) {
             ssize_t got = pread(fd, f, vocab * sizeof *f, (off_t)(at * vocab * sizeof *f));
             if (got != (ssize_t)(vocab * sizeof *f))
-                rc = die("logits file %s: %s", r->path, got < 0 ? strerror(errno) : "shorter than when checked");
+                rc = qe_die("logits file %s: %s", r->path, got < 0 ? strerror(errno) : "shorter than when checked");
             else if (pread(x->ref.fd, ref, row, x->ref.rows_off + (off_t)(at * row)) != (ssize_t)row)
-                rc = die("temporary file for the reference's logits: %s", strerror(errno ? errno : EIO));
+                rc = qe_die("temporary file for the reference's logits: %s", strerror(errno ? errno : EIO));
             for (uint32_t i = 0; !rc && i < vocab; i++)
                 ours[i] = f[i];
             if (!rc)
@@ -869,7 +868,7 @@ static int run_model(struct ctx *x, struct result *r, int index)
         r->trace_max = calloc(c->n_layers, sizeof *r->trace_max);
         r->trace_sq = calloc(c->n_layers, sizeof *r->trace_sq);
         if (!hidden || !r->trace_max || !r->trace_sq)
-            rc = die("out of memory");
+            rc = qe_die("out of memory");
     }
     if (!rc)
         rc = run_prompts(x, r, index, s, hidden);
@@ -912,9 +911,9 @@ static int plot(const struct ctx *x, bool check)
     qp_err err = {{0}};
     int rc = 0;
     if (!in || !pts)
-        rc = die("out of memory");
+        rc = qe_die("out of memory");
     else if (check)
-        rc = fs_out_check(x->o->plot_file, in, &err) ? die("--plot %s", err.msg) : 0;
+        rc = fs_out_check(x->o->plot_file, in, &err) ? qe_die("--plot %s", err.msg) : 0;
     else {
         int n = 0;          /* a logits file has no bits per weight */
         for (int i = 0; i < x->o->n_models; i++) {
@@ -925,9 +924,9 @@ static int plot(const struct ctx *x, bool check)
         size_t len;
         char *svg = qe_plot_svg(pts, n, "qeval: mean KL against bits per weight", &len);
         if (!svg)
-            rc = die("out of memory");
+            rc = qe_die("out of memory");
         else if (fs_write_file(x->o->plot_file, svg, len, in, &err))
-            rc = die("--plot %s", err.msg);
+            rc = qe_die("--plot %s", err.msg);
         free(svg);
     }
     free(in);
@@ -944,9 +943,9 @@ static int check_logits_size(const struct ctx *x, const struct result *r)
     uint64_t want = positions * x->cfg->vocab * sizeof(float);
     struct stat st;
     if (stat(r->path, &st))
-        return die("logits file %s: %s", r->path, strerror(errno));
+        return qe_die("logits file %s: %s", r->path, strerror(errno));
     if ((uint64_t)st.st_size != want)
-        return die("logits file %s: %" PRIu64 " bytes, not the %" PRIu64 " of %" PRIu64
+        return qe_die("logits file %s: %" PRIu64 " bytes, not the %" PRIu64 " of %" PRIu64
                    " positions x %u logits x 4 bytes (float32)", r->path, (uint64_t)st.st_size, want, positions,
                    x->cfg->vocab);
     return 0;
@@ -961,9 +960,9 @@ static int check_inputs(struct ctx *x)
     size_t len = strlen(o->ref_dir);
     bool gguf = len > 5 && !strcmp(o->ref_dir + len - 5, ".gguf");
     if (stat(o->ref_dir, &st))
-        return die("--ref %s: %s", o->ref_dir, strerror(errno));
+        return qe_die("--ref %s: %s", o->ref_dir, strerror(errno));
     if (gguf ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode))
-        return die("--ref %s: not a checkpoint folder nor a .gguf file", o->ref_dir);
+        return qe_die("--ref %s: not a checkpoint folder nor a .gguf file", o->ref_dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->ref_dir);
     if (!gguf && need_file(path, "reference config"))
@@ -982,10 +981,10 @@ static int check_inputs(struct ctx *x)
         return -1;
     x->res = calloc((size_t)o->n_models + 1, sizeof *x->res);
     if (!x->res)
-        return die("out of memory");
+        return qe_die("out of memory");
     x->res[0] = (struct result){.path = o->ref_dir, .label = "reference", .backend = "ref"};
     if (qpack_model_inspect(o->ref_dir, QPACK_BACKEND_REF, &x->res[0].info, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     x->cfg = &x->res[0].info;
     for (int i = 0; i < o->n_models; i++) {
         struct result *r = &x->res[i + 1];
@@ -1001,7 +1000,7 @@ static int check_inputs(struct ctx *x)
     }
     progress_show(true, "hashing the checkpoint's files");
     if (qpack_checkpoint_sources(o->ref_dir, &x->sources, &x->n_sources, &err))
-        return die("%s", err.message);
+        return qe_die("%s", err.message);
     for (int i = 0; i < o->n_models; i++)
         if (!x->res[i + 1].logits_file && check_sources(x, &x->res[i + 1]))
             return -1;
@@ -1012,7 +1011,7 @@ static int check_inputs(struct ctx *x)
         if (x->res[i + 1].logits_file && check_logits_size(x, &x->res[i + 1]))
             return -1;
     if (o->backend == QPACK_BACKEND_BPF && !all_pinned && !qpack_bpf_permitted())
-        return die("loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u; "
+        return qe_die("loading BPF programs needs root or CAP_BPF + CAP_PERFMON (running as uid %u; "
                    "--backend emu needs neither)", (unsigned)geteuid());
     return 0;
 }
@@ -1023,7 +1022,7 @@ static int make_ref_buffers(struct ctx *x)
 {
     FILE *tmp = tmpfile();
     if (!tmp)
-        return die("cannot create a temporary file for the reference's logits: %s", strerror(errno));
+        return qe_die("cannot create a temporary file for the reference's logits: %s", strerror(errno));
     x->ref.fd = dup(fileno(tmp));
     fclose(tmp);
     x->ref.gen = calloc(x->n_prompts, sizeof *x->ref.gen);
@@ -1034,7 +1033,7 @@ static int make_ref_buffers(struct ctx *x)
         x->ref.hidden = malloc((size_t)x->prompts[x->n_prompts - 1].n * x->cfg->n_layers * x->cfg->hidden *
                                sizeof(double));
     if (x->ref.fd < 0 || !x->ref.gen || !x->ref.gen[x->n_prompts - 1] || (x->o->trace && !x->ref.hidden))
-        return die("out of memory");
+        return qe_die("out of memory");
     return 0;
 }
 
