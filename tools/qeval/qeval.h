@@ -118,6 +118,9 @@ int qe_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* path read whole (at most 256 MiB); a FIFO or device refused at once */
 int qe_read_all(const char *path, char **out, size_t *len);
 
+/* qeval_inputs.c: the prompts and the text into x, and the context they need */
+int qe_make_inputs(struct ctx *x);
+
 int qe_print_table(const struct ctx *x);
 int qe_print_json(const struct ctx *x);
 int qe_print_csv(const struct ctx *x);
