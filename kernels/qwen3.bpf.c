@@ -62,15 +62,7 @@ QK_PROGRAMS(QK_PROGRAM_OF)
  * looks again. The last lane to stop reports through ring buffer
  * `chain_done`. */
 
-/* Debian 12's linux/bpf.h predates it; the verifier knows it by its BTF name */
-struct bpf_wq {
-    __u64 __opaque[2];
-} __attribute__((aligned(8)));
-
-extern int bpf_wq_init(struct bpf_wq *wq, void *p__map, unsigned int flags) __weak __ksym;
-extern int bpf_wq_start(struct bpf_wq *wq, unsigned int flags) __weak __ksym;
-extern int bpf_wq_set_callback_impl(struct bpf_wq *wq, int (callback_fn)(void *map, int *key, void *value),
-                                    unsigned int flags__k, void *aux__ign) __weak __ksym;
+#include "qk_wq.h"
 
 struct qk_wq_item {
     struct bpf_wq wq;

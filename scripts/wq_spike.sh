@@ -11,7 +11,7 @@ A=qp-wq-a$$ B=qp-wq-b$$
 trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*; ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null' EXIT
 arch=$(gcc -dumpmachine)
 for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp wq_spike_pass; do
-    clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
+    clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -I"$root/kernels" -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
 done
 gcc -O2 -Wall -o "$T/wq_spike" "$src/wq_spike.c" -lbpf -lpthread
 gcc -O2 -Wall -o "$T/wq_spike_xdp" "$src/wq_spike_xdp.c" -lbpf

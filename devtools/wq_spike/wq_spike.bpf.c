@@ -8,15 +8,7 @@
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
-/* Debian 12's linux/bpf.h predates it */
-struct bpf_wq {
-    u64 __opaque[2];
-} __attribute__((aligned(8)));
-
-extern int bpf_wq_init(struct bpf_wq *wq, void *p__map, unsigned int flags) __weak __ksym;
-extern int bpf_wq_start(struct bpf_wq *wq, unsigned int flags) __weak __ksym;
-extern int bpf_wq_set_callback_impl(struct bpf_wq *wq, int (callback_fn)(void *map, int *key, void *value),
-                                    unsigned int flags__k, void *aux__ign) __weak __ksym;
+#include "qk_wq.h"
 
 #define CHAIN 10        /* item 0 restarts itself this often */
 #define RUNS 64

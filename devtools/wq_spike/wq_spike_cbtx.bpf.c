@@ -5,13 +5,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-struct bpf_wq {
-    unsigned long long __opaque[2];
-} __attribute__((aligned(8)));
-
-extern int bpf_wq_init(struct bpf_wq *wq, void *p__map, unsigned int flags) __weak __ksym;
-extern int bpf_wq_set_callback_impl(struct bpf_wq *wq, int (callback_fn)(void *map, int *key, void *value),
-                                    unsigned int flags__k, void *aux__ign) __weak __ksym;
+#include "qk_wq.h"
 
 struct item {
     struct bpf_wq wq;

@@ -16,14 +16,7 @@
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
-struct bpf_wq {
-    u64 __opaque[2];
-} __attribute__((aligned(8)));
-
-extern int bpf_wq_init(struct bpf_wq *wq, void *p__map, unsigned int flags) __weak __ksym;
-extern int bpf_wq_start(struct bpf_wq *wq, unsigned int flags) __weak __ksym;
-extern int bpf_wq_set_callback_impl(struct bpf_wq *wq, int (callback_fn)(void *map, int *key, void *value),
-                                    unsigned int flags__k, void *aux__ign) __weak __ksym;
+#include "qk_wq.h"
 
 #define PORT 47999
 #define JOBS 1024
