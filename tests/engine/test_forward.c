@@ -365,6 +365,28 @@ static void i6_vocabulary_by_hand(const struct qp_engine *s, int64_t *out)
     free(blk);
 }
 
+/* The four runs of a packed container the tests below compare: resident,
+ * --stream and the host twin of the container made from name's checkpoint
+ * with pack_args, and resident of the container that stores its
+ * expansion (the embedding and q k o gate up of 2 layers). */
+enum { RUN_RES, RUN_STREAM, RUN_EMU, RUN_EXPANDED };
+static void open_packed_runs(const char *name, const char *gen_args, const char *pack_args, struct qp_engine e[4])
+{
+    char ckpt[256], qpk[256], packed[300], expanded[300], file[64];
+    make_model(name, gen_args, "", ckpt, qpk);
+    snprintf(file, sizeof file, "%s-int4.qpk", name);
+    snprintf(packed, sizeof packed, "%s", path_of(file));
+    snprintf(file, sizeof file, "%s-expanded.qpk", name);
+    snprintf(expanded, sizeof expanded, "%s", path_of(file));
+    pack_checkpoint(ckpt, packed, pack_args);
+    ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);
+    check_emu_memory(packed, expanded);
+    open_session(&e[RUN_RES], packed, QPACK_BACKEND_BPF, 64);
+    open_session_mode(&e[RUN_STREAM], packed, QPACK_BACKEND_BPF, 64, true);
+    open_session(&e[RUN_EMU], packed, QPACK_BACKEND_EMU, 64);
+    open_session(&e[RUN_EXPANDED], expanded, QPACK_BACKEND_BPF, 64);
+}
+
 /* The int4 preset's packed tensors (the embedding i6g, the matrices with
  * whole super-blocks i4k) run exactly as the i8g / i4g they expand to:
  * resident (expanded as the maps are filled), --stream (as blocks are
@@ -376,45 +398,37 @@ static void i6_vocabulary_by_hand(const struct qp_engine *s, int64_t *out)
  * same on all three. */
 START_TEST(packed_encodings_run_as_their_expansion)
 {
-    char ckpt[256], qpk[256], packed[300], expanded[300];
-    make_model("packed", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 15", "", ckpt, qpk);
-    snprintf(packed, sizeof packed, "%s", path_of("packed-int4.qpk"));
-    snprintf(expanded, sizeof expanded, "%s", path_of("expanded.qpk"));
-    pack_checkpoint(ckpt, packed, "--quiet --format int4");
-    ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
-    check_emu_memory(packed, expanded);
-    struct qp_engine res, str, emu, exp;
-    open_session(&res, packed, QPACK_BACKEND_BPF, 64);
-    open_session_mode(&str, packed, QPACK_BACKEND_BPF, 64, true);
-    open_session(&emu, packed, QPACK_BACKEND_EMU, 64);
-    open_session(&exp, expanded, QPACK_BACKEND_BPF, 64);
-    ck_assert(res.plan.cfg.lm_i6 && res.plan.cfg.embed_i6 && !exp.plan.cfg.lm_i6);
-    size_t bytes = res.vocab * sizeof(int64_t), act = res.hidden * sizeof(int64_t);
+    struct qp_engine e[4];
+    open_packed_runs("packed", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 15",
+                     "--quiet --format int4", e);
+    struct qp_engine *res = &e[RUN_RES], *str = &e[RUN_STREAM], *emu = &e[RUN_EMU], *exp = &e[RUN_EXPANDED];
+    ck_assert(res->plan.cfg.lm_i6 && res->plan.cfg.embed_i6 && !exp->plan.cfg.lm_i6);
+    size_t bytes = res->vocab * sizeof(int64_t), act = res->hidden * sizeof(int64_t);
     int64_t *by_hand = malloc(bytes);
     ck_assert_ptr_nonnull(by_hand);
     qp_err err = {{0}};
-    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
+    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res->vocab) {
         uint32_t a, b, c, d;
-        ck_assert_msg(qp_engine_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
-        const void *x = res.b->state(res.b, QP_MAP_X);
-        ck_assert_msg(memcmp(x, exp.b->state(exp.b, QP_MAP_X), act) == 0, "resident != expanded at %u", pos);
-        ck_assert_msg(memcmp(x, str.b->state(str.b, QP_MAP_X), act) == 0, "--stream != expanded at %u", pos);
-        ck_assert_msg(memcmp(x, emu.b->state(emu.b, QP_MAP_X), act) == 0, "emu != expanded at %u", pos);
-        i6_vocabulary_by_hand(&res, by_hand);
-        ck_assert_msg(memcmp(res.b->logits, by_hand, bytes) == 0, "i6 lanes != by hand at %u", pos);
-        ck_assert_msg(memcmp(str.b->logits, by_hand, bytes) == 0, "--stream i6 lanes != by hand at %u", pos);
-        ck_assert_msg(memcmp(emu.b->logits, by_hand, bytes) == 0, "emu i6 lanes != by hand at %u", pos);
+        ck_assert_msg(qp_engine_step(res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
+        const void *x = res->b->state(res->b, QP_MAP_X);
+        ck_assert_msg(memcmp(x, exp->b->state(exp->b, QP_MAP_X), act) == 0, "resident != expanded at %u", pos);
+        ck_assert_msg(memcmp(x, str->b->state(str->b, QP_MAP_X), act) == 0, "--stream != expanded at %u", pos);
+        ck_assert_msg(memcmp(x, emu->b->state(emu->b, QP_MAP_X), act) == 0, "emu != expanded at %u", pos);
+        i6_vocabulary_by_hand(res, by_hand);
+        ck_assert_msg(memcmp(res->b->logits, by_hand, bytes) == 0, "i6 lanes != by hand at %u", pos);
+        ck_assert_msg(memcmp(str->b->logits, by_hand, bytes) == 0, "--stream i6 lanes != by hand at %u", pos);
+        ck_assert_msg(memcmp(emu->b->logits, by_hand, bytes) == 0, "emu i6 lanes != by hand at %u", pos);
         ck_assert_uint_eq(a, b);
         ck_assert_uint_eq(a, c);
     }
     free(by_hand);
-    qp_engine_close(&res);
-    qp_engine_close(&str);
-    qp_engine_close(&emu);
-    qp_engine_close(&exp);
+    qp_engine_close(res);
+    qp_engine_close(str);
+    qp_engine_close(emu);
+    qp_engine_close(exp);
 }
 END_TEST
 
@@ -423,36 +437,28 @@ END_TEST
  * logits of the container that stores the expansion, bit for bit. */
 START_TEST(i7g_embedding_runs_as_its_expansion)
 {
-    char ckpt[256], qpk[256], packed[300], expanded[300];
-    make_model("i7", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 16", "", ckpt, qpk);
-    snprintf(packed, sizeof packed, "%s", path_of("i7-int4.qpk"));
-    snprintf(expanded, sizeof expanded, "%s", path_of("i7-expanded.qpk"));
-    pack_checkpoint(ckpt, packed, "--quiet --format int4 --keep 'model.embed_tokens.weight=int7'");
-    ck_assert_uint_eq(write_expanded(packed, expanded), 1 + 2 * 5);  /* embedding; q k o gate up of 2 layers */
-    check_emu_memory(packed, expanded);
-    struct qp_engine res, str, emu, exp;
-    open_session(&res, packed, QPACK_BACKEND_BPF, 64);
-    open_session_mode(&str, packed, QPACK_BACKEND_BPF, 64, true);
-    open_session(&emu, packed, QPACK_BACKEND_EMU, 64);
-    open_session(&exp, expanded, QPACK_BACKEND_BPF, 64);
-    ck_assert(!res.plan.cfg.lm_i6 && !res.plan.cfg.embed_i6);
-    size_t bytes = res.vocab * sizeof(int64_t);
+    struct qp_engine e[4];
+    open_packed_runs("i7", "--preset tiny --hidden 256 --intermediate 512 --head-dim 32 --seed 16",
+                     "--quiet --format int4 --keep 'model.embed_tokens.weight=int7'", e);
+    struct qp_engine *res = &e[RUN_RES], *str = &e[RUN_STREAM], *emu = &e[RUN_EMU], *exp = &e[RUN_EXPANDED];
+    ck_assert(!res->plan.cfg.lm_i6 && !res->plan.cfg.embed_i6);
+    size_t bytes = res->vocab * sizeof(int64_t);
     qp_err err = {{0}};
-    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res.vocab) {
+    for (uint32_t pos = 0, tok = 5; pos < 24; pos++, tok = (tok * 1103515245u + 12345u) % res->vocab) {
         uint32_t a, b, c, d;
-        ck_assert_msg(qp_engine_step(&res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
-        ck_assert_msg(qp_engine_step(&exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
-        ck_assert_msg(memcmp(res.b->logits, exp.b->logits, bytes) == 0, "resident != expanded at %u", pos);
-        ck_assert_msg(memcmp(str.b->logits, exp.b->logits, bytes) == 0, "--stream != expanded at %u", pos);
-        ck_assert_msg(memcmp(emu.b->logits, exp.b->logits, bytes) == 0, "emu != expanded at %u", pos);
+        ck_assert_msg(qp_engine_step(res, tok, pos, true, &a, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(str, tok, pos, true, &b, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(emu, tok, pos, true, &c, &err) == 0, "%s", err.msg);
+        ck_assert_msg(qp_engine_step(exp, tok, pos, true, &d, &err) == 0, "%s", err.msg);
+        ck_assert_msg(memcmp(res->b->logits, exp->b->logits, bytes) == 0, "resident != expanded at %u", pos);
+        ck_assert_msg(memcmp(str->b->logits, exp->b->logits, bytes) == 0, "--stream != expanded at %u", pos);
+        ck_assert_msg(memcmp(emu->b->logits, exp->b->logits, bytes) == 0, "emu != expanded at %u", pos);
         ck_assert(a == b && a == c && a == d);
     }
-    qp_engine_close(&res);
-    qp_engine_close(&str);
-    qp_engine_close(&emu);
-    qp_engine_close(&exp);
+    qp_engine_close(res);
+    qp_engine_close(str);
+    qp_engine_close(emu);
+    qp_engine_close(exp);
 }
 END_TEST
 
