@@ -34,10 +34,17 @@ fi
 # start_server NAME ARGS...: qrun serve -m M on a free port, in the
 # background; sets PID and URL once it listens (stderr in $T/NAME.err)
 start_server() {
+    local name=$1
+    shift
+    serve_on_free_port "$name" -m "$M" "$@"
+}
+
+# serve_on_free_port NAME ARGS...: qrun serve ARGS on a free port, as start_server does
+serve_on_free_port() {
     local name=$1 port= i
     shift
     rm -f "$T/$name.err"   # not an earlier server's line
-    "$QRUN" serve -m "$M" --port 0 "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    "$QRUN" serve --port 0 "$@" >"$T/$name.out" 2>"$T/$name.err" &
     PID=$!
     for i in $(seq 600); do
         port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/$name.err" 2>/dev/null)
@@ -1408,20 +1415,11 @@ models)
         done
     done
     cmp -s "$T/want.alpha.text.0" "$T/want.beta.text.0" && fail "the two models answer alike: the test could not tell them apart"
-    # start_models NAME ARGS...: qrun serve ARGS on a free port, as start_server
+    # start_models NAME ARGS...: qrun serve ARGS on emu on a free port
     start_models() {
-        local name=$1 port= i
+        local name=$1
         shift
-        "$QRUN" serve --port 0 --backend emu "$@" >"$T/$name.out" 2>"$T/$name.err" &
-        PID=$!
-        for i in $(seq 600); do
-            port=$(sed -n 's|.* on http://[^ ]*:\([0-9]*\)/ with .*|\1|p' "$T/$name.err" 2>/dev/null)
-            [ -n "$port" ] && break
-            kill -0 $PID 2>/dev/null || fail "$name: the server exited: $(cat "$T/$name.err")"
-            sleep 0.1
-        done
-        [ -n "$port" ] || fail "$name: the server did not listen within 60 s"
-        URL=http://127.0.0.1:$port SERVER=$name
+        serve_on_free_port "$name" --backend emu "$@"
     }
     start_models dir --models-dir "$T/dir" --max-loaded 1 --parallel 2 --quiet
     grep -q '2 models, at most 1 loaded at once (alpha, beta)' "$T/dir.err" || fail "the start line: $(cat "$T/dir.err")"
