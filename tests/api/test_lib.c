@@ -55,6 +55,14 @@ static void make_model(void)
     pack_checkpoint("stress", "stress-int4-pure.qpk", "--quiet --format int4-pure");
 }
 
+static qpack_model *open_with(const char *path, const qpack_model_params *p)
+{
+    qpack_model *m;
+    qpack_error e;
+    ck_assert_msg(qpack_model_open(&m, path, p, &e) == QPACK_OK, "%s: %s", path, e.message);
+    return m;
+}
+
 static qpack_model *open_model_at(const char *path, qpack_backend backend, uint32_t ctx, uint32_t sessions,
                                   bool stream)
 {
@@ -63,10 +71,7 @@ static qpack_model *open_model_at(const char *path, qpack_backend backend, uint3
     p.ctx = ctx;
     p.max_sessions = sessions;
     p.stream = stream;
-    qpack_model *m;
-    qpack_error e;
-    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
-    return m;
+    return open_with(path, &p);
 }
 
 static qpack_model *open_model(qpack_backend backend, uint32_t ctx, uint32_t sessions)
@@ -940,10 +945,7 @@ static qpack_model *open_scheduled(const char *path, qpack_schedule schedule, ui
     p.ctx = ctx;
     p.max_sessions = sessions;
     p.schedule = schedule;
-    qpack_model *m;
-    qpack_error e;
-    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
-    return m;
+    return open_with(path, &p);
 }
 
 /* Batch steps of several sessions run as kernel chains give, step by step,
@@ -1079,9 +1081,8 @@ static void budget_run(const char *path, qpack_backend backend, uint32_t call_us
     p.backend = backend;
     p.ctx = 128;
     p.call_us = call_us;
-    qpack_model *m;
+    qpack_model *m = open_with(path, &p);
     qpack_error e;
-    ck_assert_msg(qpack_model_open(&m, path, &p, &e) == QPACK_OK, "%s: %s", path, e.message);
     uint32_t vocab = qpack_model_get_info(m)->vocab;
     qpack_session *s = new_session(m);
     int32_t prompt[40];
