@@ -21,13 +21,15 @@
 
 #define QPK_MAGIC            "QPACK\r\n\x1a"   /* 8 bytes; catches text-mode mangling */
 #define QPK_VERSION_MAJOR    1
-#define QPK_VERSION_MINOR    5                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
-                                                  1.3: pooling; 1.4: task; 1.5: the packed encoding i7g */
+#define QPK_VERSION_MINOR    6                 /* 1.1: the packed encodings i6g, i4k; 1.2: generation_config;
+                                                  1.3: pooling; 1.4: task; 1.5: the packed encoding i7g;
+                                                  1.6: tensors QPK_DATA_ALIGN-aligned, not page-aligned */
 #define QPK_HEADER_SIZE      128
 #define QPK_SECTION_SIZE     64
 #define QPK_TENSOR_SIZE      128
 #define QPK_NAME_MAX         64                /* bytes of a tensor name, NUL included */
-#define QPK_DATA_ALIGN       4096              /* tensor data alignment: one page */
+#define QPK_DATA_ALIGN       64                /* tensor data alignment: a cache line */
+#define QPK_DATA_ALIGN_1_5   4096              /* files before 1.6: a page */
 #define QPK_CONFIG_SIZE      128
 #define QPK_MAX_SECTIONS     16
 #define QPK_MAX_TENSORS      (1u << 16)
@@ -233,7 +235,7 @@ struct qpk_tensor {
     uint32_t group_size;      /* 0: no groups */
     uint32_t rows_per_block;  /* rows interleaved per block: 4 for Q24, I8G, I4G; 1 for I32S */
     uint64_t row_stride;      /* bytes from one row block to the next */
-    uint64_t offset;          /* absolute, QPK_DATA_ALIGN-aligned */
+    uint64_t offset;          /* absolute, qpk_data_align()-aligned */
     uint64_t nbytes;          /* = (rows / rows_per_block) * row_stride */
     uint64_t xxh3;            /* XXH3-64 of the nbytes at offset */
     const uint8_t *data;      /* reader: points into the mapped file */

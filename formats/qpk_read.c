@@ -31,6 +31,14 @@ static bool range_inside(uint64_t offset, uint64_t size, uint64_t file_size)
     return offset <= file_size && size <= file_size - offset;
 }
 
+/* Tensor data alignment: a page before 1.6, then a cache line (the bytes are
+ * copied into BPF maps, never mapped in place, so a page bought nothing but
+ * ~2 KB of padding per tensor). */
+static uint64_t data_align(const struct qpk_file *f)
+{
+    return f->version_minor < 6 ? QPK_DATA_ALIGN_1_5 : QPK_DATA_ALIGN;
+}
+
 static int check_header(struct qpk_file *f, const char *name, qp_err *err)
 {
     const uint8_t *h = f->map;
@@ -77,9 +85,13 @@ static int check_header(struct qpk_file *f, const char *name, qp_err *err)
                        f->dir_offset, f->dir_size);
     if (XXH3_64bits(f->map + f->dir_offset, f->dir_size) != f->dir_xxh3)
         return qp_fail(err, "%s: directory checksum mismatch (directory corrupted)", name);
-    if (f->data_offset % QPK_DATA_ALIGN || !range_inside(f->data_offset, f->data_size, f->size))
-        return qp_fail(err, "%s: tensor data region [%" PRIu64 ", +%" PRIu64 ") is misaligned or outside the file",
-                       name, f->data_offset, f->data_size);
+    if (f->data_offset % data_align(f))
+        return qp_fail(err, "%s: tensor data region starts at %" PRIu64 ", not %" PRIu64
+                       "-aligned (container format %u.%u)", name, f->data_offset, data_align(f),
+                       f->version_major, f->version_minor);
+    if (!range_inside(f->data_offset, f->data_size, f->size))
+        return qp_fail(err, "%s: tensor data region [%" PRIu64 ", +%" PRIu64 ") lies outside the file", name,
+                       f->data_offset, f->data_size);
     return 0;
 }
 
@@ -289,9 +301,9 @@ static int parse_tensor(struct qpk_file *f, uint32_t i, const char *name, qp_err
     if (t->nbytes != want)
         return qp_fail(err, "%s: tensor %s: %" PRIu64 " bytes, its shape needs %" PRIu64, name, t->name,
                        t->nbytes, want);
-    if (t->offset % QPK_DATA_ALIGN)
-        return qp_fail(err, "%s: tensor %s: offset %" PRIu64 " is not %d-aligned", name, t->name, t->offset,
-                       QPK_DATA_ALIGN);
+    if (t->offset % data_align(f))
+        return qp_fail(err, "%s: tensor %s: offset %" PRIu64 " is not %" PRIu64 "-aligned (container format %u.%u)",
+                       name, t->name, t->offset, data_align(f), f->version_major, f->version_minor);
     if (t->offset < f->data_offset || !range_inside(t->offset - f->data_offset, t->nbytes, f->data_size))
         return qp_fail(err, "%s: tensor %s [%" PRIu64 ", +%" PRIu64 ") lies outside the data region", name,
                        t->name, t->offset, t->nbytes);

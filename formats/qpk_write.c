@@ -139,7 +139,7 @@ static int add_section(struct qpk_writer *w, unsigned kind, const void *data, si
     return rc;
 }
 
-/* Assigns every tensor its 4096-aligned offset after the leading sections. */
+/* Assigns every tensor its QPK_DATA_ALIGN-aligned offset after the leading sections. */
 static int plan_tensors(struct qpk_writer *w, const struct qpk_tensor *tensors, uint32_t n, qp_err *err)
 {
     w->tensors = calloc(n, sizeof *w->tensors);

@@ -78,6 +78,8 @@ cp "$tmp/mini.qpk" "$corpus/fuzz_qpk/mini_untied.qpk"
 head -c 128 "$tmp/mini.qpk" > "$corpus/fuzz_qpk/header_only.qpk"
 head -c 4096 "$tmp/mini.qpk" > "$corpus/fuzz_qpk/truncated_4k.qpk"
 printf 'QPACK\r\n\032' > "$corpus/fuzz_qpk/magic_only.qpk"
+# a file of format 1.0: tensors on page boundaries, as before 1.6
+cp "$root/tests/data/format-1.0-int4.qpk" "$corpus/fuzz_qpk/format_1_0_int4.qpk"
 
 # ---- config.json -------------------------------------------------------------
 cf=$corpus/fuzz_config

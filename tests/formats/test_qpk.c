@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
@@ -494,7 +495,58 @@ START_TEST(open_buffer_rejects_unaligned_offset)
     uint8_t *e = tensor_entry(p, 2);
     put64(e + 96, le64(e + 96) + 8);
     fix_checksums(p);
-    expect_open_error(p, "is not 4096-aligned");
+    char want[160];
+    snprintf(want, sizeof want, "tensor %s: offset %" PRIu64 " is not 64-aligned (container format 1.%d)",
+             (const char *)e, le64(e + 96), QPK_VERSION_MINOR);
+    expect_open_error(p, want);
+    free(p);
+}
+END_TEST
+
+/* The writer packs tensors at 64-byte boundaries: the next tensor starts
+ * within 64 bytes of where one ends. */
+START_TEST(writer_aligns_tensors_to_a_cache_line)
+{
+    uint32_t n = le32(image + 44);
+    for (uint32_t i = 0; i < n; i++) {
+        uint8_t *e = tensor_entry(image, i);
+        uint64_t off = le64(e + 96), end = off + le64(e + 104), next = UINT64_MAX;
+        ck_assert_msg(off % 64 == 0, "%s at %" PRIu64, (const char *)e, off);
+        for (uint32_t j = 0; j < n; j++)
+            if (le64(tensor_entry(image, j) + 96) >= end && le64(tensor_entry(image, j) + 96) < next)
+                next = le64(tensor_entry(image, j) + 96);
+        ck_assert_msg(next == UINT64_MAX || next - end < 64, "%s: %" PRIu64 " bytes of padding after it",
+                      (const char *)e, next - end);
+    }
+    ck_assert_uint_eq(le64(image + 56) % 64, 0);
+    ck_assert_uint_eq(le16(image + 10), 6);
+}
+END_TEST
+
+/* Before 1.6 tensors lay on page boundaries: a 1.6 file relabelled 1.5 is
+ * refused with the first tensor that is not on one. */
+START_TEST(open_buffer_rejects_cache_line_offsets_before_1_6)
+{
+    uint8_t *p = patched();
+    put16(p + 10, 5);
+    fix_header_checksum(p);
+    uint64_t data = le64(p + 56), page = data / 4096 * 4096;
+    if (data != page)
+        expect_open_error(p, "tensor data region starts at");
+    /* with the data region widened to a page boundary, the tensor is named */
+    put64(p + 56, page);
+    put64(p + 64, le64(p + 64) + (data - page));
+    fix_header_checksum(p);
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < le32(p + 44); i++)
+        if (le64(tensor_entry(p, i) + 96) < le64(tensor_entry(p, first) + 96))
+            first = i;
+    uint8_t *e = tensor_entry(p, first);
+    ck_assert_uint_ne(le64(e + 96) % 4096, 0);
+    char want[160];
+    snprintf(want, sizeof want, "tensor %s: offset %" PRIu64 " is not 4096-aligned (container format 1.5)",
+             (const char *)e, le64(e + 96));
+    expect_open_error(p, want);
     free(p);
 }
 END_TEST
@@ -553,20 +605,24 @@ START_TEST(open_buffer_rejects_newer_major_version)
 }
 END_TEST
 
-/* files of every earlier minor version open as they are */
+/* files of every earlier minor version open as they are: a committed 1.0
+ * file (tensors on page boundaries) labelled with each */
 START_TEST(open_buffer_reads_older_minor_versions)
 {
+    size_t len;
+    uint8_t *old = (uint8_t *)slurp(QP_SOURCE_DIR "/tests/data/format-1.0-int4.qpk", &len);
+    ck_assert_uint_eq(le16(old + 10), 0);
     for (uint16_t minor = 0; minor < QPK_VERSION_MINOR; minor++) {
-        uint8_t *p = patched();
-        put16(p + 10, minor);
-        fix_header_checksum(p);
+        put16(old + 10, minor);
+        fix_header_checksum(old);
         struct qpk_file f;
         qp_err err = {{0}};
-        ck_assert_msg(qpk_open_buffer(&f, p, image_len, "img.qpk", 0, &err) == 0, "1.%u: %s", minor, err.msg);
+        ck_assert_msg(qpk_open_buffer(&f, old, len, "old.qpk", QPK_VERIFY, &err) == 0, "1.%u: %s", minor, err.msg);
         ck_assert_uint_eq(f.version_minor, minor);
+        ck_assert_uint_eq(f.tensors[1].offset % 4096, 0);
         qpk_close(&f);
-        free(p);
     }
+    free(old);
 }
 END_TEST
 
@@ -884,6 +940,8 @@ static Suite *suite(void)
     tcase_add_test(tc, open_buffer_rejects_unknown_encoding);
     tcase_add_test(tc, open_buffer_rejects_shape_mismatch);
     tcase_add_test(tc, open_buffer_rejects_unaligned_offset);
+    tcase_add_test(tc, writer_aligns_tensors_to_a_cache_line);
+    tcase_add_test(tc, open_buffer_rejects_cache_line_offsets_before_1_6);
     tcase_add_test(tc, open_buffer_rejects_tensor_outside_data_region);
     tcase_add_test(tc, open_buffer_rejects_overlapping_tensors);
     tcase_add_test(tc, open_buffer_rejects_unknown_section_kind);
