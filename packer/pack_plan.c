@@ -218,19 +218,47 @@ static int settle_quantised(struct packer *p, struct planned *pl, qp_err *err)
     return 0;
 }
 
+/* llama.cpp's use_more_bits: the layers whose attn_v and ffn_down Q4_K_M
+ * keeps at 6 bits (the first and last eighth, every third between). */
+static bool q4_k_m_more_bits(unsigned layer, unsigned n_layers)
+{
+    unsigned eighth = n_layers / 8;
+    return layer < eighth || layer >= 7 * n_layers / 8 || (layer - eighth) % 3 == 2;
+}
+
+/* The bytes llama.cpp's Q4_K_M gives a tied model's matrices: Q6_K (210
+ * bytes per 256 weights) for the embedding, which is the vocabulary
+ * projection, and for v_proj and down_proj where use_more_bits says so,
+ * Q4_K (144 bytes per 256) for the rest. */
+static uint64_t q4_k_m_bytes(const struct packer *p)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < p->n_plan; i++) {
+        const struct qpk_tensor *t = &p->plan[i].t;
+        if (t->encoding == QPK_ENC_I32S)
+            continue;
+        bool six = t->role == QPK_ROLE_EMBED ||
+                   ((t->role == QPK_ROLE_V || t->role == QPK_ROLE_DOWN) && q4_k_m_more_bits(t->layer, p->cfg.n_layers));
+        bytes += (uint64_t)t->rows * t->cols * (six ? 210 : 144) / 256;
+    }
+    return bytes;
+}
+
 /* The int4 preset's embedding: i6g, or i7g where it holds most of the
- * matrices' weights (a tied model with a vocabulary large for its layers).
- * There its error is the largest share of the logits' error and its
- * seventh bit halves it, for less than one bit per weight over the whole
- * model; Qwen3's own models (the embedding a quarter of 0.6B's weights,
- * less above) keep i6g and its faster vocabulary projection. A --keep rule
- * for the embedding decides alone. */
+ * matrices' weights (a tied model with a vocabulary large for its layers)
+ * or where the matrices stay within the bytes Q4_K_M gives them with it
+ * (a small model, whose few layers get none of the preset's int8
+ * down_proj). There the embedding carries the largest logit errors and
+ * its seventh bit halves them; Qwen3's own models (0.6B: the embedding a
+ * quarter of the weights, with seven bits the matrices 22 MB over Q4_K_M's)
+ * keep i6g and its faster vocabulary projection. A --keep rule for the
+ * embedding decides alone. */
 static void settle_int4_embedding(struct packer *p)
 {
     if (p->opt.prec.format != PACK_INT4 || p->by_source_type)
         return;
     struct planned *embed = NULL;
-    uint64_t all = 0;
+    uint64_t weights = 0, bytes = 0;
     for (uint32_t i = 0; i < p->n_plan; i++) {
         struct planned *pl = &p->plan[i];
         if (pl->t.encoding == QPK_ENC_I32S)
@@ -239,13 +267,18 @@ static void settle_int4_embedding(struct packer *p)
             return;
         if (pl->t.role == QPK_ROLE_EMBED)
             embed = pl;
-        all += (uint64_t)pl->t.rows * pl->t.cols;
+        weights += (uint64_t)pl->t.rows * pl->t.cols;
+        bytes += (uint64_t)(pl->t.rows / pl->t.rows_per_block) * pl->t.row_stride;
     }
-    if (!embed || embed->t.encoding != QPK_ENC_I6G || precision_kept(&p->opt.prec, embed->t.name) ||
-        2 * (uint64_t)embed->t.rows * embed->t.cols <= all)
+    if (!embed || embed->t.encoding != QPK_ENC_I6G || precision_kept(&p->opt.prec, embed->t.name))
+        return;
+    uint64_t blocks = embed->t.rows / embed->t.rows_per_block;
+    uint64_t stride = qpk_block_bytes(QPK_ENC_I7G, embed->t.cols, embed->t.group_size);
+    bool most = 2 * (uint64_t)embed->t.rows * embed->t.cols > weights;
+    if (!most && bytes + blocks * (stride - embed->t.row_stride) > q4_k_m_bytes(p))
         return;
     embed->t.encoding = QPK_ENC_I7G;
-    embed->t.row_stride = qpk_block_bytes(QPK_ENC_I7G, embed->t.cols, embed->t.group_size);
+    embed->t.row_stride = stride;
 }
 
 /* After planning: every --keep rule matched, and every quantised matrix

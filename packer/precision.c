@@ -5,7 +5,8 @@
  * attn_v and ffn_down in the first and last eighth of the layers and every
  * third layer between). Here: the embedding (the vocabulary projection of
  * a tied model) is i6g, 6-bit codes in groups of 64 (6.25 bits), or i7g
- * where it holds most of the weights (pack_plan.c); every
+ * where it holds most of the weights or its seventh bit fits within
+ * Q4_K_M's bytes (pack_plan.c); every
  * v_proj, and down_proj of the first and last eighth of the layers, are
  * i8g with groups of 64, as is a separate lm_head (untied models);
  * everything else int4 with --group, as i4k (parameters in super-blocks,

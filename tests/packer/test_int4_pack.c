@@ -393,7 +393,8 @@ static void check_packed_against_quantiser(struct st_model *m, const struct qpk_
 
 START_TEST(int4_preset_packed_matrices_match_quantiser)
 {
-    qp_test_model("ck", WIDER " --seed 76", "--format int4");
+    /* the embedding i6g: the preset's seventh bit would fit this shape */
+    qp_test_model("ck", WIDER " --seed 76", "--format int4 --keep 'model.embed_tokens.weight=int6'");
     qp_err err = {{0}};
     struct st_model m;
     ck_assert_msg(st_open_dir(&m, path_of("ck"), &err) == 0, "%s", err.msg);
@@ -421,14 +422,14 @@ START_TEST(int4_preset_packed_matrices_match_quantiser)
 END_TEST
 
 /* --keep ...=int7: the embedding i7g, its codes and parameters those of
- * qnt_i7_row, its bytes 7.25 bits per weight; against the preset's i6g
- * embedding of the same checkpoint about half the RMS error (the step of
+ * qnt_i7_row, its bytes 7.25 bits per weight; against an i6g embedding
+ * (--keep ...=int6) of the same checkpoint about half the RMS error (the step of
  * 63 codes instead of 31); the summary and provenance name i7g. */
 START_TEST(keep_int7_embedding_matches_quantiser_with_half_i6g_error)
 {
     make_dir();
     gen("ck", WIDER " --seed 77");
-    pack_checkpoint("ck", "i6.qpk", "--format int4 --quiet");
+    pack_checkpoint("ck", "i6.qpk", "--format int4 --quiet --keep 'model.embed_tokens.weight=int6'");
     pack_checkpoint("ck", "i7.qpk", "--format int4 --keep 'model.embed_tokens.weight=int7'");
     assert_out_has("qpack: matrices: 10 i4k + 2 i4g (groups of 32), 1 i7g + 2 i8g (groups of 64)\n");
     qp_err err = {{0}};
@@ -672,25 +673,44 @@ START_TEST(int4_preset_keeps_lm_head_v_and_outer_down_int8_g64)
 }
 END_TEST
 
+/* llama.cpp's use_more_bits (llama-quant.cpp): the layers whose attn_v
+ * and ffn_down its Q4_K_M stores as Q6_K. */
+static bool llama_more_bits(unsigned layer, unsigned n_layers)
+{
+    return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
 /* The embedding of a tied model is i7g where it holds more than half of
- * the matrices' weights (as the tensors' shapes say), else i6g; an untied
- * model's and one a --keep rule names keep theirs. Both outcomes occur. */
-static unsigned embedding_encoding(const char *ck, const char *args)
+ * the matrices' weights, or where with it the matrices take no more bytes
+ * than llama.cpp's Q4_K_M gives them (Q6_K, 210 bytes per 256 weights, for
+ * the embedding and the use_more_bits v_proj and down_proj, Q4_K, 144, for
+ * the rest), as the tensors' shapes say; else i6g. An untied model's and
+ * one a --keep rule names keep theirs. Returns the encoding and whether
+ * i7g fits that budget. */
+static unsigned embedding_encoding(const char *ck, const char *args, bool *fits)
 {
     pack_checkpoint(ck, "out.qpk", args);
     struct qpk_file f = open_qpk("out.qpk");
-    uint64_t all = 0, embed = 0;
+    uint64_t all = 0, embed = 0, bytes = 0, q4_k_m = 0;
     bool tied = qpk_tensor_of(&f, QPK_ROLE_LM_HEAD, QPK_NO_LAYER) == NULL;
     for (uint32_t i = 0; i < f.n_tensors; i++) {
-        const struct qpk_tensor *t = &f.tensors[i];
-        if (qpk_role_is_norm(t->role))
+        struct qpk_tensor t = f.tensors[i];
+        if (qpk_role_is_norm(t.role))
             continue;
-        all += (uint64_t)t->rows * t->cols;
-        embed += t->role == QPK_ROLE_EMBED ? (uint64_t)t->rows * t->cols : 0;
+        uint64_t n = (uint64_t)t.rows * t.cols;
+        all += n;
+        embed += t.role == QPK_ROLE_EMBED ? n : 0;
+        if (t.role == QPK_ROLE_EMBED)
+            t.encoding = QPK_ENC_I7G;
+        bytes += expected_nbytes(&t);
+        bool six = t.role == QPK_ROLE_EMBED || ((t.role == QPK_ROLE_V || t.role == QPK_ROLE_DOWN) &&
+                                                llama_more_bits(t.layer, f.cfg.n_layers));
+        q4_k_m += n * (six ? 210 : 144) / 256;
     }
+    *fits = bytes <= q4_k_m;
     unsigned enc = encoding_of(&f, QPK_ROLE_EMBED, QPK_NO_LAYER);
     bool keep = strstr(args, "--keep") != NULL;
-    ck_assert_uint_eq(enc, tied && !keep && 2 * embed > all ? QPK_ENC_I7G : QPK_ENC_I6G);
+    ck_assert_uint_eq(enc, tied && !keep && (2 * embed > all || *fits) ? QPK_ENC_I7G : QPK_ENC_I6G);
     qpk_close(&f);
     return enc;
 }
@@ -701,12 +721,20 @@ START_TEST(int4_preset_gives_a_large_vocabulary_seven_bits)
     gen("small", WIDE " --layers 2 --vocab 1024 --seed 84");
     gen("large", WIDE " --layers 2 --vocab 4096 --seed 84");
     gen("untied", WIDE " --layers 2 --vocab 4096 --seed 84 --untied");
-    ck_assert_uint_eq(embedding_encoding("small", "--format int4"), QPK_ENC_I6G);
-    ck_assert_uint_eq(embedding_encoding("large", "--format int4"), QPK_ENC_I7G);
+    /* tiny-learned's shape: a seventh bit for its 14 % embedding fits */
+    gen("budget", "--preset tiny --hidden 256 --intermediate 768 --layers 4 --heads 4 --kv-heads 2 --head-dim 64 "
+                  "--vocab 2048 --seed 84");
+    bool fits;
+    ck_assert_uint_eq(embedding_encoding("small", "--format int4", &fits), QPK_ENC_I6G);
+    ck_assert(!fits);
+    ck_assert_uint_eq(embedding_encoding("large", "--format int4", &fits), QPK_ENC_I7G);
+    ck_assert(!fits);
     assert_out_has("1 i7g + ");
-    ck_assert_uint_eq(embedding_encoding("large", "--format int4 --keep model.embed_tokens.weight=int6"),
+    ck_assert_uint_eq(embedding_encoding("large", "--format int4 --keep model.embed_tokens.weight=int6", &fits),
                       QPK_ENC_I6G);
-    ck_assert_uint_eq(embedding_encoding("untied", "--format int4"), QPK_ENC_I6G);
+    ck_assert_uint_eq(embedding_encoding("untied", "--format int4", &fits), QPK_ENC_I6G);
+    ck_assert_uint_eq(embedding_encoding("budget", "--format int4", &fits), QPK_ENC_I7G);
+    ck_assert(fits);
     remove_dir();
 }
 END_TEST
@@ -1082,7 +1110,7 @@ END_TEST
  * tensor's bytes are read as the encoding it names */
 START_TEST(reader_checks_packed_encodings)
 {
-    qp_test_model("ck", WIDER " --seed 103", "--format int4");
+    qp_test_model("ck", WIDER " --seed 103", "--format int4 --keep 'model.embed_tokens.weight=int6'");
     rewrite("ck.qpk", "same.qpk", keep_all);
     struct qpk_file f = open_qpk("same.qpk");
     qpk_close(&f);

@@ -25,5 +25,5 @@ add_test(NAME vs_llamacpp_16k
                  $<TARGET_FILE:qrun> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned-16k)
 add_test(NAME vs_llamacpp
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/test_vs_llamacpp.sh $<TARGET_FILE:qpack> $<TARGET_FILE:qeval>
-                 $<TARGET_FILE:qrun> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned no-max)
+                 $<TARGET_FILE:qrun> ${CMAKE_SOURCE_DIR}/tests/data/tiny-learned)
 set_tests_properties(vs_llamacpp_16k vs_llamacpp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "qeval;qpack")
