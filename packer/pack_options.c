@@ -49,7 +49,7 @@ static void usage_pack(FILE *out)
                  "             (i4g, 0.37 GB).\n"
                  "             Norm scales stay exact\n"
                  "  --group N  group size of the int8 (int8) or int4 (int4, int4-pure) matrices:\n"
-                 "             32 (default), 64 or 128\n"
+                 "             32, 64 or 128 (default: 64 for int8, 32 for int4)\n"
                  "  --quant    quantiser: search (default: per group, the parameters with the\n"
                  "             least reconstruction error), rtn (the naive baseline: absmax\n"
                  "             round-to-nearest, symmetric, for int8 and int4) or minmax\n"
@@ -125,6 +125,8 @@ static int check_quant_args(struct pack_opts *o, const char *group, const char *
     }
     if (group)
         o->group = (uint32_t)atoi(group);
+    else if (f == PACK_INT8)
+        o->group = PRECISION_INT8_GROUP;
     if (quant && strcmp(quant, "search") && strcmp(quant, "rtn") && strcmp(quant, "minmax")) {
         fprintf(stderr, "qpack pack: --quant must be search, rtn or minmax, not '%s'\n", quant);
         return -1;

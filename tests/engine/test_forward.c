@@ -187,7 +187,7 @@ START_TEST(quantised_containers_run_exactly_and_follow_reference)
 {
     static const struct quant_case cases[] = {
         {"--format int8", 98, 0.05},
-        {"--format int8 --group 64 --quant rtn", 98, 0.05},
+        {"--format int8 --group 32 --quant rtn", 98, 0.05},
         {"--format int4", 97, 0.2},
         {"--format int4-pure", 97, 0.3},
         {"--format int4-pure --group 64 --quant rtn", 95, 0.4},

@@ -144,7 +144,8 @@ static uint8_t *i8g_code(const struct image *im, const char *name, uint32_t row,
 
 START_TEST(i8g_scales_outside_2_pow_20_are_refused)
 {
-    pack_checkpoint("ck", "int8.qpk", "--quiet --format int8");
+    /* groups of 32: a 64-column q_proj has a second group */
+    pack_checkpoint("ck", "int8.qpk", "--quiet --format int8 --group 32");
     const int64_t forged[] = {(1 << 20) + 1, 1 << 24, INT32_MAX, INT32_MIN, -(1 << 20) - 1};
     const char *t = "model.layers.1.self_attn.q_proj.weight";
     for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {

@@ -754,6 +754,30 @@ START_TEST(int4_preset_on_narrow_model_halves_int8_group)
 }
 END_TEST
 
+/* --format int8 stores a scale per 64 columns unless --group says
+ * otherwise: 8.5 bits per weight, Q8_0's. */
+START_TEST(int8_default_group_is_64)
+{
+    make_dir();
+    gen("ck", WIDE " --seed 85");
+    static const struct {
+        const char *args;
+        uint32_t group;
+    } packs[] = {{"--format int8", 64}, {"--format int8 --group 32", 32}, {"--format int8 --group 128", 128}};
+    for (size_t k = 0; k < sizeof packs / sizeof *packs; k++) {
+        pack_checkpoint("ck", "out.qpk", packs[k].args);
+        struct qpk_file f = open_qpk("out.qpk");
+        for (uint32_t i = 0; i < f.n_tensors; i++)
+            if (!qpk_role_is_norm(f.tensors[i].role)) {
+                ck_assert_uint_eq(f.tensors[i].encoding, QPK_ENC_I8G);
+                ck_assert_uint_eq(f.tensors[i].group_size, packs[k].group);
+            }
+        qpk_close(&f);
+    }
+    remove_dir();
+}
+END_TEST
+
 START_TEST(file_bits_per_weight_is_the_sum_over_tensors)
 {
     static const char *const packs[] = {"--format int4-pure --group 64", "--format int4 --group 128",
@@ -1240,6 +1264,7 @@ static Suite *suite(void)
     tcase_add_test(tc, int4_preset_keeps_lm_head_v_and_outer_down_int8_g64);
     tcase_add_test(tc, int4_preset_on_narrow_model_halves_int8_group);
     tcase_add_test(tc, int4_preset_gives_a_large_vocabulary_seven_bits);
+    tcase_add_test(tc, int8_default_group_is_64);
     tcase_add_test(tc, file_bits_per_weight_is_the_sum_over_tensors);
     suite_add_tcase(s, tc);
 
