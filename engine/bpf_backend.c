@@ -27,6 +27,15 @@
 
 #define ETH_HLEN 14   /* socket-filter test runs drop this much of data_in */
 
+/* What the kernel schedule runs on, besides the kernels' maps and
+ * programs, pinned with a model loaded for it: the work items' map keeps
+ * a user reference through its pin (without one the kernel cancels its
+ * items), and each item keeps the program that set its callback. */
+enum qp_sched_object { QP_SCHED_WQ, QP_SCHED_JOBS, QP_SCHED_CHAIN, QP_SCHED_DONE, QP_SCHED_LANE_START,
+                       QP_SCHED_OBJECTS };
+static const char *const sched_pins[QP_SCHED_OBJECTS] = {"map_wq", "map_jobs", "map_chain", "map_chain_done",
+                                                          "prog_lane_start"};
+
 struct bpfb {
     struct qp_backend b;
     struct qwen3 *skel;                 /* NULL when attached to pinned objects */
@@ -40,8 +49,10 @@ struct bpfb {
     struct qk_job *jobs;                /* map m_jobs, mapped */
     struct qk_chain *chain;             /* map m_chain, mapped */
     struct ring_buffer *chain_done;     /* the lanes' records: the step stopped, the last lane ended */
+    int sched_fd[QP_SCHED_OBJECTS];     /* attached: the pinned objects the schedule runs on; else -1 */
     int lane_start_fd;
     uint32_t lanes;
+    atomic_bool stepping;               /* this process's step runs: a pinned model's chain may be another's */
     struct lane_thread *lane_threads[2]; /* two lanes: a thread pinned to each CPU, the one the caller
                                             is not on starts lane 1 */
 };
@@ -105,6 +116,9 @@ static void bpfb_destroy(struct qp_backend *b)
         for (int k = 0; k < QP_K_COUNT; k++)
             if (s->prog_fd[k] >= 0)
                 close(s->prog_fd[k]);
+        for (int i = 0; i < QP_SCHED_OBJECTS; i++)
+            if (s->sched_fd[i] >= 0)
+                close(s->sched_fd[i]);
         if (s->rodata_fd >= 0)
             close(s->rodata_fd);
     }
@@ -494,6 +508,7 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
     /* the records of a step whose lanes ended before its wait looked: taken
      * now, or a full ring buffer would drop this step's and the wait sleep */
     ring_buffer__consume(s->chain_done);
+    atomic_store(&s->stepping, true);
     *c = (struct qk_chain){.n = n, .lanes = s->lanes, .phase_end = s->jobs[0].phase_end,
                            .status = QK_CHAIN_RUNNING};
     for (uint32_t lane = s->lanes; lane < QK_CHAIN_LANES; lane++)
@@ -512,9 +527,12 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
         __atomic_compare_exchange_n(&c->status, &running, QK_CHAIN_BROKEN, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE);
         chain_wait(s, NULL, err);
+        atomic_store(&s->stepping, false);
         return qp_fail(err, "starting the kernel schedule failed: %s", strerror(e));
     }
     int rc = chain_wait(s, interrupt, err);
+    if (!rc)
+        atomic_store(&s->stepping, false);
     *out = *c;
     return rc;
 }
@@ -569,11 +587,37 @@ static int lane_threads_start(struct bpfb *s, qp_err *err)
     return 0;
 }
 
-static void *map_memory(struct bpf_map *m)
+static void *map_fd_memory(int fd, size_t len)
 {
-    size_t len = (size_t)bpf_map__value_size(m) * bpf_map__max_entries(m);
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, bpf_map__fd(m), 0);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+/* The schedule's objects of this process's skeleton, in enum
+ * qp_sched_object's order. */
+static void skel_sched_fds(struct qwen3 *skel, int fd[QP_SCHED_OBJECTS])
+{
+    fd[QP_SCHED_WQ] = bpf_map__fd(skel->maps.m_wq);
+    fd[QP_SCHED_JOBS] = bpf_map__fd(skel->maps.m_jobs);
+    fd[QP_SCHED_CHAIN] = bpf_map__fd(skel->maps.m_chain);
+    fd[QP_SCHED_DONE] = bpf_map__fd(skel->maps.m_chain_done);
+    fd[QP_SCHED_LANE_START] = bpf_program__fd(skel->progs.lane_start);
+}
+
+/* Maps the job list and the chain, opens the ring buffer and starts the
+ * lane threads, on objects this process loaded or a pinned model's. */
+static int chain_attach(struct bpfb *s, const int fd[QP_SCHED_OBJECTS], qp_err *err)
+{
+    s->jobs = map_fd_memory(fd[QP_SCHED_JOBS], (size_t)QK_CHAIN_MAX_JOBS * sizeof *s->jobs);
+    s->chain = map_fd_memory(fd[QP_SCHED_CHAIN], sizeof *s->chain);
+    if (!s->jobs || !s->chain)
+        return qp_fail(err, "the kernel schedule: cannot map its job list: %s", strerror(errno));
+    s->chain_done = ring_buffer__new(fd[QP_SCHED_DONE], chain_record, NULL, NULL);
+    if (!s->chain_done)
+        return qp_fail(err, "the kernel schedule: cannot open its ring buffer: %s", strerror(errno));
+    s->lane_start_fd = fd[QP_SCHED_LANE_START];
+    s->lanes = s->plan->kernel_lanes;
+    return s->lanes > 1 ? lane_threads_start(s, err) : 0;
 }
 
 /* Runs each kernel's name_sched program once: it gives the kernel's work
@@ -602,19 +646,12 @@ static int chain_open(struct bpfb *s, qp_err *err)
             return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the work item of %s: %s",
                                 qp_kernel_name(k), strerror(ret));
     }
-    s->jobs = map_memory(s->skel->maps.m_jobs);
-    s->chain = map_memory(s->skel->maps.m_chain);
-    if (!s->jobs || !s->chain)
-        return qp_fail(err, "the kernel schedule: cannot map its job list: %s", strerror(errno));
-    s->chain_done = ring_buffer__new(bpf_map__fd(s->skel->maps.m_chain_done), chain_record, NULL, NULL);
-    if (!s->chain_done)
-        return qp_fail(err, "the kernel schedule: cannot open its ring buffer: %s", strerror(errno));
     LIBBPF_OPTS(bpf_test_run_opts, opts);
     if (bpf_prog_test_run_opts(bpf_program__fd(s->skel->progs.lane_sched), &opts) != 0 || opts.retval != 0)
         return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the lanes' idle work items");
-    s->lane_start_fd = bpf_program__fd(s->skel->progs.lane_start);
-    s->lanes = s->plan->kernel_lanes;
-    return s->lanes > 1 ? lane_threads_start(s, err) : 0;
+    int fd[QP_SCHED_OBJECTS];
+    skel_sched_fds(s->skel, fd);
+    return chain_attach(s, fd, err);
 }
 
 /* A model closed while a chain runs (a step abandoned) must not leave work
@@ -622,7 +659,8 @@ static int chain_open(struct bpfb *s, qp_err *err)
 static void chain_close(struct bpfb *s)
 {
     lane_threads_stop(s);
-    if (s->chain && s->chain_done && __atomic_load_n(&s->chain->lanes, __ATOMIC_ACQUIRE)) {
+    if (s->chain && s->chain_done && atomic_load(&s->stepping) &&
+        __atomic_load_n(&s->chain->lanes, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&s->chain->cancel, 1, __ATOMIC_RELEASE);
         chain_wait(s, NULL, &(qp_err){0});
     }
@@ -750,6 +788,12 @@ int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir
     for (int k = 0; k < QP_K_COUNT; k++)
         if (s->prog_fd[k] >= 0 && pin_one(s->prog_fd[k], dir, "prog_", progs[k], err))
             return -1;
+    int sched[QP_SCHED_OBJECTS];
+    if (s->jobs)
+        skel_sched_fds(s->skel, sched);
+    for (int i = 0; s->jobs && i < QP_SCHED_OBJECTS; i++)
+        if (pin_one(sched[i], dir, "", sched_pins[i], err))
+            return -1;
     return pin_one(s->rodata_fd, dir, "", "rodata", err);
 }
 
@@ -844,6 +888,8 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
     int rc = 0;
     for (int k = 0; k < QP_K_COUNT; k++)
         s->prog_fd[k] = -1;
+    for (int i = 0; i < QP_SCHED_OBJECTS; i++)
+        s->sched_fd[i] = -1;
     for (int i = 0; !rc && i < QP_MAP_COUNT; i++)
         rc = (s->map_fd[i] = get_pinned(dir, "map_", plan->maps[i].name, false, err)) < 0 ||
              check_pinned_map(s, plan, i, dir, err);
@@ -866,6 +912,10 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
     free(cfg);
     if (!rc)
         rc = fill_maps_attached(s, plan, err);
+    for (int i = 0; !rc && plan->kernel_lanes && i < QP_SCHED_OBJECTS; i++)
+        rc = (s->sched_fd[i] = get_pinned(dir, "", sched_pins[i], false, err)) < 0;
+    if (!rc && plan->kernel_lanes)
+        rc = chain_attach(s, s->sched_fd, err);
     if (rc) {
         bpfb_destroy(&s->b);
         return -1;

@@ -97,6 +97,12 @@ static uint32_t call_budget_ns(uint32_t call_us)
     return ns > INT32_MAX ? INT32_MAX : (uint32_t)ns;     /* qk_past compares 31 bits */
 }
 
+/* the kernel schedule's lanes: one per host thread, at most two */
+static uint32_t kernel_lanes(const qpack_model_params *o)
+{
+    return o->schedule != QPACK_SCHEDULE_KERNEL ? 0 : o->threads == 1 ? 1 : 2;
+}
+
 static int open_container(struct qp_engine *e, const char *path, const qpack_model_params *o, uint32_t block,
                           qp_err *err)
 {
@@ -119,7 +125,7 @@ static int open_container(struct qp_engine *e, const char *path, const qpack_mod
     if (qp_plan_build(&e->plan, &e->file, e->ctx, slots, block, o->stream, o->kv_cache == QPACK_KV_INT8, err))
         return -1;
     e->plan.cfg.call_budget_ns = call_budget_ns(o->call_us);
-    e->plan.kernel_lanes = o->schedule != QPACK_SCHEDULE_KERNEL ? 0 : o->threads == 1 ? 1 : 2;
+    e->plan.kernel_lanes = kernel_lanes(o);
     report(o, QPACK_LOAD_MAPS, 0, e->plan.weight_bytes);
     int rc = o->backend == QPACK_BACKEND_BPF ? qp_bpf_create(&e->b, &e->plan, err)
                                           : qp_emu_create(&e->b, &e->plan, err);
@@ -181,6 +187,10 @@ static int open_resident(struct qp_engine *e, const char *name, const qpack_mode
     if (rc)
         return -1;
     e->plan.cfg.call_budget_ns = m->call_budget_ns;
+    if (o->schedule == QPACK_SCHEDULE_KERNEL && !m->kernel_schedule)
+        return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel: %s%s was loaded without it (qpack load "
+                            "--schedule kernel pins its work items)", QP_PIN_PREFIX, name);
+    e->plan.kernel_lanes = kernel_lanes(o);
     if (qp_bpf_attach(&e->b, &e->plan, e->pin->dir, err))
         return -1;
     madvise(e->file.map, e->file.size, MADV_DONTNEED);
@@ -189,7 +199,7 @@ static int open_resident(struct qp_engine *e, const char *name, const qpack_mode
 
 /* What the kernel schedule does not run yet is refused, never run by the
  * host instead. */
-static int check_schedule(const char *path, const qpack_model_params *o, qp_err *err)
+static int check_schedule(const qpack_model_params *o, qp_err *err)
 {
     if (o->schedule == QPACK_SCHEDULE_HOST)
         return 0;
@@ -201,9 +211,6 @@ static int check_schedule(const char *path, const qpack_model_params *o, qp_err 
     if (o->stream)
         return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel does not run --stream yet (its jobs stage "
                             "weights from the host)");
-    if (!strncmp(path, QP_PIN_PREFIX, strlen(QP_PIN_PREFIX)))
-        return qp_fail_code(err, QP_E_ARGUMENT, "--schedule kernel does not run a loaded model (%s...) yet",
-                            QP_PIN_PREFIX);
     return 0;
 }
 
@@ -211,7 +218,7 @@ int qp_engine_open(struct qp_engine *e, const char *path, const qpack_model_para
 {
     memset(e, 0, sizeof *e);
     e->kind = o->backend;
-    if (check_schedule(path, o, err))
+    if (check_schedule(o, err))
         return -1;
     double t0 = qp_now_ms();
     size_t np = strlen(QP_PIN_PREFIX);

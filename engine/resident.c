@@ -118,6 +118,7 @@ static int fill_manifest(struct qp_pin_manifest *m, const char *name, const stru
     m->loaded_unix = (uint64_t)time(NULL);
     m->gid = (uint32_t)acc->gid;
     m->mode = (uint32_t)acc->mode;
+    m->kernel_schedule = plan->kernel_lanes > 0;
     return 0;
 }
 
@@ -238,7 +239,7 @@ static int check_manifest(const struct qp_pin_manifest *m, const char *path, qp_
         return qp_fail_code(err, QP_E_FORMAT, "%s: loaded by another build of qpack (kernels %016llx, this one "
                             "%016llx): unload and load it again with this one", path,
                             (unsigned long long)m->build_id, (unsigned long long)qp_bpf_build_id());
-    if (!memchr(m->container, 0, sizeof m->container) || !m->slots || !m->ctx || !m->block)
+    if (!memchr(m->container, 0, sizeof m->container) || !m->slots || !m->ctx || !m->block || m->kernel_schedule > 1)
         return qp_fail_code(err, QP_E_FORMAT, "%s: a manifest field is out of range", path);
     return 0;
 }
@@ -403,5 +404,5 @@ int qp_pin_owners(const struct qp_pin *p, struct qp_pin_owner *out, qp_err *err)
     return 0;
 }
 
-_Static_assert(sizeof(struct qp_pin_manifest) == 4288, "docs/RESIDENT.md gives the manifest's size and fields");
+_Static_assert(sizeof(struct qp_pin_manifest) == 4296, "docs/RESIDENT.md gives the manifest's size and fields");
 _Static_assert(sizeof(struct qp_pin_owner) == 16, "docs/RESIDENT.md gives the owner table's value");

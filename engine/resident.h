@@ -20,7 +20,7 @@ struct qp_backend;
 #define QP_PIN_ROOT "/sys/fs/bpf/qpack"
 #define QP_PIN_PREFIX "pin:"            /* -m pin:NAME */
 #define QP_PIN_MAGIC "QPKPIN\0"         /* 8 bytes with the terminator */
-#define QP_PIN_VERSION 1
+#define QP_PIN_VERSION 2
 #define QP_PIN_NAME_MAX 64
 #define QP_PIN_MAX_SLOTS 1024           /* qpack load --sessions at most */
 
@@ -41,6 +41,8 @@ struct qp_pin_manifest {
     uint64_t map_bytes, weight_bytes, kv_bytes;
     uint64_t loaded_unix;       /* seconds */
     uint32_t gid, mode;         /* the pinned files' group and mode */
+    uint32_t kernel_schedule;   /* 1: loaded with --schedule kernel, its work items and job list pinned */
+    uint32_t reserved;          /* 0 */
 };
 
 /* One KV cache slot's owner (map `owners`, key = slot): 0 pid when free. */

@@ -124,7 +124,8 @@ typedef enum qpack_schedule {
     QPACK_SCHEDULE_KERNEL = 1,  /* the host lists the step's invocations once and the kernel runs
                                    them as chains of BPF work items, one per thread (`threads`),
                                    each on its own CPU; the same bits. bpf backend only, resident
-                                   weights (not stream, not a pinned model) */
+                                   weights (not stream; a pinned model only when qpack load
+                                   --schedule kernel loaded it) */
 } qpack_schedule;
 
 #define QPACK_DEFAULT_CALL_US 50    /* chosen by scripts/bench_latency.sh (docs/BENCHMARKS.md) */

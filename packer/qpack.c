@@ -35,7 +35,7 @@ static void usage(FILE *out)
             "                      text); exit 1 naming the first bad part\n"
             "\n"
             "  load MODEL.qpk [--name NAME] [-c CTX] [--sessions N] [--kv-cache int16|int8]\n"
-            "       [--group GROUP] [--mode MODE]\n"
+            "       [--group GROUP] [--mode MODE] [--call-us N] [--schedule host|kernel]\n"
             "                      load MODEL.qpk into BPF once and pin it under\n"
             "                      /sys/fs/bpf/qpack/NAME: qrun, qrun serve, qeval and the library\n"
             "                      open it as -m pin:NAME in milliseconds, from any process, and\n"

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_call.h"
 #include "cli_kv.h"
 #include "cli_num.h"
 #include "clock.h"
@@ -20,7 +21,7 @@
 
 #define LOAD_USAGE \
     "usage: qpack load MODEL.qpk [--name NAME] [-c CTX] [--sessions N] [--kv-cache int16|int8]\n" \
-    "                  [--group GROUP] [--mode MODE] [--call-us N]\n"
+    "                  [--group GROUP] [--mode MODE] [--call-us N] [--schedule host|kernel]\n"
 
 static void load_help(void)
 {
@@ -39,7 +40,9 @@ static void load_help(void)
            "  --kv-cache T       int16 (default) or int8\n"
            "  --group GROUP      the group whose members may open it (default: root's only)\n"
            "  --mode MODE        octal mode of the pinned files (default 0600, 0660 with --group)\n"
-           "  --call-us N        the kernels' per-call time budget in us (as qrun's --call-us)\n",
+           "  --call-us N        the kernels' per-call time budget in us (as qrun's --call-us)\n"
+           "  --schedule kernel  also load and pin the kernel schedule's work items, so that\n"
+           "                     -m pin:NAME runs --schedule kernel (docs/SCHEDULE.md); default host\n",
            QP_PIN_MAX_SLOTS);
 }
 
@@ -98,7 +101,7 @@ static int parse_load(int argc, char **argv, struct load_args *a)
         uint64_t n;
         bool takes = strcmp(o, "--name") == 0 || !strcmp(o, "-c") || !strcmp(o, "--ctx") ||
                      !strcmp(o, "--sessions") || !strcmp(o, "--kv-cache") || !strcmp(o, "--group") ||
-                     !strcmp(o, "--mode") || !strcmp(o, "--call-us");
+                     !strcmp(o, "--mode") || !strcmp(o, "--call-us") || !strcmp(o, "--schedule");
         if (takes && !v) {
             fprintf(stderr, "qpack load: %s needs a value (see qpack load --help)\n", o);
             return 2;
@@ -131,6 +134,9 @@ static int parse_load(int argc, char **argv, struct load_args *a)
             if (cli_uint("qpack load", o, v, 0, UINT32_MAX, &n))
                 return 2;
             a->mp.call_us = (uint32_t)n;
+        } else if (!strcmp(o, "--schedule")) {
+            if (cli_schedule("qpack load", v, &a->mp.schedule))
+                return 2;
         } else if (o[0] == '-' || a->path) {
             fprintf(stderr, "qpack load: unexpected argument '%s' (see qpack load --help)\n", o);
             return 2;

@@ -136,16 +136,16 @@ refusals)
     refused changed "$QRUN" -m "pin:$changed" --ids "1 2" -n 2
     grep -q "changed on disk" "$T/changed.err" || fail "changed: $(cat "$T/changed.err")"
     # a manifest that does not match: bad magic, another version, another
-    # build (written with bpftool as a forger would; 4288 bytes)
+    # build (written with bpftool as a forger would; 4296 bytes)
     manifest() {    # manifest MAGIC VERSION BUILD_ID_BYTE: the value as hex bytes
-        perl -e 'my $v = pack("a8 V V C", $ARGV[0], $ARGV[1], 4288, $ARGV[2]); $v .= "\0" x (4288 - length $v);
+        perl -e 'my $v = pack("a8 V V C", $ARGV[0], $ARGV[1], 4296, $ARGV[2]); $v .= "\0" x (4296 - length $v);
                  print join(" ", map { sprintf "%02x", $_ } unpack("C*", $v))' "$@"
     }
     fake=$PIN/rt$$-fake
-    for bad in "XXXXXX 1 0:bad magic" "QPKPIN 2 0:manifest version 2" "QPKPIN 1 7:another build of qpack"; do
+    for bad in "XXXXXX 1 0:bad magic" "QPKPIN 9 0:manifest version 9" "QPKPIN 2 7:another build of qpack"; do
         read -r magic version build <<<"${bad%%:*}"
         rm -rf "$fake" && mkdir "$fake" || fail "cannot create $fake"
-        bpftool map create "$fake/manifest" type array key 4 value 4288 entries 1 name qp_manifest ||
+        bpftool map create "$fake/manifest" type array key 4 value 4296 entries 1 name qp_manifest ||
             fail "bpftool map create"
         # shellcheck disable=SC2046
         bpftool map update pinned "$fake/manifest" key hex 00 00 00 00 value hex $(manifest "$magic" "$version" "$build") ||

@@ -14,7 +14,13 @@ QRUN=$1 QPACK=$2 QP_GEN=$3 QEVAL=$4 TOKENIZER=$5
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "SKIP: loading BPF programs needs root"; exit 77; }
 T=$(mktemp -d /tmp/qp-schedule-XXXXXX) || fail "mktemp"
-trap 'rm -rf "$T"' EXIT
+PIN=/sys/fs/bpf/qpack
+cleanup() {
+    local n
+    for n in "$PIN"/qs$$-*; do [ -e "$n" ] && "$QPACK" unload "${n##*/}"; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
 "$QP_GEN" "$T/m" --preset tiny --seed 9 >/dev/null || fail "generator"
 "$QP_GEN" "$T/s" --preset tiny --seed 3 --stress >/dev/null || fail "generator (--stress)"
 ids="301 7 455 12 88 250 3 19 402 77 150 9 301 7 455 12 88 250 3 19"
@@ -56,6 +62,21 @@ same "$T/s-int4.qpk" --threads 1
 same "$T/s-q24.qpk" --call-us 10
 paused=$(sed -n 's/.* \([0-9]*\) runs paused at --call-us.*/\1/p' "$T/kernel.err")
 [ -n "$paused" ] && [ "$paused" -gt 0 ] || fail "--call-us 10 paused no work item: $(grep generated "$T/kernel.err")"
+
+# a loaded model (qpack load --schedule kernel, -m pin:NAME): its work
+# items live on in their pinned map after the loader exited, and a
+# process that opens it by name gets the host schedule's bits on the file
+"$QPACK" load "$T/s-int4.qpk" --name "qs$$-k" -c 64 --schedule kernel >/dev/null 2>"$T/load.err" ||
+    fail "qpack load --schedule kernel: $(cat "$T/load.err")"
+"$QPACK" load "$T/s-int4.qpk" --name "qs$$-h" -c 64 >/dev/null 2>"$T/load.err" || fail "qpack load: $(cat "$T/load.err")"
+run host "$T/s-int4.qpk" -c 64
+for threads in 2 1; do
+    run kernel "pin:qs$$-k" --schedule kernel --threads $threads
+    cmp -s "$T/host.f32" "$T/kernel.f32" || fail "pin:qs$$-k --threads $threads: the logits differ from the host's"
+    cmp -s "$T/host.ids" "$T/kernel.ids" || fail "pin:qs$$-k --threads $threads: the tokens differ from the host's"
+done
+run kernel "pin:qs$$-k"     # the same pins run the host schedule too
+cmp -s "$T/host.f32" "$T/kernel.f32" || fail "pin:qs$$-k --schedule host: the logits differ from the file's"
 
 # qeval: every figure but the timings
 "$QPACK" pack "$T/m" -o "$T/m-int4.qpk" --format int4 --quiet || fail "qpack --format int4"
@@ -114,4 +135,5 @@ refused() {
 refused "not with --backend emu" --schedule kernel --backend emu
 refused "does not run --stream" --schedule kernel --stream
 refused "takes host or kernel" --schedule both
+refused "was loaded without it" --schedule kernel -m "pin:qs$$-h"
 echo "ok: --schedule kernel gives the bits of host and emu ($paused work items paused at --call-us 10), in qrun serve and qeval too"
