@@ -58,6 +58,13 @@ struct qp_backend {
     struct qk_job *jobs;
     int (*run_chain)(struct qp_backend *b, uint32_t n, const atomic_bool *interrupt, struct qk_chain *out,
                      qp_err *err);
+    /* qrun listen (docs/LISTEN.md), with the kernel schedule: the job list
+     * templates (tmpl_entries jobs, QK_LISTEN_TMPL_JOBS a template), the
+     * listener's state, the sessions' map and the XDP program */
+    struct qk_job *tmpl;
+    uint32_t tmpl_entries;
+    struct qk_listen *listen;
+    int sessions_fd, listen_xdp_fd;
 };
 
 const char *qp_kernel_name(enum qp_kernel k);

@@ -32,9 +32,10 @@
  * a user reference through its pin (without one the kernel cancels its
  * items), and each item keeps the program that set its callback. */
 enum qp_sched_object { QP_SCHED_WQ, QP_SCHED_JOBS, QP_SCHED_CHAIN, QP_SCHED_DONE, QP_SCHED_LANE_START,
-                       QP_SCHED_OBJECTS };
+                       QP_SCHED_TMPL, QP_SCHED_LISTEN, QP_SCHED_SESSIONS, QP_SCHED_LISTEN_XDP, QP_SCHED_OBJECTS };
 static const char *const sched_pins[QP_SCHED_OBJECTS] = {"map_wq", "map_jobs", "map_chain", "map_chain_done",
-                                                          "prog_lane_start"};
+                                                          "prog_lane_start", "map_tmpl", "map_listen",
+                                                          "map_sessions", "prog_listen_xdp"};
 
 struct bpfb {
     struct qp_backend b;
@@ -48,6 +49,10 @@ struct bpfb {
     /* the kernel schedule (plan->kernel_lanes) */
     struct qk_job *jobs;                /* map m_jobs, mapped */
     struct qk_chain *chain;             /* map m_chain, mapped */
+    struct qk_job *tmpl;                /* map m_tmpl, mapped: qrun listen's templates */
+    uint32_t tmpl_entries;
+    struct qk_listen *listen;           /* map m_listen, mapped */
+    int sessions_fd, listen_xdp_fd;
     struct ring_buffer *chain_done;     /* the lanes' records: the step stopped, the last lane ended */
     int sched_fd[QP_SCHED_OBJECTS];     /* attached: the pinned objects the schedule runs on; else -1 */
     int lane_start_fd;
@@ -602,6 +607,18 @@ static void skel_sched_fds(struct qwen3 *skel, int fd[QP_SCHED_OBJECTS])
     fd[QP_SCHED_CHAIN] = bpf_map__fd(skel->maps.m_chain);
     fd[QP_SCHED_DONE] = bpf_map__fd(skel->maps.m_chain_done);
     fd[QP_SCHED_LANE_START] = bpf_program__fd(skel->progs.lane_start);
+    fd[QP_SCHED_TMPL] = bpf_map__fd(skel->maps.m_tmpl);
+    fd[QP_SCHED_LISTEN] = bpf_map__fd(skel->maps.m_listen);
+    fd[QP_SCHED_SESSIONS] = bpf_map__fd(skel->maps.m_sessions);
+    fd[QP_SCHED_LISTEN_XDP] = bpf_program__fd(skel->progs.listen_xdp);
+}
+
+/* a map's entries (0 when its fd says nothing) */
+static uint32_t map_entries(int fd)
+{
+    struct bpf_map_info info = {0};
+    uint32_t len = sizeof info;
+    return bpf_obj_get_info_by_fd(fd, &info, &len) ? 0 : info.max_entries;
 }
 
 /* Maps the job list and the chain, opens the ring buffer and starts the
@@ -616,6 +633,13 @@ static int chain_attach(struct bpfb *s, const int fd[QP_SCHED_OBJECTS], qp_err *
     if (!s->chain_done)
         return qp_fail(err, "the kernel schedule: cannot open its ring buffer: %s", strerror(errno));
     s->lane_start_fd = fd[QP_SCHED_LANE_START];
+    s->tmpl_entries = map_entries(fd[QP_SCHED_TMPL]);
+    s->tmpl = s->tmpl_entries ? map_fd_memory(fd[QP_SCHED_TMPL], (size_t)s->tmpl_entries * sizeof *s->tmpl) : NULL;
+    s->listen = map_fd_memory(fd[QP_SCHED_LISTEN], sizeof *s->listen);
+    if (!s->tmpl || !s->listen)
+        return qp_fail(err, "the kernel schedule: cannot map the listener's maps: %s", strerror(errno));
+    s->sessions_fd = fd[QP_SCHED_SESSIONS];
+    s->listen_xdp_fd = fd[QP_SCHED_LISTEN_XDP];
     s->lanes = s->plan->kernel_lanes;
     return s->lanes > 1 ? lane_threads_start(s, err) : 0;
 }
@@ -649,6 +673,9 @@ static int chain_open(struct bpfb *s, qp_err *err)
     LIBBPF_OPTS(bpf_test_run_opts, opts);
     if (bpf_prog_test_run_opts(bpf_program__fd(s->skel->progs.lane_sched), &opts) != 0 || opts.retval != 0)
         return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the lanes' idle work items");
+    LIBBPF_OPTS(bpf_test_run_opts, lopts);
+    if (bpf_prog_test_run_opts(bpf_program__fd(s->skel->progs.listen_sched), &lopts) != 0 || lopts.retval != 0)
+        return qp_fail_code(err, QP_E_KERNEL, "the kernel schedule: cannot set up the listen work item");
     int fd[QP_SCHED_OBJECTS];
     skel_sched_fds(s->skel, fd);
     return chain_attach(s, fd, err);
@@ -670,11 +697,15 @@ static void chain_close(struct bpfb *s)
         munmap(s->jobs, (size_t)QK_CHAIN_MAX_JOBS * sizeof *s->jobs);
     if (s->chain)
         munmap(s->chain, sizeof *s->chain);
+    if (s->tmpl)
+        munmap(s->tmpl, (size_t)s->tmpl_entries * sizeof *s->tmpl);
+    if (s->listen)
+        munmap(s->listen, sizeof *s->listen);
 }
 
 /* the work-item programs only when the plan asks for the kernel schedule,
  * and then each kernel's that is loaded itself */
-static void load_chain_programs(struct qwen3 *skel, bool on)
+static void load_chain_programs(struct qwen3 *skel, const struct qk_config *cfg, bool on)
 {
     struct bpf_program *kernels[QP_K_COUNT] = {
 #define QP_PROGRAM_OF(NAME, name, kernel) skel->progs.name,
@@ -690,8 +721,15 @@ static void load_chain_programs(struct qwen3 *skel, bool on)
         bpf_program__set_autoload(sched[k], on && bpf_program__autoload(kernels[k]));
     bpf_program__set_autoload(skel->progs.lane_sched, on);
     bpf_program__set_autoload(skel->progs.lane_start, on);
+    bpf_program__set_autoload(skel->progs.listen_sched, on);
+    bpf_program__set_autoload(skel->progs.listen_xdp, on);
     if (!on)    /* the job list's megabyte only for a model that runs it */
         bpf_map__set_max_entries(skel->maps.m_jobs, 1);
+    /* qrun listen: a template per attention chunk count, a record per slot */
+    if (on && cfg->max_chunks <= QK_LISTEN_MAX_TMPL)
+        bpf_map__set_max_entries(skel->maps.m_tmpl, cfg->max_chunks * QK_LISTEN_TMPL_JOBS);
+    if (on)
+        bpf_map__set_max_entries(skel->maps.m_sessions, cfg->kv_slots);
 }
 
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
@@ -707,7 +745,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     int rc = s->skel ? size_maps(s, plan, err) : qp_fail(err, "cannot open the BPF object: %s", strerror(errno));
     if (!rc) {
         load_cache_programs(s->skel, plan->cfg.kv8);
-        load_chain_programs(s->skel, plan->kernel_lanes > 0);
+        load_chain_programs(s->skel, &plan->cfg, plan->kernel_lanes > 0);
     }
     double t0 = qp_now_ms();
     if (!rc && qwen3__load(s->skel) != 0) {
@@ -758,7 +796,10 @@ static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms,
                                .logits = s->mapped[QP_MAP_LOGITS], .scal = s->mapped[QP_MAP_SCAL],
                                .h = s->mapped[QP_MAP_H], .work = s->mapped[QP_MAP_WORK], .seq = s->mapped[QP_MAP_SEQ],
                                .map_bytes = bytes, .verify_ms = verify_ms, .copy_ms = copy_ms,
-                               .jobs = s->jobs, .run_chain = s->jobs ? bpfb_run_chain : NULL};
+                               .jobs = s->jobs, .run_chain = s->jobs ? bpfb_run_chain : NULL,
+                               .tmpl = s->tmpl, .tmpl_entries = s->tmpl_entries, .listen = s->listen,
+                               .sessions_fd = s->jobs ? s->sessions_fd : -1,
+                               .listen_xdp_fd = s->jobs ? s->listen_xdp_fd : -1};
     for (int k = 0; k < QP_K_COUNT; k++)
         s->b.verified_insns[k] = s->prog_fd[k] >= 0 ? verified_insns(s->prog_fd[k]) : 0;
 }

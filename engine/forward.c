@@ -553,6 +553,20 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
     return schedule(fw, e, n, first_logits, last, err);
 }
 
+int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, uint32_t *n_jobs, qp_err *err)
+{
+    if (!fw->b->jobs)
+        return qp_fail(err, "internal: recording a step needs the kernel schedule");
+    if (e->kv_slot >= fw->cfg->kv_slots || e->pos >= fw->cfg->ctx || e->token >= fw->cfg->vocab)
+        return qp_fail(err, "internal: a recorded entry outside the model");
+    fw->recording = true;
+    fw->recorded = 0;
+    int rc = schedule(fw, e, 1, 0, e->pos, err);
+    fw->recording = false;
+    *n_jobs = fw->recorded;
+    return rc;
+}
+
 int qp_forward_block(struct qp_forward *fw, uint32_t kv_slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                      enum qp_logits logits, qp_err *err)
 {

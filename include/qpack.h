@@ -649,6 +649,31 @@ int qpack_checkpoint_sources(const char *folder, qpack_source_file **files, size
  * none). *files is malloc'd. */
 int qpack_container_sources(const char *path, qpack_source_file **files, size_t *n, qpack_error *err);
 
+/* Inference from a packet (docs/LISTEN.md): a model opened with
+ * schedule QPACK_SCHEDULE_KERNEL answers UDP requests on an interface
+ * entirely in the kernel: an XDP program takes each packet (token ids
+ * in), the kernel schedule runs the steps of a greedy continuation, and
+ * the tokens leave on the client's poll, turned round by XDP. The
+ * listener holds every session of the model (none may be open) and, for
+ * a loaded model (pin:NAME), its step lock, until qpack_listen_close. */
+typedef struct qpack_listen qpack_listen;
+
+typedef struct qpack_listen_params {
+    const char *dev;            /* the interface; NULL: "lo" (generic XDP there, native elsewhere) */
+    uint16_t port;              /* the UDP port (1..65535) */
+} qpack_listen_params;
+
+typedef struct qpack_listen_stats {
+    uint32_t requests;          /* step requests accepted */
+    uint32_t answered;          /* ... whose tokens (or failure) are there */
+} qpack_listen_stats;
+
+int qpack_listen_open(qpack_listen **out, qpack_model *m, const qpack_listen_params *p, qpack_error *err);
+void qpack_listen_get_stats(const qpack_listen *l, qpack_listen_stats *out);
+/* Detaches the XDP program (a request that runs is waited for) and gives
+ * the sessions back. */
+void qpack_listen_close(qpack_listen *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,12 @@
  * follow the 14-byte Ethernet header of the test run's input. Map sizes and the model constants are set by
  * the loader (engine/bpf_backend.c) before load. */
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
 #include <stdbool.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #include "qwen3_abi.h"
@@ -70,7 +75,7 @@ struct qk_wq_item {
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, QK_CHAIN_LANES * QK_LANE_ITEMS);
+    __uint(max_entries, QK_CHAIN_LANES * QK_LANE_ITEMS + 1);    /* and the listen item */
     __type(key, u32);
     __type(value, struct qk_wq_item);
 } m_wq SEC(".maps");
@@ -137,12 +142,24 @@ static __always_inline void qk_chain_stop(struct qk_chain *c, u32 job, u32 statu
     }
 }
 
-/* the lane queues nothing more; the last lane's record wakes the host */
+static __always_inline void qk_listen_wake(void)
+{
+    u32 key = QK_LISTEN_ITEM;
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    if (w)
+        bpf_wq_start(&w->wq, 0);
+}
+
+/* the lane queues nothing more; the last lane's record wakes the host, or
+ * for a listen step the listen item */
 static __always_inline void qk_lane_exit(struct qk_chain *c)
 {
     if (__sync_sub_and_fetch(&c->lanes, 1) == 0) {
         u32 record = qk_volatile_load(&c->status);
-        bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
+        if (qk_volatile_load(&c->listen))
+            qk_listen_wake();
+        else
+            bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
     }
 }
 
@@ -332,6 +349,334 @@ int lane_start(struct qk_lane_start *ctx)
     if (__sync_val_compare_and_swap(&c->lane_state[lane], QK_LANE_WAITING, QK_LANE_STARTED) != QK_LANE_WAITING)
         return 0;   /* dropped: the step ended without it */
     return qk_lane_start(c, lane, QK_PROGRAM_COUNT, 0) ? 1 : 0;
+}
+
+/* ---- qrun listen (docs/LISTEN.md) ----
+ * Maps `tmpl` and `sessions` are sized by the loader (one entry when the
+ * model has no kernel schedule). */
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct qk_job);
+} m_tmpl SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct qk_listen);
+} m_listen SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct qk_session);
+} m_sessions SEC(".maps");
+
+struct qk_udp_packet {
+    struct ethhdr *eth;
+    struct iphdr *ip;
+    struct udphdr *udp;
+};
+
+static __always_inline struct qk_listen *qk_listen(void)
+{
+    u32 key = 0;
+    return bpf_map_lookup_elem(&m_listen, &key);
+}
+
+struct qk_copy_ctx {
+    u32 base, token, pos;
+};
+
+/* job i of the step: template job base + i with the step's token and position */
+static long qk_copy_job(u32 i, void *arg)
+{
+    struct qk_copy_ctx *x = arg;
+    u32 t = x->base + i;
+    struct qk_job *src = bpf_map_lookup_elem(&m_tmpl, &t), *dst = bpf_map_lookup_elem(&m_jobs, &i);
+    if (!src || !dst)
+        return 1;
+    *dst = *src;
+    if (dst->program == QK_P_EMBED)
+        dst->args.token = x->token;
+    else if (dst->program == QK_P_ATTENTION || dst->program == QK_P_ATTENTION8 || dst->program == QK_P_ATTN_MERGE)
+        dst->args.max_pos = x->pos;
+    return 0;
+}
+
+/* The request's step L->step: its position's template copied into `jobs`
+ * with its token and position, entry 0 of `seq` its position and slot,
+ * and lane 0 started on this CPU. */
+static __always_inline int qk_listen_step(struct qk_listen *L, struct qk_session *s, struct qk_chain *c)
+{
+    u32 i = L->step, slot = L->session, key = 0;
+    u32 pos = s->pos0 + i;
+    u32 k = pos / QK_ATTN_CHUNK;
+    struct qk_seq *sq = bpf_map_lookup_elem(&m_seq, &key);
+    if (!sq || k >= QK_LISTEN_MAX_TMPL || i >= 2 * QK_LISTEN_MAX_IDS)
+        return -1;
+    u32 n = L->tmpl_jobs[k];
+    if (n == 0 || n > QK_LISTEN_TMPL_JOBS)
+        return -1;
+    struct qk_copy_ctx x = {.base = k * QK_LISTEN_TMPL_JOBS, .pos = pos};
+    x.token = i < s->n_ids ? s->ids[i & (QK_LISTEN_MAX_IDS - 1)] : s->out[(i - s->n_ids) & (QK_LISTEN_MAX_IDS - 1)];
+    if (bpf_loop(n, qk_copy_job, &x, 0) != n)
+        return -1;
+    sq->pos = pos;
+    sq->kv_slot = slot;
+    struct qk_job *first = bpf_map_lookup_elem(&m_jobs, &key);
+    if (!first)
+        return -1;
+    __builtin_memset(c, 0, sizeof(*c));
+    c->n = n;
+    c->lanes = 1;
+    c->phase_end = first->phase_end;
+    c->listen = 1;
+    c->lane_state[0] = QK_LANE_STARTED;
+    c->lane_state[1] = QK_LANE_DROPPED;
+    c->status = QK_CHAIN_RUNNING;
+    L->stepping = 1;
+    return qk_lane_start(c, 0, QK_PROGRAM_COUNT, 0) ? 1 : 0;
+}
+
+/* The request is over: the session says how, and the next may come. */
+static __always_inline void qk_listen_end(struct qk_listen *L, struct qk_session *s, u32 state, u32 status)
+{
+    s->status = status;
+    s->t_done = bpf_ktime_get_ns();
+    *(volatile u32 *)&s->state = state;
+    __sync_fetch_and_add(&L->answered, 1);
+    *(volatile u32 *)&L->busy = 0;
+}
+
+/* the listen item: started by listen_xdp for a request's first step and
+ * by the last lane of each step; takes the step's argmax and starts the
+ * next step until the request has its tokens */
+static int listen_item(void *map, int *key, void *value)
+{
+    struct qk_listen *L = qk_listen();
+    struct qk_chain *c = qk_chain();
+    u32 zero = 0;
+    struct qk_scalars *sc = bpf_map_lookup_elem(&m_scal, &zero);
+    if (!L || !c || !sc)
+        return 0;
+    u32 slot = L->session;
+    struct qk_session *s = bpf_map_lookup_elem(&m_sessions, &slot);
+    if (!s)
+        return 0;
+    if (L->stepping) {
+        L->stepping = 0;
+        if (c->status != QK_CHAIN_DONE) {
+            qk_listen_end(L, s, QK_SS_FAILED, c->status);
+            return 0;
+        }
+        u32 i = L->step;
+        if (i + 1 >= s->n_ids)
+            s->out[(i + 1 - s->n_ids) & (QK_LISTEN_MAX_IDS - 1)] = sc->argmax_index;
+        L->step = ++i;
+        s->next_pos = s->pos0 + i;
+        if (i >= s->n_ids + s->want - 1) {
+            qk_listen_end(L, s, QK_SS_DONE, QK_CHAIN_DONE);
+            return 0;
+        }
+    }
+    int r = qk_listen_step(L, s, c);
+    if (r < 0)
+        qk_listen_end(L, s, QK_SS_FAILED, QK_CHAIN_BROKEN);
+    /* r > 0: lane 0 did not start; its exit started this item again */
+    return 0;
+}
+
+SEC("syscall")
+int listen_sched(void *ctx)
+{
+    u32 key = QK_LISTEN_ITEM;
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    if (!w)
+        return 1;
+    int r = bpf_wq_init(&w->wq, &m_wq, 0);
+    if (r && r != -QK_EBUSY)
+        return -r;
+    return -bpf_wq_set_callback_impl(&w->wq, listen_item, 0, NULL);
+}
+
+/* the packet's IPv4 and UDP headers when it is UDP to the listening port */
+static __always_inline unsigned char *qk_listen_payload(struct xdp_md *ctx, const struct qk_listen *L,
+                                                        struct qk_udp_packet *h)
+{
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+        return NULL;
+    struct iphdr *ip = (void *)(eth + 1);
+    if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x3fff)))
+        return NULL;
+    struct udphdr *udp = (void *)(ip + 1);
+    if ((void *)(udp + 1) > end || udp->dest != (u16)L->port)
+        return NULL;
+    h->eth = eth;
+    h->ip = ip;
+    h->udp = udp;
+    return (unsigned char *)(udp + 1);
+}
+
+/* the packet turned round to its sender with kind and byte 6 set
+ * (XDP_TX): addresses and ports swapped, no UDP checksum (IPv4 allows it;
+ * the IP checksum does not change when its addresses swap) */
+static __always_inline int qk_listen_reply(struct qk_udp_packet *h, unsigned char *p, u8 kind, u8 byte6)
+{
+    unsigned char mac[ETH_ALEN];
+    __builtin_memcpy(mac, h->eth->h_source, ETH_ALEN);
+    __builtin_memcpy(h->eth->h_source, h->eth->h_dest, ETH_ALEN);
+    __builtin_memcpy(h->eth->h_dest, mac, ETH_ALEN);
+    u32 a = h->ip->saddr;
+    h->ip->saddr = h->ip->daddr;
+    h->ip->daddr = a;
+    u16 port = h->udp->source;
+    h->udp->source = h->udp->dest;
+    h->udp->dest = port;
+    h->udp->check = 0;
+    p[5] = kind;
+    p[6] = byte6;
+    return XDP_TX;
+}
+
+static __always_inline u32 qk_be32(const unsigned char *p)
+{
+    return (u32)p[0] << 24 | (u32)p[1] << 16 | (u32)p[2] << 8 | p[3];
+}
+
+static __always_inline void qk_put_be32(unsigned char *p, u32 v)
+{
+    p[0] = v >> 24;
+    p[1] = v >> 16;
+    p[2] = v >> 8;
+    p[3] = v;
+}
+
+/* A step request: every check before the claim, so that a refused packet
+ * changes nothing; then the session's request and the listen item. */
+static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_listen *L, struct qk_udp_packet *h,
+                                             unsigned char *p, u32 len)
+{
+    void *end = (void *)(long)ctx->data_end;
+    u32 n = p[6], want = p[7], slot = qk_be32(p + 8), pos = qk_be32(p + 12), req = qk_be32(p + 16);
+    if (n == 0 || n > QK_LISTEN_MAX_IDS)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_COUNT);
+    if (len != QK_LISTEN_HDR + 4 * n)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_LENGTH);
+    if (want == 0 || want > QK_LISTEN_MAX_IDS)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_WANT);
+    if (slot >= QK_CFG.kv_slots)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
+    struct qk_session *s = bpf_map_lookup_elem(&m_sessions, &slot);
+    if (!s)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
+    if (pos != 0 && pos != s->next_pos)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_POSITION);
+    if (pos != 0 && (s->addr != h->ip->saddr || s->port != h->udp->source))
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SENDER);
+    if ((u64)pos + n + want - 1 > QK_CFG.ctx)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_CONTEXT);
+    u32 ids[QK_LISTEN_MAX_IDS];
+    for (u32 i = 0; i < QK_LISTEN_MAX_IDS; i++) {
+        if (i >= n)
+            break;
+        if ((void *)(p + QK_LISTEN_HDR + 4 * i + 4) > end)
+            return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_LENGTH);
+        ids[i] = qk_be32(p + QK_LISTEN_HDR + 4 * i);
+        if (ids[i] >= QK_CFG.vocab)
+            return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_TOKEN);
+    }
+    if (__sync_val_compare_and_swap(&L->busy, 0, 1) != 0)
+        return qk_listen_reply(h, p, QK_LK_BUSY, 0);
+    s->t_packet = bpf_ktime_get_ns();
+    s->req = req;
+    s->pos0 = pos;
+    s->n_ids = n;
+    s->want = want;
+    s->addr = h->ip->saddr;
+    s->port = h->udp->source;
+    for (u32 i = 0; i < QK_LISTEN_MAX_IDS; i++)
+        s->ids[i] = i < n ? ids[i] : 0;
+    s->state = QK_SS_RUNNING;
+    L->session = slot;
+    L->step = 0;
+    L->stepping = 0;
+    __sync_fetch_and_add(&L->requests, 1);
+    u32 key = QK_LISTEN_ITEM;
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    if (!w || bpf_wq_start(&w->wq, 0)) {
+        s->state = QK_SS_FAILED;
+        s->status = QK_CHAIN_BROKEN;
+        *(volatile u32 *)&L->busy = 0;
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_FAILED);
+    }
+    return qk_listen_reply(h, p, QK_LK_ACCEPTED, n);
+}
+
+/* A poll: busy until the session's request has its tokens, then the
+ * tokens in the poll's room for them. */
+static __always_inline int qk_listen_on_poll(struct xdp_md *ctx, struct qk_udp_packet *h, unsigned char *p, u32 len)
+{
+    void *end = (void *)(long)ctx->data_end;
+    u32 slot = qk_be32(p + 8), req = qk_be32(p + 16);
+    if (len != QK_LISTEN_POLL_BYTES || (void *)(p + QK_LISTEN_POLL_BYTES) > end)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_LENGTH);
+    if (slot >= QK_CFG.kv_slots)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
+    struct qk_session *s = bpf_map_lookup_elem(&m_sessions, &slot);
+    if (!s)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
+    if (s->addr != h->ip->saddr || s->port != h->udp->source)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SENDER);
+    u32 state = *(volatile u32 *)&s->state;
+    if (s->req != req || state == QK_SS_IDLE)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_REQUEST);
+    if (state == QK_SS_RUNNING)
+        return qk_listen_reply(h, p, QK_LK_BUSY, 0);
+    if (state == QK_SS_FAILED)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_FAILED);
+    u32 want = s->want;
+    p[7] = want;
+    qk_put_be32(p + 12, s->pos0);
+    for (u32 i = 0; i < QK_LISTEN_MAX_IDS; i++)
+        qk_put_be32(p + QK_LISTEN_HDR + 4 * i, i < want ? s->out[i] : 0);
+    return qk_listen_reply(h, p, QK_LK_ANSWER, want);
+}
+
+/* Every UDP packet to the listening port with the magic is ours: refused
+ * with a reason, answered busy, accepted or answered; the rest passes. */
+SEC("xdp")
+int listen_xdp(struct xdp_md *ctx)
+{
+    struct qk_listen *L = qk_listen();
+    struct qk_udp_packet h;
+    if (!L || !L->open)
+        return XDP_PASS;
+    unsigned char *p = qk_listen_payload(ctx, L, &h);
+    void *end = (void *)(long)ctx->data_end;
+    if (!p || (void *)(p + 8) > end || qk_be32(p) != QK_LISTEN_MAGIC)
+        return XDP_PASS;
+    u32 len = bpf_ntohs(h.udp->len);
+    if (len < sizeof(struct udphdr) + 8 || (void *)p + (len - sizeof(struct udphdr)) > end)
+        return XDP_DROP;    /* shorter than the reply's bytes, or than it says */
+    len -= sizeof(struct udphdr);
+    if (len < QK_LISTEN_HDR || (void *)(p + QK_LISTEN_HDR) > end)
+        return qk_listen_reply(&h, p, QK_LK_REFUSED, QK_LR_LENGTH);
+    if (p[4] != QK_LISTEN_VERSION)
+        return qk_listen_reply(&h, p, QK_LK_REFUSED, QK_LR_VERSION);
+    if (p[5] == QK_LK_STEP)
+        return qk_listen_on_step(ctx, L, &h, p, len);
+    if (p[5] == QK_LK_POLL)
+        return qk_listen_on_poll(ctx, &h, p, len);
+    return qk_listen_reply(&h, p, QK_LK_REFUSED, QK_LR_KIND);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -210,6 +210,7 @@ struct qk_chain {
     u32 lane_cpu[QK_CHAIN_LANES];       /* the CPU each lane's last item ran on */
     u32 lane_items[QK_CHAIN_LANES];     /* items each lane ran */
     u32 lane_state[QK_CHAIN_LANES];     /* QK_LANE_*: whether lane_start or the host took the lane */
+    u32 listen;         /* a listen step (below): the last lane starts the listen item, no record */
 };
 
 enum qk_lane_state {
@@ -221,6 +222,74 @@ enum qk_lane_state {
 /* lane_start's context: the lane it starts (on the CPU that runs it) */
 struct qk_lane_start {
     u32 lane;
+};
+
+/* qrun listen (docs/LISTEN.md): a UDP packet to the listening port, taken
+ * by XDP program listen_xdp, starts the listen item (map `wq`, key
+ * QK_LISTEN_ITEM), which builds a one-position step from a job list
+ * template (map `tmpl`: the host records one per attention chunk count,
+ * QK_LISTEN_TMPL_JOBS jobs apart, at listen's start), runs it on lane 0
+ * and, when the step's last lane ends, takes its argmax and starts the
+ * next step, until the request's tokens are there. The answer leaves on a
+ * later packet, the client's poll, turned round by XDP. */
+#define QK_LISTEN_ITEM (QK_CHAIN_LANES * QK_LANE_ITEMS)
+#define QK_LISTEN_TMPL_JOBS 2048  /* jobs of one template at most */
+#define QK_LISTEN_MAX_TMPL 256    /* templates: chunk counts, so ctx <= 65536 */
+#define QK_LISTEN_MAX_IDS 16      /* ids a packet carries at most, tokens a request asks at most */
+#define QK_LISTEN_HDR 20          /* the packet header's bytes */
+#define QK_LISTEN_POLL_BYTES (QK_LISTEN_HDR + 4 * QK_LISTEN_MAX_IDS) /* a poll: room for the answer */
+#define QK_LISTEN_MAGIC 0x51504b4cu /* "QPKL", big endian on the wire */
+#define QK_LISTEN_VERSION 1
+
+enum qk_listen_kind {
+    QK_LK_STEP = 1, QK_LK_POLL = 2,
+    QK_LK_ANSWER = 0x81, QK_LK_BUSY = 0x82, QK_LK_REFUSED = 0x83, QK_LK_ACCEPTED = 0x84,
+};
+
+/* why a packet was refused (a refusal's byte 6) */
+enum qk_listen_reason {
+    QK_LR_LENGTH = 1,       /* the UDP payload's length disagrees with the kind and n */
+    QK_LR_VERSION = 2,
+    QK_LR_KIND = 3,
+    QK_LR_COUNT = 4,        /* n ids: 0 or above QK_LISTEN_MAX_IDS */
+    QK_LR_WANT = 5,         /* tokens asked: 0 or above QK_LISTEN_MAX_IDS */
+    QK_LR_SESSION = 6,      /* session id at or above the model's KV slots */
+    QK_LR_POSITION = 7,     /* neither 0 nor the session's next position */
+    QK_LR_CONTEXT = 8,      /* the request runs past the context */
+    QK_LR_TOKEN = 9,        /* an id at or above the vocabulary */
+    QK_LR_SENDER = 10,      /* the session belongs to another address and port */
+    QK_LR_REQUEST = 11,     /* a poll for a request the session is not running or answering */
+    QK_LR_FAILED = 12,      /* the step failed in the kernel (a flag, a broken chain) */
+};
+
+enum qk_session_state { QK_SS_IDLE = 0, QK_SS_RUNNING = 1, QK_SS_DONE = 2, QK_SS_FAILED = 3 };
+
+/* one session: a KV cache slot (map `sessions`, key = slot) */
+struct qk_session {
+    u32 state;          /* enum qk_session_state */
+    u32 req;            /* the request it runs or answered */
+    u32 pos0;           /* the request's first position */
+    u32 next_pos;       /* the position the next request starts at */
+    u32 n_ids, want;    /* the request's ids and tokens asked */
+    u32 status;         /* QK_SS_FAILED: the chain's status */
+    u32 addr;           /* the sender's IPv4 address and UDP port (network order), taken at position 0 */
+    u32 port;
+    u32 ids[QK_LISTEN_MAX_IDS];
+    u32 out[QK_LISTEN_MAX_IDS];
+    u64 t_packet, t_done;   /* the request's arrival and its last token (kernel clock) */
+};
+
+/* the listener (map `listen`, one value): the host writes open, port and
+ * the templates' job counts; the rest is the packets' and the item's */
+struct qk_listen {
+    u32 open;           /* 1 while qrun listen runs */
+    u32 port;           /* the UDP port, network order */
+    u32 busy;           /* a request runs (one at a time) */
+    u32 session;        /* ... of this session */
+    u32 step;           /* its step: position pos0 + step */
+    u32 stepping;       /* the step's chain runs */
+    u32 requests, answered;     /* counters */
+    u32 tmpl_jobs[QK_LISTEN_MAX_TMPL];  /* jobs of template k (positions with k + 1 attention chunks) */
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from

@@ -42,7 +42,8 @@ static void load_help(void)
            "  --mode MODE        octal mode of the pinned files (default 0600, 0660 with --group)\n"
            "  --call-us N        the kernels' per-call time budget in us (as qrun's --call-us)\n"
            "  --schedule kernel  also load and pin the kernel schedule's work items, so that\n"
-           "                     -m pin:NAME runs --schedule kernel (docs/SCHEDULE.md); default host\n",
+           "                     -m pin:NAME runs --schedule kernel and qrun listen (docs/SCHEDULE.md,\n"
+           "                     docs/LISTEN.md); default host\n",
            QP_PIN_MAX_SLOTS);
 }
 

@@ -908,6 +908,10 @@ int main(int argc, char **argv)
         return tok_cli_main(argc - 1, argv + 1, "qrun");
     if (argc > 1 && !strcmp(argv[1], "serve"))
         return serve_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "listen"))
+        return listen_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "ask"))
+        return ask_main(argc - 1, argv + 1);
     struct options o;
     if (qrun_parse_options(&o, argc, argv))
         return QRUN_USAGE;

@@ -125,6 +125,10 @@ int qrun_new_sampler(struct run_state *r, qpack_error *err);
 
 /* qrun_chat.c: the interactive chat */
 int qrun_interactive(struct run_state *r, qpack_error *err);
+
+/* qrun listen and qrun ask (qrun_listen.c; docs/LISTEN.md): argv[0] is the command */
+int listen_main(int argc, char **argv);
+int ask_main(int argc, char **argv);
 void qrun_turns_free(struct run_state *r);
 
 /* Signal handling per phase (qrun.c) */

@@ -24,6 +24,8 @@ void qrun_usage(FILE *out)
             "       qrun -m MODEL.qpk --chat [options]       interactive chat on stdin\n"
             "       qrun tokenize|detokenize (--tokenizer FILE | -m MODEL.qpk) [--jsonl]\n"
             "       qrun serve -m MODEL.qpk [--port N] ...   OpenAI-compatible HTTP server (serve --help)\n"
+            "       qrun listen -m pin:NAME --udp PORT       answers UDP token requests in the kernel\n"
+            "       qrun ask --udp HOST:PORT --ids \"ID ...\"  its client (listen --help, ask --help)\n"
             "\n"
             "  -m, --model PATH       the .qpk container (a Hugging Face folder or a GGUF file\n"
             "                         with --backend ref), or pin:NAME, a model qpack load\n"
@@ -419,7 +421,7 @@ int qrun_parse_options(struct options *o, int argc, char **argv)
             return -1;
     }
     if (optind < argc) {
-        static const char *const commands[] = {"serve", "tokenize", "detokenize"};
+        static const char *const commands[] = {"serve", "listen", "ask", "tokenize", "detokenize"};
         size_t n = strlen(argv[optind]);
         const char *guess = qp_cli_closest(argv[optind], commands, sizeof commands / sizeof *commands);
         if (guess)

@@ -1,0 +1,121 @@
+#!/bin/bash
+# test_listen.sh QRUN QPACK QP_GEN - qrun listen (docs/LISTEN.md): a model
+# loaded with --schedule kernel answers UDP token requests entirely in the
+# kernel. In a network namespace of its own (loopback, generic XDP), qrun
+# ask's 16-token greedy continuation equals qrun's on the same loaded
+# model token for token, two sessions asked at once each get their own,
+# every malformed packet of a table gets its refusal with its reason and
+# the next valid request is still answered, and SIGINT detaches the XDP
+# program. Needs root (BPF, XDP, a namespace): skipped otherwise.
+set -u
+QRUN=$1 QPACK=$2 QP_GEN=$3
+PORT=47123
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || { echo "SKIP: loading BPF programs and attaching XDP needs root"; exit 77; }
+command -v ip >/dev/null && command -v nsenter >/dev/null || { echo "SKIP: no ip or nsenter"; exit 77; }
+T=$(mktemp -d /tmp/qp-listen-XXXXXX) || fail "mktemp"
+NAME=ql$$ NS=qplisten$$
+cleanup() {
+    [ -z "${listener:-}" ] || { kill -KILL "$listener" 2>/dev/null; wait "$listener" 2>/dev/null; }
+    ip netns del "$NS" 2>/dev/null
+    for n in "$NAME" "$NAME-h"; do [ -e "/sys/fs/bpf/qpack/$n" ] && "$QPACK" unload "$n"; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+in_ns() { nsenter --net="/var/run/netns/$NS" "$@"; }
+
+# a stress checkpoint: its greedy continuations vary (a plain tiny random
+# model repeats one token)
+"$QP_GEN" "$T/s" --preset tiny --seed 3 --stress >/dev/null || fail "generator"
+"$QPACK" pack "$T/s" -o "$T/s.qpk" --format int4 --quiet || fail "qpack pack"
+"$QPACK" load "$T/s.qpk" --name "$NAME" -c 24 --sessions 2 --schedule kernel >/dev/null 2>"$T/load.err" ||
+    fail "qpack load --schedule kernel: $(cat "$T/load.err")"
+A="301 7 455 12" B="9 8 7"
+"$QRUN" -m "pin:$NAME" --ids "$A" -n 16 --temp 0 --print-ids >"$T/a.want" 2>/dev/null || fail "qrun on A"
+"$QRUN" -m "pin:$NAME" --ids "$B" -n 16 --temp 0 --print-ids >"$T/b.want" 2>/dev/null || fail "qrun on B"
+[ "$(wc -w <"$T/a.want")" = 16 ] && ! cmp -s "$T/a.want" "$T/b.want" || fail "qrun: $(cat "$T/a.want") / $(cat "$T/b.want")"
+
+ip netns add "$NS" || fail "ip netns add"
+in_ns ip link set lo up || fail "lo up"
+# nsenter execs qrun: $! is the listener itself, which SIGINT must reach
+nsenter --net="/var/run/netns/$NS" "$QRUN" listen -m "pin:$NAME" --udp $PORT 2>"$T/listen.err" &
+listener=$!
+for i in $(seq 300); do
+    grep -q "answers UDP port" "$T/listen.err" && break
+    kill -0 $listener 2>/dev/null || fail "qrun listen exited: $(cat "$T/listen.err")"
+    sleep 0.1
+done
+grep -q "answers UDP port" "$T/listen.err" || fail "qrun listen did not start within 30 s"
+in_ns ip link show lo | grep -q xdp || fail "no XDP program on lo: $(in_ns ip link show lo)"
+ask() { in_ns timeout 60 "$QRUN" ask --udp 127.0.0.1:$PORT "$@"; }
+
+# one request: 4 prompt ids, 16 tokens
+ask --ids "$A" -n 16 --stats >"$T/a.got" 2>"$T/a.err" || fail "qrun ask: $(cat "$T/a.err")"
+cmp -s "$T/a.want" "$T/a.got" || fail "over UDP: $(cat "$T/a.got"), qrun: $(cat "$T/a.want")"
+echo "ok 16 tokens over UDP, qrun's: $(cat "$T/a.got") ($(cat "$T/a.err"))"
+
+# two sessions asked at once (one runs, the other is told busy and retries),
+# three rounds
+for round in 1 2 3; do
+    ask --ids "$A" -n 16 --session 0 >"$T/a.got" 2>"$T/a.err" &
+    a=$!
+    ask --ids "$B" -n 16 --session 1 >"$T/b.got" 2>"$T/b.err" &
+    b=$!
+    wait $a || fail "round $round, session 0: $(cat "$T/a.err")"
+    wait $b || fail "round $round, session 1: $(cat "$T/b.err")"
+    cmp -s "$T/a.want" "$T/a.got" || fail "round $round, session 0: $(cat "$T/a.got")"
+    cmp -s "$T/b.want" "$T/b.got" || fail "round $round, session 1: $(cat "$T/b.got")"
+done
+echo "ok two sessions asked at once, 3 rounds: each its own continuation"
+
+# malformed packets: each refused with its reason (session 0's last
+# request came from another sender; session 1 is at position 18)
+hdr() {     # hdr VERSION KIND N WANT SESSION POS: the 20-byte header in hex
+    printf '51504b4c%02x%02x%02x%02x%08x%08x%08x' "$@" 7
+}
+ids() { local i; for i in "$@"; do printf '%08x' "$i"; done; }
+zeros() { printf '0%.0s' $(seq $((8 * $1))); }
+while IFS=: read -r reason payload; do
+    ask --raw "$payload" >"$T/raw.out" 2>"$T/raw.err" || fail "raw $payload: $(cat "$T/raw.err")"
+    [ "$(cut -d' ' -f1-2 "$T/raw.out")" = "refused $reason" ] ||
+        fail "raw $payload: $(cat "$T/raw.out"), expected refused $reason"
+    echo "ok refused $payload: $(cat "$T/raw.out")"
+done <<EOF2
+1:51504b4c01010101
+1:$(hdr 1 1 2 1 0 0)$(ids 5)
+2:$(hdr 2 1 1 1 0 0)$(ids 5)
+3:$(hdr 1 7 1 1 0 0)$(ids 5)
+4:$(hdr 1 1 0 1 0 0)
+4:$(hdr 1 1 17 1 0 0)$(ids 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17)
+5:$(hdr 1 1 1 0 0 0)$(ids 5)
+5:$(hdr 1 1 1 17 0 0)$(ids 5)
+6:$(hdr 1 1 1 1 2 0)$(ids 5)
+7:$(hdr 1 1 1 1 1 5)$(ids 5)
+10:$(hdr 1 1 1 1 1 18)$(ids 5)
+8:$(hdr 1 1 16 16 0 0)$(ids 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
+9:$(hdr 1 1 2 1 0 0)$(ids 5 4294967295)
+1:$(hdr 1 2 0 0 0 0)
+10:$(hdr 1 2 0 0 0 0)$(zeros 16)
+6:$(hdr 1 2 0 0 9 0)$(zeros 16)
+EOF2
+ask --ids "$A" -n 16 >"$T/a.got" 2>"$T/a.err" || fail "after the malformed packets: $(cat "$T/a.err")"
+cmp -s "$T/a.want" "$T/a.got" || fail "after the malformed packets: $(cat "$T/a.got")"
+echo "ok after the malformed packets the next request gets qrun's tokens"
+
+kill -INT $listener
+for i in $(seq 100); do kill -0 $listener 2>/dev/null || break; sleep 0.1; done
+wait $listener || fail "qrun listen exited $? on SIGINT: $(cat "$T/listen.err")"
+listener=
+grep -q "detached" "$T/listen.err" || fail "qrun listen: $(cat "$T/listen.err")"
+! in_ns ip link show lo | grep -q xdp || fail "XDP still attached after SIGINT"
+# the model steps in-process again afterwards
+"$QRUN" -m "pin:$NAME" --ids "$A" -n 16 --temp 0 --print-ids --schedule kernel >"$T/a.got" 2>/dev/null &&
+    cmp -s "$T/a.want" "$T/a.got" || fail "qrun after qrun listen: $(cat "$T/a.got")"
+echo "ok SIGINT detached it: $(tail -1 "$T/listen.err")"
+
+# a model loaded without the kernel schedule is refused in one line
+"$QPACK" load "$T/s.qpk" --name "$NAME-h" -c 24 >/dev/null 2>&1 || fail "qpack load"
+in_ns "$QRUN" listen -m "pin:$NAME-h" --udp $PORT >/dev/null 2>"$T/refused.err" && fail "listen on $NAME-h ran"
+[ "$(wc -l <"$T/refused.err")" = 1 ] && grep -q "schedule kernel" "$T/refused.err" ||
+    fail "listen without the kernel schedule: $(cat "$T/refused.err")"
+echo "ok $(cat "$T/refused.err")"
