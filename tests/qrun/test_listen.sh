@@ -1,23 +1,27 @@
 #!/bin/bash
-# test_listen.sh QRUN QPACK QP_GEN - qrun listen (docs/LISTEN.md): a model
-# loaded with --schedule kernel answers UDP token requests entirely in the
-# kernel. In a network namespace of its own (loopback, generic XDP), qrun
-# ask's 16-token greedy continuation equals qrun's on the same loaded
+# test_listen.sh QRUN QPACK QP_GEN SRC - qrun listen (docs/LISTEN.md): a
+# model loaded with --schedule kernel answers UDP token requests entirely
+# in the kernel. In a network namespace of its own (loopback, generic XDP),
+# qrun ask's 16-token greedy continuation equals qrun's on the same loaded
 # model token for token, two sessions asked at once each get their own,
 # every malformed packet of a table gets its refusal with its reason and
 # the next valid request is still answered, and SIGINT detaches the XDP
-# program. Needs root (BPF, XDP, a namespace): skipped otherwise.
+# program; then the same continuation over a veth pair between two
+# namespaces, native XDP on the listener's end and a pass-all XDP program
+# (devtools/wq_spike/wq_spike_pass.bpf.c, built here with clang) on the
+# client's, without which veth drops the frames XDP_TX sends. Needs root
+# (BPF, XDP, namespaces): skipped otherwise.
 set -u
-QRUN=$1 QPACK=$2 QP_GEN=$3
+QRUN=$1 QPACK=$2 QP_GEN=$3 SRC=$4
 PORT=47123
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "SKIP: loading BPF programs and attaching XDP needs root"; exit 77; }
 command -v ip >/dev/null && command -v nsenter >/dev/null || { echo "SKIP: no ip or nsenter"; exit 77; }
 T=$(mktemp -d /tmp/qp-listen-XXXXXX) || fail "mktemp"
-NAME=ql$$ NS=qplisten$$
+NAME=ql$$ NS=qplisten$$ NSA=qplistena$$ NSB=qplistenb$$
 cleanup() {
     [ -z "${listener:-}" ] || { kill -KILL "$listener" 2>/dev/null; wait "$listener" 2>/dev/null; }
-    ip netns del "$NS" 2>/dev/null
+    for n in "$NS" "$NSA" "$NSB"; do ip netns del "$n" 2>/dev/null; done
     for n in "$NAME" "$NAME-h"; do [ -e "/sys/fs/bpf/qpack/$n" ] && "$QPACK" unload "$n"; done
     rm -rf "$T"
 }
@@ -38,14 +42,29 @@ A="301 7 455 12" B="9 8 7"
 ip netns add "$NS" || fail "ip netns add"
 in_ns ip link set lo up || fail "lo up"
 # nsenter execs qrun: $! is the listener itself, which SIGINT must reach
-nsenter --net="/var/run/netns/$NS" "$QRUN" listen -m "pin:$NAME" --udp $PORT 2>"$T/listen.err" &
-listener=$!
-for i in $(seq 300); do
-    grep -q "answers UDP port" "$T/listen.err" && break
-    kill -0 $listener 2>/dev/null || fail "qrun listen exited: $(cat "$T/listen.err")"
-    sleep 0.1
-done
-grep -q "answers UDP port" "$T/listen.err" || fail "qrun listen did not start within 30 s"
+# start_listener NETNS ARGS...: qrun listen in NETNS (nsenter execs qrun:
+# $listener is the listener itself, which SIGINT must reach)
+start_listener() {
+    local ns=$1 i
+    shift
+    nsenter --net="/var/run/netns/$ns" "$QRUN" listen -m "pin:$NAME" --udp $PORT "$@" 2>"$T/listen.err" &
+    listener=$!
+    for i in $(seq 300); do
+        grep -q "answers UDP port" "$T/listen.err" && return 0
+        kill -0 $listener 2>/dev/null || fail "qrun listen exited: $(cat "$T/listen.err")"
+        sleep 0.1
+    done
+    fail "qrun listen did not start within 30 s"
+}
+stop_listener() {
+    local i
+    kill -INT $listener
+    for i in $(seq 100); do kill -0 $listener 2>/dev/null || break; sleep 0.1; done
+    wait $listener || fail "qrun listen exited $? on SIGINT: $(cat "$T/listen.err")"
+    listener=
+    grep -q "detached" "$T/listen.err" || fail "qrun listen: $(cat "$T/listen.err")"
+}
+start_listener "$NS"
 in_ns ip link show lo | grep -q xdp || fail "no XDP program on lo: $(in_ns ip link show lo)"
 ask() { in_ns timeout 60 "$QRUN" ask --udp 127.0.0.1:$PORT "$@"; }
 
@@ -102,16 +121,30 @@ ask --ids "$A" -n 16 >"$T/a.got" 2>"$T/a.err" || fail "after the malformed packe
 cmp -s "$T/a.want" "$T/a.got" || fail "after the malformed packets: $(cat "$T/a.got")"
 echo "ok after the malformed packets the next request gets qrun's tokens"
 
-kill -INT $listener
-for i in $(seq 100); do kill -0 $listener 2>/dev/null || break; sleep 0.1; done
-wait $listener || fail "qrun listen exited $? on SIGINT: $(cat "$T/listen.err")"
-listener=
-grep -q "detached" "$T/listen.err" || fail "qrun listen: $(cat "$T/listen.err")"
+stop_listener
 ! in_ns ip link show lo | grep -q xdp || fail "XDP still attached after SIGINT"
 # the model steps in-process again afterwards
 "$QRUN" -m "pin:$NAME" --ids "$A" -n 16 --temp 0 --print-ids --schedule kernel >"$T/a.got" 2>/dev/null &&
     cmp -s "$T/a.want" "$T/a.got" || fail "qrun after qrun listen: $(cat "$T/a.got")"
 echo "ok SIGINT detached it: $(tail -1 "$T/listen.err")"
+
+# over a veth pair: native XDP on the listener's end (B), a pass-all XDP
+# program on the client's (A)
+arch=$(gcc -dumpmachine)
+clang -O2 -target bpf -I"/usr/include/$arch" -c "$SRC/devtools/wq_spike/wq_spike_pass.bpf.c" -o "$T/pass.bpf.o" ||
+    fail "clang: cannot build the pass-all XDP program"
+ip netns add "$NSA" && ip netns add "$NSB" || fail "ip netns add"
+ip link add "qpl$$a" netns "$NSA" type veth peer name "qpl$$b" netns "$NSB" || fail "ip link add veth"
+ip -n "$NSA" addr add 10.203.0.1/24 dev "qpl$$a" && ip -n "$NSB" addr add 10.203.0.2/24 dev "qpl$$b" &&
+    ip -n "$NSA" link set "qpl$$a" up && ip -n "$NSB" link set "qpl$$b" up || fail "veth addresses"
+ip -n "$NSA" link set dev "qpl$$a" xdpdrv obj "$T/pass.bpf.o" sec xdp || fail "the pass-all XDP program"
+start_listener "$NSB" --dev "qpl$$b"
+ip -n "$NSB" link show "qpl$$b" | grep -q xdp || fail "no XDP program on qpl$$b"
+nsenter --net="/var/run/netns/$NSA" timeout 60 "$QRUN" ask --udp 10.203.0.2:$PORT --ids "$B" -n 16 --session 1 \
+    >"$T/b.got" 2>"$T/b.err" || fail "qrun ask over veth: $(cat "$T/b.err")"
+cmp -s "$T/b.want" "$T/b.got" || fail "over veth: $(cat "$T/b.got"), qrun: $(cat "$T/b.want")"
+stop_listener
+echo "ok over a veth pair, native XDP: 16 tokens, qrun's ($(cat "$T/b.got"))"
 
 # a model loaded without the kernel schedule is refused in one line
 "$QPACK" load "$T/s.qpk" --name "$NAME-h" -c 24 >/dev/null 2>&1 || fail "qpack load"
