@@ -22,7 +22,8 @@ struct qpack_listen {
     uint32_t pinned_slots;      /* a loaded model's owner-table slots claimed */
 };
 
-/* One template per attention chunk count, recorded at the chunk's last
+/* Two templates per attention chunk count, with the logits and without
+ * (the ids before a request's last), recorded at the chunk's last
  * position: its attention jobs then hold the fewest tasks each, and any
  * position of that chunk count runs the same jobs with its own max_pos
  * (the tasks' results do not depend on how they are grouped). */
@@ -30,20 +31,21 @@ static int record_templates(struct qp_engine *e, qpack_error *err)
 {
     const struct qk_config *c = &e->plan.cfg;
     struct qp_backend *b = e->b;
-    if (c->max_chunks > QK_LISTEN_MAX_TMPL || b->tmpl_entries < c->max_chunks * QK_LISTEN_TMPL_JOBS)
-        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "listen: a context of %u positions needs more than %u job list "
-                           "templates", c->ctx, QK_LISTEN_MAX_TMPL);
-    for (uint32_t k = 0; k < c->max_chunks; k++) {
-        uint32_t pos = (k + 1) * QK_ATTN_CHUNK - 1, n = 0;
+    if (c->max_chunks > QK_LISTEN_MAX_CHUNKS ||
+        b->tmpl_entries < QK_LISTEN_TMPL(c->max_chunks, 0) * QK_LISTEN_TMPL_JOBS)
+        return qp_lib_fail(err, QPACK_ERR_ARGUMENT, "listen: a context of %u positions is past listen's %u",
+                           c->ctx, QK_LISTEN_MAX_CHUNKS * QK_ATTN_CHUNK);
+    for (uint32_t t = 0; t < QK_LISTEN_TMPL(c->max_chunks, 0); t++) {
+        uint32_t pos = (t / 2 + 1) * QK_ATTN_CHUNK - 1, n = 0;
         struct qp_entry entry = {.token = 0, .kv_slot = 0, .pos = pos < c->ctx ? pos : c->ctx - 1};
         qp_err in = {0};
-        if (qp_forward_record(e->fw, &entry, &n, &in))
+        if (qp_forward_record(e->fw, &entry, t % 2, &n, &in))
             return qp_lib_error(err, &in, QPACK_ERR_INTERNAL);
         if (n > QK_LISTEN_TMPL_JOBS)
             return qp_lib_fail(err, QPACK_ERR_INTERNAL, "listen: a step of %u jobs, past a template's %u", n,
                                QK_LISTEN_TMPL_JOBS);
-        memcpy(b->tmpl + (size_t)k * QK_LISTEN_TMPL_JOBS, b->jobs, (size_t)n * sizeof *b->jobs);
-        b->listen->tmpl_jobs[k] = n;
+        memcpy(b->tmpl + (size_t)t * QK_LISTEN_TMPL_JOBS, b->jobs, (size_t)n * sizeof *b->jobs);
+        b->listen->tmpl_jobs[t] = n;
     }
     return 0;
 }

@@ -725,9 +725,9 @@ static void load_chain_programs(struct qwen3 *skel, const struct qk_config *cfg,
     bpf_program__set_autoload(skel->progs.listen_xdp, on);
     if (!on)    /* the job list's megabyte only for a model that runs it */
         bpf_map__set_max_entries(skel->maps.m_jobs, 1);
-    /* qrun listen: a template per attention chunk count, a record per slot */
-    if (on && cfg->max_chunks <= QK_LISTEN_MAX_TMPL)
-        bpf_map__set_max_entries(skel->maps.m_tmpl, cfg->max_chunks * QK_LISTEN_TMPL_JOBS);
+    /* qrun listen: two templates per attention chunk count, a record per slot */
+    if (on && cfg->max_chunks <= QK_LISTEN_MAX_CHUNKS)
+        bpf_map__set_max_entries(skel->maps.m_tmpl, QK_LISTEN_TMPL(cfg->max_chunks, 0) * QK_LISTEN_TMPL_JOBS);
     if (on)
         bpf_map__set_max_entries(skel->maps.m_sessions, cfg->kv_slots);
 }

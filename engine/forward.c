@@ -553,7 +553,7 @@ int qp_forward_batch(struct qp_forward *fw, const struct qp_entry *e, uint32_t n
     return schedule(fw, e, n, first_logits, last, err);
 }
 
-int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, uint32_t *n_jobs, qp_err *err)
+int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, bool logits, uint32_t *n_jobs, qp_err *err)
 {
     if (!fw->b->jobs)
         return qp_fail(err, "internal: recording a step needs the kernel schedule");
@@ -561,7 +561,7 @@ int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, uint32_t 
         return qp_fail(err, "internal: a recorded entry outside the model");
     fw->recording = true;
     fw->recorded = 0;
-    int rc = schedule(fw, e, 1, 0, e->pos, err);
+    int rc = schedule(fw, e, 1, logits ? 0 : 1, e->pos, err);
     fw->recording = false;
     *n_jobs = fw->recorded;
     return rc;

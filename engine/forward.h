@@ -66,11 +66,11 @@ enum qp_logits { QP_LOGITS_NONE, QP_LOGITS_LAST, QP_LOGITS_ALL };
 int qp_forward_block(struct qp_forward *fw, uint32_t kv_slot, const uint32_t *tokens, uint32_t n, uint32_t pos0,
                      enum qp_logits logits, qp_err *err);
 
-/* --schedule kernel: the job list of a one-entry step with its logits
- * (entry e, the vocabulary projection and argmax) written into the
+/* --schedule kernel: the job list of a one-entry step (entry e, and with
+ * logits the vocabulary projection and argmax) written into the
  * backend's `jobs`, not run; *n_jobs of them. qrun listen keeps them as
  * templates (docs/LISTEN.md). */
-int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, uint32_t *n_jobs, qp_err *err);
+int qp_forward_record(struct qp_forward *fw, const struct qp_entry *e, bool logits, uint32_t *n_jobs, qp_err *err);
 
 /* positions one block holds at most (the plan's) */
 uint32_t qp_forward_block_size(const struct qp_forward *fw);

@@ -419,12 +419,13 @@ static __always_inline int qk_listen_step(struct qk_listen *L, struct qk_session
     u32 pos = s->pos0 + i;
     u32 k = pos / QK_ATTN_CHUNK;
     struct qk_seq *sq = bpf_map_lookup_elem(&m_seq, &key);
-    if (!sq || k >= QK_LISTEN_MAX_TMPL || i >= 2 * QK_LISTEN_MAX_IDS)
+    if (!sq || k >= QK_LISTEN_MAX_CHUNKS || i >= 2 * QK_LISTEN_MAX_IDS)
         return -1;
-    u32 n = L->tmpl_jobs[k];
+    u32 t = QK_LISTEN_TMPL(k, i + 1 >= s->n_ids);   /* the ids before the last need no logits */
+    u32 n = L->tmpl_jobs[t & (2 * QK_LISTEN_MAX_CHUNKS - 1)];
     if (n == 0 || n > QK_LISTEN_TMPL_JOBS)
         return -1;
-    struct qk_copy_ctx x = {.base = k * QK_LISTEN_TMPL_JOBS, .pos = pos};
+    struct qk_copy_ctx x = {.base = t * QK_LISTEN_TMPL_JOBS, .pos = pos};
     x.token = i < s->n_ids ? s->ids[i & (QK_LISTEN_MAX_IDS - 1)] : s->out[(i - s->n_ids) & (QK_LISTEN_MAX_IDS - 1)];
     if (bpf_loop(n, qk_copy_job, &x, 0) != n)
         return -1;

@@ -227,14 +227,18 @@ struct qk_lane_start {
 /* qrun listen (docs/LISTEN.md): a UDP packet to the listening port, taken
  * by XDP program listen_xdp, starts the listen item (map `wq`, key
  * QK_LISTEN_ITEM), which builds a one-position step from a job list
- * template (map `tmpl`: the host records one per attention chunk count,
+ * template (map `tmpl`: the host records two per attention chunk count,
  * QK_LISTEN_TMPL_JOBS jobs apart, at listen's start), runs it on lane 0
  * and, when the step's last lane ends, takes its argmax and starts the
  * next step, until the request's tokens are there. The answer leaves on a
  * later packet, the client's poll, turned round by XDP. */
 #define QK_LISTEN_ITEM (QK_CHAIN_LANES * QK_LANE_ITEMS)
 #define QK_LISTEN_TMPL_JOBS 2048  /* jobs of one template at most */
-#define QK_LISTEN_MAX_TMPL 256    /* templates: chunk counts, so ctx <= 65536 */
+#define QK_LISTEN_MAX_CHUNKS 256  /* attention chunk counts, so ctx <= 65536 */
+/* template 2 k + logits: k + 1 attention chunks, with the vocabulary
+ * projection and argmax (logits 1: the steps whose token is asked) or
+ * without (0: the request's ids before its last) */
+#define QK_LISTEN_TMPL(k, logits) (2 * (k) + (logits))
 #define QK_LISTEN_MAX_IDS 16      /* ids a packet carries at most, tokens a request asks at most */
 #define QK_LISTEN_HDR 20          /* the packet header's bytes */
 #define QK_LISTEN_POLL_BYTES (QK_LISTEN_HDR + 4 * QK_LISTEN_MAX_IDS) /* a poll: room for the answer */
@@ -289,7 +293,7 @@ struct qk_listen {
     u32 step;           /* its step: position pos0 + step */
     u32 stepping;       /* the step's chain runs */
     u32 requests, answered;     /* counters */
-    u32 tmpl_jobs[QK_LISTEN_MAX_TMPL];  /* jobs of template k (positions with k + 1 attention chunks) */
+    u32 tmpl_jobs[2 * QK_LISTEN_MAX_CHUNKS];    /* jobs of each template (QK_LISTEN_TMPL) */
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from
