@@ -18,8 +18,6 @@
 struct qpack_listen {
     qpack_model *m;
     int link_fd;
-    bool locked;                /* a loaded model's step lock */
-    uint32_t pinned_slots;      /* a loaded model's owner-table slots claimed */
 };
 
 /* Two templates per attention chunk count, with the logits and without
@@ -59,7 +57,11 @@ static int clear_sessions(const struct qp_engine *e, qpack_error *err)
     return 0;
 }
 
-/* every session of the model: the in-process table and a loaded model's owner table */
+/* every session of the model: the in-process table and a loaded model's
+ * owner table. A process steps a loaded model only through a session of
+ * its own, so holding every slot keeps the others off the shared state
+ * maps; the step lock is not held (a claim takes the same flock, and
+ * would wait on it instead of being refused). */
 static int take_sessions(qpack_listen *l, qpack_error *err)
 {
     qpack_model *m = l->m;
@@ -77,14 +79,11 @@ static int take_sessions(qpack_listen *l, qpack_error *err)
     if (!e->pin)
         return 0;
     qp_err in = {0};
-    for (uint32_t i = 0; i < e->plan.cfg.kv_slots; i++, l->pinned_slots++) {
+    for (uint32_t i = 0; i < e->plan.cfg.kv_slots; i++) {
         uint32_t slot;
         if (qp_pin_claim(e->pin, &slot, &in))
             return qp_lib_error(err, &in, QPACK_ERR_BUSY);
     }
-    if (qp_pin_lock(e->pin, &in))
-        return qp_lib_error(err, &in, QPACK_ERR_IO);
-    l->locked = true;
     return 0;
 }
 
@@ -92,9 +91,9 @@ static void give_sessions(qpack_listen *l)
 {
     qpack_model *m = l->m;
     struct qp_engine *e = &m->engine;
-    if (l->locked)
-        qp_pin_unlock(e->pin);
-    for (uint32_t i = 0; i < l->pinned_slots; i++)
+    /* whichever slots the claims took (a release frees only this
+     * process's, and the model has no session of its own open) */
+    for (uint32_t i = 0; e->pin && i < e->plan.cfg.kv_slots; i++)
         qp_pin_release(e->pin, i);
     pthread_mutex_lock(&m->sessions_mu);
     if (m->n_sessions == m->params.max_sessions) {

@@ -654,8 +654,9 @@ int qpack_container_sources(const char *path, qpack_source_file **files, size_t 
  * entirely in the kernel: an XDP program takes each packet (token ids
  * in), the kernel schedule runs the steps of a greedy continuation, and
  * the tokens leave on the client's poll, turned round by XDP. The
- * listener holds every session of the model (none may be open) and, for
- * a loaded model (pin:NAME), its step lock, until qpack_listen_close. */
+ * listener holds every session of the model (none may be open; for a
+ * loaded model, pin:NAME, every slot of its owner table, so no other
+ * process steps it) until qpack_listen_close. */
 typedef struct qpack_listen qpack_listen;
 
 typedef struct qpack_listen_params {

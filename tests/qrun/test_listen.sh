@@ -66,6 +66,10 @@ stop_listener() {
 }
 start_listener "$NS"
 in_ns ip link show lo | grep -q xdp || fail "no XDP program on lo: $(in_ns ip link show lo)"
+# the listener holds every session: a second one is refused in one line
+in_ns "$QRUN" listen -m "pin:$NAME" --udp $((PORT + 1)) >/dev/null 2>"$T/second.err" && fail "a second listener ran"
+[ "$(wc -l <"$T/second.err")" = 1 ] && grep -q "in use" "$T/second.err" ||
+    fail "a second listener: $(cat "$T/second.err")"
 ask() { in_ns timeout 60 "$QRUN" ask --udp 127.0.0.1:$PORT "$@"; }
 
 # one request: 4 prompt ids, 16 tokens
