@@ -127,6 +127,8 @@ echo "ok after the malformed packets the next request gets qrun's tokens"
 
 stop_listener
 ! in_ns ip link show lo | grep -q xdp || fail "XDP still attached after SIGINT"
+ask --ids "$A" -n 1 >/dev/null 2>"$T/gone.err" && fail "a request was answered after SIGINT"
+grep -q "Connection refused" "$T/gone.err" || fail "a request after SIGINT: $(cat "$T/gone.err")"
 # the model steps in-process again afterwards
 "$QRUN" -m "pin:$NAME" --ids "$A" -n 16 --temp 0 --print-ids --schedule kernel >"$T/a.got" 2>/dev/null &&
     cmp -s "$T/a.want" "$T/a.got" || fail "qrun after qrun listen: $(cat "$T/a.got")"

@@ -218,9 +218,13 @@ static int open_socket(const char *hostport)
 static int exchange(int fd, const uint8_t *pkt, size_t len, uint8_t *reply, size_t cap, double t0)
 {
     while (now_ms() - t0 < ASK_TIMEOUT_MS) {
-        if (send(fd, pkt, len, 0) < 0 && errno != ECONNREFUSED)
+        /* refused: the port's ICMP error, so no XDP program took the
+         * packet and nothing listens there */
+        if (send(fd, pkt, len, 0) < 0)
             return -1;
         ssize_t n = recv(fd, reply, cap, 0);
+        if (n < 0 && errno == ECONNREFUSED)
+            return -1;
         /* the reply to this packet: its magic, version and request number */
         if (n >= HDR && len >= HDR && !memcmp(reply, pkt, 5) && !memcmp(reply + 16, pkt + 16, 4))
             return (int)n;
