@@ -8,14 +8,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 src=$root/devtools/wq_spike
 T=$(mktemp -d /tmp/qp-wq-spike-XXXXXX)
 A=qp-wq-a$$ B=qp-wq-b$$
-trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start*; ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null' EXIT
+trap 'rm -rf "$T"; rm -f /sys/fs/bpf/qp_wq_spike_start* /sys/fs/bpf/qp_wq_spike_kick*; ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null' EXIT
 arch=$(gcc -dumpmachine)
-for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp wq_spike_pass; do
+for o in wq_spike wq_spike_tail wq_spike_socket wq_spike_cbtx wq_spike_xdp wq_spike_pass wq_spike_cpumap; do
     clang -g -O2 -target bpf -mcpu=v3 -I/usr/include/$arch -I"$root/kernels" -c "$src/$o.bpf.c" -o "$T/$o.bpf.o"
 done
 gcc -O2 -Wall -o "$T/wq_spike" "$src/wq_spike.c" -lbpf -lpthread
 gcc -O2 -Wall -o "$T/wq_spike_xdp" "$src/wq_spike_xdp.c" -lbpf
-chmod 755 "$T" "$T/wq_spike"
+gcc -O2 -Wall -o "$T/wq_spike_cpumap" "$src/wq_spike_cpumap.c" -lbpf
+chmod 755 "$T" "$T/wq_spike" "$T/wq_spike_cpumap"
 "$T/wq_spike" "$T/wq_spike.bpf.o"
 echo "a socket filter that sets a callback:"
 "$T/wq_spike" --load "$T/wq_spike_socket.bpf.o" 2>/dev/null || true
@@ -46,3 +47,20 @@ for items in "" 1; do
     echo "unprivileged (nobody), start_chain pinned and opened for all, the items' map $([ -n "$items" ] && echo also || echo not) pinned:"
     setpriv --reuid=nobody --regid=nogroup --clear-groups "$T/wq_spike" --run /sys/fs/bpf/qp_wq_spike_start 2>&1 | tail -1 || true
 done
+echo "one live-frames XDP test run starts an item on each CPU (the second from a CPU map's program):"
+"$T/wq_spike_cpumap" "$T/wq_spike_cpumap.bpf.o"
+echo "the same from CPU 1:"
+taskset -c 1 "$T/wq_spike_cpumap" "$T/wq_spike_cpumap.bpf.o"
+echo "the same in a network namespace of its own (its loopback down):"
+unshare -n "$T/wq_spike_cpumap" "$T/wq_spike_cpumap.bpf.o"
+"$T/wq_spike_cpumap" "$T/wq_spike_cpumap.bpf.o" --pin /sys/fs/bpf/qp_wq_spike_kick >"$T/kick.out" &
+loader=$!
+while ! grep -q pinned "$T/kick.out" 2>/dev/null; do sleep 0.1; done
+chmod 666 /sys/fs/bpf/qp_wq_spike_kick*
+echo "unprivileged (nobody), kick pinned and opened for all, from CPU 0 and from CPU 1:"
+for cpu in 0 1; do
+    setpriv --reuid=nobody --regid=nogroup --clear-groups taskset -c $cpu "$T/wq_spike_cpumap" --run \
+        /sys/fs/bpf/qp_wq_spike_kick || true
+done
+kill $loader
+wait $loader 2>/dev/null || true
