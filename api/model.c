@@ -239,6 +239,8 @@ static void fill_info_from_engine(qpack_model *m)
         i->weight_bytes = e->plan.stream ? 0 : e->plan.weight_bytes;
         i->maps_ms = e->b->verify_ms;
         i->copy_ms = e->b->copy_ms;
+        i->kernel_lanes = e->b->kernel_lanes;
+        i->lane_start = e->b->lane_start;
         for (int k = 0; k < QP_K_COUNT && i->n_programs < QPACK_KERNELS_MAX; k++)
             if (e->b->verified_insns[k]) {
                 qpack_program_info *p = &i->programs[i->n_programs++];

@@ -65,6 +65,10 @@ struct qp_backend {
     uint32_t tmpl_entries;
     struct qk_listen *listen;
     int sessions_fd, listen_xdp_fd;
+    uint32_t kernel_lanes;              /* the lanes a step runs (fewer than the plan's on one CPU) */
+    const char *lane_start;             /* how two lanes start: "xdp" (both from the step's one test run,
+                                           through a CPU map), "thread" (lane 1 from a thread on the other
+                                           CPU); NULL with fewer */
 };
 
 const char *qp_kernel_name(enum qp_kernel k);

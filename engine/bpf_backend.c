@@ -58,8 +58,12 @@ struct bpfb {
     int lane_start_fd;
     uint32_t lanes;
     atomic_bool stepping;               /* this process's step runs: a pinned model's chain may be another's */
-    struct lane_thread *lane_threads[2]; /* two lanes: a thread pinned to each CPU, the one the caller
-                                            is not on starts lane 1 */
+    /* two lanes: lane_kick starts both (kick_fd >= 0), else a thread pinned to
+       each CPU, the one the caller is not on, starts lane 1 */
+    int kick_fd;
+    uint32_t kick_step;                 /* the last step's number (qk_chain.kick) */
+    int lane_cpu[2];
+    struct lane_thread *lane_threads[2];
 };
 
 static int libbpf_stderr(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -449,6 +453,30 @@ static bool start_lane(struct bpfb *s, uint32_t lane)
     return bpf_prog_test_run_opts(s->lane_start_fd, &opts) == 0;
 }
 
+/* One live-frames test run of lane_kick starts lane 0 on this CPU and,
+ * through the CPU map, lane 1 on the other. false when it did not run. */
+static bool kick_lanes(struct bpfb *s)
+{
+    struct {
+        uint8_t eth[ETH_HLEN];
+        struct qk_lane_kick kick;
+        uint8_t pad[64 - ETH_HLEN - sizeof(struct qk_lane_kick)];  /* a minimum Ethernet frame */
+    } __attribute__((packed)) frame = {
+        .eth = {[12] = 0x08},   /* IPv4: any type does, nothing reads it */
+        .kick = {.step = s->kick_step, .cpu = {(uint32_t)s->lane_cpu[0], (uint32_t)s->lane_cpu[1]}},
+    };
+    LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = &frame, .data_size_in = sizeof frame, .repeat = 1,
+                .flags = BPF_F_TEST_XDP_LIVE_FRAMES);
+    if (bpf_prog_test_run_opts(s->kick_fd, &opts) != 0)
+        return false;
+    /* a live-frames run reports no verdict: lane_kick ran when lane 0 left
+       its waiting state within the call */
+    if (__atomic_load_n(&s->chain->lane_state[0], __ATOMIC_ACQUIRE) != QK_LANE_WAITING)
+        return true;
+    errno = EPROTO;
+    return false;
+}
+
 /* a lane that has not started is taken off the step (its thread's start
  * then does nothing) */
 static void drop_lane(struct bpfb *s, uint32_t lane)
@@ -481,16 +509,26 @@ static void *lane_thread_main(void *arg)
     return NULL;
 }
 
+/* Lanes of a stopped step that have not started are dropped. Lane 1 of a
+ * kicked step belongs to whoever holds its ticket: the host takes it back,
+ * and drops the lane only when lane_kicked has not taken it first (then
+ * lane_kicked starts the lane, which ends at once). */
+static void drop_waiting_lanes(struct bpfb *s)
+{
+    drop_lane(s, 0);
+    if (s->lanes > 1 && (s->kick_fd < 0 || __atomic_exchange_n(&s->chain->kick, 0, __ATOMIC_ACQ_REL)))
+        drop_lane(s, 1);
+}
+
 /* Waits until every lane has ended; cancels the step when interrupt is
- * set (each lane stops before its next item). A lane thread that has not
- * started lane 1 by the time the step stopped is not waited for. */
+ * set (each lane stops before its next item). A lane that has not started
+ * by the time the step stopped is not waited for. */
 static int chain_wait(struct bpfb *s, const atomic_bool *interrupt, qp_err *err)
 {
     for (;;) {
         bool stopped = __atomic_load_n(&s->chain->status, __ATOMIC_ACQUIRE) != QK_CHAIN_RUNNING;
         if (stopped)
-            for (uint32_t lane = 0; lane < s->lanes; lane++)
-                drop_lane(s, lane);
+            drop_waiting_lanes(s);
         if (stopped && __atomic_load_n(&s->chain->lanes, __ATOMIC_ACQUIRE) == 0)
             return 0;
         if (interrupt && atomic_load(interrupt))
@@ -518,7 +556,11 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
                            .status = QK_CHAIN_RUNNING};
     for (uint32_t lane = s->lanes; lane < QK_CHAIN_LANES; lane++)
         c->lane_state[lane] = QK_LANE_DROPPED;
-    if (s->lanes > 1) {
+    if (s->kick_fd >= 0) {
+        if (++s->kick_step == 0)
+            s->kick_step = 1;
+        __atomic_store_n(&c->kick, s->kick_step, __ATOMIC_RELEASE);  /* last: the chain is ready */
+    } else if (s->lanes > 1) {
         int cpu = sched_getcpu();
         struct lane_thread *t = s->lane_threads[cpu == s->lane_threads[0]->cpu];
         pthread_mutex_lock(&t->mu);
@@ -526,7 +568,8 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
         pthread_cond_signal(&t->wake);
         pthread_mutex_unlock(&t->mu);
     }
-    if (!start_lane(s, 0)) {   /* the step stops; a started lane 1 ends after its item */
+    if (!(s->kick_fd >= 0 ? kick_lanes(s) : start_lane(s, 0))) {   /* the step stops; a started lane 1 ends
+                                                                     after its item */
         int e = errno;
         uint32_t running = QK_CHAIN_RUNNING;
         __atomic_compare_exchange_n(&c->status, &running, QK_CHAIN_BROKEN, false, __ATOMIC_ACQ_REL,
@@ -560,25 +603,42 @@ static void lane_threads_stop(struct bpfb *s)
     }
 }
 
-/* two lanes: a thread on each of the first two CPUs the process may use */
-static int lane_threads_start(struct bpfb *s, qp_err *err)
+/* the lanes' CPUs: the first two the process may use; false with one */
+static bool pick_lane_cpus(struct bpfb *s)
 {
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
         CPU_ZERO(&allowed);
-    int cpus[2], found = 0;
+    int found = 0;
     for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
         if (CPU_ISSET(c, &allowed))
-            cpus[found++] = c;
-    if (found < 2) {
-        s->lanes = 1;   /* one CPU: one lane */
-        return 0;
+            s->lane_cpu[found++] = c;
+    return found == 2;
+}
+
+/* lane_kicked on both lanes' CPUs (a kthread each); false when the CPU map
+ * refuses an entry */
+static bool kick_open(struct bpfb *s)
+{
+    struct bpf_cpumap_val val = {.qsize = 8, .bpf_prog.fd = bpf_program__fd(s->skel->progs.lane_kicked)};
+    int fd = bpf_map__fd(s->skel->maps.m_lane_cpus);
+    for (int i = 0; i < 2; i++) {
+        uint32_t cpu = (uint32_t)s->lane_cpu[i];
+        if (bpf_map_update_elem(fd, &cpu, &val, 0) != 0)
+            return false;
     }
+    s->kick_fd = bpf_program__fd(s->skel->progs.lane_kick);
+    return true;
+}
+
+/* two lanes: a thread on each lane's CPU */
+static int lane_threads_start(struct bpfb *s, qp_err *err)
+{
     for (int i = 0; i < 2; i++) {
         struct lane_thread *t = calloc(1, sizeof *t);
         if (!t)
             return qp_fail(err, "out of memory");
-        *t = (struct lane_thread){.s = s, .cpu = cpus[i]};
+        *t = (struct lane_thread){.s = s, .cpu = s->lane_cpu[i]};
         pthread_mutex_init(&t->mu, NULL);
         pthread_cond_init(&t->wake, NULL);
         if (pthread_create(&t->thread, NULL, lane_thread_main, t) != 0) {
@@ -641,7 +701,12 @@ static int chain_attach(struct bpfb *s, const int fd[QP_SCHED_OBJECTS], qp_err *
     s->sessions_fd = fd[QP_SCHED_SESSIONS];
     s->listen_xdp_fd = fd[QP_SCHED_LISTEN_XDP];
     s->lanes = s->plan->kernel_lanes;
-    return s->lanes > 1 ? lane_threads_start(s, err) : 0;
+    if (s->lanes > 1 && !pick_lane_cpus(s))
+        s->lanes = 1;   /* one CPU: one lane */
+    /* a pinned model's lane 1 starts from a thread: its CPU map is not pinned */
+    if (s->lanes < 2 || (s->skel && bpf_program__autoload(s->skel->progs.lane_kick) && kick_open(s)))
+        return 0;
+    return lane_threads_start(s, err);
 }
 
 /* Runs each kernel's name_sched program once: it gives the kernel's work
@@ -732,6 +797,22 @@ static void load_chain_programs(struct qwen3 *skel, const struct qk_config *cfg,
         bpf_map__set_max_entries(skel->maps.m_sessions, cfg->kv_slots);
 }
 
+/* lane_kick and its CPU map only for two lanes, and only when this process
+ * may load an XDP program (CAP_NET_ADMIN or CAP_SYS_ADMIN besides what
+ * loading takes): else lane 1 starts from a thread. QP_LANE_THREADS=1 asks
+ * for the thread. */
+static void load_kick_programs(struct qwen3 *skel, uint32_t lanes)
+{
+    int cpus = libbpf_num_possible_cpus();
+    bool on = lanes > 1 && cpus > 1 && !getenv("QP_LANE_THREADS") &&
+              (has_capability(CAP_NET_ADMIN) || has_capability(CAP_SYS_ADMIN));
+    bpf_program__set_autoload(skel->progs.lane_kick, on);
+    bpf_program__set_autoload(skel->progs.lane_kicked, on);
+    bpf_map__set_autocreate(skel->maps.m_lane_cpus, on);
+    if (on)
+        bpf_map__set_max_entries(skel->maps.m_lane_cpus, (uint32_t)cpus);
+}
+
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
 {
     *out = NULL;
@@ -739,6 +820,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     if (!s)
         return qp_fail(err, "out of memory");
     s->plan = plan;
+    s->kick_fd = -1;
     /* QP_BPF_LOG=1 shows libbpf's messages and the verifier's log */
     libbpf_set_print(getenv("QP_BPF_LOG") ? libbpf_stderr : NULL);
     s->skel = qwen3__open();
@@ -746,6 +828,7 @@ int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *e
     if (!rc) {
         load_cache_programs(s->skel, plan->cfg.kv8);
         load_chain_programs(s->skel, &plan->cfg, plan->kernel_lanes > 0);
+        load_kick_programs(s->skel, plan->kernel_lanes);
     }
     double t0 = qp_now_ms();
     if (!rc && qwen3__load(s->skel) != 0) {
@@ -799,7 +882,9 @@ static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms,
                                .jobs = s->jobs, .run_chain = s->jobs ? bpfb_run_chain : NULL,
                                .tmpl = s->tmpl, .tmpl_entries = s->tmpl_entries, .listen = s->listen,
                                .sessions_fd = s->jobs ? s->sessions_fd : -1,
-                               .listen_xdp_fd = s->jobs ? s->listen_xdp_fd : -1};
+                               .listen_xdp_fd = s->jobs ? s->listen_xdp_fd : -1,
+                               .kernel_lanes = s->lanes,
+                               .lane_start = s->lanes < 2 ? NULL : s->kick_fd >= 0 ? "xdp" : "thread"};
     for (int k = 0; k < QP_K_COUNT; k++)
         s->b.verified_insns[k] = s->prog_fd[k] >= 0 ? verified_insns(s->prog_fd[k]) : 0;
 }
@@ -919,6 +1004,7 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
         return qp_fail(err, "out of memory");
     s->plan = plan;
     s->rodata_fd = -1;
+    s->kick_fd = -1;
     for (int i = 0; i < QP_MAP_COUNT; i++)
         s->map_fd[i] = -1;
     static const char *const progs[QP_K_COUNT] = {

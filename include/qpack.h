@@ -243,6 +243,11 @@ typedef struct qpack_model_info {
                                         session at ctx 4096 with int16; ref: float64) */
     double load_ms, checksum_ms, maps_ms, copy_ms;   /* start-up and its parts (ref: the
                                    config only; each session loads its own weights) */
+    uint32_t kernel_lanes;      /* QPACK_SCHEDULE_KERNEL: the lanes a step runs, one per CPU
+                                   (docs/SCHEDULE.md); 0 for the host schedule */
+    const char *lane_start;     /* two lanes: "xdp" when one system call starts both (an XDP test
+                                   run redirected to the other CPU through a CPU map), "thread"
+                                   when a thread on the other CPU starts the second; else NULL */
     uint32_t n_programs;        /* bpf: programs[0 .. n_programs), each kernel's BPF program */
     qpack_program_info programs[QPACK_KERNELS_MAX];  /* (0 for emu and ref) */
 } qpack_model_info;

@@ -60,8 +60,8 @@ QK_PROGRAMS(QK_PROGRAM_OF)
  * lane's current job. Only a sleepable program may set a work item's
  * callback, and every program keeps its own verifier budget: one callback
  * holding every kernel would pass the 1 M instructions. A work item runs
- * on the CPU that started it, so a lane stays on the CPU its host thread
- * started it from. A job done, a lane claims the next job of the phase and
+ * on the CPU that started it, so a lane stays on the CPU it was started
+ * from (lane_kick below, or lane_start from a host thread). A job done, a lane claims the next job of the phase and
  * starts its kernel's item (or its own item again for the rest of a
  * paused job); with nothing to claim yet it runs its idle item, which
  * looks again. The last lane to stop reports through ring buffer
@@ -678,6 +678,55 @@ int listen_xdp(struct xdp_md *ctx)
     if (p[5] == QK_LK_POLL)
         return qk_listen_on_poll(ctx, &h, p, len);
     return qk_listen_reply(&h, p, QK_LK_REFUSED, QK_LR_KIND);
+}
+
+/* Both lanes from one system call: the host runs lane_kick, an XDP
+ * program, once through BPF_PROG_TEST_RUN in live-frames mode. It starts
+ * lane 0 on the caller's CPU and redirects its frame into m_lane_cpus,
+ * whose entry for the other lane's CPU runs lane_kicked in that CPU's
+ * kthread, which starts lane 1 there. The kthread may run after the step
+ * stopped, or during the next one's set-up: lane_kicked starts lane 1 only
+ * by taking the step's ticket (qk_chain.kick), which the host takes back
+ * when the step stops. */
+struct {
+    __uint(type, BPF_MAP_TYPE_CPUMAP);
+    __uint(max_entries, 1);     /* the possible CPUs, set at load: the key is a CPU */
+    __type(key, u32);
+    __type(value, struct bpf_cpumap_val);
+} m_lane_cpus SEC(".maps");
+
+#define QK_ETH_HLEN 14
+
+static __always_inline struct qk_lane_kick *qk_kick_of(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    struct qk_lane_kick *k = data + QK_ETH_HLEN;
+    return (void *)(k + 1) <= end ? k : NULL;
+}
+
+SEC("xdp")
+int lane_kick(struct xdp_md *ctx)
+{
+    struct qk_lane_kick *k = qk_kick_of(ctx);
+    struct qk_chain *c = qk_chain();
+    if (!k || !c)
+        return XDP_ABORTED;
+    u32 other = k->cpu[0] == bpf_get_smp_processor_id() ? k->cpu[1] : k->cpu[0];
+    if (__sync_val_compare_and_swap(&c->lane_state[0], QK_LANE_WAITING, QK_LANE_STARTED) == QK_LANE_WAITING)
+        qk_lane_start(c, 0, QK_PROGRAM_COUNT, 0);
+    return bpf_redirect_map(&m_lane_cpus, other, XDP_DROP);
+}
+
+SEC("xdp/cpumap")
+int lane_kicked(struct xdp_md *ctx)
+{
+    struct qk_lane_kick *k = qk_kick_of(ctx);
+    struct qk_chain *c = qk_chain();
+    if (!k || !c || !k->step || __sync_val_compare_and_swap(&c->kick, k->step, 0) != k->step)
+        return XDP_DROP;    /* a late frame: its step stopped */
+    if (__sync_val_compare_and_swap(&c->lane_state[1], QK_LANE_WAITING, QK_LANE_STARTED) == QK_LANE_WAITING)
+        qk_lane_start(c, 1, QK_PROGRAM_COUNT, 0);
+    return XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

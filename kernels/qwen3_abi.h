@@ -211,6 +211,8 @@ struct qk_chain {
     u32 lane_items[QK_CHAIN_LANES];     /* items each lane ran */
     u32 lane_state[QK_CHAIN_LANES];     /* QK_LANE_*: whether lane_start or the host took the lane */
     u32 listen;         /* a listen step (below): the last lane starts the listen item, no record */
+    u32 kick;           /* lane_kick's step whose lane 1 lane_kicked may still start (0: none); the
+                           host takes it back when the step stops */
 };
 
 enum qk_lane_state {
@@ -294,6 +296,14 @@ struct qk_listen {
     u32 stepping;       /* the step's chain runs */
     u32 requests, answered;     /* counters */
     u32 tmpl_jobs[2 * QK_LISTEN_MAX_CHUNKS];    /* jobs of each template (QK_LISTEN_TMPL) */
+};
+
+/* lane_kick's frame after its Ethernet header: the step's number (as in
+ * qk_chain.kick, never 0) and the two lanes' CPUs; lane 1 starts on the
+ * one lane_kick does not run on */
+struct qk_lane_kick {
+    u32 step;
+    u32 cpu[QK_CHAIN_LANES];
 };
 
 /* A program's return value: 0 done, 1 arguments refused, and from

@@ -25,11 +25,13 @@ trap cleanup EXIT
 "$QP_GEN" "$T/s" --preset tiny --seed 3 --stress >/dev/null || fail "generator (--stress)"
 ids="301 7 455 12 88 250 3 19 402 77 150 9 301 7 455 12 88 250 3 19"
 
-# run NAME MODEL ARGS...: NAME.ids (greedy ids) and NAME.f32 (every prompt position's logits)
+# run NAME MODEL ARGS...: NAME.ids (greedy ids) and NAME.f32 (every prompt position's logits);
+# qrun runs under $WRAP, a command and its options, when set
+WRAP=
 run() {
     local name=$1 model=$2
     shift 2
-    "$QRUN" -m "$model" --ids "$ids" -n 12 --temp 0 --print-ids --dump-logits-all "$T/$name.f32" "$@" \
+    $WRAP "$QRUN" -m "$model" --ids "$ids" -n 12 --temp 0 --print-ids --dump-logits-all "$T/$name.f32" "$@" \
         >"$T/$name.ids" 2>"$T/$name.err" || fail "qrun $* on $model: $(grep -v note "$T/$name.err")"
 }
 
@@ -56,8 +58,26 @@ for format in q24 int4; do
     "$QPACK" pack "$T/s" -o "$T/s-$format.qpk" --format "$format" --quiet || fail "qpack --stress --format $format"
     same "$T/s-$format.qpk"
 done
+# two lanes start from the step's one system call (an XDP test run whose
+# frame a CPU map takes to the other CPU), which --stats names; without
+# the capability an XDP program takes (CAP_NET_ADMIN), or when asked, a
+# thread on the other CPU starts the second lane, with the same bits
+lanes() { sed -n 's/.*kernel schedule: \([^,]*\),.*/\1/p' "$T/kernel.err"; }
+if [ "$(nproc)" -ge 2 ]; then
+    [ "$(lanes)" = "2 lanes (both started by one XDP test run)" ] || fail "two lanes: --stats says '$(lanes)'"
+    QP_LANE_THREADS=1 same "$T/s-int4.qpk"
+    [ "$(lanes)" = "2 lanes (the second started by a thread)" ] || fail "QP_LANE_THREADS=1: --stats says '$(lanes)'"
+    if command -v setpriv >/dev/null; then
+        WRAP="setpriv --bounding-set -all,+bpf,+perfmon"
+        same "$T/s-int4.qpk"
+        WRAP=
+        [ "$(lanes)" = "2 lanes (the second started by a thread)" ] ||
+            fail "without CAP_NET_ADMIN: --stats says '$(lanes)'"
+    fi
+fi
 # one lane (one host thread): the whole step on one CPU
 same "$T/s-int4.qpk" --threads 1
+[ "$(lanes)" = "1 lane" ] || fail "--threads 1: --stats says '$(lanes)'"
 # a budget that pauses products: their rest runs in another work item
 same "$T/s-q24.qpk" --call-us 10
 paused=$(sed -n 's/.* \([0-9]*\) runs paused at --call-us.*/\1/p' "$T/kernel.err")

@@ -766,6 +766,11 @@ static void print_startup(const struct run_state *r)
     if (!strcmp(i->backend, "bpf"))
         fprintf(stderr, " (checksums %.0f ms, maps and programs %.0f ms, weight copy %.0f ms)", i->checksum_ms,
                 i->maps_ms, i->copy_ms);
+    if (i->kernel_lanes)
+        fprintf(stderr, ", kernel schedule: %u lane%s%s", i->kernel_lanes, i->kernel_lanes == 1 ? "" : "s",
+                !i->lane_start                  ? ""
+                : !strcmp(i->lane_start, "xdp") ? " (both started by one XDP test run)"
+                                                : " (the second started by a thread)");
     else if (!strcmp(i->backend, "emu"))
         fprintf(stderr, " (checksums %.0f ms)", i->checksum_ms);
     else
