@@ -26,7 +26,8 @@
  *   - (root) a model qpack load pinned opens as pin:NAME with the loaded
  *     context and sessions and the bits of the container in-process;
  *   - (root) batch steps under --schedule kernel give the host schedule's
- *     bits, and an interrupt cancels a kernel-scheduled feed. */
+ *     bits, its two lanes start from one XDP test run, and an interrupt
+ *     cancels a kernel-scheduled feed. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -1005,7 +1006,18 @@ START_TEST(kernel_schedule_gives_the_host_schedules_bits)
     kernel_schedule_batches_on(path_of("int4.qpk"));
     kernel_schedule_batches_on(path_of("stress-int4-pure.qpk"));
     qpack_model *m = open_scheduled(model_path, QPACK_SCHEDULE_KERNEL, 2048, 1);
+    /* root may load an XDP program: two lanes start from one test run
+     * (one lane when the process has one CPU) */
+    const qpack_model_info *info = qpack_model_get_info(m);
+    ck_assert_msg(info->kernel_lanes == 1 || info->kernel_lanes == 2, "%u kernel lanes", info->kernel_lanes);
+    if (info->kernel_lanes == 2)
+        ck_assert_str_eq(info->lane_start, "xdp");
+    else
+        ck_assert_ptr_null(info->lane_start);
     interrupt_stops_a_feed_on(m);
+    qpack_model_free(m);
+    m = open_scheduled(model_path, QPACK_SCHEDULE_HOST, 64, 1);
+    ck_assert_uint_eq(qpack_model_get_info(m)->kernel_lanes, 0);
     qpack_model_free(m);
 }
 END_TEST
