@@ -568,8 +568,8 @@ static int bpfb_run_chain(struct qp_backend *b, uint32_t n, const atomic_bool *i
         pthread_cond_signal(&t->wake);
         pthread_mutex_unlock(&t->mu);
     }
-    if (!(s->kick_fd >= 0 ? kick_lanes(s) : start_lane(s, 0))) {   /* the step stops; a started lane 1 ends
-                                                                     after its item */
+    bool started = s->kick_fd >= 0 ? kick_lanes(s) : start_lane(s, 0);
+    if (!started) {   /* the step stops; a started lane 1 ends after its item */
         int e = errno;
         uint32_t running = QK_CHAIN_RUNNING;
         __atomic_compare_exchange_n(&c->status, &running, QK_CHAIN_BROKEN, false, __ATOMIC_ACQ_REL,

@@ -61,11 +61,11 @@ QK_PROGRAMS(QK_PROGRAM_OF)
  * callback, and every program keeps its own verifier budget: one callback
  * holding every kernel would pass the 1 M instructions. A work item runs
  * on the CPU that started it, so a lane stays on the CPU it was started
- * from (lane_kick below, or lane_start from a host thread). A job done, a lane claims the next job of the phase and
- * starts its kernel's item (or its own item again for the rest of a
- * paused job); with nothing to claim yet it runs its idle item, which
- * looks again. The last lane to stop reports through ring buffer
- * `chain_done`. */
+ * from (lane_kick below, or lane_start from a host thread). A job done, a
+ * lane claims the next job of the phase and starts its kernel's item (or
+ * its own item again for the rest of a paused job); with nothing to claim
+ * yet it runs its idle item, which looks again. The last lane to stop
+ * reports through ring buffer `chain_done`. */
 
 #include "qk_wq.h"
 

@@ -300,7 +300,7 @@ struct qk_listen {
 
 /* lane_kick's frame after its Ethernet header: the step's number (as in
  * qk_chain.kick, never 0) and the two lanes' CPUs; lane 1 starts on the
- * one lane_kick does not run on */
+ * one lane_kick does not run on (cpu[0] when it runs on neither) */
 struct qk_lane_kick {
     u32 step;
     u32 cpu[QK_CHAIN_LANES];
