@@ -159,6 +159,12 @@ static bool has_capability(unsigned cap)
     return syscall(SYS_capget, &h, d) == 0 && d[cap / 32].effective & (1u << cap % 32);
 }
 
+/* an XDP program's load takes CAP_NET_ADMIN or CAP_SYS_ADMIN */
+static bool may_load_xdp(void)
+{
+    return has_capability(CAP_NET_ADMIN) || has_capability(CAP_SYS_ADMIN);
+}
+
 bool qp_bpf_may_load(void)
 {
     /* a socket filter loads with CAP_BPF alone; the kernels' reads of the
@@ -787,7 +793,9 @@ static void load_chain_programs(struct qwen3 *skel, const struct qk_config *cfg,
     bpf_program__set_autoload(skel->progs.lane_sched, on);
     bpf_program__set_autoload(skel->progs.lane_start, on);
     bpf_program__set_autoload(skel->progs.listen_sched, on);
-    bpf_program__set_autoload(skel->progs.listen_xdp, on);
+    /* loading an XDP program takes CAP_NET_ADMIN (or CAP_SYS_ADMIN) besides
+       what the kernels take: without it the schedule runs, qrun listen not */
+    bpf_program__set_autoload(skel->progs.listen_xdp, on && may_load_xdp());
     if (!on)    /* the job list's megabyte only for a model that runs it */
         bpf_map__set_max_entries(skel->maps.m_jobs, 1);
     /* qrun listen: two templates per attention chunk count, a record per slot */
@@ -804,8 +812,7 @@ static void load_chain_programs(struct qwen3 *skel, const struct qk_config *cfg,
 static void load_kick_programs(struct qwen3 *skel, uint32_t lanes)
 {
     int cpus = libbpf_num_possible_cpus();
-    bool on = lanes > 1 && cpus > 1 && !getenv("QP_LANE_THREADS") &&
-              (has_capability(CAP_NET_ADMIN) || has_capability(CAP_SYS_ADMIN));
+    bool on = lanes > 1 && cpus > 1 && !getenv("QP_LANE_THREADS") && may_load_xdp();
     bpf_program__set_autoload(skel->progs.lane_kick, on);
     bpf_program__set_autoload(skel->progs.lane_kicked, on);
     bpf_map__set_autocreate(skel->maps.m_lane_cpus, on);
@@ -918,7 +925,7 @@ int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir
     if (s->jobs)
         skel_sched_fds(s->skel, sched);
     for (int i = 0; s->jobs && i < QP_SCHED_OBJECTS; i++)
-        if (pin_one(sched[i], dir, "", sched_pins[i], err))
+        if ((i != QP_SCHED_LISTEN_XDP || sched[i] >= 0) && pin_one(sched[i], dir, "", sched_pins[i], err))
             return -1;
     return pin_one(s->rodata_fd, dir, "", "rodata", err);
 }
@@ -1040,7 +1047,8 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
     if (!rc)
         rc = fill_maps_attached(s, plan, err);
     for (int i = 0; !rc && plan->kernel_lanes && i < QP_SCHED_OBJECTS; i++)
-        rc = (s->sched_fd[i] = get_pinned(dir, "", sched_pins[i], false, err)) < 0;
+        rc = (s->sched_fd[i] = get_pinned(dir, "", sched_pins[i], i == QP_SCHED_LISTEN_XDP, err)) < 0 &&
+             i != QP_SCHED_LISTEN_XDP;
     if (!rc && plan->kernel_lanes)
         rc = chain_attach(s, s->sched_fd, err);
     if (rc) {
