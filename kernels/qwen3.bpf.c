@@ -653,7 +653,9 @@ static __always_inline int qk_listen_on_poll(struct xdp_md *ctx, struct qk_udp_p
 }
 
 /* Every UDP packet to the listening port with the magic is ours: refused
- * with a reason, answered busy, accepted or answered; the rest passes. */
+ * with a reason, answered busy, accepted or answered; the rest passes. A
+ * reply passes too: answering one could send it round for ever (a sender
+ * on the listening port, or two listeners on one port). */
 SEC("xdp")
 int listen_xdp(struct xdp_md *ctx)
 {
@@ -663,7 +665,7 @@ int listen_xdp(struct xdp_md *ctx)
         return XDP_PASS;
     unsigned char *p = qk_listen_payload(ctx, L, &h);
     void *end = (void *)(long)ctx->data_end;
-    if (!p || (void *)(p + 8) > end || qk_be32(p) != QK_LISTEN_MAGIC)
+    if (!p || (void *)(p + 8) > end || qk_be32(p) != QK_LISTEN_MAGIC || (p[5] & QK_LK_REPLY))
         return XDP_PASS;
     u32 len = bpf_ntohs(h.udp->len);
     if (len < sizeof(struct udphdr) + 8 || (void *)p + (len - sizeof(struct udphdr)) > end)

@@ -250,6 +250,7 @@ struct qk_lane_start {
 enum qk_listen_kind {
     QK_LK_STEP = 1, QK_LK_POLL = 2,
     QK_LK_ANSWER = 0x81, QK_LK_BUSY = 0x82, QK_LK_REFUSED = 0x83, QK_LK_ACCEPTED = 0x84,
+    QK_LK_REPLY = 0x80,     /* the bit of every reply's kind: a reply is never answered */
 };
 
 /* why a packet was refused (a refusal's byte 6) */

@@ -5,7 +5,8 @@
 # qrun ask's 16-token greedy continuation equals qrun's on the same loaded
 # model token for token, two sessions asked at once each get their own,
 # every malformed packet of a table gets its refusal with its reason and
-# the next valid request is still answered, and SIGINT detaches the XDP
+# the next valid request is still answered, a reply sent to the port is
+# not answered (no loop on lo), and SIGINT detaches the XDP
 # program; then the same continuation over a veth pair between two
 # namespaces, native XDP on the listener's end and a pass-all XDP program
 # (devtools/wq_spike/wq_spike_pass.bpf.c, built here with clang) on the
@@ -124,6 +125,36 @@ EOF2
 ask --ids "$A" -n 16 >"$T/a.got" 2>"$T/a.err" || fail "after the malformed packets: $(cat "$T/a.err")"
 cmp -s "$T/a.want" "$T/a.got" || fail "after the malformed packets: $(cat "$T/a.got")"
 echo "ok after the malformed packets the next request gets qrun's tokens"
+
+# a sender on the listening port itself: its refusal comes back to the
+# port and passes to its socket (a reply is never answered), once, not
+# round and round on lo
+if command -v python3 >/dev/null; then
+    in_ns timeout 20 python3 - $PORT >"$T/loop.out" <<'PY' || fail "a sender on the listening port: $(cat "$T/loop.out")"
+import socket, struct, sys, time
+port = int(sys.argv[1])
+def lo_packets():
+    for line in open("/proc/net/dev"):
+        if line.split(":")[0].strip() == "lo":
+            return int(line.split(":")[1].split()[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", port))
+s.settimeout(2)
+s.sendto(b"QPKL" + bytes([2, 1, 1, 1]) + struct.pack(">IIII", 0, 0, 7, 5), ("127.0.0.1", port))
+try:
+    reply = s.recv(200)
+except socket.timeout:
+    reply = b""
+before = lo_packets()
+time.sleep(0.5)
+moved = lo_packets() - before
+print("reply %s, %d packets on lo in 0.5 s after it" % (reply[4:8].hex() or "none", moved))
+sys.exit(0 if reply[5:7] == bytes([0x83, 2]) and moved < 100 else 1)
+PY
+    echo "ok a sender on the listening port: $(cat "$T/loop.out")"
+else
+    echo "skip a sender on the listening port: no python3"
+fi
 
 stop_listener
 ! in_ns ip link show lo | grep -q xdp || fail "XDP still attached after SIGINT"
