@@ -507,16 +507,25 @@ int listen_sched(void *ctx)
     return -bpf_wq_set_callback_impl(&w->wq, listen_item, 0, NULL);
 }
 
-/* the packet's IPv4 and UDP headers when it is UDP to the listening port */
+/* a multicast or the limited broadcast address (network order) */
+static __always_inline bool qk_ip_group(u32 addr)
+{
+    return (bpf_ntohl(addr) >> 28) == 0xe || addr == 0xffffffffu;
+}
+
+/* the packet's IPv4 and UDP headers when it is UDP to the listening port,
+ * to a unicast address: the reply leaves from the addresses it came to,
+ * and a group address is no sender's */
 static __always_inline unsigned char *qk_listen_payload(struct xdp_md *ctx, const struct qk_listen *L,
                                                         struct qk_udp_packet *h)
 {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
     struct ethhdr *eth = data;
-    if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+    if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || (eth->h_dest[0] & 1))
         return NULL;
     struct iphdr *ip = (void *)(eth + 1);
-    if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x3fff)))
+    if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+        (ip->frag_off & bpf_htons(0x3fff)) || qk_ip_group(ip->daddr))
         return NULL;
     struct udphdr *udp = (void *)(ip + 1);
     if ((void *)(udp + 1) > end || udp->dest != (u16)L->port)
@@ -668,8 +677,9 @@ int listen_xdp(struct xdp_md *ctx)
     if (!p || (void *)(p + 8) > end || qk_be32(p) != QK_LISTEN_MAGIC || (p[5] & QK_LK_REPLY))
         return XDP_PASS;
     u32 len = bpf_ntohs(h.udp->len);
-    if (len < sizeof(struct udphdr) + 8 || (void *)p + (len - sizeof(struct udphdr)) > end)
-        return XDP_DROP;    /* shorter than the reply's bytes, or than it says */
+    if (len < sizeof(struct udphdr) + 8 || (void *)p + (len - sizeof(struct udphdr)) > end ||
+        sizeof(struct iphdr) + len > bpf_ntohs(h.ip->tot_len))
+        return XDP_DROP;    /* shorter than the reply's bytes, or than it says, or past its IP packet */
     len -= sizeof(struct udphdr);
     if (len < QK_LISTEN_HDR || (void *)(p + QK_LISTEN_HDR) > end)
         return qk_listen_reply(&h, p, QK_LK_REFUSED, QK_LR_LENGTH);

@@ -6,7 +6,8 @@
 # model token for token, two sessions asked at once each get their own,
 # every malformed packet of a table gets its refusal with its reason and
 # the next valid request is still answered, a reply sent to the port is
-# not answered (no loop on lo), and SIGINT detaches the XDP
+# not answered (no loop on lo), neither is a frame to a group address or
+# with a bad IPv4 header, and SIGINT detaches the XDP
 # program; then the same continuation over a veth pair between two
 # namespaces, native XDP on the listener's end and a pass-all XDP program
 # (devtools/wq_spike/wq_spike_pass.bpf.c, built here with clang) on the
@@ -152,6 +153,51 @@ print("reply %s, %d packets on lo in 0.5 s after it" % (reply[4:8].hex() or "non
 sys.exit(0 if reply[5:7] == bytes([0x83, 2]) and moved < 100 else 1)
 PY
     echo "ok a sender on the listening port: $(cat "$T/loop.out")"
+    # frames written on lo (AF_PACKET): a refusable step is answered in a
+    # unicast IPv4 frame only, not in one that is not IPv4, is to a group
+    # address, or whose UDP length runs past its IP packet
+    in_ns timeout 20 python3 - $PORT >"$T/frames.out" <<'PY' || fail "frames on lo: $(cat "$T/frames.out")"
+import socket, struct, sys, time
+port = int(sys.argv[1])
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def frame(dmac=bytes(6), ver=4, daddr="127.0.0.1", udp_extra=0):
+    payload = b"QPKL" + bytes([2, 1, 1, 1]) + struct.pack(">IIII", 0, 0, 7, 5)  # version 2: refused 2
+    udp = struct.pack("!HHHH", 40000, port, 8 + len(payload) + udp_extra, 0) + payload
+    ip = struct.pack("!BBHHHBBH4s4s", ver << 4 | 5, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                     socket.inet_aton("127.0.0.1"), socket.inet_aton(daddr))
+    ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+    return dmac + bytes(6) + b"\x08\x00" + ip + udp + bytes(udp_extra)
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+s.bind(("lo", 0))
+s.settimeout(0.3)
+def answered(f):
+    s.send(f)
+    end = time.time() + 0.3
+    while time.time() < end:
+        try:
+            r = s.recv(2000)
+        except socket.timeout:
+            break
+        if r[42:46] == b"QPKL" and r[47:49] == bytes([0x83, 2]):
+            return True
+    return False
+bad = 0
+for name, f, want in [("a unicast IPv4 frame", frame(), True),
+                      ("IP version 6 in an IPv4 frame", frame(ver=6), False),
+                      ("to 255.255.255.255", frame(daddr="255.255.255.255"), False),
+                      ("to 224.0.0.1", frame(daddr="224.0.0.1"), False),
+                      ("to the broadcast MAC", frame(dmac=b"\xff" * 6), False),
+                      ("a UDP length past the IP length", frame(udp_extra=4), False)]:
+    got = answered(f)
+    print("%s: %s%s" % (name, "answered" if got else "not answered", "" if got == want else " (wrong)"))
+    bad += got != want
+sys.exit(1 if bad else 0)
+PY
+    echo "ok frames on lo: $(paste -sd';' "$T/frames.out")"
 else
     echo "skip a sender on the listening port: no python3"
 fi
