@@ -588,10 +588,11 @@ static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_liste
     struct qk_session *s = bpf_map_lookup_elem(&m_sessions, &slot);
     if (!s)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
-    if (pos != 0 && pos != s->next_pos)
-        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_POSITION);
+    /* the sender first: another one learns nothing of the session */
     if (pos != 0 && (s->addr != h->ip->saddr || s->port != h->udp->source))
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SENDER);
+    if (pos != 0 && pos != s->next_pos)
+        return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_POSITION);
     if ((u64)pos + n + want - 1 > QK_CFG.ctx)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_CONTEXT);
     u32 ids[QK_LISTEN_MAX_IDS];

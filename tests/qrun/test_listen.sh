@@ -115,7 +115,7 @@ done <<EOF2
 5:$(hdr 1 1 1 0 0 0)$(ids 5)
 5:$(hdr 1 1 1 17 0 0)$(ids 5)
 6:$(hdr 1 1 1 1 2 0)$(ids 5)
-7:$(hdr 1 1 1 1 1 5)$(ids 5)
+10:$(hdr 1 1 1 1 1 5)$(ids 5)
 10:$(hdr 1 1 1 1 1 18)$(ids 5)
 8:$(hdr 1 1 16 16 0 0)$(ids 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16)
 9:$(hdr 1 1 2 1 0 0)$(ids 5 4294967295)
@@ -198,6 +198,35 @@ for name, f, want in [("a unicast IPv4 frame", frame(), True),
 sys.exit(1 if bad else 0)
 PY
     echo "ok frames on lo: $(paste -sd';' "$T/frames.out")"
+    # another sender learns nothing of a session, its position included:
+    # refused 10 whichever position it names; its owner gets 7 for a
+    # wrong one
+    in_ns timeout 20 python3 - $PORT >"$T/owner.out" <<'PY' || fail "a session's position: $(cat "$T/owner.out")"
+import socket, struct, sys, time
+port = int(sys.argv[1])
+def sock():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(2)
+    return s
+def ask(s, kind, pos, req, ids=(5,)):
+    body = b"".join(struct.pack(">I", i) for i in ids) if kind == 1 else bytes(64)
+    s.send(b"QPKL" + bytes([1, kind, len(ids), 1]) + struct.pack(">III", 1, pos, req) + body)
+    r = s.recv(200)
+    return r[5], r[6]
+owner, other = sock(), sock()
+got = [ask(owner, 1, 0, 1)]
+for i in range(2000):
+    r = ask(owner, 2, 0, 1)
+    if r[0] != 0x82:
+        break
+    time.sleep(0.001)
+got += [r, ask(other, 1, 1, 2), ask(other, 1, 2, 2), ask(owner, 1, 2, 2)]
+want = [(0x84, 1), (0x81, 1), (0x83, 10), (0x83, 10), (0x83, 7)]
+print(" ".join("%02x/%d" % g for g in got))
+sys.exit(0 if got == want else 1)
+PY
+    echo "ok another sender is refused 10 at any position, the owner 7: $(cat "$T/owner.out")"
 else
     echo "skip a sender on the listening port: no python3"
 fi
