@@ -589,9 +589,14 @@ static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_liste
     if (!s)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SESSION);
     /* the sender first: another one learns nothing of the session */
-    if (pos != 0 && (s->addr != h->ip->saddr || s->port != h->udp->source))
+    bool own = s->addr == h->ip->saddr && s->port == h->udp->source;
+    if (pos != 0 && !own)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_SENDER);
-    if (pos != 0 && pos != s->next_pos)
+    /* the session's request sent again (its 0x84 was lost): accepted
+     * again, not run again, though its position has moved on */
+    bool again = own && s->state != QK_SS_IDLE && s->req == req && s->pos0 == pos && s->n_ids == n &&
+                 s->want == want;
+    if (pos != 0 && pos != s->next_pos && !again)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_POSITION);
     if ((u64)pos + n + want - 1 > QK_CFG.ctx)
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_CONTEXT);
@@ -604,7 +609,10 @@ static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_liste
         ids[i] = qk_be32(p + QK_LISTEN_HDR + 4 * i);
         if (ids[i] >= QK_CFG.vocab)
             return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_TOKEN);
+        again = again && ids[i] == s->ids[i];
     }
+    if (again)
+        return qk_listen_reply(h, p, QK_LK_ACCEPTED, n);
     if (__sync_val_compare_and_swap(&L->busy, 0, 1) != 0)
         return qk_listen_reply(h, p, QK_LK_BUSY, 0);
     s->t_packet = bpf_ktime_get_ns();
