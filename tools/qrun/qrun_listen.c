@@ -56,7 +56,7 @@ static void ask_help(void)
     printf(ASK_USAGE
            "\n"
            "Sends token ids to a qrun listen and prints the N tokens of its greedy\n"
-           "continuation (docs/LISTEN.md).\n"
+           "continuation (docs/LISTEN.md); gives up after 60 s without the answer.\n"
            "\n"
            "  --udp HOST:PORT   the listener (an IPv4 address or name)\n"
            "  --ids \"ID ...\"    1 to 16 token ids, fed at positions P.. of the session\n"
