@@ -683,7 +683,11 @@ int listen_xdp(struct xdp_md *ctx)
         return XDP_PASS;
     unsigned char *p = qk_listen_payload(ctx, L, &h);
     void *end = (void *)(long)ctx->data_end;
-    if (!p || (void *)(p + 8) > end || qk_be32(p) != QK_LISTEN_MAGIC || (p[5] & QK_LK_REPLY))
+    if (!p || (void *)(p + 4) > end || qk_be32(p) != QK_LISTEN_MAGIC)
+        return XDP_PASS;
+    if ((void *)(p + 8) > end)
+        return XDP_DROP;    /* a refusal could not fit */
+    if (p[5] & QK_LK_REPLY)
         return XDP_PASS;
     u32 len = bpf_ntohs(h.udp->len);
     if (len < sizeof(struct udphdr) + 8 || (void *)p + (len - sizeof(struct udphdr)) > end ||

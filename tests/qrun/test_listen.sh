@@ -129,7 +129,8 @@ echo "ok after the malformed packets the next request gets qrun's tokens"
 
 # a sender on the listening port itself: its refusal comes back to the
 # port and passes to its socket (a reply is never answered), once, not
-# round and round on lo
+# round and round on lo; a payload with the magic in under 8 bytes is
+# dropped
 if command -v python3 >/dev/null; then
     in_ns timeout 20 python3 - $PORT >"$T/loop.out" <<'PY' || fail "a sender on the listening port: $(cat "$T/loop.out")"
 import socket, struct, sys, time
@@ -149,8 +150,22 @@ except socket.timeout:
 before = lo_packets()
 time.sleep(0.5)
 moved = lo_packets() - before
-print("reply %s, %d packets on lo in 0.5 s after it" % (reply[4:8].hex() or "none", moved))
-sys.exit(0 if reply[5:7] == bytes([0x83, 2]) and moved < 100 else 1)
+# the magic in under 8 bytes: dropped, not passed (no ICMP error either;
+# nothing is bound to the port once s is closed)
+s.close()
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+c.connect(("127.0.0.1", port))
+c.settimeout(0.3)
+c.send(b"QPKL\x01")
+try:
+    short = "reply %s" % c.recv(200).hex()
+except socket.timeout:
+    short = "dropped"
+except ConnectionRefusedError:
+    short = "passed (port unreachable)"
+print("reply %s, %d packets on lo in 0.5 s after it; 5 bytes with the magic: %s" %
+      (reply[4:8].hex() or "none", moved, short))
+sys.exit(0 if reply[5:7] == bytes([0x83, 2]) and moved < 100 and short == "dropped" else 1)
 PY
     echo "ok a sender on the listening port: $(cat "$T/loop.out")"
     # frames written on lo (AF_PACKET): a refusable step is answered in a
