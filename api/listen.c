@@ -104,6 +104,19 @@ static void give_sessions(qpack_listen *l)
     pthread_mutex_unlock(&m->sessions_mu);
 }
 
+/* A listener killed while a request ran leaves its steps running on the
+ * model's maps (the XDP program detaches, the work items go on): the job
+ * list and the sessions are rewritten only once they end. */
+static int wait_stale_request(const struct qk_listen *L, qpack_error *err)
+{
+    for (int ms = 0; ms < CLOSE_WAIT_MS && __atomic_load_n(&L->busy, __ATOMIC_ACQUIRE); ms++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    if (__atomic_load_n(&L->busy, __ATOMIC_ACQUIRE))
+        return qp_lib_fail(err, QPACK_ERR_BUSY, "listen: a request an earlier listener accepted still runs after "
+                           "%d s (unload and load the model to stop it)", CLOSE_WAIT_MS / 1000);
+    return 0;
+}
+
 static int attach(qpack_listen *l, const char *dev, qpack_error *err)
 {
     unsigned ifindex = if_nametoindex(dev);
@@ -136,7 +149,7 @@ int qpack_listen_open(qpack_listen **out, qpack_model *m, const qpack_listen_par
      * by one that was killed is stale */
     int rc = take_sessions(l, err);
     if (!rc)
-        rc = record_templates(&m->engine, err) || clear_sessions(&m->engine, err);
+        rc = wait_stale_request(L, err) || record_templates(&m->engine, err) || clear_sessions(&m->engine, err);
     if (!rc) {
         L->busy = 0;
         L->stepping = 0;
