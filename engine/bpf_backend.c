@@ -30,12 +30,21 @@
 /* What the kernel schedule runs on, besides the kernels' maps and
  * programs, pinned with a model loaded for it: the work items' map keeps
  * a user reference through its pin (without one the kernel cancels its
- * items), and each item keeps the program that set its callback. */
+ * items), and each item keeps the program that set its callback. The
+ * XDP programs and the CPU map (whose entries hold lane_kicked) are there
+ * only when the loader could load XDP. */
 enum qp_sched_object { QP_SCHED_WQ, QP_SCHED_JOBS, QP_SCHED_CHAIN, QP_SCHED_DONE, QP_SCHED_LANE_START,
-                       QP_SCHED_TMPL, QP_SCHED_LISTEN, QP_SCHED_SESSIONS, QP_SCHED_LISTEN_XDP, QP_SCHED_OBJECTS };
+                       QP_SCHED_TMPL, QP_SCHED_LISTEN, QP_SCHED_SESSIONS, QP_SCHED_LISTEN_XDP, QP_SCHED_LANE_KICK,
+                       QP_SCHED_LANE_CPUS, QP_SCHED_OBJECTS };
 static const char *const sched_pins[QP_SCHED_OBJECTS] = {"map_wq", "map_jobs", "map_chain", "map_chain_done",
                                                           "prog_lane_start", "map_tmpl", "map_listen",
-                                                          "map_sessions", "prog_listen_xdp"};
+                                                          "map_sessions", "prog_listen_xdp", "prog_lane_kick",
+                                                          "map_lane_cpus"};
+
+static bool sched_optional(int i)
+{
+    return i == QP_SCHED_LISTEN_XDP || i == QP_SCHED_LANE_KICK || i == QP_SCHED_LANE_CPUS;
+}
 
 struct bpfb {
     struct qp_backend b;
@@ -622,6 +631,25 @@ static bool pick_lane_cpus(struct bpfb *s)
     return found == 2;
 }
 
+static uint32_t map_entries(int fd);
+
+/* A pinned model's lanes run on the CPUs its loader gave lane_kicked in
+ * the CPU map (the first two entries set); false without two. */
+static bool kick_pinned(struct bpfb *s, int map_fd, int kick_fd)
+{
+    uint32_t entries = map_entries(map_fd);
+    int found = 0;
+    for (uint32_t cpu = 0; cpu < entries && found < 2; cpu++) {
+        struct bpf_cpumap_val val;
+        if (bpf_map_lookup_elem(map_fd, &cpu, &val) == 0 && val.qsize)
+            s->lane_cpu[found++] = (int)cpu;
+    }
+    if (found < 2)
+        return false;
+    s->kick_fd = kick_fd;
+    return true;
+}
+
 /* lane_kicked on both lanes' CPUs (a kthread each); false when the CPU map
  * refuses an entry */
 static bool kick_open(struct bpfb *s)
@@ -677,6 +705,8 @@ static void skel_sched_fds(struct qwen3 *skel, int fd[QP_SCHED_OBJECTS])
     fd[QP_SCHED_LISTEN] = bpf_map__fd(skel->maps.m_listen);
     fd[QP_SCHED_SESSIONS] = bpf_map__fd(skel->maps.m_sessions);
     fd[QP_SCHED_LISTEN_XDP] = bpf_program__fd(skel->progs.listen_xdp);
+    fd[QP_SCHED_LANE_KICK] = bpf_program__fd(skel->progs.lane_kick);
+    fd[QP_SCHED_LANE_CPUS] = bpf_map__fd(skel->maps.m_lane_cpus);
 }
 
 /* a map's entries (0 when its fd says nothing) */
@@ -709,8 +739,11 @@ static int chain_attach(struct bpfb *s, const int fd[QP_SCHED_OBJECTS], qp_err *
     s->lanes = s->plan->kernel_lanes;
     if (s->lanes > 1 && !pick_lane_cpus(s))
         s->lanes = 1;   /* one CPU: one lane */
-    /* a pinned model's lane 1 starts from a thread: its CPU map is not pinned */
-    if (s->lanes < 2 || (s->skel && bpf_program__autoload(s->skel->progs.lane_kick) && kick_open(s)))
+    if (s->lanes < 2)
+        return 0;
+    if (s->skel ? bpf_program__autoload(s->skel->progs.lane_kick) && kick_open(s)
+                : fd[QP_SCHED_LANE_KICK] >= 0 && fd[QP_SCHED_LANE_CPUS] >= 0 && !getenv("QP_LANE_THREADS") &&
+                      kick_pinned(s, fd[QP_SCHED_LANE_CPUS], fd[QP_SCHED_LANE_KICK]))
         return 0;
     return lane_threads_start(s, err);
 }
@@ -925,7 +958,7 @@ int qp_bpf_pin(struct qp_backend *b, const struct qp_plan *plan, const char *dir
     if (s->jobs)
         skel_sched_fds(s->skel, sched);
     for (int i = 0; s->jobs && i < QP_SCHED_OBJECTS; i++)
-        if ((i != QP_SCHED_LISTEN_XDP || sched[i] >= 0) && pin_one(sched[i], dir, "", sched_pins[i], err))
+        if ((!sched_optional(i) || sched[i] >= 0) && pin_one(sched[i], dir, "", sched_pins[i], err))
             return -1;
     return pin_one(s->rodata_fd, dir, "", "rodata", err);
 }
@@ -1047,8 +1080,8 @@ int qp_bpf_attach(struct qp_backend **out, const struct qp_plan *plan, const cha
     if (!rc)
         rc = fill_maps_attached(s, plan, err);
     for (int i = 0; !rc && plan->kernel_lanes && i < QP_SCHED_OBJECTS; i++)
-        rc = (s->sched_fd[i] = get_pinned(dir, "", sched_pins[i], i == QP_SCHED_LISTEN_XDP, err)) < 0 &&
-             i != QP_SCHED_LISTEN_XDP;
+        rc = (s->sched_fd[i] = get_pinned(dir, "", sched_pins[i], sched_optional(i), err)) < 0 &&
+             !sched_optional(i);
     if (!rc && plan->kernel_lanes)
         rc = chain_attach(s, s->sched_fd, err);
     if (rc) {

@@ -85,16 +85,36 @@ paused=$(sed -n 's/.* \([0-9]*\) runs paused at --call-us.*/\1/p' "$T/kernel.err
 
 # a loaded model (qpack load --schedule kernel, -m pin:NAME): its work
 # items live on in their pinned map after the loader exited, and a
-# process that opens it by name gets the host schedule's bits on the file
-"$QPACK" load "$T/s-int4.qpk" --name "qs$$-k" -c 64 --schedule kernel >/dev/null 2>"$T/load.err" ||
-    fail "qpack load --schedule kernel: $(cat "$T/load.err")"
+# process that opens it by name gets the host schedule's bits on the file;
+# its two lanes start from one XDP test run of the pinned lane_kick, also
+# for a user in the model's group with no capability
+group=$(getent group users | cut -d: -f3)
+"$QPACK" load "$T/s-int4.qpk" --name "qs$$-k" -c 64 --schedule kernel ${group:+--group users} >/dev/null \
+    2>"$T/load.err" || fail "qpack load --schedule kernel: $(cat "$T/load.err")"
 "$QPACK" load "$T/s-int4.qpk" --name "qs$$-h" -c 64 >/dev/null 2>"$T/load.err" || fail "qpack load: $(cat "$T/load.err")"
 run host "$T/s-int4.qpk" -c 64
-for threads in 2 1; do
-    run kernel "pin:qs$$-k" --schedule kernel --threads $threads
-    cmp -s "$T/host.f32" "$T/kernel.f32" || fail "pin:qs$$-k --threads $threads: the logits differ from the host's"
-    cmp -s "$T/host.ids" "$T/kernel.ids" || fail "pin:qs$$-k --threads $threads: the tokens differ from the host's"
-done
+pinned_same() {
+    run kernel "pin:qs$$-k" --schedule kernel --stats "$@"
+    cmp -s "$T/host.f32" "$T/kernel.f32" || fail "pin:qs$$-k $*: the logits differ from the host's"
+    cmp -s "$T/host.ids" "$T/kernel.ids" || fail "pin:qs$$-k $*: the tokens differ from the host's"
+}
+pinned_same --threads 1
+[ "$(lanes)" = "1 lane" ] || fail "pin:qs$$-k --threads 1: --stats says '$(lanes)'"
+if [ "$(nproc)" -ge 2 ]; then
+    pinned_same --threads 2
+    [ "$(lanes)" = "2 lanes (both started by one XDP test run)" ] || fail "pin:qs$$-k: --stats says '$(lanes)'"
+    QP_LANE_THREADS=1 pinned_same
+    [ "$(lanes)" = "2 lanes (the second started by a thread)" ] ||
+        fail "pin:qs$$-k QP_LANE_THREADS=1: --stats says '$(lanes)'"
+    if command -v setpriv >/dev/null && [ -n "$group" ]; then
+        chmod 0777 "$T"     # the unprivileged run writes its logits there
+        WRAP="setpriv --reuid=65534 --regid=$group --clear-groups --inh-caps=-all --bounding-set=-all"
+        pinned_same
+        WRAP=
+        [ "$(lanes)" = "2 lanes (both started by one XDP test run)" ] ||
+            fail "pin:qs$$-k as uid 65534 in its group: --stats says '$(lanes)'"
+    fi
+fi
 run kernel "pin:qs$$-k"     # the same pins run the host schedule too
 cmp -s "$T/host.f32" "$T/kernel.f32" || fail "pin:qs$$-k --schedule host: the logits differ from the file's"
 
