@@ -154,6 +154,13 @@ int qpack_listen_open(qpack_listen **out, qpack_model *m, const qpack_listen_par
         L->busy = 0;
         L->stepping = 0;
         L->requests = L->answered = 0;
+        L->kick = 0;
+        L->parked[0] = L->parked[1] = 0;
+        /* a second lane only when the CPU map starts it (lane_kicked) */
+        struct qp_backend *b = m->engine.b;
+        L->lanes = b->lane_start && !strcmp(b->lane_start, "xdp") ? 2 : 1;
+        L->cpu[0] = (uint32_t)b->lane_cpu[0];
+        L->cpu[1] = (uint32_t)b->lane_cpu[1];
         L->port = htons(p->port);
         rc = attach(l, p->dev ? p->dev : "lo", err);
     }
@@ -181,9 +188,12 @@ void qpack_listen_close(qpack_listen *l)
     struct qk_listen *L = l->m->engine.b->listen;
     __atomic_store_n(&L->open, 0, __ATOMIC_RELEASE);
     close(l->link_fd);
-    /* the steps of a request accepted before the close run on the model's
-     * maps: they end before the sessions and the lock go */
-    for (int ms = 0; ms < CLOSE_WAIT_MS && __atomic_load_n(&L->busy, __ATOMIC_ACQUIRE); ms++)
+    /* the steps of a request accepted before the close, and its parked
+     * lanes, run on the model's maps: they end before the sessions and the
+     * lock go */
+    for (int ms = 0; ms < CLOSE_WAIT_MS && (__atomic_load_n(&L->busy, __ATOMIC_ACQUIRE) ||
+                                            __atomic_load_n(&L->parked[0], __ATOMIC_ACQUIRE) ||
+                                            __atomic_load_n(&L->parked[1], __ATOMIC_ACQUIRE)); ms++)
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     give_sessions(l);
     free(l);

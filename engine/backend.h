@@ -69,6 +69,7 @@ struct qp_backend {
     const char *lane_start;             /* how two lanes start: "xdp" (both from the step's one test run,
                                            through a CPU map), "thread" (lane 1 from a thread on the other
                                            CPU); NULL with fewer */
+    int lane_cpu[2];                    /* two lanes: their CPUs (with "xdp", the CPU map's entries) */
 };
 
 const char *qp_kernel_name(enum qp_kernel k);

@@ -848,9 +848,12 @@ static void load_kick_programs(struct qwen3 *skel, uint32_t lanes)
     bool on = lanes > 1 && cpus > 1 && !getenv("QP_LANE_THREADS") && may_load_xdp();
     bpf_program__set_autoload(skel->progs.lane_kick, on);
     bpf_program__set_autoload(skel->progs.lane_kicked, on);
-    bpf_map__set_autocreate(skel->maps.m_lane_cpus, on);
-    if (on)
-        bpf_map__set_max_entries(skel->maps.m_lane_cpus, (uint32_t)cpus);
+    /* listen_xdp redirects into the map too (an empty one: its reply
+       leaves from one lane) */
+    bool map = on || bpf_program__autoload(skel->progs.listen_xdp);
+    bpf_map__set_autocreate(skel->maps.m_lane_cpus, map);
+    if (map)
+        bpf_map__set_max_entries(skel->maps.m_lane_cpus, (uint32_t)(cpus > 0 ? cpus : 1));
 }
 
 int qp_bpf_create(struct qp_backend **out, const struct qp_plan *plan, qp_err *err)
@@ -924,7 +927,8 @@ static void finish(struct bpfb *s, const struct qp_plan *plan, double verify_ms,
                                .sessions_fd = s->jobs ? s->sessions_fd : -1,
                                .listen_xdp_fd = s->jobs ? s->listen_xdp_fd : -1,
                                .kernel_lanes = s->lanes,
-                               .lane_start = s->lanes < 2 ? NULL : s->kick_fd >= 0 ? "xdp" : "thread"};
+                               .lane_start = s->lanes < 2 ? NULL : s->kick_fd >= 0 ? "xdp" : "thread",
+                               .lane_cpu = {s->lane_cpu[0], s->lane_cpu[1]}};
     for (int k = 0; k < QP_K_COUNT; k++)
         s->b.verified_insns[k] = s->prog_fd[k] >= 0 ? verified_insns(s->prog_fd[k]) : 0;
 }

@@ -101,6 +101,28 @@ struct {
     __uint(max_entries, 4096);
 } m_chain_done SEC(".maps");
 
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(map_flags, BPF_F_MMAPABLE);
+    __uint(max_entries, 1);
+    __type(key, u32);
+    __type(value, struct qk_listen);
+} m_listen SEC(".maps");
+
+static __always_inline struct qk_listen *qk_listen(void)
+{
+    u32 key = 0;
+    return bpf_map_lookup_elem(&m_listen, &key);
+}
+
+/* the lanes' CPUs: each entry runs lane_kicked (below) in its kthread */
+struct {
+    __uint(type, BPF_MAP_TYPE_CPUMAP);
+    __uint(max_entries, 1);     /* the possible CPUs, set at load: the key is a CPU */
+    __type(key, u32);
+    __type(value, struct bpf_cpumap_val);
+} m_lane_cpus SEC(".maps");
+
 /* units of a paused job's progress: 4 rows a row block, 1 attention task;
  * 0 for the kernels that never pause */
 static __always_inline u32 qk_resume_unit(u32 program)
@@ -150,16 +172,43 @@ static __always_inline void qk_listen_wake(void)
         bpf_wq_start(&w->wq, 0);
 }
 
+/* the lane's idle item queued on this CPU: false when it could not be */
+static __always_inline bool qk_lane_idle(u32 lane)
+{
+    u32 key = (lane & (QK_CHAIN_LANES - 1)) * QK_LANE_ITEMS + QK_PROGRAM_COUNT;
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    return w && !bpf_wq_start(&w->wq, 0);
+}
+
+/* A listen step's lane that leaves while the other still runs the step
+ * parks on its CPU for the request's next step; the last one to leave
+ * starts the listen item here, which starts this lane on the next step. */
+static __always_inline void qk_listen_leave(struct qk_chain *c, u32 lane, bool last)
+{
+    struct qk_listen *L = qk_listen();
+    lane &= QK_CHAIN_LANES - 1;
+    if (!L)
+        return;
+    if (last) {
+        L->lead = lane;
+        qk_listen_wake();
+        return;
+    }
+    L->left_gen[lane] = qk_volatile_load(&c->gen);
+    *(volatile u32 *)&L->parked[lane] = qk_volatile_load(&L->requests);
+    qk_lane_idle(lane);     /* when it cannot queue, the other lane runs the steps alone */
+}
+
 /* the lane queues nothing more; the last lane's record wakes the host, or
  * for a listen step the listen item */
-static __always_inline void qk_lane_exit(struct qk_chain *c)
+static __always_inline void qk_lane_exit(struct qk_chain *c, u32 lane)
 {
-    if (__sync_sub_and_fetch(&c->lanes, 1) == 0) {
+    bool last = __sync_sub_and_fetch(&c->lanes, 1) == 0;
+    if (qk_volatile_load(&c->listen)) {
+        qk_listen_leave(c, lane, last);
+    } else if (last) {
         u32 record = qk_volatile_load(&c->status);
-        if (qk_volatile_load(&c->listen))
-            qk_listen_wake();
-        else
-            bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
+        bpf_ringbuf_output(&m_chain_done, &record, sizeof record, 0);
     }
 }
 
@@ -170,7 +219,7 @@ static __always_inline int qk_lane_start(struct qk_chain *c, u32 lane, u32 item,
     if (w && !bpf_wq_start(&w->wq, 0))
         return 0;
     qk_chain_stop(c, job, QK_CHAIN_BROKEN);
-    qk_lane_exit(c);
+    qk_lane_exit(c, lane);
     return -1;
 }
 
@@ -183,14 +232,14 @@ static __always_inline void qk_lane_next(struct qk_chain *c, u32 lane)
     if (qk_volatile_load(&c->cancel))
         qk_chain_stop(c, cur, QK_CHAIN_CANCELLED);
     if (qk_volatile_load(&c->status) != QK_CHAIN_RUNNING || cur >= c->n) {
-        qk_lane_exit(c);
+        qk_lane_exit(c, lane);
         return;
     }
     if (cur < qk_volatile_load(&c->phase_end) && __sync_val_compare_and_swap(&c->claim, cur, cur + 1) == cur) {
         struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &cur);
         if (!j || j->program >= QK_PROGRAM_COUNT) {
             qk_chain_stop(c, cur, QK_CHAIN_BROKEN);
-            qk_lane_exit(c);
+            qk_lane_exit(c, lane);
             return;
         }
         c->lane_job[lane & (QK_CHAIN_LANES - 1)] = cur;
@@ -218,7 +267,7 @@ static __always_inline int qk_chain_load(struct qk_args *a, u32 program, u32 lan
     struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &i);
     if (!j || j->program != program || i >= c->n) {
         qk_chain_stop(c, i, QK_CHAIN_BROKEN);
-        qk_lane_exit(c);
+        qk_lane_exit(c, lane);
         return -1;
     }
     *a = j->args;
@@ -250,12 +299,12 @@ static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
     struct qk_job *j = bpf_map_lookup_elem(&m_jobs, &i);
     if (!j || r < 0 || (r > 0 && !unit)) {
         qk_chain_stop(c, i, j ? QK_CHAIN_REFUSED : QK_CHAIN_BROKEN);
-        qk_lane_exit(c);
+        qk_lane_exit(c, lane);
         return;
     }
     if (sc->range_error || sc->seq_error) {
         qk_chain_stop(c, i, QK_CHAIN_FLAGGED);
-        qk_lane_exit(c);
+        qk_lane_exit(c, lane);
         return;
     }
     if (r > 0) {
@@ -263,7 +312,7 @@ static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
         j->args.resume = unit == 4;
         if (qk_volatile_load(&c->cancel) || qk_volatile_load(&c->status) != QK_CHAIN_RUNNING) {
             qk_chain_stop(c, i, QK_CHAIN_CANCELLED);
-            qk_lane_exit(c);
+            qk_lane_exit(c, lane);
             return;
         }
         qk_lane_start(c, lane, program, i);
@@ -272,7 +321,7 @@ static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
     u32 done = __sync_add_and_fetch(&c->done, 1);
     if (done == c->n) {
         qk_chain_stop(c, done, QK_CHAIN_DONE);
-        qk_lane_exit(c);
+        qk_lane_exit(c, lane);
         return;
     }
     if (done == qk_volatile_load(&c->phase_end)) {  /* this phase's last job: the next phase opens */
@@ -322,12 +371,39 @@ static __always_inline int qk_chain_init(u32 item, int (*cb)(void *, int *, void
 
 QK_PROGRAMS(QK_SCHED_PROGRAM)
 
+/* A lane parked for request `request`: ends when the request has (and
+ * unparks, unless a new request parked it again meanwhile); joins a step
+ * it has not left yet while that step still has a lane (the listen item
+ * counts its lead last, when the step is built); else looks again. */
+static __always_inline void qk_listen_parked(struct qk_listen *L, struct qk_chain *c, u32 lane, u32 request)
+{
+    if (!qk_volatile_load(&L->busy) || qk_volatile_load(&L->requests) != request) {
+        __sync_val_compare_and_swap(&L->parked[lane], request, 0);
+        return;
+    }
+    u32 n = qk_volatile_load(&c->lanes);
+    if (n && qk_volatile_load(&c->gen) != L->left_gen[lane] &&
+        __sync_val_compare_and_swap(&c->lanes, n, n + 1) == n) {
+        *(volatile u32 *)&L->parked[lane] = 0;
+        qk_lane_next(c, lane);
+        return;
+    }
+    qk_lane_idle(lane);
+}
+
 /* a lane's idle item: claims a job when the phase has one */
 static int lane_idle_item(void *map, int *key, void *value)
 {
     struct qk_chain *c = qk_chain();
-    if (c)
-        qk_lane_next(c, qk_lane_of(key));
+    struct qk_listen *L = qk_listen();
+    u32 lane = qk_lane_of(key);
+    if (!c || !L)
+        return 0;
+    u32 request = qk_volatile_load(&L->parked[lane]);
+    if (request)
+        qk_listen_parked(L, c, lane, request);
+    else
+        qk_lane_next(c, lane);
     return 0;
 }
 
@@ -365,14 +441,6 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(map_flags, BPF_F_MMAPABLE);
-    __uint(max_entries, 1);
-    __type(key, u32);
-    __type(value, struct qk_listen);
-} m_listen SEC(".maps");
-
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
     __uint(max_entries, 1);
     __type(key, u32);
     __type(value, struct qk_session);
@@ -383,12 +451,6 @@ struct qk_udp_packet {
     struct iphdr *ip;
     struct udphdr *udp;
 };
-
-static __always_inline struct qk_listen *qk_listen(void)
-{
-    u32 key = 0;
-    return bpf_map_lookup_elem(&m_listen, &key);
-}
 
 struct qk_copy_ctx {
     u32 base, token, pos;
@@ -435,15 +497,18 @@ static __always_inline int qk_listen_step(struct qk_listen *L, struct qk_session
     if (!first)
         return -1;
     __builtin_memset(c, 0, sizeof(*c));
+    u32 lead = L->lead & (QK_CHAIN_LANES - 1);
     c->n = n;
-    c->lanes = 1;
     c->phase_end = first->phase_end;
     c->listen = 1;
     c->lane_state[0] = QK_LANE_STARTED;
-    c->lane_state[1] = QK_LANE_DROPPED;
+    c->lane_state[1] = QK_LANE_STARTED;
     c->status = QK_CHAIN_RUNNING;
+    c->gen = ++L->gen;
     L->stepping = 1;
-    return qk_lane_start(c, 0, QK_PROGRAM_COUNT, 0) ? 1 : 0;
+    L->parked[lead] = 0;
+    *(volatile u32 *)&c->lanes = 1;     /* last: a parked lane joins a step with a lane */
+    return qk_lane_start(c, lead, QK_PROGRAM_COUNT, 0) ? 1 : 0;
 }
 
 /* The request is over: the session says how, and the next may come. */
@@ -451,6 +516,7 @@ static __always_inline void qk_listen_end(struct qk_listen *L, struct qk_session
 {
     s->status = status;
     s->t_done = bpf_ktime_get_ns();
+    *(volatile u32 *)&L->kick = 0;  /* a late frame starts no lane */
     *(volatile u32 *)&s->state = state;
     __sync_fetch_and_add(&L->answered, 1);
     *(volatile u32 *)&L->busy = 0;
@@ -628,7 +694,9 @@ static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_liste
     L->session = slot;
     L->step = 0;
     L->stepping = 0;
-    __sync_fetch_and_add(&L->requests, 1);
+    L->gen = 0;
+    L->lead = 0;
+    u32 request = __sync_add_and_fetch(&L->requests, 1);
     u32 key = QK_LISTEN_ITEM;
     struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
     if (!w || bpf_wq_start(&w->wq, 0)) {
@@ -637,7 +705,16 @@ static __always_inline int qk_listen_on_step(struct xdp_md *ctx, struct qk_liste
         *(volatile u32 *)&L->busy = 0;
         return qk_listen_reply(h, p, QK_LK_REFUSED, QK_LR_FAILED);
     }
-    return qk_listen_reply(h, p, QK_LK_ACCEPTED, n);
+    int verdict = qk_listen_reply(h, p, QK_LK_ACCEPTED, n);
+    if (L->lanes < 2 || !request)
+        return verdict;
+    /* the second lane: the accept reply goes to the other CPU, where
+     * lane_kicked starts the lane and sends the reply out of this
+     * interface; without the CPU map's entry it leaves here */
+    u32 cpu = bpf_get_smp_processor_id();
+    u32 other = cpu == L->cpu[0] ? L->cpu[1] : L->cpu[0];
+    *(volatile u32 *)&L->kick = request;
+    return bpf_redirect_map(&m_lane_cpus, other, XDP_TX);
 }
 
 /* A poll: busy until the session's request has its tokens, then the
@@ -713,13 +790,6 @@ int listen_xdp(struct xdp_md *ctx)
  * stopped, or during the next one's set-up: lane_kicked starts lane 1 only
  * by taking the step's ticket (qk_chain.kick), which the host takes back
  * when the step stops. */
-struct {
-    __uint(type, BPF_MAP_TYPE_CPUMAP);
-    __uint(max_entries, 1);     /* the possible CPUs, set at load: the key is a CPU */
-    __type(key, u32);
-    __type(value, struct bpf_cpumap_val);
-} m_lane_cpus SEC(".maps");
-
 #define QK_ETH_HLEN 14
 
 static __always_inline struct qk_lane_kick *qk_kick_of(struct xdp_md *ctx)
@@ -742,11 +812,31 @@ int lane_kick(struct xdp_md *ctx)
     return bpf_redirect_map(&m_lane_cpus, other, XDP_DROP);
 }
 
+/* A listen request's frame (the accept reply, turned round): lane 1
+ * starts parked when the request's ticket is still there, and the reply
+ * leaves through the interface the request came in on. */
+static __always_inline int qk_listen_kicked(struct xdp_md *ctx)
+{
+    struct qk_listen *L = qk_listen();
+    if (!L)
+        return XDP_DROP;
+    u32 request = qk_volatile_load(&L->kick);
+    if (request && __sync_val_compare_and_swap(&L->kick, request, 0) == request) {
+        L->left_gen[1] = 0;
+        *(volatile u32 *)&L->parked[1] = request;
+        qk_lane_idle(1);
+    }
+    return bpf_redirect(ctx->ingress_ifindex, 0);
+}
+
 SEC("xdp/cpumap")
 int lane_kicked(struct xdp_md *ctx)
 {
     struct qk_lane_kick *k = qk_kick_of(ctx);
     struct qk_chain *c = qk_chain();
+    struct qk_listen *L = qk_listen();
+    if (L && qk_volatile_load(&L->open))
+        return qk_listen_kicked(ctx);
     if (!k || !c || !k->step || __sync_val_compare_and_swap(&c->kick, k->step, 0) != k->step)
         return XDP_DROP;    /* a late frame: its step stopped */
     if (__sync_val_compare_and_swap(&c->lane_state[1], QK_LANE_WAITING, QK_LANE_STARTED) == QK_LANE_WAITING)

@@ -212,7 +212,7 @@ struct qk_chain {
     u32 lane_state[QK_CHAIN_LANES];     /* QK_LANE_*: whether lane_start or the host took the lane */
     u32 listen;         /* a listen step (below): the last lane starts the listen item, no record */
     u32 kick;           /* lane_kick's step whose lane 1 lane_kicked may still start (0: none); the
-                           host takes it back when the step stops */
+                           host takes it back when the step stops */    u32 gen;            /* a listen step's number in its request (qk_listen.gen) */
 };
 
 enum qk_lane_state {
@@ -297,6 +297,20 @@ struct qk_listen {
     u32 stepping;       /* the step's chain runs */
     u32 requests, answered;     /* counters */
     u32 tmpl_jobs[2 * QK_LISTEN_MAX_CHUNKS];    /* jobs of each template (QK_LISTEN_TMPL) */
+    /* two lanes (the host sets lanes and cpu): the step packet's frame goes
+     * through map lane_cpus to the other CPU, where lane_kicked starts the
+     * request's second lane by taking ticket kick (the request's number).
+     * Both lanes live until the request ends: a lane that leaves a step
+     * while the other still runs it parks (its idle item looks again) and
+     * joins the next; the last to leave starts the listen item on its CPU,
+     * which starts that lane (lead) on the next step. */
+    u32 lanes;          /* 2: the packet starts a second lane; 1: one lane */
+    u32 cpu[QK_CHAIN_LANES];    /* the lanes' CPUs (the CPU map's entries) */
+    u32 kick;           /* the request whose second lane lane_kicked may start (0: none) */
+    u32 lead;           /* the lane the listen item starts */
+    u32 gen;            /* steps built in this request (qk_chain.gen the latest's) */
+    u32 parked[QK_CHAIN_LANES];     /* the request whose next step the lane waits for (0: none) */
+    u32 left_gen[QK_CHAIN_LANES];   /* ... having left this one */
 };
 
 /* lane_kick's frame after its Ethernet header: the step's number (as in

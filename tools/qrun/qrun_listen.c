@@ -109,7 +109,7 @@ int listen_main(int argc, char **argv)
         fprintf(stderr, LISTEN_USAGE);
         return QRUN_USAGE;
     }
-    qpack_model_params mp = {.backend = QPACK_BACKEND_BPF, .schedule = QPACK_SCHEDULE_KERNEL, .threads = 1,
+    qpack_model_params mp = {.backend = QPACK_BACKEND_BPF, .schedule = QPACK_SCHEDULE_KERNEL, .threads = 2,
                              .max_sessions = (uint32_t)sessions};
     qpack_model *m;
     qpack_listen *l;
