@@ -5,9 +5,10 @@
 # ${QP_BENCH_DIR:-/tmp/qp-bench}), loaded with --schedule kernel (-c 256,
 # one session). Per round, taking turns: qrun ask's request of one id and
 # 16 tokens over loopback in a network namespace of its own (16 steps from
-# the step packet's send to the answer, the poll included), then qrun on
-# the loaded model with the same id and -n 16 (--schedule kernel and host,
-# one thread: listen runs one lane). The medians over QP_RUNS rounds
+# the step packet's send to the answer, the poll included; listen runs two
+# lanes), then qrun on the loaded model with the same id and -n 16
+# (--schedule kernel and host with qrun's default two lanes/threads, and
+# the kernel's one lane for reference). The medians over QP_RUNS rounds
 # (default 3) of ms per step against qrun's decode ms/token, and whether
 # every round's 16 tokens were qrun's. Target: listen's ms per token at
 # most qrun's decode ms/token.
@@ -30,7 +31,7 @@ trap cleanup EXIT
 "$build/bin/qpack" load "$model" --name "$name" --schedule kernel -c 256 --sessions 1 >/dev/null
 ip netns add "$ns"
 nsenter --net="/var/run/netns/$ns" ip link set lo up
-: >"$t/listen" && : >"$t/kernel" && : >"$t/host"
+: >"$t/listen" && : >"$t/kernel" && : >"$t/host" && : >"$t/kernel1"
 same=0
 for r in $(seq "$runs"); do
     : >"$t/listen.err"
@@ -42,17 +43,19 @@ for r in $(seq "$runs"); do
     sed -n 's/.*(\([0-9.]*\) ms\/step.*/\1/p' "$t/ask.err" >>"$t/listen"
     kill -INT "$listener" && wait "$listener"
     listener=
-    for s in kernel host; do
-        "$build/bin/qrun" -m "pin:$name" --ids $id -n 16 --temp 0 --print-ids --threads 1 --schedule $s --stats \
-            >"$t/$s.ids" 2>"$t/$s.err"
-        sed -n 's/.*generated 16 tokens, \([0-9.]*\) ms\/token.*/\1/p' "$t/$s.err" >>"$t/$s"
+    for run in kernel:kernel:2 host:host:2 kernel1:kernel:1; do
+        IFS=: read -r k schedule threads <<<"$run"
+        "$build/bin/qrun" -m "pin:$name" --ids $id -n 16 --temp 0 --print-ids --threads "$threads" \
+            --schedule "$schedule" --stats >"$t/$k.ids" 2>"$t/$k.err"
+        sed -n 's/.*generated 16 tokens, \([0-9.]*\) ms\/token.*/\1/p' "$t/$k.err" >>"$t/$k"
     done
     cmp -s "$t/ask.ids" "$t/kernel.ids" && same=$((same + 1))
 done
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-printf '%-44s %12s\n' "one id, 16 tokens (medians of $runs)" "ms/token"
-printf '%-44s %12s\n' "qrun listen (packet to answer, per step)" "$(median "$t/listen")"
-printf '%-44s %12s\n' "qrun --schedule kernel --threads 1 (decode)" "$(median "$t/kernel")"
-printf '%-44s %12s\n' "qrun --schedule host --threads 1 (decode)" "$(median "$t/host")"
+printf '%-52s %12s\n' "one id, 16 tokens (medians of $runs)" "ms/token"
+printf '%-52s %12s\n' "qrun listen, 2 lanes (packet to answer, per step)" "$(median "$t/listen")"
+printf '%-52s %12s\n' "qrun --schedule kernel, 2 lanes (decode)" "$(median "$t/kernel")"
+printf '%-52s %12s\n' "qrun --schedule host, 2 threads (decode)" "$(median "$t/host")"
+printf '%-52s %12s\n' "qrun --schedule kernel --threads 1 (decode)" "$(median "$t/kernel1")"
 echo "listen's 16 tokens were qrun's in $same of $runs rounds"
 bench_recorded
