@@ -153,7 +153,7 @@ int qpack_listen_open(qpack_listen **out, qpack_model *m, const qpack_listen_par
     if (!rc) {
         L->busy = 0;
         L->stepping = 0;
-        L->requests = L->answered = 0;
+        L->requests = L->answered = L->joined = 0;
         L->kick = 0;
         L->parked[0] = L->parked[1] = 0;
         /* a second lane only when the CPU map starts it (lane_kicked) */
@@ -178,7 +178,8 @@ void qpack_listen_get_stats(const qpack_listen *l, qpack_listen_stats *out)
 {
     const struct qk_listen *L = l->m->engine.b->listen;
     *out = (qpack_listen_stats){__atomic_load_n(&L->requests, __ATOMIC_ACQUIRE),
-                                __atomic_load_n(&L->answered, __ATOMIC_ACQUIRE)};
+                                __atomic_load_n(&L->answered, __ATOMIC_ACQUIRE), L->lanes,
+                                __atomic_load_n(&L->joined, __ATOMIC_ACQUIRE)};
 }
 
 void qpack_listen_close(qpack_listen *l)

@@ -672,6 +672,9 @@ typedef struct qpack_listen_params {
 typedef struct qpack_listen_stats {
     uint32_t requests;          /* step requests accepted */
     uint32_t answered;          /* ... whose tokens (or failure) are there */
+    uint32_t lanes;             /* lanes a request's steps run on: 2 when the step packet starts the
+                                   second on the other CPU (the model's lane_start "xdp"), else 1 */
+    uint32_t joined;            /* steps the second lane joined */
 } qpack_listen_stats;
 
 int qpack_listen_open(qpack_listen **out, qpack_model *m, const qpack_listen_params *p, qpack_error *err);

@@ -385,6 +385,7 @@ static __always_inline void qk_listen_parked(struct qk_listen *L, struct qk_chai
     if (n && qk_volatile_load(&c->gen) != L->left_gen[lane] &&
         __sync_val_compare_and_swap(&c->lanes, n, n + 1) == n) {
         *(volatile u32 *)&L->parked[lane] = 0;
+        __sync_fetch_and_add(&L->joined, 1);
         qk_lane_next(c, lane);
         return;
     }

@@ -311,6 +311,7 @@ struct qk_listen {
     u32 gen;            /* steps built in this request (qk_chain.gen the latest's) */
     u32 parked[QK_CHAIN_LANES];     /* the request whose next step the lane waits for (0: none) */
     u32 left_gen[QK_CHAIN_LANES];   /* ... having left this one */
+    u32 joined;         /* steps a parked lane joined (a counter) */
 };
 
 /* lane_kick's frame after its Ethernet header: the step's number (as in

@@ -259,6 +259,11 @@ grep -q "Connection refused" "$T/gone.err" || fail "a request after SIGINT: $(ca
 "$QRUN" -m "pin:$NAME" --ids "$A" -n 16 --temp 0 --print-ids --schedule kernel >"$T/a.got" 2>/dev/null &&
     cmp -s "$T/a.want" "$T/a.got" || fail "qrun after qrun listen: $(cat "$T/a.got")"
 echo "ok SIGINT detached it: $(tail -1 "$T/listen.err")"
+# the steps ran on both CPUs: the step packet started the second lane
+if [ "$(nproc)" -ge 2 ]; then
+    joined=$(sed -n 's/.*on 2 lanes (the second joined \([0-9]*\) steps)/\1/p' "$T/listen.err")
+    [ -n "$joined" ] && [ "$joined" -gt 0 ] || fail "the second lane ran no step: $(tail -1 "$T/listen.err")"
+fi
 
 # over a veth pair: native XDP on the listener's end (B), a pass-all XDP
 # program on the client's (A)

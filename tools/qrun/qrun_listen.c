@@ -140,7 +140,11 @@ int listen_main(int argc, char **argv)
     qpack_listen_get_stats(l, &st);
     qpack_listen_close(l);
     qpack_model_free(m);
-    fprintf(stderr, "qrun listen: detached; %u requests accepted, %u answered\n", st.requests, st.answered);
+    fprintf(stderr, "qrun listen: detached; %u requests accepted, %u answered", st.requests, st.answered);
+    if (st.lanes > 1)
+        fprintf(stderr, ", on 2 lanes (the second joined %u steps)\n", st.joined);
+    else
+        fprintf(stderr, ", on 1 lane\n");
     return 0;
 }
 
