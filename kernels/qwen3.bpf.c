@@ -194,9 +194,11 @@ static __always_inline void qk_listen_leave(struct qk_chain *c, u32 lane, bool l
         qk_listen_wake();
         return;
     }
+    u32 request = qk_volatile_load(&L->requests);
     L->left_gen[lane] = qk_volatile_load(&c->gen);
-    *(volatile u32 *)&L->parked[lane] = qk_volatile_load(&L->requests);
-    qk_lane_idle(lane);     /* when it cannot queue, the other lane runs the steps alone */
+    *(volatile u32 *)&L->parked[lane] = request;
+    if (!qk_lane_idle(lane))    /* the other lane runs the steps alone */
+        __sync_val_compare_and_swap(&L->parked[lane], request, 0);
 }
 
 /* the lane queues nothing more; the last lane's record wakes the host, or
@@ -401,7 +403,8 @@ static int lane_idle_item(void *map, int *key, void *value)
     if (!c || !L)
         return 0;
     u32 request = qk_volatile_load(&L->parked[lane]);
-    if (request)
+    /* a host step's lanes never park (no request runs, the chain is the host's) */
+    if (request && (qk_volatile_load(&L->busy) || qk_volatile_load(&c->listen)))
         qk_listen_parked(L, c, lane, request);
     else
         qk_lane_next(c, lane);
@@ -825,7 +828,8 @@ static __always_inline int qk_listen_kicked(struct xdp_md *ctx)
     if (request && __sync_val_compare_and_swap(&L->kick, request, 0) == request) {
         L->left_gen[1] = 0;
         *(volatile u32 *)&L->parked[1] = request;
-        qk_lane_idle(1);
+        if (!qk_lane_idle(1))
+            __sync_val_compare_and_swap(&L->parked[1], request, 0);
     }
     return bpf_redirect(ctx->ingress_ifindex, 0);
 }
