@@ -335,20 +335,27 @@ static __always_inline void qk_chain_after(u32 program, u32 lane, int r)
 
 #define QK_EBUSY 16
 
+/* Gives work item `key` of map wq its callback: 0, 1 when there is no
+ * such item, else the kernel's error. -EBUSY from bpf_wq_init: an earlier
+ * run set the item up and failed on a later one. */
+static __always_inline int qk_item_init(u32 key, int (*cb)(void *, int *, void *))
+{
+    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
+    if (!w)
+        return 1;
+    int r = bpf_wq_init(&w->wq, &m_wq, 0);
+    if (r && r != -QK_EBUSY)
+        return -r;
+    return -bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL);
+}
+
+/* item `item` of every lane */
 static __always_inline int qk_chain_init(u32 item, int (*cb)(void *, int *, void *))
 {
     for (u32 lane = 0; lane < QK_CHAIN_LANES; lane++) {
-        u32 key = lane * QK_LANE_ITEMS + item;
-        struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
-        if (!w)
-            return 1;
-        /* -EBUSY: set by an earlier run that failed on a later lane */
-        int r = bpf_wq_init(&w->wq, &m_wq, 0);
-        if (r && r != -QK_EBUSY)
-            return -r;
-        r = bpf_wq_set_callback_impl(&w->wq, cb, 0, NULL);
+        int r = qk_item_init(lane * QK_LANE_ITEMS + item, cb);
         if (r)
-            return -r;
+            return r;
     }
     return 0;
 }
@@ -567,14 +574,7 @@ static int listen_item(void *map, int *key, void *value)
 SEC("syscall")
 int listen_sched(void *ctx)
 {
-    u32 key = QK_LISTEN_ITEM;
-    struct qk_wq_item *w = bpf_map_lookup_elem(&m_wq, &key);
-    if (!w)
-        return 1;
-    int r = bpf_wq_init(&w->wq, &m_wq, 0);
-    if (r && r != -QK_EBUSY)
-        return -r;
-    return -bpf_wq_set_callback_impl(&w->wq, listen_item, 0, NULL);
+    return qk_item_init(QK_LISTEN_ITEM, listen_item);
 }
 
 /* a multicast or the limited broadcast address (network order) */
