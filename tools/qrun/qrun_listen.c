@@ -80,7 +80,7 @@ int listen_main(int argc, char **argv)
 {
     const char *model = NULL, *dev = "lo";
     uint64_t port = 0, sessions = 4;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {     /* every option takes a value */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             listen_help();
@@ -103,7 +103,6 @@ int listen_main(int argc, char **argv)
         else if (!strcmp(o, "--udp") ? cli_uint("qrun listen", o, v, 1, 65535, &port)
                                      : cli_uint("qrun listen", o, v, 1, 1024, &sessions))
             return QRUN_USAGE;
-        i++;
     }
     if (!model || !port) {
         fprintf(stderr, LISTEN_USAGE);
